@@ -1,0 +1,34 @@
+# Every target sets up .venv first, so `make test` works from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test test-slow test-gpu bench clean
+
+setup: $(STAMP)
+
+# Reinstall when the dependency list changes. torch/torchvision are pinned in
+# pyproject.toml, so pip takes the exact wheels and never resolves a newer torch.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not gpu and not slow" -q; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m "slow and not gpu" -q
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[gpu]'
+	$(BIN)/python -m pytest -m gpu -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/attention.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""longctx: experiments on the effective context length of long-context LMs."""

@@ -1,0 +1,290 @@
+"""Experiment configuration: dataclass schemas, YAML + `key=value` loading, validation.
+
+    cfg = longctx.config.load(["experiments/pretrain/tiny_1k.yaml"], ["train.max_steps=50"])
+    cfg.model.n_layers, cfg.data.window, cfg.train.lr
+
+Sources merge left to right (later wins): the model preset named by `model.preset`, then
+each YAML file, then each override. A YAML file may start with `inherit: [other.yaml]`
+(paths relative to that file) to layer itself on other files. Files named without a
+directory that does not exist are looked up under `experiments/`.
+
+Everything is checked before an experiment starts: an unknown key, a value of the wrong
+type and an impossible combination (d_model % n_heads, a global batch that is not a whole
+number of micro-batches, ...) raise `ConfigError` naming the dotted key and where it was
+set (`file.yaml:LINE` or `override 'key=value'`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from longctx.model.llama import ConfigError, ModelConfig
+
+EXPERIMENTS_DIR = Path("experiments")
+
+__all__ = ["ConfigError", "DataConfig", "EvalConfig", "ExperimentConfig", "TrainConfig", "load", "to_yaml"]
+
+
+@dataclass
+class DataConfig:
+    """What the model trains on and how rows are packed (DESIGN §3, §11)."""
+
+    path: str = ""
+    """A litdata-optimized directory, a JSONL/parquet file, or '' for the embedded corpus."""
+    tokenizer: str = "bpe-8192"
+    """bpe-8192 (trained on the embedded corpus) | llama3 | cl100k | a tokenizer.json path."""
+    window: int = 2048
+    """Tokens per packed row: the training context length L."""
+    doc_mask: bool = True
+    """True: positions reset and attention confined per document. False: plain causal row."""
+    seed: int = 1234
+    """Shuffling and packing seed."""
+
+    def validate(self) -> None:
+        _positive_int("data.window", self.window)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation recipe (STRING Appendix A.2 at paper scale) and run control."""
+
+    global_batch_tokens: int = 4_194_304
+    """Tokens per optimizer step across all ranks and accumulation steps (4M in the paper)."""
+    micro_batch_size: int = 8
+    """Rows per forward/backward on one rank."""
+    max_steps: int = 100_000
+    """Optimizer steps."""
+    lr: float = 4e-4
+    """Peak learning rate."""
+    min_lr: float = 4e-5
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = 2000
+    """Linear warm-up steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Max global grad norm (0 = off)."""
+    precision: str = "auto"
+    """auto (bf16-mixed on GPU, 32-true on CPU) | 32-true | bf16-mixed | bf16-true."""
+    strategy: str = "auto"
+    """auto | ddp | fsdp (FSDP2 through Lightning's ModelParallelStrategy)."""
+    seed: int = 1234
+    """Model initialisation and dropout seed."""
+    out_dir: str = "runs/default"
+    """Where checkpoints, W&B files and probe outputs go."""
+
+    def validate(self, data: DataConfig) -> None:
+        for key in ("global_batch_tokens", "micro_batch_size", "max_steps"):
+            _positive_int(f"train.{key}", getattr(self, key))
+        if self.warmup_steps < 0:
+            raise ConfigError("train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        if self.lr <= 0:
+            raise ConfigError("train.lr", f"must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError("train.min_lr", f"must be in [0, train.lr={self.lr}], got {self.min_lr}")
+        if self.grad_clip < 0:
+            raise ConfigError("train.grad_clip", f"must be >= 0, got {self.grad_clip}")
+        _choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
+        _choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
+        tokens_per_micro_batch = data.window * self.micro_batch_size
+        if self.global_batch_tokens % tokens_per_micro_batch:
+            raise ConfigError(
+                "train.global_batch_tokens",
+                f"{self.global_batch_tokens} is not a multiple of data.window x train.micro_batch_size "
+                f"= {data.window} x {self.micro_batch_size} = {tokens_per_micro_batch}",
+            )
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings (NIAH effective length, position methods)."""
+
+    position_method: str = "rope"
+    """rope | ntk | yarn | rerope | self_extend | dca | string."""
+    niah_step: int = 128
+    """Effective-length search grows the context by this many tokens (STRING §3)."""
+    niah_max_length: int = 0
+    """Largest context tried; 0 = model.max_position."""
+    niah_tests_per_length: int = 50
+    """4-needle tests per context length (500 in the paper)."""
+    pass_threshold: float = 0.5
+    """The search stops at the first length whose pass rate falls below this."""
+
+    def validate(self) -> None:
+        _choice(
+            "eval.position_method",
+            self.position_method,
+            ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string"),
+        )
+        _positive_int("eval.niah_step", self.niah_step)
+        _positive_int("eval.niah_tests_per_length", self.niah_tests_per_length)
+        if self.niah_max_length < 0:
+            raise ConfigError("eval.niah_max_length", f"must be >= 0, got {self.niah_max_length}")
+        if not 0 < self.pass_threshold <= 1:
+            raise ConfigError("eval.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
+
+
+@dataclass
+class ExperimentConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        self.model.validate()
+        self.data.validate()
+        self.train.validate(self.data)
+        self.eval.validate()
+
+
+def _positive_int(key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(key, f"must be a positive integer, got {value!r}")
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(key, f"{value!r} is not one of {choices}")
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Source:
+    """One layer of configuration and where each of its keys came from."""
+
+    name: str
+    values: dict
+    locations: dict[str, str]
+
+
+def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentConfig:
+    """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
+    sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
+    sources += [_read_override(text) for text in overrides]
+    locations: dict[str, str] = {}
+    for source in sources:
+        locations.update(source.locations)
+
+    preset = "debug"
+    for source in sources:
+        model_values = source.values.get("model")
+        if isinstance(model_values, dict):
+            preset = model_values.get("preset", preset)
+    try:
+        base = ExperimentConfig(model=ModelConfig.from_preset(preset))
+    except ConfigError as error:
+        raise _located(error, locations) from None
+
+    merged: DictConfig = OmegaConf.structured(base)
+    for source in sources:
+        try:
+            merged = OmegaConf.merge(merged, source.values)
+        except OmegaConfBaseException as error:
+            raise _omegaconf_error(error, source, merged) from None
+    try:
+        return OmegaConf.to_object(merged)
+    except ConfigError as error:
+        raise _located(error, locations) from None
+    except OmegaConfBaseException as error:  # e.g. a missing mandatory value
+        raise ConfigError(getattr(error, "full_key", "?") or "?", str(error)) from None
+
+
+def to_yaml(config: ExperimentConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def as_dict(config: ExperimentConfig) -> dict:
+    return dataclasses.asdict(config)
+
+
+def _resolve_path(path: Path) -> Path:
+    if path.exists():
+        return path
+    candidate = EXPERIMENTS_DIR / path
+    if candidate.exists():
+        return candidate
+    raise FileNotFoundError(f"config file {path} not found (also looked in {candidate})")
+
+
+def _read_yaml(path: Path, chain: tuple[Path, ...]) -> list[_Source]:
+    path = _resolve_path(path)
+    if path.resolve() in chain:
+        raise ConfigError("inherit", f"{path} inherits itself through {' -> '.join(map(str, chain))}")
+    text = path.read_text()
+    try:
+        values = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError("<yaml>", f"{path}: not valid YAML: {error}") from None
+    if not isinstance(values, dict):
+        raise ConfigError("<yaml>", f"{path}: the top level must be a mapping, got {type(values).__name__}")
+    lines = _key_lines(text)
+    inherited = values.pop("inherit", [])
+    if isinstance(inherited, str):
+        inherited = [inherited]
+    sources = []
+    for parent in inherited:
+        sources += _read_yaml(path.parent / parent, chain + (path.resolve(),))
+    locations = {key: f"{path}:{line}" for key, line in lines.items()}
+    sources.append(_Source(str(path), values, locations))
+    return sources
+
+
+def _read_override(text: str) -> _Source:
+    if "=" not in text:
+        raise ConfigError(text, f"override {text!r} is not of the form key=value")
+    key = text.split("=", 1)[0].strip()
+    try:
+        values = OmegaConf.to_container(OmegaConf.from_dotlist([text]))
+    except OmegaConfBaseException as error:
+        raise ConfigError(key, f"override {text!r} could not be parsed: {error}") from None
+    return _Source(f"override '{text}'", values, {key: f"override '{text}'"})
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Dotted key -> 1-based line number for every mapping key of a YAML document."""
+    lines: dict[str, int] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = f"{prefix}{key_node.value}"
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key + ".")
+
+    walk(yaml.compose(text), "")
+    return lines
+
+
+def _located(error: ConfigError, locations: dict[str, str]) -> ConfigError:
+    where = locations.get(error.key)
+    if where is None:
+        return error
+    return ConfigError(error.key, f"{error.message} (set at {where})")
+
+
+def _omegaconf_error(error: OmegaConfBaseException, source: _Source, merged: DictConfig) -> ConfigError:
+    key = getattr(error, "full_key", None) or "?"
+    where = source.locations.get(key, source.name)
+    message = getattr(error, "msg", str(error)).splitlines()[0]
+    if "not in struct" in message or "Key '" in message and "not" in message:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(merged, parent) if parent else merged
+        known = list(node.keys()) if isinstance(node, DictConfig) else []
+        close = difflib.get_close_matches(leaf, known, n=1)
+        hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
+        return ConfigError(key, f"unknown key (at {where}){hint}")
+    return ConfigError(key, f"{message} (at {where})")

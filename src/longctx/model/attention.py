@@ -1,0 +1,335 @@
+"""Document-masked causal attention with interchangeable backends (DESIGN §3-§4).
+
+One entry point, `attention(q, k, v, document_ids=..., backend=...)`, with shapes
+
+    q        [B, Tq, H,   D]      queries (already rotated)
+    k, v     [B, Tk, Hkv, D]      keys/values, Tk >= Tq, H % Hkv == 0 (GQA)
+    document_ids [B, Tk] or None  segment id of every key position
+    returns  [B, Tq, H, D]
+
+Queries are the *last* Tq key positions (query i sits at key index Tk - Tq + i), which
+covers training/prefill (Tq = Tk), chunked prefill and one-token decoding with a KV
+cache (Tq = 1) with one convention. Query i may attend key j iff j <= i (causal) and
+document_ids[j] == document_ids[i]. Masks come from `document_ids` only, never from
+`position_ids`, which SkipAlign/PoSE/StRing rewrite. Documents must be contiguous runs.
+
+Backends:
+
+- `sdpa`     dense boolean [Tq, Tk] mask into `scaled_dot_product_attention`. The
+             reference: any device, O(Tq * Tk) memory.
+- `varlen`   pure torch, autograd-capable. Queries are cut into blocks of `block_size`;
+             a block attends only to keys from the start of its first query's document
+             to its last query, with a small dense mask inside that range. Cost and
+             memory follow sum_doc |doc|^2 (plus block x block for short documents)
+             instead of T^2. The CPU training default.
+- `flex`     FlexAttention with a document+causal BlockMask, compiled once per shape.
+             torch 2.14 has no FlexAttention backward on CPU: there it serves inference.
+- `flash`    flash-attn's `flash_attn_varlen_func` on cu_seqlens (CUDA, `gpu` extra).
+- `xformers` `memory_efficient_attention` with a block-diagonal causal bias (CUDA).
+- `auto`     flash if CUDA and flash-attn import, else flex on CUDA, else varlen.
+
+The model builds an `AttentionMask` once per forward (`build_mask`) and passes it to every
+layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not repeated
+22 times.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
+DEFAULT_BLOCK_SIZE = 256
+
+
+@dataclass
+class AttentionMask:
+    """Per-batch masking state shared by all layers of one forward pass."""
+
+    backend: str
+    """The resolved backend (never `auto`)."""
+    document_ids: torch.Tensor
+    """[B, Tk] segment id of every key."""
+    q_len: int
+    """Number of queries (the last q_len key positions)."""
+    extra: Any = None
+    """Backend-specific precomputation: document starts, BlockMask, cu_seqlens, bias."""
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
+    if backend != "auto":
+        return backend
+    if device.type == "cuda":
+        return "flash" if _has_module("flash_attn") else "flex"
+    return "varlen"
+
+
+def build_mask(
+    document_ids: torch.Tensor | None,
+    q_len: int,
+    backend: str,
+    *,
+    batch_size: int | None = None,
+    kv_len: int | None = None,
+    device: torch.device | None = None,
+) -> AttentionMask:
+    """Precompute what `backend` needs to mask a batch. `document_ids` None = one document per row."""
+    if document_ids is None:
+        if batch_size is None or kv_len is None:
+            raise ValueError("build_mask needs batch_size and kv_len when document_ids is None")
+        document_ids = torch.zeros(batch_size, kv_len, dtype=torch.long, device=device)
+    if document_ids.dim() != 2:
+        raise ValueError(f"document_ids must be [batch, seq], got shape {tuple(document_ids.shape)}")
+    kv_len = document_ids.shape[1]
+    if not 0 < q_len <= kv_len:
+        raise ValueError(f"q_len={q_len} must be in [1, kv_len={kv_len}]")
+    backend = resolve_backend(backend, document_ids.device)
+    builders = {
+        "sdpa": _dense_mask,
+        "varlen": _document_starts,
+        "flex": _flex_block_mask,
+        "flash": _flash_cu_seqlens,
+        "xformers": _xformers_bias,
+    }
+    return AttentionMask(backend, document_ids, q_len, builders[backend](document_ids, q_len))
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    document_ids: torch.Tensor | None = None,
+    backend: str = "auto",
+    mask: AttentionMask | None = None,
+    scale: float | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> torch.Tensor:
+    """Causal, document-masked attention; see the module docstring for shapes and backends."""
+    _check_shapes(q, k, v)
+    if mask is None:
+        mask = build_mask(
+            document_ids, q.shape[1], backend, batch_size=q.shape[0], kv_len=k.shape[1], device=q.device
+        )
+    if mask.q_len != q.shape[1] or tuple(mask.document_ids.shape) != (k.shape[0], k.shape[1]):
+        raise ValueError(
+            f"mask was built for q_len={mask.q_len}, document_ids {tuple(mask.document_ids.shape)} "
+            f"but got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    run = {
+        "sdpa": _sdpa_attention,
+        "varlen": functools.partial(_varlen_attention, block_size=block_size),
+        "flex": _flex_attention,
+        "flash": _flash_attention,
+        "xformers": _xformers_attention,
+    }[mask.backend]
+    return run(q, k, v, mask, scale)
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
+        raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[1] > k.shape[1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch, head_dim or length")
+    if q.shape[2] % k.shape[2]:
+        raise ValueError(f"query heads {q.shape[2]} are not a multiple of key/value heads {k.shape[2]}")
+
+
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _allowed(doc_q: torch.Tensor, doc_k: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor) -> torch.Tensor:
+    """Boolean [..., Tq, Tk]: same document and key not after query."""
+    return (doc_q[..., :, None] == doc_k[..., None, :]) & (k_index[None, :] <= q_index[:, None])
+
+
+# --- sdpa: dense reference -------------------------------------------------------------
+
+
+def _dense_mask(document_ids: torch.Tensor, q_len: int) -> torch.Tensor:
+    kv_len = document_ids.shape[1]
+    k_index = torch.arange(kv_len, device=document_ids.device)
+    q_index = k_index[kv_len - q_len :]
+    return _allowed(document_ids[:, kv_len - q_len :], document_ids, q_index, k_index)[:, None]
+
+
+def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        attn_mask=mask.extra,
+        scale=scale,
+        enable_gqa=q.shape[2] != k.shape[2],
+    )
+    return out.transpose(1, 2)
+
+
+# --- varlen: pure-torch block-sparse ---------------------------------------------------
+
+
+def _document_starts(document_ids: torch.Tensor, q_len: int) -> list[list[int]]:
+    """For each row, the key index where the document of each key position starts."""
+    kv_len = document_ids.shape[1]
+    index = torch.arange(kv_len, device=document_ids.device).expand_as(document_ids)
+    is_start = torch.ones_like(document_ids, dtype=torch.bool)
+    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    starts = torch.where(is_start, index, torch.zeros_like(index)).cummax(dim=1).values
+    return starts.tolist()
+
+
+def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int) -> torch.Tensor:
+    batch, q_len = q.shape[:2]
+    kv_len = k.shape[1]
+    offset = kv_len - q_len
+    gqa = q.shape[2] != k.shape[2]
+    starts = mask.extra
+    doc = mask.document_ids
+    positions = torch.arange(kv_len, device=q.device)
+    rows = []
+    for b in range(batch):
+        blocks = []
+        for q_start in range(0, q_len, block_size):
+            q_end = min(q_start + block_size, q_len)
+            k_start = starts[b][offset + q_start]
+            k_end = offset + q_end
+            allowed = _allowed(
+                doc[b, offset + q_start : k_end], doc[b, k_start:k_end], positions[offset + q_start : k_end], positions[k_start:k_end]
+            )
+            out = F.scaled_dot_product_attention(
+                q[b, q_start:q_end].transpose(0, 1),
+                k[b, k_start:k_end].transpose(0, 1),
+                v[b, k_start:k_end].transpose(0, 1),
+                attn_mask=allowed,
+                scale=scale,
+                enable_gqa=gqa,
+            )
+            blocks.append(out.transpose(0, 1))
+        rows.append(torch.cat(blocks, dim=0))
+    return torch.stack(rows, dim=0)
+
+
+# --- flex: FlexAttention BlockMask -----------------------------------------------------
+
+
+@functools.cache
+def _compiled_flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    # torch.compile specialises per input shape and caches each compilation.
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    batch, kv_len = document_ids.shape
+    offset = kv_len - q_len
+
+    def document_causal(b, h, q_idx, kv_idx):
+        query = q_idx + offset
+        return (document_ids[b, query] == document_ids[b, kv_idx]) & (kv_idx <= query)
+
+    return create_block_mask(document_causal, batch, None, q_len, kv_len, device=document_ids.device)
+
+
+def _flex_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise RuntimeError(
+            "attention backend 'flex' has no backward on CPU in torch 2.14; "
+            "train with backend 'varlen' (or run flex under torch.no_grad())"
+        )
+    out = _compiled_flex_attention()(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        block_mask=mask.extra,
+        scale=scale,
+        enable_gqa=q.shape[2] != k.shape[2],
+    )
+    return out.transpose(1, 2)
+
+
+# --- flash / xformers: packed varlen kernels (CUDA) ------------------------------------
+
+
+@dataclass
+class _Segments:
+    """Documents of all rows laid end to end: key and query lengths per segment."""
+
+    cu_seqlens_k: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    k_lengths: list[int]
+    q_lengths: list[int]
+
+
+def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
+    """Cut every row at document boundaries; a segment's queries are its last positions
+    that fall inside the query window (zero for documents that end before it)."""
+    batch, kv_len = document_ids.shape
+    offset = kv_len - q_len
+    is_start = torch.ones_like(document_ids, dtype=torch.bool)
+    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    starts = is_start.flatten().nonzero().flatten()
+    ends = torch.cat([starts[1:], starts.new_tensor([batch * kv_len])])
+    k_lengths = ends - starts
+    local_start = starts % kv_len
+    q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
+
+    def cumulative(lengths: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+
+    return _Segments(cumulative(k_lengths), cumulative(q_lengths), k_lengths.tolist(), q_lengths.tolist())
+
+
+def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _Segments:
+    return _segments(document_ids, q_len)
+
+
+def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+    from flash_attn import flash_attn_varlen_func
+
+    seg: _Segments = mask.extra
+    batch, q_len, heads, dim = q.shape
+    out = flash_attn_varlen_func(
+        q.reshape(-1, heads, dim),
+        k.reshape(-1, k.shape[2], dim),
+        v.reshape(-1, v.shape[2], dim),
+        cu_seqlens_q=seg.cu_seqlens_q,
+        cu_seqlens_k=seg.cu_seqlens_k,
+        max_seqlen_q=max(seg.q_lengths),
+        max_seqlen_k=max(seg.k_lengths),
+        softmax_scale=scale,
+        causal=True,  # flash-attn >= 2.1 aligns the causal mask to the bottom right
+    )
+    return out.reshape(batch, q_len, heads, dim)
+
+
+def _xformers_bias(document_ids: torch.Tensor, q_len: int):
+    from xformers.ops.fmha.attn_bias import BlockDiagonalCausalFromBottomRightMask
+
+    seg = _segments(document_ids, q_len)
+    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(seg.q_lengths, kv_seqlen=seg.k_lengths)
+
+
+def _xformers_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+    from xformers.ops import memory_efficient_attention
+
+    batch, q_len, heads, dim = q.shape
+    kv_heads = k.shape[2]
+    group = heads // kv_heads
+    # xformers expresses GQA as [1, tokens, kv_heads, group, dim] with k/v expanded (no copy).
+    q5 = q.reshape(1, -1, kv_heads, group, dim)
+    k5 = k.reshape(1, -1, kv_heads, 1, dim).expand(-1, -1, -1, group, -1)
+    v5 = v.reshape(1, -1, kv_heads, 1, dim).expand(-1, -1, -1, group, -1)
+    out = memory_efficient_attention(q5, k5, v5, attn_bias=mask.extra, scale=scale)
+    return out.reshape(batch, q_len, heads, dim)

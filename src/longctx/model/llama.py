@@ -1,0 +1,299 @@
+"""TinyLlama-style decoder (DESIGN §5): pre-norm RMSNorm, SwiGLU, RoPE, GQA, untied head.
+
+    model = Llama(ModelConfig.from_preset("tiny"))
+    logits = model(input_ids, position_ids=..., document_ids=...)       # [B, T, vocab]
+
+The model reads the batch contract (DESIGN §3) and nothing else: `position_ids` are the
+RoPE indices (reset per document, or rewritten by SkipAlign/PoSE), `document_ids` decide
+who attends to whom. Defaults: positions 0..T-1 and one document per row.
+
+Inference keeps keys/values in a `KVCache` (prefill once, then one token at a time):
+
+    cache = model.new_kv_cache(batch_size=B, max_len=T + new_tokens)
+    logits = model(prompt, kv_cache=cache)                 # prefill
+    logits = model(next_token[:, None], kv_cache=cache)    # decode, positions continue
+
+Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, string-1.3b
+1.494B (its 128,256-token vocabulary adds 0.39B over TinyLlama), tiny 8.1M, debug 1.2M.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from longctx.model.attention import BACKENDS, AttentionMask, attention, build_mask
+from longctx.model.rope import ROPE_SCALING_TYPES, RopeScaling, RotaryEmbedding, apply_rotary
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; `key` is the dotted config key at fault."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a Llama-style decoder. Field names are the config keys under `model.`."""
+
+    preset: str = "debug"
+    """Named starting point (see PRESETS); fields set next to it override the preset."""
+    vocab_size: int = 8192
+    """Embedding rows and output logits."""
+    d_model: int = 64
+    """Residual stream width."""
+    n_layers: int = 2
+    """Transformer blocks."""
+    n_heads: int = 4
+    """Query heads; head_dim = d_model / n_heads."""
+    n_kv_heads: int = 2
+    """Key/value heads (GQA); must divide n_heads."""
+    d_ff: int = 256
+    """SwiGLU hidden width."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    rope_base: float = 10000.0
+    """RoPE base (theta); Llama 3 uses 500000."""
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    """Context-extension scaling of the RoPE frequencies."""
+    max_position: int = 2048
+    """Training context length (HF max_position_embeddings); yarn/llama3 scale relative to it."""
+    attention_backend: str = "auto"
+    """auto | sdpa | varlen | flex | flash | xformers (see model/attention.py)."""
+    init_std: float = 0.02
+    """Std of the normal initialisation of all linear and embedding weights."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "ModelConfig":
+        if name not in PRESETS:
+            raise ConfigError("model.preset", f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        values = {**PRESETS[name], **overrides}
+        if isinstance(values.get("rope_scaling"), dict):
+            values["rope_scaling"] = RopeScaling(**values["rope_scaling"])
+        return cls(preset=name, **values)
+
+    def num_parameters(self) -> int:
+        attn = self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        mlp = 3 * self.d_model * self.d_ff
+        per_layer = attn + mlp + 2 * self.d_model
+        return 2 * self.vocab_size * self.d_model + self.n_layers * per_layer + self.d_model
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_position"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name}", f"must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError("model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}")
+        if self.head_dim % 2:
+            raise ConfigError("model.d_model", f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError("model.n_kv_heads", f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
+        if self.rope_base <= 1:
+            raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
+        if self.norm_eps <= 0:
+            raise ConfigError("model.norm_eps", f"must be > 0, got {self.norm_eps}")
+        if self.attention_backend not in BACKENDS:
+            raise ConfigError("model.attention_backend", f"{self.attention_backend!r} is not one of {BACKENDS}")
+        scaling = self.rope_scaling
+        if scaling.type not in ROPE_SCALING_TYPES:
+            raise ConfigError("model.rope_scaling.type", f"{scaling.type!r} is not one of {ROPE_SCALING_TYPES}")
+        if scaling.type != "none" and scaling.factor < 1:
+            raise ConfigError("model.rope_scaling.factor", f"must be >= 1 for {scaling.type} scaling, got {scaling.factor}")
+        if scaling.original_max_position < 0:
+            raise ConfigError("model.rope_scaling.original_max_position", "must be >= 0 (0 = model.max_position)")
+        if scaling.type == "llama3" and scaling.high_freq_factor <= scaling.low_freq_factor:
+            raise ConfigError(
+                "model.rope_scaling.high_freq_factor",
+                f"{scaling.high_freq_factor} must exceed low_freq_factor={scaling.low_freq_factor}",
+            )
+        if scaling.type == "yarn" and scaling.beta_fast <= scaling.beta_slow:
+            raise ConfigError("model.rope_scaling.beta_fast", f"{scaling.beta_fast} must exceed beta_slow={scaling.beta_slow}")
+
+
+PRESETS: dict[str, dict] = {
+    # TinyLlama 1.1B (Zhang et al., 2024): Llama-2 tokenizer.
+    "tinyllama-1.1b": dict(vocab_size=32000, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048),
+    # STRING paper's 1.3B pretraining runs (Appendix A.2): TinyLlama body, Llama 3 tokenizer.
+    "string-1.3b": dict(vocab_size=128256, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048),
+    # CPU experiments: minutes per thousand steps at T=1024 on two cores.
+    "tiny": dict(vocab_size=8192, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=1024, max_position=1024),
+    # Unit tests.
+    "debug": dict(vocab_size=8192, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=256, max_position=512),
+}
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (Zhang & Sennrich, 2019)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class KVCache:
+    """Preallocated keys/values of every layer for batched incremental decoding.
+
+    All rows advance together (prompts of one batch share a length, as in NIAH). `length`
+    counts the cached positions; document ids are cached too so packed prompts keep their
+    masks, and `next_position` continues each row's RoPE index after the prefill.
+    """
+
+    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
+        shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
+        self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.length = 0
+        self.max_len = max_len
+
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's k/v for `layer`; return all cached k/v up to and including it."""
+        end = self.length + k.shape[1]
+        self.keys[layer, :, self.length : end] = k
+        self.values[layer, :, self.length : end] = v
+        return self.keys[layer, :, :end], self.values[layer, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.wq = nn.Linear(config.d_model, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
+
+    def forward(self, x, cos, sin, mask: AttentionMask, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = apply_rotary(self.wq(x).view(batch, seq, self.n_heads, self.head_dim), cos, sin)
+        k = apply_rotary(self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        if kv_cache is not None:
+            k, v = kv_cache.store(layer, k, v)
+        out = attention(q, k, v, mask=mask)
+        return self.wo(out.reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU (Shazeer, 2020): down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.up = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = FeedForward(config)
+
+    def forward(self, x, cos, sin, mask: AttentionMask, kv_cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask, self.layer, kv_cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.rope = RotaryEmbedding(config.head_dim, config.rope_base, config.rope_scaling, config.max_position)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=self.config.init_std)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
+        weight = self.tok_embeddings.weight
+        return KVCache(self.config, batch_size, max_len, device=weight.device, dtype=weight.dtype)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        attention_backend: str | None = None,
+    ) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them).
+
+        With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
+        position_ids continue each row from the cache, missing document_ids continue each
+        row's last document.
+        """
+        batch, seq = input_ids.shape
+        device = input_ids.device
+        backend = attention_backend or self.config.attention_backend
+        if position_ids is None:
+            start = kv_cache.next_position[:, None] if kv_cache is not None else 0
+            position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
+        if document_ids is None:
+            document_ids = (
+                kv_cache.document_ids[:, kv_cache.length - 1 : kv_cache.length].expand(batch, seq)
+                if kv_cache is not None and kv_cache.length > 0
+                else torch.zeros(batch, seq, dtype=torch.long, device=device)
+            )
+        for name, tensor in (("position_ids", position_ids), ("document_ids", document_ids)):
+            if tensor.shape != input_ids.shape:
+                raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
+        if kv_cache is not None:
+            if kv_cache.length + seq > kv_cache.max_len:
+                raise ValueError(f"KV cache holds {kv_cache.max_len} positions; {kv_cache.length} used + {seq} new")
+            kv_cache.document_ids[:, kv_cache.length : kv_cache.length + seq] = document_ids
+            key_document_ids = kv_cache.document_ids[:, : kv_cache.length + seq]
+        else:
+            key_document_ids = document_ids
+        mask = build_mask(key_document_ids, seq, backend)
+
+        x = self.tok_embeddings(input_ids)
+        cos, sin = self.rope(position_ids, x.dtype)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask, kv_cache)
+        logits = self.output(self.norm(x))
+        if kv_cache is not None:
+            kv_cache.length += seq
+            kv_cache.next_position = position_ids[:, -1] + 1
+        return logits
+
+
+def config_dict(config: ModelConfig) -> dict:
+    """A plain dict of the config (safe for JSON, YAML and weights-only checkpoints)."""
+    return dataclasses.asdict(config)

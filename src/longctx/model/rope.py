@@ -1,0 +1,152 @@
+"""Rotary position embeddings (RoPE) and their context-extension scalings.
+
+RoPE (Su et al., 2021) rotates each pair of channels (i, i + d/2) of a query or key at
+position m by the angle m * theta_i, with theta_i = base^(-2i/d). The dot product of a
+rotated query at m and key at n then depends only on m - n, which is the *relative
+position* whose training frequency f(i) the STRING paper studies (§2.2).
+
+This module owns the inverse frequencies theta_i for every supported scaling and the
+application of the rotation at arbitrary, per-token `position_ids` (packed documents,
+SkipAlign/PoSE skips, StRing's shifted query ids all reuse it):
+
+- `none`:    theta_i = base^(-2i/d).
+- `linear`:  positional interpolation (Chen et al., 2023): theta_i / factor.
+- `ntk`:     NTK-aware scaling: base' = base * factor^(d / (d - 2)), so the lowest
+             frequency is interpolated by `factor` while the highest stays unchanged.
+- `yarn`:    YaRN (Peng et al., 2023, §3.2-3.4): per-dimension blend of interpolation
+             and extrapolation with a linear ramp between the wavelengths that rotate
+             beta_fast and beta_slow times over the original context, plus an attention
+             temperature folded into cos/sin: sqrt(1/t) = 0.1 ln(factor) + 1.
+- `llama3`:  Llama 3.1 frequency-band scaling: wavelengths longer than
+             L_orig / low_freq_factor are divided by `factor`, shorter than
+             L_orig / high_freq_factor are kept, and the band between is interpolated.
+
+Channel layout is the Hugging Face one ("rotate half": channel i pairs with i + d/2),
+so exported weights need no permutation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3")
+
+
+@dataclass
+class RopeScaling:
+    """How RoPE frequencies are rescaled for a context longer than pretraining."""
+
+    type: str = "none"
+    """One of none | linear | ntk | yarn | llama3."""
+    factor: float = 1.0
+    """Extension factor: target context / original context."""
+    original_max_position: int = 0
+    """Context length the base model was trained at (yarn, llama3). 0 = model.max_position."""
+    beta_fast: float = 32.0
+    """YaRN: rotations over the original context above which a dimension extrapolates."""
+    beta_slow: float = 1.0
+    """YaRN: rotations over the original context below which a dimension interpolates."""
+    attention_factor: float = 0.0
+    """YaRN: cos/sin multiplier. 0 = the paper's 0.1 * ln(factor) + 1."""
+    low_freq_factor: float = 1.0
+    """llama3: wavelengths above original_max_position / low_freq_factor are interpolated."""
+    high_freq_factor: float = 4.0
+    """llama3: wavelengths below original_max_position / high_freq_factor are kept."""
+
+
+def yarn_attention_factor(scaling: RopeScaling) -> float:
+    """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""
+    if scaling.attention_factor > 0:
+        return scaling.attention_factor
+    if scaling.factor <= 1:
+        return 1.0
+    return 0.1 * math.log(scaling.factor) + 1.0
+
+
+def inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling, max_position: int) -> torch.Tensor:
+    """theta_i for i in [0, head_dim/2), float32, under the given scaling."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    kind = scaling.type
+    if kind == "ntk":
+        base = base * scaling.factor ** (head_dim / (head_dim - 2))
+    inv_freq = 1.0 / base**exponents
+    if kind in ("none", "ntk"):
+        pass
+    elif kind == "linear":
+        inv_freq = inv_freq / scaling.factor
+    elif kind == "yarn":
+        inv_freq = _yarn_inverse_frequencies(inv_freq, head_dim, base, scaling, max_position)
+    elif kind == "llama3":
+        inv_freq = _llama3_inverse_frequencies(inv_freq, scaling, max_position)
+    else:
+        raise ValueError(f"rope scaling type {kind!r} is not one of {ROPE_SCALING_TYPES}")
+    return inv_freq.float()
+
+
+def _yarn_inverse_frequencies(
+    inv_freq: torch.Tensor, head_dim: int, base: float, scaling: RopeScaling, max_position: int
+) -> torch.Tensor:
+    original = scaling.original_max_position or max_position
+
+    def dimension_with_rotations(rotations: float) -> float:
+        # Solve original / (2 pi base^(2i/d)) = rotations for i (YaRN Eq. 17).
+        return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(dimension_with_rotations(scaling.beta_fast)), 0)
+    high = min(math.ceil(dimension_with_rotations(scaling.beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001  # avoid a zero-width ramp
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    # ramp = 0: fast dimension, keep (extrapolate); ramp = 1: slow dimension, interpolate.
+    return inv_freq * (1 - ramp) + (inv_freq / scaling.factor) * ramp
+
+
+def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: RopeScaling, max_position: int) -> torch.Tensor:
+    original = scaling.original_max_position or max_position
+    wavelength = 2 * math.pi / inv_freq
+    long_wavelength = original / scaling.low_freq_factor
+    short_wavelength = original / scaling.high_freq_factor
+    smooth = (original / wavelength - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+    scaled = torch.where(wavelength > long_wavelength, inv_freq / scaling.factor, inv_freq)
+    in_band = (wavelength >= short_wavelength) & (wavelength <= long_wavelength)
+    return torch.where(in_band, blended, scaled)
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k."""
+
+    def __init__(self, head_dim: int, base: float, scaling: RopeScaling, max_position: int):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
+        self.head_dim = head_dim
+        self.base = base
+        self.scaling = scaling
+        self.max_position = max_position
+        self.attention_factor = yarn_attention_factor(scaling) if scaling.type == "yarn" else 1.0
+        # Not persistent: derived from the config, so checkpoints stay config-independent.
+        self.register_buffer("inv_freq", inverse_frequencies(head_dim, base, scaling, max_position), persistent=False)
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """position_ids [B, T] (any integers) -> cos, sin [B, T, head_dim], computed in fp32."""
+        angles = position_ids.to(torch.float32)[..., None] * self.inv_freq.to(position_ids.device)
+        angles = torch.cat([angles, angles], dim=-1)
+        cos = angles.cos() * self.attention_factor
+        sin = angles.sin() * self.attention_factor
+        return cos.to(dtype), sin.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate x [B, T, heads, head_dim] by cos/sin [B, T, head_dim]."""
+    cos = cos[:, :, None, :]
+    sin = sin[:, :, None, :]
+    return x * cos + rotate_half(x) * sin
