@@ -100,6 +100,7 @@ class TrainConfig:
                 "train.global_batch_tokens",
                 f"{self.global_batch_tokens} is not a multiple of data.window x train.micro_batch_size "
                 f"= {data.window} x {self.micro_batch_size} = {tokens_per_micro_batch}",
+                ("data.window", "train.micro_batch_size"),
             )
 
 
@@ -270,10 +271,14 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 def _located(error: ConfigError, locations: dict[str, str]) -> ConfigError:
-    where = locations.get(error.key)
-    if where is None:
+    """Append where the key (and the other keys of a combination) were set."""
+    places = []
+    if error.key in locations:
+        places.append(f"set at {locations[error.key]}")
+    places += [f"{key} set at {locations[key]}" for key in error.related if key in locations]
+    if not places:
         return error
-    return ConfigError(error.key, f"{error.message} (set at {where})")
+    return ConfigError(error.key, f"{error.message} ({'; '.join(places)})", error.related)
 
 
 def _omegaconf_error(error: OmegaConfBaseException, source: _Source, merged: DictConfig) -> ConfigError:

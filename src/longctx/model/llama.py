@@ -31,12 +31,15 @@ from longctx.model.rope import ROPE_SCALING_TYPES, RopeScaling, RotaryEmbedding,
 
 
 class ConfigError(ValueError):
-    """An invalid configuration value; `key` is the dotted config key at fault."""
+    """An invalid configuration value; `key` is the dotted config key at fault and
+    `related` the other keys of an impossible combination (so the loader can say where
+    each was set)."""
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str, related: tuple[str, ...] = ()):
         super().__init__(f"{key}: {message}")
         self.key = key
         self.message = message
+        self.related = related
 
 
 @dataclass
@@ -98,11 +101,17 @@ class ModelConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}", f"must be a positive integer, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ConfigError("model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}")
+            raise ConfigError(
+                "model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}", ("model.n_heads",)
+            )
         if self.head_dim % 2:
-            raise ConfigError("model.d_model", f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE")
+            raise ConfigError(
+                "model.d_model", f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE", ("model.n_heads",)
+            )
         if self.n_heads % self.n_kv_heads:
-            raise ConfigError("model.n_kv_heads", f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}")
+            raise ConfigError(
+                "model.n_kv_heads", f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}", ("model.n_heads",)
+            )
         if self.rope_base <= 1:
             raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
         if self.norm_eps <= 0:

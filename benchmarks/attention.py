@@ -1,0 +1,264 @@
+"""Document-masked attention on CPU: `varlen` and `flex` against the dense-mask `sdpa` reference.
+
+Launch from the repository root:
+
+    .venv/bin/python benchmarks/attention.py [--lengths 1024 2048 4096 8192] [--repeats 5]
+                                             [--batch 1] [--block-size 256] [--skip-flex]
+
+What it measures, for each sequence length T:
+
+- rows packed from documents whose lengths follow the embedded corpus: a random stdlib
+  `.py` file's size in bytes / 3.5 chars per token (at least 16 tokens), documents
+  concatenated until the row is full, the last one cut at T (fixed seed, deterministic);
+- the `tiny` preset's attention shapes: 8 query heads, 4 key/value heads, head_dim 32,
+  float32, CPU, torch's default thread count;
+- forward+backward time and peak extra memory of `varlen` vs `sdpa`, and forward time
+  (under `torch.no_grad()`) of `flex` vs `sdpa`. Every timed call includes `build_mask`,
+  because a model builds the mask once per forward pass. Times are the median of
+  `--repeats` calls after one warm-up call (plus the correctness check, which runs every
+  op once first). `flex` compiles on its first call per shape: that call is not timed;
+  "flex compile s" is its duration minus the steady-state forward time. Compilation is
+  cold: the inductor cache lives in a fresh temporary directory for each run.
+
+Before timing, the outputs (and, for `varlen`, the q/k/v gradients) must match `sdpa`
+to 1e-4 max abs difference, or the script aborts.
+
+Memory (Linux only): torch has no allocator statistics on CPU, and its CPU tensors are
+plain malloc/mmap memory, so the peak is read from the kernel. Each measurement runs in a
+fresh spawned process, which first runs the op on a 64-token slice (loading kernels and
+thread pools), creates the inputs, reads its resident set size (VmRSS), resets the
+high-water mark (`/proc/self/clear_refs` = 5), runs build_mask + forward + backward once
+and reports VmHWM - VmRSS. Caveats: it counts the output and the q/k/v gradients (the
+same for every backend), pages the process touched rather than bytes torch asked for, and
+anything else the process allocated meanwhile; it is good to about 1 MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import os
+import random
+import re
+import statistics
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask
+
+HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
+CHARS_PER_TOKEN = 3.5
+MIN_DOCUMENT_TOKENS = 16
+SEED = 0
+TOLERANCE = 1e-4
+WARMUP_TOKENS = 64
+MIB = 2**20
+
+
+# --- packed rows ----------------------------------------------------------------------
+
+
+def stdlib_document_lengths() -> list[int]:
+    """Token length of every stdlib `.py` file, estimated from its size in bytes."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(path for path in root.rglob("*.py") if "site-packages" not in path.relative_to(root).parts)
+    return [max(MIN_DOCUMENT_TOKENS, round(path.stat().st_size / CHARS_PER_TOKEN)) for path in files]
+
+
+def pack_rows(document_lengths: list[int], seq_len: int, batch: int) -> tuple[torch.Tensor, list[int]]:
+    """document_ids [batch, seq_len] of random documents laid end to end, and the length of
+    every document as it appears in the rows (the last one of a row is cut at seq_len)."""
+    rng = random.Random(SEED)
+    rows, pieces = [], []
+    for _ in range(batch):
+        row: list[int] = []
+        while len(row) < seq_len:
+            piece = min(rng.choice(document_lengths), seq_len - len(row))
+            row += [len(pieces)] * piece
+            pieces.append(piece)
+        rows.append(row)
+    return torch.tensor(rows), pieces
+
+
+def describe_documents(seq_len: int, batch: int, pieces: list[int]) -> str:
+    p90 = torch.tensor(pieces, dtype=torch.float64).quantile(0.9).item()
+    return (
+        f"T={seq_len}: {len(pieces) / batch:.2f} documents/row, length median {statistics.median(pieces):.0f}, "
+        f"mean {statistics.mean(pieces):.0f}, p90 {p90:.0f} tokens"
+    )
+
+
+# --- the measured ops -----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Inputs:
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    grad_out: torch.Tensor
+    document_ids: torch.Tensor
+
+
+def make_inputs(document_ids: torch.Tensor) -> Inputs:
+    generator = torch.Generator().manual_seed(SEED)
+    batch, seq_len = document_ids.shape
+
+    def randn(heads: int) -> torch.Tensor:
+        return torch.randn(batch, seq_len, heads, HEAD_DIM, generator=generator)
+
+    q, k, v = (randn(heads).requires_grad_() for heads in (HEADS, KV_HEADS, KV_HEADS))
+    return Inputs(q, k, v, randn(HEADS), document_ids)
+
+
+def forward(inputs: Inputs, backend: str, block_size: int) -> torch.Tensor:
+    mask = build_mask(inputs.document_ids, inputs.q.shape[1], backend)
+    return attention(inputs.q, inputs.k, inputs.v, backend=backend, mask=mask, block_size=block_size)
+
+
+def forward_only(inputs: Inputs, backend: str, block_size: int) -> tuple[torch.Tensor]:
+    """Inference: no autograd graph, and q/k/v detached (compiled flex rejects leaves that require grad)."""
+    detached = dataclasses.replace(inputs, q=inputs.q.detach(), k=inputs.k.detach(), v=inputs.v.detach())
+    with torch.no_grad():
+        return (forward(detached, backend, block_size),)
+
+
+def forward_backward(inputs: Inputs, backend: str, block_size: int) -> tuple[torch.Tensor, ...]:
+    """Output and q/k/v gradients; gradients start from None, as after zero_grad()."""
+    for tensor in (inputs.q, inputs.k, inputs.v):
+        tensor.grad = None
+    out = forward(inputs, backend, block_size)
+    out.backward(inputs.grad_out)
+    return out.detach(), inputs.q.grad, inputs.k.grad, inputs.v.grad
+
+
+# --- correctness, time, memory --------------------------------------------------------
+
+
+def require_match(name: str, expected: tuple[torch.Tensor, ...], actual: tuple[torch.Tensor, ...]) -> None:
+    difference = max((a - e).abs().max().item() for a, e in zip(actual, expected, strict=True))
+    if difference >= TOLERANCE:
+        raise SystemExit(f"{name} differs from sdpa by {difference:.2e} (tolerance {TOLERANCE:.0e}); not timing it")
+
+
+def median_ms(op: Callable[[], object], repeats: int) -> float:
+    op()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        op()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _proc_status_bytes(field: str) -> int:
+    with open("/proc/self/status") as status:
+        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE).group(1)) * 1024
+
+
+def _peak_extra_bytes_here(document_ids: torch.Tensor, backend: str, block_size: int) -> int:
+    forward_backward(make_inputs(document_ids[:, :WARMUP_TOKENS]), backend, block_size)
+    inputs = make_inputs(document_ids)
+    baseline = _proc_status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # reset VmHWM to the current VmRSS
+    forward_backward(inputs, backend, block_size)
+    return _proc_status_bytes("VmHWM") - baseline
+
+
+def peak_extra_mib(document_ids: torch.Tensor, backend: str, block_size: int) -> float:
+    """Peak memory of build_mask + forward + backward above the inputs, in a fresh process."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_peak_extra_bytes_here, (document_ids, backend, block_size)) / MIB
+
+
+# --- one row of the table -------------------------------------------------------------
+
+COLUMNS = (
+    "T", "docs/row", "sdpa fwd+bwd ms", "varlen fwd+bwd ms", "speedup", "sdpa peak MiB", "varlen peak MiB",
+    "mem ratio", "sdpa fwd ms", "flex fwd ms", "flex speedup", "flex compile s",
+)  # fmt: skip
+
+
+def measure_flex(inputs: Inputs, reference: tuple[torch.Tensor, ...], sdpa_forward_ms: float, repeats: int) -> list[str]:
+    """Cells "flex fwd ms", "flex speedup", "flex compile s", or the error that stopped flex."""
+    try:
+        start = time.perf_counter()
+        first = forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE)
+        first_call_s = time.perf_counter() - start
+    except Exception as error:  # e.g. no C++ toolchain for inductor: report it and go on
+        return [f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}", "", ""]
+    require_match("flex forward", reference[:1], first)
+    flex_ms = median_ms(lambda: forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE), repeats)
+    return [f"{flex_ms:.1f}", f"{sdpa_forward_ms / flex_ms:.2f}x", f"{first_call_s - flex_ms / 1e3:.1f}"]
+
+
+def measure(seq_len: int, document_lengths: list[int], args: argparse.Namespace) -> list[str]:
+    """One table row (cells in COLUMNS order) for sequence length seq_len."""
+    document_ids, pieces = pack_rows(document_lengths, seq_len, args.batch)
+    print(describe_documents(seq_len, args.batch, pieces), flush=True)
+    inputs = make_inputs(document_ids)
+
+    reference = forward_backward(inputs, "sdpa", args.block_size)
+    require_match("varlen forward+backward", reference, forward_backward(inputs, "varlen", args.block_size))
+
+    def timed(run: Callable[..., object], backend: str) -> float:
+        return median_ms(lambda: run(inputs, backend, args.block_size), args.repeats)
+
+    sdpa_train_ms, varlen_train_ms = timed(forward_backward, "sdpa"), timed(forward_backward, "varlen")
+    sdpa_peak_mib = peak_extra_mib(document_ids, "sdpa", args.block_size)
+    varlen_peak_mib = peak_extra_mib(document_ids, "varlen", args.block_size)
+    sdpa_forward_ms = timed(forward_only, "sdpa")
+    flex_cells = ["skipped", "", ""] if args.skip_flex else measure_flex(inputs, reference, sdpa_forward_ms, args.repeats)
+    return [
+        str(seq_len),
+        f"{len(pieces) / args.batch:.2f}",
+        f"{sdpa_train_ms:.1f}",
+        f"{varlen_train_ms:.1f}",
+        f"{sdpa_train_ms / varlen_train_ms:.2f}x",
+        f"{sdpa_peak_mib:.1f}",
+        f"{varlen_peak_mib:.1f}",
+        f"{sdpa_peak_mib / varlen_peak_mib:.2f}x",
+        f"{sdpa_forward_ms:.1f}",
+        *flex_cells,
+    ]
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    lines = [COLUMNS, ("---:",) * len(COLUMNS), *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="sequence lengths T")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median reported)")
+    parser.add_argument("--batch", type=int, default=1, help="packed rows per batch")
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="varlen query block size")
+    parser.add_argument("--skip-flex", action="store_true", help="do not compile or time flex")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    document_lengths = stdlib_document_lengths()
+    print(
+        f"{len(document_lengths)} stdlib documents; batch {args.batch}, H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, "
+        f"float32, {torch.get_num_threads()} threads, varlen block_size {args.block_size}, {args.repeats} repeats",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="inductor-") as inductor_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache  # cold compile: flex compile s is honest
+        rows = [measure(seq_len, document_lengths, args) for seq_len in args.lengths]
+    print()
+    print(markdown_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The `longctx` command line.
+
+    longctx config experiments/pretrain/tiny_1k.yaml train.max_steps=10   # print the resolved config
+    longctx export-hf runs/tiny/model.safetensors hf/tiny                 # HF LlamaForCausalLM layout
+
+Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
+`${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
+message naming the file/key at fault on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from longctx import config as config_module
+
+
+def _split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
+    paths = [item for item in items if "=" not in item]
+    overrides = [item for item in items if "=" in item]
+    return paths, overrides
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    paths, overrides = _split_overrides(args.items)
+    cfg = config_module.load(paths, overrides)
+    sys.stdout.write(config_module.to_yaml(cfg))
+    return 0
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    import torch
+
+    from longctx.model.checkpoint import load_model
+    from longctx.model.hf import export_hf
+
+    model = load_model(args.checkpoint)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    out = export_hf(model, args.out_dir, dtype=dtype)
+    print(f"wrote {out}/config.json and {out}/model.safetensors ({model.config.num_parameters() / 1e6:.1f}M parameters)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    config = commands.add_parser("config", help="print the resolved, validated config as YAML")
+    config.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
+    config.set_defaults(run=cmd_config)
+
+    export = commands.add_parser("export-hf", help="write a checkpoint as a Hugging Face LlamaForCausalLM directory")
+    export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
+    export.add_argument("out_dir", help="output directory (config.json + model.safetensors)")
+    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.set_defaults(run=cmd_export_hf)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (config_module.ConfigError, FileNotFoundError, ValueError, KeyError) as error:
+        print(f"longctx {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Shared test setup: deterministic seeds and the `gpu` marker's skip."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,116 @@
+"""The model on the batch contract: packing, backends, KV-cache decoding, generation."""
+
+import pytest
+import torch
+
+from longctx.model.generation import greedy_generate, greedy_generate_recompute
+from longctx.model.llama import Llama, ModelConfig
+from tests.helpers import packed_document_ids, reset_position_ids
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    # A larger init than training's 0.02 so logits are O(1) and errors cannot hide.
+    return Llama(ModelConfig.from_preset("debug", init_std=0.08)).eval()
+
+
+def test_preset_sizes_match_the_design_table():
+    tinyllama = ModelConfig.from_preset("tinyllama-1.1b")
+    assert (tinyllama.d_model, tinyllama.n_layers, tinyllama.n_heads, tinyllama.n_kv_heads, tinyllama.d_ff) == (2048, 22, 32, 4, 5632)
+    assert round(tinyllama.num_parameters() / 1e9, 2) == 1.10
+    assert ModelConfig.from_preset("string-1.3b").vocab_size == 128256
+    debug = Llama(ModelConfig.from_preset("debug"))
+    assert sum(p.numel() for p in debug.parameters()) == debug.config.num_parameters()
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "varlen", "flex"])
+def test_packed_row_equals_documents_run_alone(model, backend):
+    lengths = [40, 3, 77, 8]
+    ids = torch.randint(0, model.config.vocab_size, (2, sum(lengths)))
+    with torch.no_grad():
+        packed = model(ids, reset_position_ids(lengths, 2), packed_document_ids(lengths, 2), attention_backend=backend)
+        start = 0
+        for n in lengths:
+            alone = model(ids[:, start : start + n], attention_backend="sdpa")
+            torch.testing.assert_close(packed[:, start : start + n], alone, atol=1e-4, rtol=0)
+            start += n
+
+
+def test_varlen_training_gradients_match_sdpa(model):
+    lengths = [50, 14, 64]
+    ids = torch.randint(0, model.config.vocab_size, (1, sum(lengths)))
+    contract = dict(position_ids=reset_position_ids(lengths), document_ids=packed_document_ids(lengths))
+    grads = {}
+    for backend in ("sdpa", "varlen"):
+        model.zero_grad()
+        model(ids, **contract, attention_backend=backend).logsumexp(-1).mean().backward()
+        grads[backend] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for name in grads["sdpa"]:
+        torch.testing.assert_close(grads["varlen"][name], grads["sdpa"][name], atol=1e-5, rtol=1e-4)
+
+
+def test_position_ids_matter(model):
+    """Shifting every position by a constant leaves logits unchanged (RoPE is relative),
+    while breaking the spacing of positions changes them."""
+    ids = torch.randint(0, model.config.vocab_size, (1, 32))
+    base = torch.arange(32)[None]
+    with torch.no_grad():
+        plain = model(ids, base)
+        shifted = model(ids, base + 1000)
+        skipped = model(ids, torch.cat([base[:, :16], base[:, 16:] + 100], dim=1))
+    torch.testing.assert_close(shifted, plain, atol=2e-4, rtol=0)
+    assert (skipped[:, 16:] - plain[:, 16:]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "varlen"])
+def test_kv_cache_decoding_reproduces_full_forward(model, backend):
+    batch, prompt_len, new = 3, 20, 12
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len + new))
+    with torch.no_grad():
+        full = model(ids, attention_backend="sdpa")
+        cache = model.new_kv_cache(batch, prompt_len + new)
+        prefill = model(ids[:, :prompt_len], kv_cache=cache, attention_backend=backend)
+        torch.testing.assert_close(prefill, full[:, :prompt_len], atol=1e-5, rtol=0)
+        for t in range(prompt_len, prompt_len + new):
+            step = model(ids[:, t : t + 1], kv_cache=cache, attention_backend=backend)
+            torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-5, rtol=0)
+    assert cache.length == prompt_len + new
+
+
+def test_chunked_prefill_with_packed_documents(model):
+    lengths = [10, 25, 13]
+    ids = torch.randint(0, model.config.vocab_size, (2, sum(lengths)))
+    positions, docs = reset_position_ids(lengths, 2), packed_document_ids(lengths, 2)
+    with torch.no_grad():
+        full = model(ids, positions, docs, attention_backend="sdpa")
+        cache = model.new_kv_cache(2, sum(lengths) + 1)
+        pieces = [model(ids[:, s:e], positions[:, s:e], docs[:, s:e], kv_cache=cache) for s, e in ((0, 17), (17, 30), (30, 48))]
+        torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+        # Decoding continues the last document: its position and its document id.
+        extra = torch.randint(0, model.config.vocab_size, (2, 1))
+        step = model(extra, kv_cache=cache)
+        last_doc = model(torch.cat([ids[:, 35:], extra], dim=1), attention_backend="sdpa")
+    torch.testing.assert_close(step[:, 0], last_doc[:, -1], atol=1e-5, rtol=0)
+
+
+def test_kv_cache_overflow_is_an_error(model):
+    cache = model.new_kv_cache(1, 8)
+    with pytest.raises(ValueError, match="KV cache holds 8 positions"):
+        model(torch.zeros(1, 9, dtype=torch.long), kv_cache=cache)
+
+
+def test_batched_cached_generation_equals_recompute(model):
+    prompts = torch.randint(0, model.config.vocab_size, (4, 30))
+    cached = greedy_generate(model, prompts, max_new_tokens=10)
+    recomputed = greedy_generate_recompute(model, prompts, max_new_tokens=10)
+    assert cached.shape == (4, 10)
+    assert torch.equal(cached, recomputed)
+    one_by_one = torch.cat([greedy_generate(model, p[None], max_new_tokens=10) for p in prompts])
+    assert torch.equal(cached, one_by_one)
+
+
+def test_contract_shape_mismatch_names_the_tensor(model):
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(ValueError, match="position_ids has shape"):
+        model(ids, position_ids=torch.arange(7)[None])

@@ -1,0 +1,52 @@
+"""The `longctx` command: help, config printing, HF export, error exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from longctx.cli import main
+from longctx.model.checkpoint import save_model
+from longctx.model.hf import import_hf
+from longctx.model.llama import Llama, ModelConfig
+
+
+def test_help_lists_the_commands():
+    result = subprocess.run([sys.executable, "-m", "longctx", "--help"], capture_output=True, text=True, check=True)
+    assert "config" in result.stdout and "export-hf" in result.stdout
+
+
+def test_config_prints_the_resolved_yaml(capsys):
+    assert main(["config", "model.preset=tiny", "train.lr=0.001", "data.window=1024", "train.micro_batch_size=4"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["d_model"] == 256 and printed["train"]["lr"] == 0.001
+
+
+def test_config_error_exits_2_with_the_key(capsys):
+    assert main(["config", "model.n_head=3"]) == 2
+    assert "model.n_head: unknown key" in capsys.readouterr().err
+
+
+def test_export_hf_from_a_saved_model(tmp_path, capsys):
+    model = Llama(ModelConfig.from_preset("debug"))
+    save_model(model, tmp_path / "model.safetensors")
+    assert main(["export-hf", str(tmp_path / "model.safetensors"), str(tmp_path / "hf")]) == 0
+    assert "1.2M parameters" in capsys.readouterr().out
+    assert torch.equal(import_hf(tmp_path / "hf").output.weight, model.output.weight)
+
+
+def test_export_hf_missing_checkpoint(tmp_path, capsys):
+    assert main(["export-hf", str(tmp_path / "missing.ckpt"), str(tmp_path / "out")]) == 2
+    assert "missing.ckpt does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16"])
+def test_export_hf_in_bf16(tmp_path, dtype):
+    save_model(Llama(ModelConfig.from_preset("debug")), tmp_path / "m.safetensors")
+    assert main(["export-hf", str(tmp_path / "m.safetensors"), str(tmp_path / "hf"), "--dtype", dtype]) == 0
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as handle:
+        assert handle.get_tensor("lm_head.weight").dtype == torch.bfloat16
+    assert import_hf(tmp_path / "hf").config.vocab_size == 8192
