@@ -75,7 +75,8 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["model.n_kv_heads=3"], "model.n_kv_heads", "does not divide model.n_heads=4"),
         (["model.n_layers=0"], "model.n_layers", "positive integer"),
         (["data.window=-5"], "data.window", "positive integer"),
-        (["train.micro_batch_size=3"], "train.global_batch_tokens", "not a multiple of data.window x train.micro_batch_size"),
+        (["data.window=1024"], "data.window", "exceeds model.max_position=512"),
+        (["train.micro_batch_size=3", "data.window=512"], "train.global_batch_tokens", "not a multiple of data.window x train.micro_batch_size"),
         (["train.min_lr=1.0"], "train.min_lr", r"must be in \[0, train.lr"),
         (["train.strategy=deepspeed"], "train.strategy", "is not one of"),
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
@@ -90,6 +91,10 @@ def test_impossible_values_name_the_key_and_source(overrides, key, message):
         load([], overrides)
     assert info.value.key == key
     assert "override '" in str(info.value)
+
+
+def test_window_defaults_to_the_model_context():
+    assert load([], ["model.preset=tiny"]).data.window == 1024
 
 
 def test_cross_field_error_points_at_the_file_that_set_it(tmp_path):

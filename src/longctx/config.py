@@ -41,15 +41,22 @@ class DataConfig:
     """A litdata-optimized directory, a JSONL/parquet file, or '' for the embedded corpus."""
     tokenizer: str = "bpe-8192"
     """bpe-8192 (trained on the embedded corpus) | llama3 | cl100k | a tokenizer.json path."""
-    window: int = 2048
-    """Tokens per packed row: the training context length L."""
+    window: int = 0
+    """Tokens per packed row: the training context length L. 0 = model.max_position."""
     doc_mask: bool = True
     """True: positions reset and attention confined per document. False: plain causal row."""
     seed: int = 1234
     """Shuffling and packing seed."""
 
-    def validate(self) -> None:
+    def validate(self, model: ModelConfig) -> None:
         _positive_int("data.window", self.window)
+        if self.window > model.max_position:
+            raise ConfigError(
+                "data.window",
+                f"{self.window} exceeds model.max_position={model.max_position}; raise model.max_position "
+                "(the context the model is configured for) or shorten the window",
+                ("model.max_position",),
+            )
 
 
 @dataclass
@@ -141,11 +148,13 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
+        if self.data.window == 0:
+            self.data.window = self.model.max_position
         self.validate()
 
     def validate(self) -> None:
         self.model.validate()
-        self.data.validate()
+        self.data.validate(self.model)
         self.train.validate(self.data)
         self.eval.validate()
 
