@@ -30,7 +30,17 @@ from longctx.model.llama import ConfigError, ModelConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
-__all__ = ["ConfigError", "DataConfig", "EvalConfig", "ExperimentConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "TrainConfig", "load", "to_yaml"]
+
+
+@dataclass
+class DataSource:
+    """One prepared dataset in a weighted mixture."""
+
+    path: str = ""
+    """A directory written by `longctx prepare` (local or s3://...)."""
+    weight: float = 1.0
+    """Share of rows drawn from this source (normalised over the mixture)."""
 
 
 @dataclass
@@ -38,7 +48,9 @@ class DataConfig:
     """What the model trains on and how rows are packed (DESIGN §3, §11)."""
 
     path: str = ""
-    """A litdata-optimized directory, a JSONL/parquet file, or '' for the embedded corpus."""
+    """A directory written by `longctx prepare`, or '' for the embedded corpus (prepared on first use)."""
+    mixture: list[DataSource] = field(default_factory=list)
+    """Weighted sources (ProLong-style long/short mix); when set, `path` must be ''."""
     tokenizer: str = "bpe-8192"
     """bpe-8192 (trained on the embedded corpus) | llama3 | cl100k | a tokenizer.json path."""
     window: int = 0
@@ -50,6 +62,13 @@ class DataConfig:
 
     def validate(self, model: ModelConfig) -> None:
         _positive_int("data.window", self.window)
+        if self.mixture and self.path:
+            raise ConfigError("data.path", "set either data.path or data.mixture, not both", ("data.mixture",))
+        for i, source in enumerate(self.mixture):
+            if not source.path:
+                raise ConfigError(f"data.mixture.{i}.path", "is empty")
+            if source.weight <= 0:
+                raise ConfigError(f"data.mixture.{i}.weight", f"must be > 0, got {source.weight}")
         if self.window > model.max_position:
             raise ConfigError(
                 "data.window",
@@ -87,6 +106,19 @@ class TrainConfig:
     """Model initialisation and dropout seed."""
     out_dir: str = "runs/default"
     """Where checkpoints, W&B files and probe outputs go."""
+    devices: int = 0
+    """Processes per node; 0 = from torchrun's environment, else 1."""
+    num_nodes: int = 0
+    """Nodes; 0 = from torchrun's environment, else 1."""
+    checkpoint_every_steps: int = 1000
+    """Save `checkpoints/last.ckpt` (and a numbered copy) every this many optimizer steps."""
+    resume: str = ""
+    """'' (fresh run) | auto (out_dir/checkpoints/last.ckpt if present) | a checkpoint path."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in backward (memory for ~30% more compute)."""
+    compile: bool = False
+    """torch.compile each transformer block."""
+
 
     def validate(self, data: DataConfig) -> None:
         for key in ("global_batch_tokens", "micro_batch_size", "max_steps"):
@@ -101,6 +133,10 @@ class TrainConfig:
             raise ConfigError("train.grad_clip", f"must be >= 0, got {self.grad_clip}")
         _choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
         _choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
+        for key in ("devices", "num_nodes"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
+        _positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
         tokens_per_micro_batch = data.window * self.micro_batch_size
         if self.global_batch_tokens % tokens_per_micro_batch:
             raise ConfigError(
@@ -109,6 +145,20 @@ class TrainConfig:
                 f"= {data.window} x {self.micro_batch_size} = {tokens_per_micro_batch}",
                 ("data.window", "train.micro_batch_size"),
             )
+
+
+@dataclass
+class LogConfig:
+    """Console and Weights & Biases logging."""
+
+    every_steps: int = 10
+    """Log metrics every this many optimizer steps."""
+    wandb_mode: str = "auto"
+    """auto (online if an API key is configured, else offline) | online | offline | disabled."""
+    project: str = "longctx"
+    """W&B project."""
+    run_name: str = ""
+    """W&B run name; '' = W&B's default."""
 
 
 @dataclass
@@ -146,6 +196,7 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         if self.data.window == 0:
@@ -157,6 +208,8 @@ class ExperimentConfig:
         self.data.validate(self.model)
         self.train.validate(self.data)
         self.eval.validate()
+        _positive_int("log.every_steps", self.log.every_steps)
+        _choice("log.wandb_mode", self.log.wandb_mode, ("auto", "online", "offline", "disabled"))
 
 
 def _positive_int(key: str, value: Any) -> None:

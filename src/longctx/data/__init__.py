@@ -1,0 +1,1 @@
+"""Data: corpora, tokenizers, packing into the batch contract (DESIGN §3, §11)."""

@@ -1,0 +1,122 @@
+"""`longctx prepare`: tokenise documents into a litdata-optimized dataset.
+
+    longctx prepare embedded data/embedded-bpe8192 --tokenizer bpe-8192
+    longctx prepare corpus.jsonl data/mine --tokenizer llama3 --workers 8
+
+Each document becomes one item: its token ids followed by EOS (int32). Beside litdata's
+chunks and index.json the directory holds
+
+    lengths.npy    tokens per item, in item order (what data/packing.py lays end to end)
+    prepare.json   the manifest: source, tokenizer name and fingerprint, EOS id, counts,
+                   rejected items with reasons, the document-length report
+
+A document that cannot be used (undecodable file, bad JSON line, missing/empty text) is
+counted in the manifest and printed, never dropped silently. The run is resumable:
+litdata's `use_checkpoint` keeps per-worker progress, and a directory whose manifest says
+it is complete is left alone. Training refuses a dataset whose tokenizer fingerprint
+differs from the configured tokenizer's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from litdata import StreamingDataset, optimize
+
+from longctx.data.corpus import CorpusReport, format_length_report, length_report, open_source
+from longctx.data.packing import LENGTHS_FILE
+from longctx.data.tokenizer import Tokenizer, load_tokenizer
+
+MANIFEST_FILE = "prepare.json"
+
+
+@dataclass
+class TokenizeDocument:
+    """The per-item function litdata runs in its workers (picklable: holds only the spec)."""
+
+    tokenizer_spec: str
+
+    def __call__(self, text: str) -> np.ndarray:
+        tokenizer = _worker_tokenizer(self.tokenizer_spec)
+        return np.asarray([*tokenizer.encode(text), tokenizer.eos_id], dtype=np.int32)
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}
+
+
+def _worker_tokenizer(spec: str) -> Tokenizer:
+    if spec not in _TOKENIZERS:
+        _TOKENIZERS[spec] = load_tokenizer(spec)
+    return _TOKENIZERS[spec]
+
+
+def read_manifest(directory: str | Path) -> dict | None:
+    path = Path(directory) / MANIFEST_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_workers: int = 1,
+            chunk_bytes: str = "64MB", verbose: bool = True) -> dict:
+    """Tokenise `source` (see corpus.open_source) into `output_dir`; returns the manifest."""
+    output_dir = Path(output_dir)
+    manifest = read_manifest(output_dir)
+    tokenizer = load_tokenizer(tokenizer_spec)
+    if manifest is not None and manifest.get("complete"):
+        if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
+            raise ValueError(f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory")
+        return manifest
+
+    report = CorpusReport()
+    texts = [document.text for document in open_source(source, report)]
+    if not texts:
+        raise ValueError(f"data source {source!r} yielded no usable document\n{report.summary()}")
+    if verbose:
+        print(f"prepare: {len(texts)} documents from {source or 'embedded'}; {report.summary()}")
+    optimize(
+        fn=TokenizeDocument(tokenizer_spec),
+        inputs=texts,
+        output_dir=str(output_dir),
+        chunk_bytes=chunk_bytes,
+        num_workers=num_workers,
+        use_checkpoint=True,
+        verbose=verbose,
+        start_method="fork",  # workers inherit the loaded tokenizer module; no re-import of __main__
+    )
+    lengths = np.asarray([len(item) for item in StreamingDataset(str(output_dir), shuffle=False)], dtype=np.int64)
+    np.save(output_dir / LENGTHS_FILE, lengths)
+    manifest = {
+        "source": source or "embedded",
+        "tokenizer": tokenizer.name,
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "eos_id": tokenizer.eos_id,
+        "vocab_size": tokenizer.vocab_size,
+        "documents": int(len(lengths)),
+        "tokens": int(lengths.sum()),
+        "rejected": report.count_by_kind(),
+        "rejected_items": [vars(r) for r in report.rejections],
+        "lengths": length_report(lengths.tolist()),
+        "complete": True,
+    }
+    (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    if verbose:
+        print(format_length_report(manifest["lengths"]))
+        print(f"prepare: wrote {manifest['tokens']:,} tokens in {manifest['documents']:,} documents to {output_dir}")
+    return manifest
+
+
+def check_dataset(directory: str | Path, tokenizer: Tokenizer) -> dict:
+    """The manifest of a prepared dataset, after checking it matches `tokenizer`."""
+    manifest = read_manifest(directory)
+    if manifest is None or not manifest.get("complete"):
+        raise FileNotFoundError(f"{directory} is not a completely prepared dataset (no complete {MANIFEST_FILE}); run `longctx prepare`")
+    if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
+        raise ValueError(
+            f"{directory} was tokenised with {manifest['tokenizer']} (fingerprint {manifest['tokenizer_fingerprint'][:12]}), "
+            f"but data.tokenizer is {tokenizer.name} ({tokenizer.fingerprint[:12]})"
+        )
+    return manifest

@@ -1,0 +1,361 @@
+"""Position frequency f(i): how often training exercised each relative position (STRING §2.2-§3, DESIGN §7.1).
+
+A batch in the batch contract (DESIGN §3) trains, for every query token q and every key k
+of the same document with k not after q, the relative position
+
+    d = position_ids[q] - position_ids[k]
+    f(d) = #{(q, k): same document, k <= q, labels[q] != -100, d = position_ids[q] - position_ids[k]}
+
+(with `labels=None` every query counts). For one document of n consecutive ids this is the
+Toeplitz matrix of STRING Eq. 1, f(d) = n - d; over documents s it is Eq. 2,
+f(d) = sum_s max(|s| - d, 0). f at the effective length is what STRING Figure 2(b) plots
+against; Figure 3 is f itself. Documents are the maximal runs of equal adjacent
+`document_ids` in a row (what the varlen kernels attend within); a row boundary always
+ends a document. Position ids must increase strictly within a document (checked), so
+"k not after q" is the same as d >= 0.
+
+This module owns the counters and a running accumulator:
+
+- `relative_position_counts` -> f(d) for d in [0, max_distance), exact int64.
+- `absolute_position_counts` -> tokens per position id in [0, max_position).
+- `PositionFrequency` sums both over batches, checkpoints, all-reduces across ranks and
+  reports the `fi/...` scalars.
+
+Both counters return a `Histogram(counts, overflow)`: what falls beyond the last bin is
+counted in `overflow`, never dropped silently and never clipped into the last bin (which
+would fake a spike at d = max_distance - 1). counts.sum() + overflow is the exact total.
+
+Cost (one CPU thread, vectorised torch, no Python loop over tokens or runs): O(T) per row
+for contiguous ids; O(R_q * R_k + T) per document in general, R_k = runs of consecutive
+ids, R_q = runs of labelled tokens with consecutive ids (about R_k plus the number of
+masked spans). SkipAlign/PoSE/LongRecipe make few runs per document; RandPos (every id
+drawn at random) makes runs of ~1 token, where the cost approaches the O(n^2) brute force.
+Measured by `benchmarks/position_frequency.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+IGNORE_INDEX = -100
+"""Label of a token without loss (batch contract): such a token is not a counted query."""
+
+_COUNTERS = ("relative", "overflow", "absolute", "absolute_overflow", "tokens_seen")
+"""The accumulator's int64 tensors, in state_dict order."""
+
+
+class Histogram(NamedTuple):
+    counts: torch.Tensor
+    """int64 [bins]: events in each bin."""
+    overflow: torch.Tensor
+    """int64 scalar: events at or beyond `bins` (nothing is clipped into the last bin)."""
+
+
+# --- input checks ---------------------------------------------------------------------
+
+
+def _check_tensors(reference_name: str, reference: torch.Tensor, **others: torch.Tensor | None) -> None:
+    """All tensors integer [batch, seq] of the reference's shape."""
+    if reference.dim() != 2:
+        raise ValueError(f"{reference_name} must be [batch, seq], got shape {tuple(reference.shape)}")
+    for name, tensor in ((reference_name, reference), *others.items()):
+        if tensor is None:
+            continue
+        if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {tensor.dtype}")
+        if tensor.shape != reference.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} but {reference_name} has {tuple(reference.shape)}"
+            )
+
+
+def _check_bins(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _queries(labels: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    """Flat bool mask of counted query tokens."""
+    if labels is None:
+        return torch.ones(like.numel(), dtype=torch.bool, device=like.device)
+    return labels.reshape(-1) != IGNORE_INDEX
+
+
+# --- relative positions ---------------------------------------------------------------
+
+
+def relative_position_counts(
+    position_ids: torch.Tensor,
+    document_ids: torch.Tensor,
+    max_distance: int,
+    labels: torch.Tensor | None = None,
+) -> Histogram:
+    """f(d) for d in [0, max_distance) over a [B, T] batch, exact; pairs at d >= max_distance -> overflow.
+
+    Queries are the tokens with labels != -100 (all tokens when labels is None); keys are
+    all tokens. Raises ValueError naming the row, token and document where position_ids do
+    not increase strictly inside a document.
+
+    Derivation. In one document, cut the tokens into key runs B = maximal runs of
+    consecutive ids {b, ..., b + lb - 1}, and the labelled tokens into query runs A =
+    maximal runs of labelled tokens with consecutive ids {a, ..., a + la - 1}. Every query
+    run lies inside one key run, so two runs are either nested or disjoint. The pairs of
+    (A, B) at distance d (over all integers d, ignoring causality) number
+
+        g(d) = #{x in A, y in B: x - y = d},
+
+    the correlation of two boxes: a trapezoid on [a - (b + lb - 1), a + la - 1 - b]. With
+    s0 = a - (b + lb - 1) it is the convolution of boxes of lengths la and lb shifted to
+    s0, whose generating function is z^s0 (1 - z^la)(1 - z^lb) / (1 - z)^2. So its second
+    difference is four unit impulses,
+
+        +1 at s0,  -1 at s0 + la,  -1 at s0 + lb,  +1 at s0 + la + lb,
+
+    and g = cumsum(cumsum(impulses)). f(d), d >= 0, is the sum of g over all (A, B) of a
+    document: pairs with d < 0 are exactly the keys after their query, which attention
+    never sees. Pairs with B after A (b > a + la - 1) live entirely at d < 0, so only
+    b <= a is enumerated: B before A, or the key run containing A. Those impulses are
+    at s0 + lb >= 1 and s0 + la + lb >= 1, but s0 and s0 + la can be negative (containing
+    run: the part of the trapezoid at d < 0). A unit impulse of weight w at s < 0 adds
+    w (d - s + 1) = w (d + 1) + w (-s) to every f(d), d >= 0: it is binned at 0 (the
+    w (d + 1) part) and the constant -w s is added as +c at index 0 and -c at index 1 of
+    the second difference. Impulses at or beyond max_distance cannot change f below
+    max_distance and share one spare bin. The exact total number of pairs is
+    sum over counted queries of (1 + tokens before it in its document), so
+    overflow = total - sum(f).
+
+    Enumeration: for a query run A in key run j of a document whose first key run is j0,
+    the key runs j0..j pair with it, so there are sum_A (j - j0 + 1) run pairs: one per
+    query run for contiguous ids (O(T) per row), at most R_q * R_k per document in general.
+    """
+    _check_tensors("position_ids", position_ids, document_ids=document_ids, labels=labels)
+    _check_bins("max_distance", max_distance)
+    device = position_ids.device
+    positions, document_start, step = _flat_documents(position_ids.long(), document_ids)
+    query = _queries(labels, position_ids)
+    num_tokens = positions.numel()
+    token = torch.arange(num_tokens, device=device)
+
+    # Exact total: a query pairs with every token from its document's start through itself.
+    first_token_of_document = torch.where(document_start, token, 0).cummax(0).values
+    total = ((token - first_token_of_document + 1) * query).sum()
+
+    key_start = document_start | (step != 1)
+    previous_is_query = torch.zeros_like(query)
+    previous_is_query[1:] = query[:-1]
+    query_start = query & (key_start | ~previous_is_query)
+
+    key_run = key_start.cumsum(0) - 1  # per token
+    key_first = positions[key_start]  # b
+    key_last = key_first + torch.bincount(key_run, minlength=key_first.numel()) - 1  # b + lb - 1
+    first_key_run_of_document = key_run[first_token_of_document]  # per token
+
+    query_run = query_start.cumsum(0) - 1
+    query_first = positions[query_start]  # a
+    query_length = torch.bincount(query_run[query], minlength=query_first.numel())  # la
+    containing_run = key_run[query_start]  # j
+    earliest_run = first_key_run_of_document[query_start]  # j0
+    run_pairs = containing_run - earliest_run + 1
+
+    pair_query = torch.repeat_interleave(torch.arange(query_first.numel(), device=device), run_pairs)
+    pair_offset = torch.repeat_interleave(earliest_run - (run_pairs.cumsum(0) - run_pairs), run_pairs)
+    pair_key = pair_offset + torch.arange(pair_query.numel(), device=device)
+
+    a, la = query_first[pair_query], query_length[pair_query]
+    b, b_last = key_first[pair_key], key_last[pair_key]
+    rising = torch.cat([a - b_last, a + la - b + 1])  # s0, s0 + la + lb
+    falling = torch.cat([a + la - b_last, a - b + 1])  # s0 + la, s0 + lb
+
+    second_difference = torch.bincount(rising.clamp(0, max_distance), minlength=max_distance + 1) - torch.bincount(
+        falling.clamp(0, max_distance), minlength=max_distance + 1
+    )
+    negative_moment = rising.clamp(max=0).sum() - falling.clamp(max=0).sum()  # sum of w * s over s < 0
+    second_difference[0] -= negative_moment
+    second_difference[1] += negative_moment
+    counts = second_difference.cumsum(0).cumsum(0)[:max_distance]
+    return Histogram(counts, total - counts.sum())
+
+
+def _flat_documents(
+    position_ids: torch.Tensor, document_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Row-major flat positions, document-start mask (row starts included) and the id step
+    from the previous token; raises if ids do not increase strictly within a document."""
+    document_start = torch.ones_like(document_ids, dtype=torch.bool)
+    document_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    step = torch.zeros_like(position_ids)
+    step[:, 1:] = position_ids[:, 1:] - position_ids[:, :-1]
+    not_increasing = ~document_start & (step <= 0)
+    if not_increasing.any():
+        row, column = (int(i) for i in not_increasing.nonzero()[0])
+        raise ValueError(
+            "position_ids must increase strictly within a document: row "
+            f"{row}, token {column} (document id {int(document_ids[row, column])}) has position "
+            f"{int(position_ids[row, column])} after {int(position_ids[row, column - 1])}"
+        )
+    return position_ids.reshape(-1), document_start.reshape(-1), step.reshape(-1)
+
+
+# --- absolute positions ---------------------------------------------------------------
+
+
+def absolute_position_counts(
+    position_ids: torch.Tensor, max_position: int, labels: torch.Tensor | None = None
+) -> Histogram:
+    """Tokens at each position id in [0, max_position) (only labelled tokens when labels is
+    given); ids >= max_position -> overflow. Raises ValueError on a negative id."""
+    _check_tensors("position_ids", position_ids, labels=labels)
+    _check_bins("max_position", max_position)
+    if position_ids.numel() and position_ids.min() < 0:
+        row, column = (int(i) for i in (position_ids < 0).nonzero()[0])
+        raise ValueError(f"position_ids must be >= 0: row {row}, token {column} is {int(position_ids[row, column])}")
+    counted = position_ids.reshape(-1).long()[_queries(labels, position_ids)]
+    counts = torch.bincount(counted.clamp(max=max_position), minlength=max_position + 1)
+    return Histogram(counts[:max_position], counts[max_position])
+
+
+# --- accumulator ----------------------------------------------------------------------
+
+
+class PositionFrequency:
+    """f(d) and the absolute-position histogram summed over the batches one rank trained on.
+
+    State (all int64, on CPU): `relative` [max_distance], `overflow` (pairs at d >=
+    max_distance), `absolute` [max_position], `absolute_overflow` (tokens at ids >=
+    max_position), `tokens_seen` (every token of every batch, labelled or not: the
+    "consumed tokens" of STRING Figure 2a).
+
+    `update` copies the three [B, T] id tensors to the CPU first: counting on a GPU would
+    need several device syncs (data-dependent run counts); on the CPU it costs one copy of
+    B*T*24 bytes. Count before the batch moves to the GPU where possible.
+
+    Each rank counts its own batches. `all_reduce` returns the global sums and leaves the
+    local counters alone, so logging twice never double counts; checkpoint either every
+    rank's local state or the reduced state on one rank only.
+    """
+
+    def __init__(self, max_distance: int, max_position: int | None = None, count_only_labeled: bool = True):
+        _check_bins("max_distance", max_distance)
+        max_position = max_distance if max_position is None else max_position
+        _check_bins("max_position", max_position)
+        self.max_distance = max_distance
+        self.max_position = max_position
+        self.count_only_labeled = count_only_labeled
+        self.relative = torch.zeros(max_distance, dtype=torch.long)
+        self.overflow = torch.zeros((), dtype=torch.long)
+        self.absolute = torch.zeros(max_position, dtype=torch.long)
+        self.absolute_overflow = torch.zeros((), dtype=torch.long)
+        self.tokens_seen = torch.zeros((), dtype=torch.long)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> None:
+        """Count one batch-contract dict (`input_ids`, `position_ids`, `document_ids`, and
+        `labels` when count_only_labeled)."""
+        required = ["input_ids", "position_ids", "document_ids"] + (["labels"] if self.count_only_labeled else [])
+        missing = [key for key in required if key not in batch]
+        if missing:
+            raise KeyError(f"PositionFrequency.update: batch lacks {missing} (has {sorted(batch)})")
+        cpu = {key: batch[key].detach().to("cpu") for key in required}
+        _check_tensors("position_ids", cpu["position_ids"], input_ids=cpu["input_ids"])
+        labels = cpu.get("labels")
+        relative = relative_position_counts(cpu["position_ids"], cpu["document_ids"], self.max_distance, labels)
+        absolute = absolute_position_counts(cpu["position_ids"], self.max_position, labels)
+        self.relative += relative.counts
+        self.overflow += relative.overflow
+        self.absolute += absolute.counts
+        self.absolute_overflow += absolute.overflow
+        self.tokens_seen += cpu["input_ids"].numel()
+
+    # --- persistence and reduction ---
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Plain tensors only (loads with torch.load(weights_only=True))."""
+        state = {key: getattr(self, key).clone() for key in _COUNTERS}
+        state["count_only_labeled"] = torch.tensor(self.count_only_labeled)
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Replace the counters; bin counts and count_only_labeled must match this accumulator."""
+        expected = self.state_dict()
+        if set(state) != set(expected):
+            raise KeyError(f"position-frequency state has keys {sorted(state)}, expected {sorted(expected)}")
+        for key, tensor in expected.items():
+            if state[key].shape != tensor.shape:
+                raise ValueError(
+                    f"position-frequency state {key!r} has shape {tuple(state[key].shape)}, this accumulator "
+                    f"{tuple(tensor.shape)} (max_distance={self.max_distance}, max_position={self.max_position})"
+                )
+        if bool(state["count_only_labeled"]) != self.count_only_labeled:
+            raise ValueError(
+                f"position-frequency state was counted with count_only_labeled={bool(state['count_only_labeled'])}, "
+                f"this accumulator uses {self.count_only_labeled}"
+            )
+        for key in _COUNTERS:
+            setattr(self, key, state[key].detach().to("cpu", torch.long).clone())
+
+    def merge(self, other: PositionFrequency) -> None:
+        """Add another accumulator's counts into this one (same bins and count_only_labeled)."""
+        mine = (self.max_distance, self.max_position, self.count_only_labeled)
+        theirs = (other.max_distance, other.max_position, other.count_only_labeled)
+        if mine != theirs:
+            raise ValueError(f"cannot merge position frequencies (max_distance, max_position, count_only_labeled) {theirs} into {mine}")
+        for key in _COUNTERS:
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+
+    def all_reduce(self) -> PositionFrequency:
+        """A new accumulator holding the sums over all ranks of torch.distributed (a copy when
+        it is not initialised). Collective: every rank must call it."""
+        reduced = PositionFrequency(self.max_distance, self.max_position, self.count_only_labeled)
+        reduced.load_state_dict(self.state_dict())
+        if not (dist.is_available() and dist.is_initialized()):
+            return reduced
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+        parts = [reduced.relative, reduced.absolute, reduced.overflow[None], reduced.absolute_overflow[None]]
+        flat = torch.cat([*parts, reduced.tokens_seen[None]]).to(device)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat = flat.cpu()
+        relative, absolute, scalars = flat.split([self.max_distance, self.max_position, 3])
+        reduced.relative, reduced.absolute = relative.clone(), absolute.clone()
+        reduced.overflow, reduced.absolute_overflow, reduced.tokens_seen = (s.clone() for s in scalars)
+        return reduced
+
+    # --- reporting ---
+
+    def summary(self, window: int) -> dict[str, float]:
+        """Scalars to log for training window L: f at L/4, L/2, 3L/4 and L-1 (integer division),
+        the share of all counted pairs at d >= L/2 (NaN before any pair) and tokens_seen."""
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= self.max_distance:
+            raise ValueError(f"window must be an int in [1, max_distance={self.max_distance}], got {window!r}")
+        f = self.relative
+        total = int(f.sum() + self.overflow)
+        at_least_half = int(f[(window + 1) // 2 :].sum() + self.overflow)  # d >= L/2 for integer d
+        return {
+            "fi/f@L/4": int(f[window // 4]),
+            "fi/f@L/2": int(f[window // 2]),
+            "fi/f@3L/4": int(f[3 * window // 4]),
+            "fi/f@L-1": int(f[window - 1]),
+            "fi/share_ge_half": at_least_half / total if total else math.nan,
+            "fi/tokens_seen": int(self.tokens_seen),
+        }
+
+    def downsample(self, max_rows: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+        """(d, f(d)) of the relative counts at <= max_rows points, for a line plot."""
+        return downsample(self.relative, max_rows)
+
+
+def downsample(counts: torch.Tensor, max_rows: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    """(index, counts[index]) at min(len, max_rows) evenly spaced indices including the first
+    and the last: exact values at the sampled indices, not bin averages (f is smooth, and a
+    sampled f(d) stays a true count). W&B line plots cap out around 10,000 points."""
+    if counts.dim() != 1 or counts.numel() == 0:
+        raise ValueError(f"counts must be a non-empty 1-D tensor, got shape {tuple(counts.shape)}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
+        raise ValueError(f"max_rows must be an int >= 2, got {max_rows!r}")
+    size = counts.numel()
+    # Spacing (size - 1) / (rows - 1) >= 1, so the rounded indices are distinct.
+    index = torch.linspace(0, size - 1, min(size, max_rows), dtype=torch.float64).round().long()
+    return index.numpy(), counts[index].cpu().numpy()

@@ -1,0 +1,1 @@
+"""Training: the LightningModule, the Trainer assembly, callbacks and logging."""

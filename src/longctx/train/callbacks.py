@@ -1,0 +1,151 @@
+"""Training callbacks: checkpoints, save-on-SIGTERM, throughput/MFU, a local metrics file.
+
+MFU = achieved FLOP/s / peak FLOP/s. Training FLOPs per token (Kaplan et al. 2020;
+PaLM Appendix B, halved for causal attention):
+
+    6 * N_matmul + 6 * n_layers * d_model * window
+
+where N_matmul counts every weight used in a matrix product (all but the input embedding,
+which is a lookup). Peak FLOP/s: a table of dense bf16 tensor-core peaks for GPUs, and on
+CPU a measured roofline: the best fp32 GEMM rate of this machine (`measure_cpu_gemm_flops`),
+so CPU MFU says how close training runs to what matrix multiplication alone can reach.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import cache
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from longctx.config import ExperimentConfig
+
+# Dense bf16 peaks (vendor datasheets, without sparsity), FLOP/s.
+GPU_PEAK_FLOPS = {
+    "H200": 989e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10G": 125e12,
+    "L4": 121e12,
+    "RTX 4090": 165e12,
+    "V100": 125e12,
+}
+
+
+def training_flops_per_token(config: ExperimentConfig) -> float:
+    model = config.model
+    matmul_parameters = model.num_parameters() - model.vocab_size * model.d_model - (2 * model.n_layers + 1) * model.d_model
+    return 6 * matmul_parameters + 6 * model.n_layers * model.d_model * config.data.window
+
+
+@cache
+def measure_cpu_gemm_flops(size: int = 1024, repeats: int = 10) -> float:
+    """Best fp32 matmul rate of this CPU with the current torch thread count, FLOP/s."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up (thread pool, caches)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type == "cpu":
+        return measure_cpu_gemm_flops()
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, flops in GPU_PEAK_FLOPS.items():
+            if key in name:
+                return flops
+    return None
+
+
+def step_checkpoints(directory: Path, every_steps: int) -> ModelCheckpoint:
+    """`step-NNNNNNN.ckpt` every `every_steps` optimizer steps, and `last.ckpt` beside them."""
+    return ModelCheckpoint(
+        dirpath=str(directory),
+        filename="step-{step:07d}",
+        every_n_train_steps=every_steps,
+        save_top_k=-1,
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+
+
+class SaveOnSigterm(L.Callback):
+    """On SIGTERM (cluster pre-emption), write `last.ckpt` after the current batch; Lightning
+    then stops the run. Resuming recomputes the data position from the saved step, so a
+    partially accumulated step is simply redone."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        stop = torch.tensor([int(trainer.received_sigterm)], device=trainer.strategy.root_device)
+        if trainer.world_size > 1:
+            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+        if stop.item():
+            trainer.received_sigterm = True
+            trainer.save_checkpoint(str(self.path))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The final state, also when max_steps is not a multiple of the checkpoint interval.
+        trainer.save_checkpoint(str(self.path))
+
+
+class TrainingSpeed(L.Callback):
+    """Logs tokens seen, tokens/s, MFU and peak memory at every optimizer step."""
+
+    def __init__(self, config: ExperimentConfig, world_size: int, accumulation: int):
+        self.tokens_per_step = config.data.window * config.train.micro_batch_size * world_size * accumulation
+        self.flops_per_token = training_flops_per_token(config)
+        self.world_size = world_size
+        self.peak = None
+        self.last_time = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.peak = peak_flops(pl_module.device)
+        self.last_time = time.perf_counter()
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
+        now = time.perf_counter()
+        elapsed, self.last_time = now - self.last_time, now
+        tokens_per_second = self.tokens_per_step / elapsed
+        metrics = {
+            "train/tokens_seen": float((trainer.global_step + 1) * self.tokens_per_step),
+            "perf/tokens_per_s": tokens_per_second,
+        }
+        if self.peak:
+            metrics["perf/mfu"] = tokens_per_second * self.flops_per_token / (self.peak * self.world_size)
+        if pl_module.device.type == "cuda":
+            metrics["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
+        else:
+            import resource
+
+            metrics["perf/peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        pl_module.log_dict(metrics, on_step=True)
+
+
+class MetricsFile(L.Callback):
+    """Appends each logged optimizer step's metrics to a JSON-lines file (rank 0), so runs
+    can be compared and analysed without W&B."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._last_step = 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        step = trainer.global_step  # optimizer steps done; changes once per step
+        if not trainer.is_global_zero or step == self._last_step:
+            return
+        self._last_step = step
+        row = {"step": step, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")

@@ -1,0 +1,49 @@
+"""Weights & Biases through Lightning's WandbLogger, offline unless a key is configured.
+
+`log.wandb_mode=auto` goes online only when an API key is available (WANDB_API_KEY or a
+`~/.netrc` entry for api.wandb.ai); otherwise the run is written offline under
+`<out_dir>/wandb/` and can be uploaded later with `wandb sync`. W&B never prompts.
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+from pathlib import Path
+
+from lightning.pytorch.loggers import WandbLogger
+
+from longctx.config import ExperimentConfig, as_dict
+
+
+def wandb_key_configured() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    if mode == "auto":
+        return "online" if wandb_key_configured() else "offline"
+    return mode
+
+
+def make_wandb_logger(config: ExperimentConfig) -> WandbLogger | None:
+    mode = resolve_wandb_mode(config.log.wandb_mode)
+    if mode == "disabled":
+        return None
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ["WANDB_MODE"] = mode  # also read by W&B child processes
+    save_dir = Path(config.train.out_dir)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    return WandbLogger(
+        project=config.log.project,
+        name=config.log.run_name or None,
+        save_dir=str(save_dir),
+        offline=mode == "offline",
+        config=as_dict(config),
+        log_model=False,
+    )

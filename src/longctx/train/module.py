@@ -1,0 +1,128 @@
+"""The LightningModule for language-model training on the batch contract.
+
+Owns the model, the loss, the optimizer and the LR schedule (STRING Appendix A.2): AdamW
+(beta 0.9/0.95, weight decay on matrices only), linear warm-up to `train.lr` over
+`train.warmup_steps`, cosine decay to `train.min_lr` at `train.max_steps`. Gradient clipping
+and accumulation are the Trainer's (see train/trainer.py).
+
+Loss: mean next-token cross-entropy over the labelled tokens of the micro-batch
+(labels == -100 carry none). Lightning divides it by the accumulation steps and the
+strategy averages gradients over ranks, so an optimizer step sees the mean of the
+micro-batch means, at any world size.
+
+Under FSDP2 (`ModelParallelStrategy`), `configure_model` shards each transformer block
+and then the root with `fully_shard`, optionally after activation checkpointing and
+`torch.compile` per block (order: AC -> compile -> FSDP, as torchtitan does).
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from longctx.config import ExperimentConfig, as_dict
+from longctx.data.packing import IGNORE_INDEX
+from longctx.model.llama import Llama, config_dict
+
+
+def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:
+    """Learning rate at optimizer step `step`: linear warm-up, then cosine to `floor`."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    if step >= total:
+        return floor
+    progress = (step - warmup) / max(1, total - warmup)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
+
+
+class LanguageModelModule(L.LightningModule):
+    def __init__(self, config: ExperimentConfig):
+        super().__init__()
+        self.config = config
+        # Plain dicts only: checkpoints must load with torch.load(weights_only=True).
+        self.save_hyperparameters({"model": config_dict(config.model), "experiment": as_dict(config)})
+        self.model: Llama | None = None
+        # Sum and count of micro-batch losses since the last optimizer step.
+        self._step_loss = torch.zeros(2)
+
+    def configure_model(self) -> None:
+        if self.model is not None:
+            return
+        torch.manual_seed(self.config.train.seed)
+        self.model = Llama(self.config.model)
+        train = self.config.train
+        if train.activation_checkpointing or train.compile:
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+            for i, block in enumerate(self.model.blocks):
+                if train.activation_checkpointing:
+                    block = checkpoint_wrapper(block)
+                if train.compile:
+                    block = torch.compile(block)
+                self.model.blocks[i] = block
+        if getattr(self, "device_mesh", None) is not None:
+            self._fully_shard()
+
+    def _fully_shard(self) -> None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = self.device_mesh["data_parallel"]
+        policy = MixedPrecisionPolicy()
+        if self.config.train.precision.startswith("bf16") or (
+            self.config.train.precision == "auto" and torch.cuda.is_available()
+        ):
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for block in self.model.blocks:
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(self.model, mesh=mesh, mp_policy=policy)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(batch["input_ids"], batch["position_ids"], batch["document_ids"])
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = self(batch)
+        return F.cross_entropy(
+            logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
+        )
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self._step_loss += torch.stack([loss.detach().float().cpu(), torch.ones(())])
+        return loss
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        # The step's loss: mean over its micro-batches here, then over ranks (sync_dist).
+        mean = self._step_loss[0] / self._step_loss[1].clamp(min=1)
+        self.log("train/loss", mean.to(self.device), on_step=True, prog_bar=True, sync_dist=True)
+        self.log("train/lr", optimizer.param_groups[0]["lr"], on_step=True)
+        self._step_loss.zero_()
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # clip_grad_norm_ handles FSDP2's sharded DTensor gradients (the norm is all-reduced).
+        max_norm = self.config.train.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.log("train/grad_norm", norm, on_step=True)
+
+    def configure_optimizers(self):
+        train = self.config.train
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=train.lr,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+            foreach=True,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: cosine_schedule(
+                step, warmup=train.warmup_steps, total=train.max_steps, peak=1.0, floor=train.min_lr / train.lr
+            ),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,170 @@
+"""Assemble and run a training job: data, module, strategy, precision, logger, callbacks.
+
+    longctx pretrain experiments/pretrain/tiny_1k.yaml train.max_steps=200
+    torchrun --nproc-per-node 8 -m longctx pretrain experiments/pretrain/tinyllama_1b_2k.yaml
+    torchrun --nnodes 4 --node-rank $R --nproc-per-node 8 --rdzv-backend c10d \\
+        --rdzv-endpoint $HOST:29500 -m longctx pretrain experiments/pretrain/tinyllama_1b_4k.yaml
+
+World size. Under torchrun, Lightning's TorchElasticEnvironment supplies ranks; devices per
+node and nodes are read from LOCAL_WORLD_SIZE and WORLD_SIZE, and `train.devices` /
+`train.num_nodes`, when set, must agree (a mismatch is an error, not a silent re-launch).
+
+Batch. `train.global_batch_tokens` is fixed; accumulation = global / (window x micro-batch
+x world). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
+take the same tokens per optimizer step (STRING A.2: 4M tokens at both windows).
+
+Resume. `train.resume=auto|PATH` restores model, optimizer, schedule, step, RNG and callback
+states through Lightning; the data position is global row `step x rows_per_step`
+(data/packing.py), so no loader state is needed and nothing is seen twice or skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+from longctx.config import ExperimentConfig
+from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
+from longctx.train.callbacks import MetricsFile, SaveOnSigterm, TrainingSpeed, step_checkpoints
+from longctx.train.logging import make_wandb_logger
+from longctx.train.module import LanguageModelModule
+
+
+@dataclass
+class WorldSize:
+    devices: int
+    num_nodes: int
+
+    @property
+    def total(self) -> int:
+        return self.devices * self.num_nodes
+
+
+def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
+    """Devices per node and nodes, from torchrun's environment or the config."""
+    train = config.train
+    if "LOCAL_WORLD_SIZE" in os.environ and "WORLD_SIZE" in os.environ:
+        local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
+        if world % local:
+            raise ValueError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}")
+        found = WorldSize(local, world // local)
+        for key, expected in (("devices", found.devices), ("num_nodes", found.num_nodes)):
+            value = getattr(train, key)
+            if value and value != expected:
+                raise ValueError(
+                    f"train.{key}={value} but torchrun launched {expected} "
+                    f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun"
+                )
+        return found
+    return WorldSize(train.devices or 1, train.num_nodes or 1)
+
+
+def resolve_precision(config: ExperimentConfig) -> str:
+    if config.train.precision != "auto":
+        return config.train.precision
+    return "bf16-mixed" if torch.cuda.is_available() else "32-true"
+
+
+def make_strategy(config: ExperimentConfig, world: WorldSize):
+    if config.train.strategy == "fsdp":
+        # Consolidated (not sharded) checkpoints: one file, resumable at any world size.
+        return ModelParallelStrategy(
+            data_parallel_size=world.total, tensor_parallel_size=1, save_distributed_checkpoint=False
+        )
+    if config.train.strategy == "ddp" or world.total > 1:
+        return DDPStrategy()
+    return "auto"
+
+
+def resolve_resume(config: ExperimentConfig) -> str | None:
+    resume = config.train.resume
+    if not resume:
+        return None
+    path = Path(config.train.out_dir) / "checkpoints" / "last.ckpt" if resume == "auto" else Path(resume)
+    if not path.exists():
+        if resume == "auto":
+            return None  # first launch of a run that may be pre-empted later
+        raise FileNotFoundError(f"train.resume: checkpoint {path} does not exist")
+    verify_checkpoint(path)
+    return str(path)
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Fail early, naming the file, on a truncated or corrupt checkpoint."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # the zip reader raises several types for damaged files
+        raise ValueError(f"checkpoint {path} is truncated or corrupt and cannot be resumed: {error}") from None
+    missing = [key for key in ("state_dict", "global_step", "optimizer_states") if key not in checkpoint]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
+
+
+class PackedDataModule(L.LightningDataModule):
+    """Builds each rank's loader after a resume has restored the global step."""
+
+    def __init__(self, config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int, rows_per_step: int):
+        super().__init__()
+        self.config = config
+        self.sources = sources
+        self.eos_id = eos_id
+        self.rows_per_step = rows_per_step
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        trainer = self.trainer
+        data = self.config.data
+        rows = PackedRows(
+            [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(self.sources)],
+            [weight for _, weight in self.sources],
+            window=data.window,
+            eos_id=self.eos_id,
+            doc_mask=data.doc_mask,
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            start_row=trainer.global_step * self.rows_per_step,
+        )
+        return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
+
+
+def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int) -> L.Trainer:
+    """Train on prepared `sources` [(path, weight)]; returns the finished Trainer."""
+    world = world_size_from_environment(config)
+    accumulation, rows_per_step = tokens_per_step(
+        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
+    )
+    out_dir = Path(config.train.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    resume = resolve_resume(config)
+    L.seed_everything(config.train.seed, workers=True, verbose=False)
+
+    callbacks = [
+        step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
+        SaveOnSigterm(out_dir / "checkpoints" / "last.ckpt"),
+        TrainingSpeed(config, world.total, accumulation),
+        MetricsFile(out_dir / "metrics.jsonl"),
+    ]
+    trainer = L.Trainer(
+        accelerator="auto",
+        devices=world.devices,
+        num_nodes=world.num_nodes,
+        strategy=make_strategy(config, world),
+        precision=resolve_precision(config),
+        max_steps=config.train.max_steps,
+        accumulate_grad_batches=accumulation,
+        logger=make_wandb_logger(config) or False,
+        callbacks=callbacks,
+        log_every_n_steps=config.log.every_steps,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        enable_model_summary=False,
+        default_root_dir=str(out_dir),
+    )
+    module = LanguageModelModule(config)
+    trainer.fit(module, datamodule=PackedDataModule(config, sources, eos_id, rows_per_step), ckpt_path=resume)
+    return trainer

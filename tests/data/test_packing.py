@@ -1,0 +1,183 @@
+"""Packing: the batch contract, exact coverage of the token stream, world-size invariance."""
+
+import numpy as np
+import pytest
+import torch
+from litdata import optimize
+
+from longctx.data.packing import (
+    IGNORE_INDEX,
+    LENGTHS_FILE,
+    PackedRows,
+    PackedSource,
+    contract_from_blocks,
+    tokens_per_step,
+    weighted_round_robin,
+)
+
+EOS = 0
+
+
+class _Identity:
+    def __call__(self, item):
+        return item
+
+
+def write_token_dataset(directory, documents: list[np.ndarray], chunk_bytes="1KB"):
+    """A prepared dataset as `longctx prepare` lays it out, from ready token arrays."""
+    optimize(fn=_Identity(), inputs=documents, output_dir=str(directory), chunk_bytes=chunk_bytes,
+             num_workers=1, verbose=False, start_method="fork")
+    from litdata import StreamingDataset
+
+    lengths = [len(item) for item in StreamingDataset(str(directory), shuffle=False)]
+    np.save(directory / LENGTHS_FILE, np.asarray(lengths))
+
+
+def random_documents(count, seed, low=1, high=90):
+    """Documents of distinct non-EOS token ids ending in EOS; ids encode (doc, offset)."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for d in range(count):
+        n = int(rng.integers(low, high))
+        docs.append(np.asarray([*(1000 * (d + 1) + np.arange(n)), EOS], dtype=np.int32))
+    return docs
+
+
+def brute_force_contract(row: list[int], doc_mask: bool):
+    """Walk the block token by token: what the contract must say for it."""
+    inputs, targets = row[:-1], row[1:]
+    positions, documents, labels = [], [], []
+    doc, pos = 0, 0
+    for t, token in enumerate(inputs):
+        positions.append(pos if doc_mask else t)
+        documents.append(doc if doc_mask else 0)
+        labels.append(IGNORE_INDEX if doc_mask and token == EOS else targets[t])
+        if token == EOS:
+            doc, pos = doc + 1, 0
+        else:
+            pos += 1
+    return inputs, labels, positions, documents
+
+
+@pytest.mark.parametrize("doc_mask", [True, False])
+def test_contract_matches_a_token_by_token_walk(doc_mask):
+    rng = np.random.default_rng(0)
+    blocks = torch.as_tensor(rng.integers(1, 50, size=(4, 65)))
+    blocks[rng.random(blocks.shape) < 0.1] = EOS
+    blocks[0, 0] = EOS  # a row that starts with a document end
+    contract = contract_from_blocks(blocks, EOS, doc_mask)
+    for b in range(4):
+        inputs, labels, positions, documents = brute_force_contract(blocks[b].tolist(), doc_mask)
+        assert contract["input_ids"][b].tolist() == inputs
+        assert contract["labels"][b].tolist() == labels
+        assert contract["position_ids"][b].tolist() == positions
+        assert contract["document_ids"][b].tolist() == documents
+
+
+def test_doc_mask_rows_never_attend_across_a_boundary():
+    blocks = torch.tensor([[5, 6, EOS, 7, 8, 9, EOS, EOS, 3, 4, 5]])
+    contract = contract_from_blocks(blocks, EOS, doc_mask=True)
+    docs = contract["document_ids"][0]
+    # Every EOS is the last token of its document: the next token is in a new one.
+    eos_positions = (contract["input_ids"][0] == EOS).nonzero().flatten().tolist()
+    for t in eos_positions:
+        assert docs[t + 1] == docs[t] + 1
+    assert contract["position_ids"][0].tolist() == [0, 1, 2, 0, 1, 2, 3, 0, 0, 1]
+
+
+def test_every_token_appears_exactly_once_per_epoch(tmp_path):
+    docs = random_documents(60, seed=1)
+    write_token_dataset(tmp_path, docs)  # 1 KB chunks: many chunk edges inside rows
+    window = 37
+    source = PackedSource(tmp_path, seed=3)
+    total = source.epoch_tokens
+    assert total == sum(len(d) for d in docs)
+    # doc_mask=False keeps every label, so input_ids + the last label are the raw block.
+    rows = PackedRows([source], [1.0], window=window, eos_id=EOS, doc_mask=False)
+    consumed = []
+    for row in rows:
+        consumed += row["input_ids"].tolist() + [row["labels"][-1].item()]
+        if len(consumed) >= total:
+            break
+    first_epoch = consumed[:total]
+    # Exactly the multiset of all tokens, each document contiguous and intact.
+    assert sorted(first_epoch) == sorted(np.concatenate(docs).tolist())
+    ends = [i for i, token in enumerate(first_epoch) if token == EOS]
+    starts = [0] + [e + 1 for e in ends[:-1]]
+    pieces = sorted(tuple(first_epoch[s : e + 1]) for s, e in zip(starts, ends))
+    assert pieces == sorted(tuple(d.tolist()) for d in docs)
+
+
+def test_epochs_reshuffle_and_seeds_reproduce(tmp_path):
+    write_token_dataset(tmp_path, random_documents(40, seed=2))
+    source = PackedSource(tmp_path, seed=5)
+    assert not np.array_equal(source.document_order(0), source.document_order(1))
+    again = PackedSource(tmp_path, seed=5)
+    assert np.array_equal(source.document_order(3), again.document_order(3))
+    assert torch.equal(source.read(123, 500), again.read(123, 500))
+
+
+def test_ranks_partition_the_global_row_sequence(tmp_path):
+    write_token_dataset(tmp_path, random_documents(50, seed=4))
+
+    def rows_of(rank, world, start=0, count=12):
+        rows = PackedRows([PackedSource(tmp_path, seed=9)], [1.0], window=16, eos_id=EOS, doc_mask=True,
+                          rank=rank, world_size=world, start_row=start)
+        out = []
+        for row in rows:
+            out.append(row["input_ids"])
+            if len(out) == count:
+                return out
+
+    single = rows_of(0, 1, count=24)
+    rank0, rank1 = rows_of(0, 2), rows_of(1, 2)
+    for k in range(12):
+        assert torch.equal(rank0[k], single[2 * k]) and torch.equal(rank1[k], single[2 * k + 1])
+    resumed = rows_of(1, 2, start=10, count=3)  # rows 11, 13, 15
+    for k, global_row in enumerate((11, 13, 15)):
+        assert torch.equal(resumed[k], single[global_row])
+
+
+def test_weighted_round_robin_is_exact_at_every_prefix():
+    picks = []
+    for pick in weighted_round_robin([0.6, 0.4]):
+        picks.append(pick)
+        if len(picks) == 1000:
+            break
+    for n in (5, 10, 100, 1000):
+        share = picks[:n].count(0) / n
+        assert abs(share - 0.6) <= 1 / n + 1e-9
+
+
+def test_mixture_draws_rows_from_both_sources(tmp_path):
+    long_dir, short_dir = tmp_path / "long", tmp_path / "short"
+    long_dir.mkdir(), short_dir.mkdir()
+    write_token_dataset(long_dir, random_documents(20, seed=1, low=200, high=400))
+    write_token_dataset(short_dir, [d + 500_000 * (d != EOS) for d in random_documents(20, seed=2)])
+    rows = PackedRows([PackedSource(long_dir, seed=1), PackedSource(short_dir, seed=2)], [3.0, 2.0],
+                      window=32, eos_id=EOS, doc_mask=True)
+    from_short = []
+    for i, row in enumerate(rows):
+        from_short.append(bool((row["input_ids"] > 500_000).any()))
+        if i == 49:
+            break
+    assert sum(from_short) == 20
+
+
+def test_tokens_per_step_equal_at_2k_and_4k():
+    acc_2k, rows_2k = tokens_per_step(2048, 8, 4, 4 * 2**20)
+    acc_4k, rows_4k = tokens_per_step(4096, 8, 4, 4 * 2**20)
+    assert rows_2k * 2048 == rows_4k * 4096 == 4 * 2**20
+    assert (acc_2k, acc_4k) == (64, 32)  # 4 Mi tokens / (window x 8 rows x 4 ranks)
+    # With the micro-batch halved at 4K (same tokens per forward), accumulation doubles (STRING A.2).
+    assert tokens_per_step(4096, 4, 4, 4 * 2**20)[0] == 2 * acc_4k
+
+
+def test_impossible_batch_for_the_world_size():
+    with pytest.raises(ValueError, match="not a multiple of data.window x train.micro_batch_size x world size = 2048 x 8 x 3"):
+        tokens_per_step(2048, 8, 3, 4 * 2**20)
+
+
+def test_missing_or_unprepared_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no index.json"):
+        PackedSource(tmp_path / "nothing", seed=0)
