@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test test-slow test-gpu bench clean
+.PHONY: setup demo test test-slow test-gpu bench clean
 
 setup: $(STAMP)
 
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The main job: a short `tiny` pretraining on the embedded corpus, W&B offline.
+demo: $(STAMP)
+	$(BIN)/longctx pretrain experiments/pretrain/tiny_512.yaml $(ARGS)
 
 # The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
 test: $(STAMP)

@@ -15,10 +15,12 @@ What it measures, for each sequence length T:
 - forward+backward time and peak extra memory of `varlen` vs `sdpa`, and forward time
   (under `torch.no_grad()`) of `flex` vs `sdpa`. Every timed call includes `build_mask`,
   because a model builds the mask once per forward pass. Times are the median of
-  `--repeats` calls after one warm-up call (plus the correctness check, which runs every
-  op once first). `flex` compiles on its first call per shape: that call is not timed;
-  "flex compile s" is its duration minus the steady-state forward time. Compilation is
-  cold: the inductor cache lives in a fresh temporary directory for each run.
+  `--repeats` calls after one warm-up call (and the correctness check, which runs every op
+  once before), the two compared backends taking turns call by call so that other load on
+  the machine slows both alike; the load average is printed with the table. `flex`
+  compiles on its first call per shape: that call is not timed; "flex compile s" is its
+  duration minus the steady-state forward time. Compilation is cold: the inductor cache
+  lives in a fresh temporary directory for each run.
 
 Before timing, the outputs (and, for `varlen`, the q/k/v gradients) must match `sdpa`
 to 1e-4 max abs difference, or the script aborts.
@@ -147,14 +149,18 @@ def require_match(name: str, expected: tuple[torch.Tensor, ...], actual: tuple[t
         raise SystemExit(f"{name} differs from sdpa by {difference:.2e} (tolerance {TOLERANCE:.0e}); not timing it")
 
 
-def median_ms(op: Callable[[], object], repeats: int) -> float:
-    op()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved_median_ms(ops: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median ms of each op after one warm-up call; the ops take turns (ABAB...), so
+    background load on the machine slows the compared backends alike."""
+    for op in ops.values():
         op()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    seconds: dict[str, list[float]] = {name: [] for name in ops}
+    for _ in range(repeats):
+        for name, op in ops.items():
+            start = time.perf_counter()
+            op()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) * 1e3 for name, times in seconds.items()}
 
 
 def _proc_status_bytes(field: str) -> int:
@@ -186,17 +192,16 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def measure_flex(inputs: Inputs, reference: tuple[torch.Tensor, ...], sdpa_forward_ms: float, repeats: int) -> list[str]:
-    """Cells "flex fwd ms", "flex speedup", "flex compile s", or the error that stopped flex."""
+def flex_first_call(inputs: Inputs, reference: tuple[torch.Tensor, ...]) -> float | str:
+    """Seconds of flex's first (compiling) forward call, checked against sdpa, or why it failed."""
     try:
         start = time.perf_counter()
-        first = forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE)
-        first_call_s = time.perf_counter() - start
+        out = forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE)
     except Exception as error:  # e.g. no C++ toolchain for inductor: report it and go on
-        return [f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}", "", ""]
-    require_match("flex forward", reference[:1], first)
-    flex_ms = median_ms(lambda: forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE), repeats)
-    return [f"{flex_ms:.1f}", f"{sdpa_forward_ms / flex_ms:.2f}x", f"{first_call_s - flex_ms / 1e3:.1f}"]
+        return f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
+    first_call_s = time.perf_counter() - start
+    require_match("flex forward", reference[:1], out)
+    return first_call_s
 
 
 def measure(seq_len: int, document_lengths: list[int], args: argparse.Namespace) -> list[str]:
@@ -205,29 +210,42 @@ def measure(seq_len: int, document_lengths: list[int], args: argparse.Namespace)
     print(describe_documents(seq_len, args.batch, pieces), flush=True)
     inputs = make_inputs(document_ids)
 
+    def op(run: Callable[..., object], backend: str) -> Callable[[], object]:
+        return lambda: run(inputs, backend, args.block_size)
+
     reference = forward_backward(inputs, "sdpa", args.block_size)
-    require_match("varlen forward+backward", reference, forward_backward(inputs, "varlen", args.block_size))
-
-    def timed(run: Callable[..., object], backend: str) -> float:
-        return median_ms(lambda: run(inputs, backend, args.block_size), args.repeats)
-
-    sdpa_train_ms, varlen_train_ms = timed(forward_backward, "sdpa"), timed(forward_backward, "varlen")
+    require_match("varlen forward+backward", reference, op(forward_backward, "varlen")())
+    train_ops = {backend: op(forward_backward, backend) for backend in ("sdpa", "varlen")}
+    train_ms = interleaved_median_ms(train_ops, args.repeats)
     sdpa_peak_mib = peak_extra_mib(document_ids, "sdpa", args.block_size)
     varlen_peak_mib = peak_extra_mib(document_ids, "varlen", args.block_size)
-    sdpa_forward_ms = timed(forward_only, "sdpa")
-    flex_cells = ["skipped", "", ""] if args.skip_flex else measure_flex(inputs, reference, sdpa_forward_ms, args.repeats)
+
+    flex = "skipped" if args.skip_flex else flex_first_call(inputs, reference)
+    forward_ops = {"sdpa": op(forward_only, "sdpa")}
+    if isinstance(flex, float):
+        forward_ops["flex"] = op(forward_only, "flex")
+    forward_ms = interleaved_median_ms(forward_ops, args.repeats)
     return [
         str(seq_len),
         f"{len(pieces) / args.batch:.2f}",
-        f"{sdpa_train_ms:.1f}",
-        f"{varlen_train_ms:.1f}",
-        f"{sdpa_train_ms / varlen_train_ms:.2f}x",
+        f"{train_ms['sdpa']:.1f}",
+        f"{train_ms['varlen']:.1f}",
+        f"{train_ms['sdpa'] / train_ms['varlen']:.2f}x",
         f"{sdpa_peak_mib:.1f}",
         f"{varlen_peak_mib:.1f}",
         f"{sdpa_peak_mib / varlen_peak_mib:.2f}x",
-        f"{sdpa_forward_ms:.1f}",
-        *flex_cells,
+        f"{forward_ms['sdpa']:.1f}",
+        *flex_cells(flex, forward_ms),
     ]
+
+
+def flex_cells(flex: float | str, forward_ms: dict[str, float]) -> list[str]:
+    """Cells "flex fwd ms", "flex speedup", "flex compile s"; `flex` is the first call's
+    seconds, or why flex was not timed."""
+    if isinstance(flex, str):
+        return [flex, "", ""]
+    flex_ms = forward_ms["flex"]
+    return [f"{flex_ms:.1f}", f"{forward_ms['sdpa'] / flex_ms:.2f}x", f"{flex - flex_ms / 1e3:.1f}"]
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -247,6 +265,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
     document_lengths = stdlib_document_lengths()
     print(
         f"{len(document_lengths)} stdlib documents; batch {args.batch}, H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, "
@@ -256,7 +275,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="inductor-") as inductor_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache  # cold compile: flex compile s is honest
         rows = [measure(seq_len, document_lengths, args) for seq_len in args.lengths]
-    print()
+    load_at_end = os.getloadavg()[0]
+    print(f"\nload average (1 min): {load_at_start:.2f} at start, {load_at_end:.2f} at end, {os.cpu_count()} CPUs\n")
     print(markdown_table(rows))
 
 

@@ -1,7 +1,9 @@
 """The `longctx` command line.
 
     longctx config experiments/pretrain/tiny_1k.yaml train.max_steps=10   # print the resolved config
-    longctx export-hf runs/tiny/model.safetensors hf/tiny                 # HF LlamaForCausalLM layout
+    longctx prepare embedded data/embedded --tokenizer bpe-8192           # tokenise into litdata
+    longctx pretrain experiments/pretrain/tiny_1k.yaml train.max_steps=10 # train (torchrun-ready)
+    longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
 `${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
@@ -42,6 +44,28 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from longctx.data.prepare import prepare
+
+    prepare(args.source, args.out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
+    return 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from longctx.data.sources import prepared_sources
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.train.trainer import pretrain
+
+    paths, overrides = _split_overrides(args.items)
+    cfg = config_module.load(paths, overrides)
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    sources = prepared_sources(cfg, tokenizer)
+    trainer = pretrain(cfg, sources, tokenizer.eos_id)
+    if trainer.is_global_zero:
+        print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -49,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser("config", help="print the resolved, validated config as YAML")
     config.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
     config.set_defaults(run=cmd_config)
+
+    prep = commands.add_parser("prepare", help="tokenise a corpus into a litdata-optimized dataset")
+    prep.add_argument("source", help="embedded | embedded:code | debian:PACKAGE | FILE.jsonl | FILE.parquet | DIR")
+    prep.add_argument("out_dir", help="output directory")
+    prep.add_argument("--tokenizer", default="bpe-8192", help="bpe-8192 | llama3 | cl100k | path to tokenizer.json")
+    prep.add_argument("--workers", type=int, default=1, help="litdata worker processes")
+    prep.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size")
+    prep.set_defaults(run=cmd_prepare)
+
+    train = commands.add_parser("pretrain", help="pretrain a model (also under torchrun)")
+    train.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
+    train.set_defaults(run=cmd_pretrain)
 
     export = commands.add_parser("export-hf", help="write a checkpoint as a Hugging Face LlamaForCausalLM directory")
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")

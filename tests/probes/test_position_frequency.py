@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from longctx.probes.position_frequency import (
     IGNORE_INDEX,
+    METHODS,
     PositionFrequency,
     absolute_position_counts,
     downsample,
@@ -78,10 +79,45 @@ def test_matches_brute_force_on_random_batches():
         max_distance = rng.choice([1, 3, 16, 64, 200])
         for row_labels in (None, labels):
             expected_counts, expected_overflow = brute_force(position_ids, document_ids, max_distance, row_labels)
-            counts, overflow = relative_position_counts(position_ids, document_ids, max_distance, labels=row_labels)
-            assert counts.dtype == torch.int64
-            assert torch.equal(counts, expected_counts), (position_ids, document_ids, row_labels)
-            assert int(overflow) == expected_overflow
+            for method in METHODS:
+                counts, overflow = relative_position_counts(
+                    position_ids, document_ids, max_distance, labels=row_labels, method=method
+                )
+                assert counts.dtype == torch.int64
+                assert torch.equal(counts, expected_counts), (method, position_ids, document_ids, row_labels)
+                assert int(overflow) == expected_overflow
+
+
+def test_randpos_document_goes_to_the_fft_and_stays_exact():
+    """RandPos ids (runs of ~1 token): `auto` must pick the FFT (the runs method would take
+    ~R^2 / 2 = 40,000 run pairs here) and still match the brute-force count."""
+    rng = random.Random(2)
+    n = 400
+    position_ids = torch.tensor([sorted(rng.sample(range(4 * n), n)) + list(range(50))])
+    document_ids = torch.tensor([[0] * n + [1] * 50])
+    labels = torch.where(torch.rand(position_ids.shape) < 0.2, IGNORE_INDEX, 1)
+    expected = brute_force(position_ids, document_ids, 4 * n, labels)
+    for method in METHODS:
+        counts, overflow = relative_position_counts(position_ids, document_ids, 4 * n, labels=labels, method=method)
+        assert torch.equal(counts, expected[0]) and int(overflow) == expected[1], method
+    with torch.profiler.profile() as profile:
+        relative_position_counts(position_ids, document_ids, 4 * n, labels=labels)
+    assert any("fft" in event.name for event in profile.events())
+
+
+def test_fft_is_exact_over_a_wide_id_span():
+    """PoSE-like ids: 40 runs of 500 tokens spread over 2^18 ids, counts up to ~1e8 per bin;
+    the float64 FFT must round to the integer runs method's counts."""
+    generator = torch.Generator().manual_seed(3)
+    starts = torch.randperm(512, generator=generator)[:40].sort().values * 512
+    position_ids = torch.cat([torch.arange(start, start + 500) for start in starts.tolist()])[None]
+    document_ids = torch.zeros_like(position_ids)
+    labels = torch.where(torch.rand(position_ids.shape, generator=generator) < 0.3, IGNORE_INDEX, 1)
+    by_runs = relative_position_counts(position_ids, document_ids, 2**18, labels=labels, method="runs")
+    by_fft = relative_position_counts(position_ids, document_ids, 2**18, labels=labels, method="fft")
+    assert torch.equal(by_runs.counts, by_fft.counts)
+    assert by_runs.overflow == by_fft.overflow == 0
+    assert int(by_runs.counts.sum()) == int(((labels[0] != IGNORE_INDEX) * torch.arange(1, 20_001)).sum())
 
 
 def test_one_document_gives_n_minus_d():
@@ -157,6 +193,8 @@ def test_bad_inputs_raise_clear_errors():
         relative_position_counts(pos.float(), doc, 8)
     with pytest.raises(ValueError, match="max_distance must be a positive int"):
         relative_position_counts(pos, doc, 0)
+    with pytest.raises(ValueError, match="method must be one of"):
+        relative_position_counts(pos, doc, 8, method="dense")
     decreasing = pos.clone()
     decreasing[1, 4] = 2
     with pytest.raises(ValueError, match=r"increase strictly.*row 1, token 4 \(document id 0\) has position 2 after 3"):
@@ -285,7 +323,8 @@ def _all_reduce_worker(rank: int, port: int, queue) -> None:
     try:
         probe = filled_accumulator(10 + rank, batches=2)[0]
         reduced = probe.all_reduce()
-        queue.put((rank, probe.state_dict(), reduced.state_dict()))
+        as_lists = [{key: value.tolist() for key, value in state.items()} for state in (probe.state_dict(), reduced.state_dict())]
+        queue.put((rank, *as_lists))  # plain lists: shared-memory tensors die with this process
     finally:
         dist.destroy_process_group()
 
@@ -306,9 +345,9 @@ def test_all_reduce_sums_ranks():
         assert worker.exitcode == 0
     for rank in range(2):
         local, reduced = results[rank]
-        assert torch.equal(local["relative"], filled_accumulator(10 + rank, batches=2)[0].relative)
+        assert local["relative"] == filled_accumulator(10 + rank, batches=2)[0].relative.tolist()
         for key in ("relative", "absolute", "overflow", "absolute_overflow", "tokens_seen"):
-            assert torch.equal(reduced[key], results[0][0][key] + results[1][0][key]), key
+            assert torch.equal(torch.tensor(reduced[key]), torch.tensor(results[0][0][key]) + torch.tensor(results[1][0][key])), key
 
 
 def test_summary_of_one_document():

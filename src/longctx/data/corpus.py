@@ -12,7 +12,7 @@ deterministic order (sorted paths, file order for JSONL/parquet):
   (median 1.7 K, p90 13.6 K). Natural lengths (most documents short, a long tail) give
   the left-skewed position frequency f(i) of STRING §2.2. Reading it all takes ~0.6 s.
 - `debian_documents`: larger optional prose from Debian doc packages (`python3.11-doc`:
-  512 `*.rst.txt` files, 11 MB; `linux-doc-6.1`: 3,183 files, 24 MB).
+  497 `*.rst.txt` files, 11.0 M chars; `linux-doc-6.1`: 3,183 files, 24 MB).
 - `jsonl_documents` / `parquet_documents` / `directory_documents`: user text.
 - `open_source(spec)`: the one-string form configs use (`data.path`).
 
@@ -168,6 +168,10 @@ def embedded_documents(
     unknown = [d for d in domains if d not in EMBEDDED_DOMAINS]
     if unknown or not domains:
         raise CorpusError(f"domains={list(domains)!r}: choose one or more of {EMBEDDED_DOMAINS}")
+    return _embedded(tuple(domains), report)
+
+
+def _embedded(domains: tuple[str, ...], report: CorpusReport | None) -> Iterator[Document]:
     for domain in domains:
         if domain == "code":
             root = stdlib_root()
@@ -188,6 +192,19 @@ def embedded_documents(
 # --------------------------------------------------------------------------- files
 
 
+def _files(
+    files: list[Path], root: Path, id_prefix: str, domain: str, report: CorpusReport | None
+) -> Iterator[Document]:
+    for file in files:
+        doc = _read_text_file(file, str(file), f"{id_prefix}{file.relative_to(root).as_posix()}", domain, report)
+        if doc is not None:
+            yield doc
+
+
+def _sorted_under(root: Path, files: Iterable[Path]) -> list[Path]:
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
 def directory_documents(
     path: str | Path,
     suffixes: Sequence[str] = TEXT_SUFFIXES,
@@ -198,17 +215,10 @@ def directory_documents(
     root = Path(path)
     if not root.is_dir():
         raise CorpusError(f"path={str(root)!r} is not a directory")
-    files = sorted(
-        (p for p in root.rglob("*") if p.is_file() and p.name.endswith(tuple(suffixes))),
-        key=lambda p: p.relative_to(root).as_posix(),
-    )
+    files = _sorted_under(root, (p for p in root.rglob("*") if p.is_file() and p.name.endswith(tuple(suffixes))))
     if not files:
         raise CorpusError(f"path={str(root)!r} holds no file ending with {tuple(suffixes)}")
-    for file in files:
-        doc_id = f"{root.name}/{file.relative_to(root).as_posix()}"
-        doc = _read_text_file(file, str(file), doc_id, domain, report)
-        if doc is not None:
-            yield doc
+    return _files(files, root, f"{root.name}/", domain, report)
 
 
 def debian_documents(package: str, report: CorpusReport | None = None, root: str | Path = "/") -> Iterator[Document]:
@@ -227,11 +237,8 @@ def debian_documents(package: str, report: CorpusReport | None = None, root: str
             f"(`apt-get install {source.package}`, or `apt-get download {source.package}` and "
             f"`dpkg -x {source.package}_*.deb DIR` then pass root=DIR)"
         )
-    for file in sorted(directory.rglob(source.pattern), key=lambda p: p.relative_to(directory).as_posix()):
-        doc_id = f"debian:{package}/{file.relative_to(directory).as_posix()}"
-        doc = _read_text_file(file, str(file), doc_id, "prose", report)
-        if doc is not None:
-            yield doc
+    files = _sorted_under(directory, directory.rglob(source.pattern))
+    return _files(files, directory, f"debian:{package}/", "prose", report)
 
 
 def jsonl_documents(
@@ -241,6 +248,10 @@ def jsonl_documents(
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"path={str(path)!r} is not a file")
+    return _jsonl(path, text_key, domain, report)
+
+
+def _jsonl(path: Path, text_key: str, domain: str, report: CorpusReport | None) -> Iterator[Document]:
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, start=1):
             where = f"{path}:{number}"
@@ -279,6 +290,10 @@ def parquet_documents(
     table = pq.ParquetFile(path)
     if text_key not in table.schema_arrow.names:
         raise CorpusError(f"{path}: no column {text_key!r} (columns: {table.schema_arrow.names})")
+    return _parquet(path, table, text_key, domain, report)
+
+
+def _parquet(path: Path, table, text_key: str, domain: str, report: CorpusReport | None) -> Iterator[Document]:
     row = 0
     for batch in table.iter_batches(columns=[text_key], batch_size=1024):
         for text in batch.column(0).to_pylist():
@@ -361,6 +376,8 @@ def format_length_report(report: dict[str, float], unit: str = "tokens") -> str:
         f"p90 {report['p90']:.0f} max {report['max']:.0f}"
     )
     shares = [
-        f"> {key.removeprefix('longer_than_')}: {value:.1%}" for key, value in report.items() if key.startswith("longer_than_")
+        f"> {key.removeprefix('longer_than_')}: {value:.1%}"
+        for key, value in report.items()
+        if key.startswith("longer_than_")
     ]
     return head + ("\nshare of documents " + ", ".join(shares) if shares else "")

@@ -83,8 +83,10 @@ class PackedSource:
         self.path = str(path)
         self.documents = StreamingDataset(self.path, shuffle=False)
         self.lengths = np.load(Path(path) / LENGTHS_FILE).astype(np.int64)
-        if len(self.lengths) != len(self.documents):
-            raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {len(self.documents)}")
+        # All items, not len(): under torch.distributed, len() counts this rank's share only.
+        items = sum(end - start for start, end in self.documents.region_of_interest)
+        if len(self.lengths) != items:
+            raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {items}")
         self.epoch_tokens = int(self.lengths.sum())
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")

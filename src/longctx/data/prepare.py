@@ -87,7 +87,8 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
         verbose=verbose,
         start_method="fork",  # workers inherit the loaded tokenizer module; no re-import of __main__
     )
-    lengths = np.asarray([len(item) for item in StreamingDataset(str(output_dir), shuffle=False)], dtype=np.int64)
+    written = StreamingDataset(str(output_dir), shuffle=False)
+    lengths = np.asarray([len(written[i]) for i in range(len(written))], dtype=np.int64)
     np.save(output_dir / LENGTHS_FILE, lengths)
     manifest = {
         "source": source or "embedded",

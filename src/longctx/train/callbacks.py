@@ -14,6 +14,7 @@ so CPU MFU says how close training runs to what matrix multiplication alone can 
 from __future__ import annotations
 
 import json
+import signal
 import time
 from functools import cache
 from pathlib import Path
@@ -80,20 +81,36 @@ def step_checkpoints(directory: Path, every_steps: int) -> ModelCheckpoint:
 
 
 class SaveOnSigterm(L.Callback):
-    """On SIGTERM (cluster pre-emption), write `last.ckpt` after the current batch; Lightning
-    then stops the run. Resuming recomputes the data position from the saved step, so a
-    partially accumulated step is simply redone."""
+    """On SIGTERM (cluster pre-emption), finish the current optimizer step, write
+    `last.ckpt` and stop; also write it when training ends.
+
+    The handler is installed when training starts and replaces Lightning's, which would stop
+    after the current *micro-batch*: a checkpoint taken mid-accumulation would shift every
+    later accumulation boundary on resume and break exact reproduction. Ranks agree on the
+    flag with an all-reduce after every batch, so all of them save the same step together.
+    """
 
     def __init__(self, path: Path):
         self.path = path
+        self.received = False
+        self._steps_seen = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._steps_seen = trainer.global_step
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.received = True
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
-        stop = torch.tensor([int(trainer.received_sigterm)], device=trainer.strategy.root_device)
+        stop = torch.tensor([int(self.received)], device=trainer.strategy.root_device)
         if trainer.world_size > 1:
             torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
-        if stop.item():
-            trainer.received_sigterm = True
+        step_completed = trainer.global_step != self._steps_seen
+        self._steps_seen = trainer.global_step
+        if stop.item() and step_completed:
             trainer.save_checkpoint(str(self.path))
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The final state, also when max_steps is not a multiple of the checkpoint interval.
@@ -140,6 +157,9 @@ class MetricsFile(L.Callback):
     def __init__(self, path: Path):
         self.path = path
         self._last_step = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last_step = trainer.global_step  # a resumed run starts after its saved step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         step = trainer.global_step  # optimizer steps done; changes once per step

@@ -5,10 +5,15 @@ Owns the model, the loss, the optimizer and the LR schedule (STRING Appendix A.2
 `train.warmup_steps`, cosine decay to `train.min_lr` at `train.max_steps`. Gradient clipping
 and accumulation are the Trainer's (see train/trainer.py).
 
-Loss: mean next-token cross-entropy over the labelled tokens of the micro-batch
-(labels == -100 carry none). Lightning divides it by the accumulation steps and the
-strategy averages gradients over ranks, so an optimizer step sees the mean of the
-micro-batch means, at any world size.
+Loss: next-token cross-entropy averaged over *all labelled tokens of the optimizer step*
+(labels == -100 carry none), whatever the micro-batch grouping or world size. A mean of
+micro-batch means would weight tokens by how the step's rows happen to be grouped (rows
+hold different numbers of labelled tokens), so 1 and 2 processes would disagree. Instead
+each micro-batch returns sum(CE) / (rows x window), a constant denominator; Lightning
+divides by the accumulation steps and the strategy averages over ranks, giving
+grad sum(CE) / capacity for the step's token capacity; `on_before_optimizer_step` then
+all-reduces the labelled-token count and rescales the gradients by capacity / labelled,
+so the update is exactly grad [sum(CE) / labelled tokens] of the global batch.
 
 Under FSDP2 (`ModelParallelStrategy`), `configure_model` shards each transformer block
 and then the root with `fully_shard`, optionally after activation checkpointing and
@@ -45,8 +50,8 @@ class LanguageModelModule(L.LightningModule):
         # Plain dicts only: checkpoints must load with torch.load(weights_only=True).
         self.save_hyperparameters({"model": config_dict(config.model), "experiment": as_dict(config)})
         self.model: Llama | None = None
-        # Sum and count of micro-batch losses since the last optimizer step.
-        self._step_loss = torch.zeros(2)
+        # Summed cross-entropy, labelled tokens and token capacity since the last step.
+        self._step_totals = torch.zeros(3, dtype=torch.float64)
 
     def configure_model(self) -> None:
         if self.model is not None:
@@ -82,23 +87,32 @@ class LanguageModelModule(L.LightningModule):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["position_ids"], batch["document_ids"])
 
-    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens)."""
         logits = self(batch)
-        return F.cross_entropy(
-            logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX
-        )
+        labels = batch["labels"].flatten()
+        loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+        return loss, int((labels != IGNORE_INDEX).sum())
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(batch)
-        self._step_loss += torch.stack([loss.detach().float().cpu(), torch.ones(())])
-        return loss
+        loss_sum, labelled = self.summed_loss(batch)
+        capacity = batch["labels"].numel()
+        self._step_totals += torch.tensor([loss_sum.item(), labelled, capacity], dtype=torch.float64)
+        return loss_sum / capacity
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        # The step's loss: mean over its micro-batches here, then over ranks (sync_dist).
-        mean = self._step_loss[0] / self._step_loss[1].clamp(min=1)
-        self.log("train/loss", mean.to(self.device), on_step=True, prog_bar=True, sync_dist=True)
+        totals = self._step_totals.to(self.device)
+        if self.trainer.world_size > 1:
+            torch.distributed.all_reduce(totals)
+        loss_sum, labelled, capacity = totals.tolist()
+        if labelled > 0:
+            scale = capacity / labelled
+            for parameter in self.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.mul_(scale)
+        self.log("train/loss", loss_sum / max(labelled, 1), on_step=True, prog_bar=True)
         self.log("train/lr", optimizer.param_groups[0]["lr"], on_step=True)
-        self._step_loss.zero_()
+        self._step_totals.zero_()
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # clip_grad_norm_ handles FSDP2's sharded DTensor gradients (the norm is all-reduced).

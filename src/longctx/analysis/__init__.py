@@ -1,0 +1,1 @@
+"""Loaders and plots used by the analysis notebooks."""

@@ -1,0 +1,80 @@
+"""Read the metrics of a W&B run straight from its `.wandb` transaction log (offline runs).
+
+wandb 0.31 writes each run as `run-<id>.wandb`: a 7-byte header (":W&B", magic 0xBEE1,
+version 0) followed by a LevelDB-style log — 32 KiB blocks of records, each
+`crc32c (4) | length (2, little-endian) | type (1)` + payload, where type FULL=1 is a whole
+record and FIRST=2 / MIDDLE=3 / LAST=4 are pieces of one spanning blocks. Every payload is
+a `wandb.proto.wandb_internal_pb2.Record`; history rows are `Record.history.item`
+(key, value_json). This reader needs no W&B server and no `wandb sync`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2
+
+HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
+BLOCK_SIZE = 32 * 1024
+RECORD_HEADER_SIZE = 7
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def _payloads(data: bytes, source: Path) -> Iterator[bytes]:
+    if not data.startswith(HEADER):
+        raise ValueError(f"{source} is not a W&B transaction log (bad header)")
+    offset, pending = len(HEADER), b""
+    while offset + RECORD_HEADER_SIZE <= len(data):
+        left_in_block = BLOCK_SIZE - offset % BLOCK_SIZE
+        if left_in_block < RECORD_HEADER_SIZE:  # block trailer padding
+            offset += left_in_block
+            continue
+        length, kind = struct.unpack_from("<HB", data, offset + 4)
+        payload = data[offset + RECORD_HEADER_SIZE : offset + RECORD_HEADER_SIZE + length]
+        offset += RECORD_HEADER_SIZE + length
+        if kind == 0 and length == 0:  # zero fill at the end of a block
+            continue
+        if kind == FULL:
+            yield payload
+        elif kind == FIRST:
+            pending = payload
+        elif kind == MIDDLE:
+            pending += payload
+        elif kind == LAST:
+            yield pending + payload
+            pending = b""
+        else:
+            raise ValueError(f"{source}: unknown record type {kind} at byte {offset}")
+
+
+def run_file(run_dir: str | Path) -> Path:
+    """The `.wandb` file of a run directory (`.../wandb/offline-run-*/`)."""
+    files = sorted(Path(run_dir).glob("run-*.wandb"))
+    if not files:
+        raise FileNotFoundError(f"no run-*.wandb file in {run_dir}")
+    return files[0]
+
+
+def read_history(path: str | Path) -> list[dict]:
+    """Every logged history row of a run (`.wandb` file or run directory), as dicts."""
+    path = Path(path)
+    if path.is_dir():
+        path = run_file(path)
+    rows = []
+    for payload in _payloads(path.read_bytes(), path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({
+                ".".join(item.nested_key) if item.nested_key else item.key: json.loads(item.value_json)
+                for item in record.history.item
+            })
+    return rows
+
+
+def offline_runs(save_dir: str | Path) -> list[Path]:
+    """Offline run directories under a WandbLogger save_dir, oldest first."""
+    return sorted(Path(save_dir).glob("wandb/offline-run-*"))

@@ -1,0 +1,903 @@
+"""Evaluation-time position methods: StRing and the training-free baselines (DESIGN §8).
+
+Every method here rewrites the relative position P[m][n] = m - n that RoPE sees between a
+query at position m and a key at position n (positions within a document), without
+training. Each is a list of *passes*: a pass covers, for every query, a contiguous range
+of key distances m - n and rotates queries and keys at its own RoPE indices. A query's
+output is the softmax over the union of its passes, obtained by merging each pass's
+output with its log-sum-exp in fp32:
+
+    lse = logaddexp(lse_a, lse_b),   out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
+
+(= sigmoid(lse_a - lse_b) out_a + sigmoid(lse_b - lse_a) out_b, STRING Algorithm 2; a
+pass that covers no key of a query has lse = -inf and weight 0).
+
+Methods (L = training length = model.max_position; pass = [nearest, farthest] distances):
+
+- `rope`     plain RoPE, one pass [0, inf).
+- `ntk`      NTK-aware scaling (LocalLLaMA, 2023): base' = base * a^(d / (d - 2)).
+- `yarn`     YaRN (Peng et al., 2023): per-dimension interpolation ramp between
+             beta_fast and beta_slow rotations, cos/sin times 0.1 ln(a) + 1 (rope.py).
+- `string`   StRing (An et al., 2024, §4.1 Eq. 4), shift S, local window W < S:
+             P'[m][n] = P[m][n] - S + W if P[m][n] >= S else P[m][n].
+             Pass "diagonal" [0, S-1]: queries at m. Pass "shifted" [S, inf): queries at
+             m - S + W. Keys keep their positions in both, so a KV cache of rotated keys
+             serves it unchanged. compat='repo' reproduces the authors' released
+             string_for_llama.py instead: its first pass is flash-attn's window (S, 0),
+             i.e. [0, S], so the diagonal m - n = S is attended twice (at S and at W), and
+             its cos/sin are multiplied by 1 + 0.1 ln 2 for queries and keys alike, i.e.
+             scores by (1 + 0.1 ln 2)^2 ~ 1.14. (Its one-token decoding path attends the
+             last S keys, [0, S-1]; here both prefill and decoding use [0, S] so that
+             decoding equals prefill.)
+- `rerope`   ReRoPE (Su, 2023): P' = min(P, w). Pass [0, w-1] at (m, n); pass [w, inf)
+             with queries at w and keys at 0 (unrotated). As in Su's released patch, queries
+             at position m are multiplied by max(1, log(m + 1) / log(L_log)) (log-n scaling).
+- `self_extend` Self-Extend (Jin et al., 2024, §3): neighbour window w_n, group size G.
+             P' = P if P < w_n else floor(m/G) - floor(n/G) + w_n - floor(w_n/G):
+             pass [0, w_n-1] at (m, n); pass [w_n, inf) at (floor(m/G) + w_n - floor(w_n/G),
+             floor(n/G)). The released code shifts by w_n - w_n/G (a float), the same when G
+             divides w_n, as the protocol preset makes it.
+- `dca`      Dual Chunk Attention (An et al., 2024, §3.1), chunk size s, local window w,
+             c = s + w: keys at n mod s; same chunk (intra) queries at m mod s; the next
+             chunk (successive) queries at s + (m mod s) if (m mod s) < w else c - 1; any
+             earlier chunk (inter) queries at c - 1. Relative positions never exceed c - 1.
+
+The paper's baseline protocol (STRING §4.2: pretend the training length is L' = 2/3 L and
+extrapolate by L / L' = 1.5) is `baseline_protocol(name, L)`; config fields left at 0
+take its values.
+
+Implementations:
+
+- pure torch (any device, the CPU default): per row, queries in blocks of `block_size`;
+  a block attends, per pass, only the key range its queries can reach, so StRing's two
+  passes cost one attention pass plus one block of keys. On CPU the kernel is torch's
+  fused flash-attention op, which also returns the log-sum-exp; elsewhere explicit fp32
+  math. GQA folds the query-head group into the query axis (no key/value copies).
+- flash (CUDA, `gpu` extra) for methods whose passes are fixed distance bands (string,
+  rerope, self_extend): per pass one `flash_attn_varlen_func` over the documents, with the
+  keys of each document cut `nearest` tokens short (flash's bottom-right causal mask then
+  ends each query at m - nearest) and window (farthest - nearest, 0). DCA always uses the
+  pure-torch path. rope/ntk/yarn call `attention()` with the chosen backend.
+
+Position ids must increase by one inside a document (evaluation positions always do), so
+a key's distance is its index distance; a plan checks this.
+
+KV cache contract: methods with `caches_rotated_keys` (rope, ntk, yarn, string) rotate
+every key once at its own position with `rotate_keys` (the method's own RoPE: ntk/yarn
+differ from the model's) and attend with `keys_rotated=True`; rerope, self_extend and dca
+rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keeps
+*un-rotated* keys and every step re-rotates them (one multiply-add over the cache).
+
+Measured (benchmarks/position_methods.py, CPU, tiny-preset heads): see the module's
+benchmark; StRing prefill and decoding stay within the issue's 1.2x / 1.3x of plain RoPE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from longctx.model.attention import DEFAULT_BLOCK_SIZE, AttentionMask, attention, build_mask, resolve_backend
+from longctx.model.llama import ConfigError, ModelConfig
+from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
+
+POSITION_METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")
+BASELINE_TRAINING_FRACTION = 2 / 3
+"""STRING §4.2: baselines pretend the model was trained at 2/3 of its training length."""
+STRING_COMPAT = ("paper", "repo")
+REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
+"""cos/sin multiplier of the authors' released StRing code (compat='repo')."""
+UNBOUNDED = 1 << 40
+"""Largest key distance of a pass without a far end."""
+
+
+# --- configuration --------------------------------------------------------------------
+
+
+@dataclass
+class StringConfig:
+    """StRing (STRING §4.1). Paper: S = L/3, W = 128 for every model (Figure 7 ablation:
+    W >= 32 and L/3 <= S <= L/2 work)."""
+
+    shift: int = 0
+    """Shift offset S in tokens; 0 = round(shift_ratio * L)."""
+    shift_ratio: float = 1 / 3
+    """S as a fraction of the training length L when `shift` is 0."""
+    local_window: int = 128
+    """Local window W: shifted pairs restart at relative position W. Must be < S."""
+    compat: str = "paper"
+    """paper: Eq. 4 exactly. repo: the authors' released code (diagonal m-n=S twice, scores x (1+0.1 ln 2)^2)."""
+
+
+@dataclass
+class NtkConfig:
+    """NTK-aware RoPE (LocalLLaMA, 2023): base' = base * factor^(d/(d-2))."""
+
+    factor: float = 0.0
+    """Extension factor a; 0 = the baseline protocol's L / (2/3 L) = 1.5."""
+
+
+@dataclass
+class YarnConfig:
+    """YaRN (Peng et al., 2023, §3.2-3.4), the model's rope.py implementation."""
+
+    factor: float = 0.0
+    """Extension factor s; 0 = the baseline protocol's 1.5."""
+    original_max_position: int = 0
+    """Context the frequencies are ramped against; 0 = the protocol's round(2/3 L)."""
+    beta_fast: float = 32.0
+    """Dimensions rotating more than this often over the original context extrapolate (paper: 32)."""
+    beta_slow: float = 1.0
+    """Dimensions rotating less than this often are interpolated (paper: 1)."""
+
+
+@dataclass
+class ReRopeConfig:
+    """ReRoPE (Su, 2023; bojone/rerope): P' = min(P, window)."""
+
+    window: int = 0
+    """Relative positions >= window are set to window; 0 = the protocol's L'/8 (the patch's 512 at 4096)."""
+    log_scale_length: int = 0
+    """Queries at m scale by max(1, log(m+1)/log(this)); 0 = the protocol's L', -1 = off."""
+
+
+@dataclass
+class SelfExtendConfig:
+    """Self-Extend (Jin et al., 2024). Extends to (L' - w_n) * G + w_n tokens."""
+
+    neighbor_window: int = 0
+    """w_n: relative positions below it are exact; 0 = the protocol's L'/4 (1024 at 4096), made a multiple of G."""
+    group_size: int = 0
+    """G: farther positions are floor-divided by G; 0 = the smallest G whose extended window covers L."""
+
+
+@dataclass
+class DcaConfig:
+    """Dual Chunk Attention (An et al., 2024, §3.1); relative positions stay below chunk_size + local_window."""
+
+    chunk_size: int = 0
+    """s: keys sit at n mod s; 0 = the released ChunkLlama code's 3/4 L' - L'/8 = 5/8 L'."""
+    local_window: int = 0
+    """w: successive-chunk queries keep exact distances for their first w offsets; 0 = L'/8 (released code)."""
+
+
+@dataclass
+class PositionMethodConfig:
+    """Which position method evaluation uses, and the parameters of each."""
+
+    name: str = "rope"
+    """rope | ntk | yarn | rerope | self_extend | dca | string."""
+    string: StringConfig = field(default_factory=StringConfig)
+    """StRing parameters (name=string)."""
+    ntk: NtkConfig = field(default_factory=NtkConfig)
+    """NTK-aware scaling parameters (name=ntk)."""
+    yarn: YarnConfig = field(default_factory=YarnConfig)
+    """YaRN parameters (name=yarn)."""
+    rerope: ReRopeConfig = field(default_factory=ReRopeConfig)
+    """ReRoPE parameters (name=rerope)."""
+    self_extend: SelfExtendConfig = field(default_factory=SelfExtendConfig)
+    """Self-Extend parameters (name=self_extend)."""
+    dca: DcaConfig = field(default_factory=DcaConfig)
+    """Dual Chunk Attention parameters (name=dca)."""
+
+    def resolved(self, training_length: int, prefix: str = "eval.position_method") -> dict:
+        """Parameters of the selected method with 0-valued fields filled in (by the
+        baseline protocol, or StRing's shift_ratio); raises ConfigError naming the key
+        (`prefix`.name, `prefix`.string.shift, ...) of an impossible value."""
+        if self.name not in POSITION_METHODS:
+            raise ConfigError(f"{prefix}.name", f"{self.name!r} is not one of {POSITION_METHODS}")
+        if self.name == "rope":
+            return {}
+        if self.name == "string":
+            return _resolve_string(self.string, training_length, f"{prefix}.string")
+        section = getattr(self, self.name)
+        protocol = baseline_protocol(self.name, training_length)
+        values = {key: value or protocol[key] for key, value in vars(section).items()}
+        _check_baseline(self.name, values, f"{prefix}.{self.name}")
+        return values
+
+
+def baseline_protocol(method_name: str, training_length: int) -> dict:
+    """Parameters of a baseline under STRING §4.2's protocol: the model is treated as
+    trained at L' = round(2/3 L) and extrapolated by L / L' (= 1.5) to its real length L.
+    Each method's other parameters keep its own paper's/released code's proportions."""
+    if method_name not in POSITION_METHODS or method_name == "string":
+        raise ValueError(f"method_name={method_name!r}: the baseline protocol covers {POSITION_METHODS[:-1]}")
+    if training_length < 16:
+        raise ValueError(f"training_length={training_length} is too short for the baseline protocol (needs >= 16)")
+    pretend = round(BASELINE_TRAINING_FRACTION * training_length)
+    factor = training_length / pretend
+    if method_name == "rope":
+        return {}
+    if method_name == "ntk":
+        return {"factor": factor}
+    if method_name == "yarn":
+        return {"factor": factor, "original_max_position": pretend, "beta_fast": 32.0, "beta_slow": 1.0}
+    if method_name == "rerope":
+        return {"window": pretend // 8, "log_scale_length": pretend}
+    if method_name == "self_extend":
+        window = pretend // 4
+        group = math.ceil((training_length - window) / (pretend - window))
+        return {"neighbor_window": window - window % group, "group_size": group}
+    return {"chunk_size": pretend * 3 // 4 - pretend // 8, "local_window": pretend // 8}
+
+
+def _resolve_string(config: StringConfig, training_length: int, prefix: str) -> dict:
+    if config.compat not in STRING_COMPAT:
+        raise ConfigError(f"{prefix}.compat", f"{config.compat!r} is not one of {STRING_COMPAT}")
+    if config.shift < 0:
+        raise ConfigError(f"{prefix}.shift", f"must be >= 0 (0 = shift_ratio * L), got {config.shift}")
+    shift = config.shift or round(config.shift_ratio * training_length)
+    if shift <= 0:
+        raise ConfigError(
+            f"{prefix}.shift_ratio", f"gives shift S = round({config.shift_ratio} * {training_length}) = {shift}; S must be > 0"
+        )
+    if not 0 <= config.local_window < shift:
+        raise ConfigError(
+            f"{prefix}.local_window",
+            f"must be in [0, shift S={shift}), got {config.local_window} (STRING Eq. 4 needs W < S)",
+            (f"{prefix}.shift", f"{prefix}.shift_ratio"),
+        )
+    return {"shift": shift, "local_window": config.local_window, "compat": config.compat}
+
+
+def _check_baseline(name: str, values: dict, prefix: str) -> None:
+    positive = {
+        "ntk": ("factor",),
+        "yarn": ("factor", "original_max_position"),
+        "rerope": ("window",),
+        "self_extend": ("neighbor_window", "group_size"),
+        "dca": ("chunk_size", "local_window"),
+    }[name]
+    for key in positive:
+        if values[key] <= 0:
+            raise ConfigError(f"{prefix}.{key}", f"must be > 0, got {values[key]}")
+    if name in ("ntk", "yarn") and values["factor"] < 1:
+        raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
+    if name == "yarn" and values["beta_fast"] <= values["beta_slow"]:
+        raise ConfigError(f"{prefix}.beta_fast", f"{values['beta_fast']} must exceed beta_slow={values['beta_slow']}")
+    if name == "rerope" and values["log_scale_length"] != -1 and values["log_scale_length"] < 2:
+        raise ConfigError(f"{prefix}.log_scale_length", f"must be >= 2 or -1 (off), got {values['log_scale_length']}")
+    if name == "dca" and values["local_window"] > values["chunk_size"]:
+        raise ConfigError(
+            f"{prefix}.local_window", f"{values['local_window']} exceeds chunk_size={values['chunk_size']}", (f"{prefix}.chunk_size",)
+        )
+
+
+# --- passes and methods ---------------------------------------------------------------
+
+PositionMap = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class AttentionPass:
+    """One softmax of a method: which keys each query covers and where RoPE puts them.
+
+    A query at position p covers the keys of its document at distances p - n in
+    [nearest, farthest] = `distances(p)` (inclusive; farthest may be UNBOUNDED).
+    """
+
+    name: str
+    distances: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    """Query positions -> (nearest, farthest) distances covered."""
+    query_positions: PositionMap
+    """Query positions -> the RoPE index queries are rotated at in this pass."""
+    key_positions: PositionMap | None = None
+    """Key positions -> their RoPE index; None = their own position (cache-friendly)."""
+    band: tuple[int, int | None] | None = None
+    """(nearest, farthest or None) when the same for every query: the flash path needs it."""
+
+
+def band_pass(
+    name: str, nearest: int, farthest: int | None, query_positions: PositionMap, key_positions: PositionMap | None = None
+) -> AttentionPass:
+    """A pass covering the same distances [nearest, farthest] for every query."""
+
+    def distances(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        far = UNBOUNDED if farthest is None else farthest
+        return torch.full_like(positions, nearest), torch.full_like(positions, far)
+
+    return AttentionPass(name, distances, query_positions, key_positions, (nearest, farthest))
+
+
+def _own(positions: torch.Tensor) -> torch.Tensor:
+    return positions
+
+
+class PositionMethod(nn.Module):
+    """A position method: its RoPE, its passes, and attention over un-rotated q/k/v.
+
+        method = build_position_method(cfg.eval.position_method, cfg.model)
+        plan = method.plan(position_ids, document_ids, q_len, backend=backend)   # once per forward
+        out = method(q, k, v, plan)                                              # every layer
+
+    q [B, Tq, H, D] and k/v [B, Tk, Hkv, D] with queries the last Tq key positions, as in
+    `attention()`; position_ids/document_ids [B, Tk] describe the keys.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        rotary: RotaryEmbedding,
+        passes: list[AttentionPass],
+        *,
+        params: dict | None = None,
+        score_multiplier: float = 1.0,
+        query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        super().__init__()
+        if not passes:
+            raise ValueError(f"position method {name!r} needs at least one pass")
+        self.name = name
+        self.rotary = rotary
+        self.passes = passes
+        self.params = dict(params or {})
+        self.score_multiplier = score_multiplier
+        self.query_scale = query_scale
+
+    @property
+    def caches_rotated_keys(self) -> bool:
+        """True when every pass keeps keys at their own positions: the KV cache may hold
+        keys rotated once by `rotate_keys`. False: the cache must hold un-rotated keys."""
+        return all(p.key_positions is None for p in self.passes)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+
+    def rotate_keys(self, k: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """k [B, T, Hkv, D] rotated at its own positions [B, T] by this method's RoPE."""
+        if not self.caches_rotated_keys:
+            raise ValueError(f"position method {self.name!r} rotates keys at rewritten positions; cache them un-rotated")
+        return apply_rotary(k, *_cos_sin(self.rotary, position_ids, k.dtype))
+
+    def plan(
+        self,
+        position_ids: torch.Tensor,
+        document_ids: torch.Tensor | None = None,
+        q_len: int | None = None,
+        *,
+        keys_rotated: bool = False,
+        backend: str = "auto",
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        dtype: torch.dtype = torch.float32,
+    ) -> PositionPlan:
+        """Everything about positions one forward pass shares across layers.
+
+        position_ids/document_ids [B, Tk] of all keys (cache + new); q_len = number of
+        queries (the last q_len keys; default all). keys_rotated: k will arrive rotated
+        at its own positions (from `rotate_keys`). dtype: the dtype of q/k.
+        """
+        return _make_plan(self, position_ids, document_ids, q_len, keys_rotated, backend, block_size, dtype)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None):
+        """Attention output [B, Tq, H, D] from un-rotated q (and k unless the plan says rotated)."""
+        _check_inputs(q, k, v, plan)
+        scale = (q.shape[-1] ** -0.5 if scale is None else scale) * self.score_multiplier
+        if plan.query_scale is not None:
+            q = q * plan.query_scale[:, :, None, None]
+        if plan.mask is not None:
+            only = plan.passes[0]
+            keys = k if plan.keys_rotated else apply_rotary(k, *plan.key_rotations[0])
+            return attention(apply_rotary(q, only.query_cos, only.query_sin), keys, v, mask=plan.mask, scale=scale)
+        keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
+        queries = [apply_rotary(q, p.query_cos, p.query_sin) for p in plan.passes]
+        if plan.backend == "flash":
+            return _flash_passes(queries, keys, v, plan, scale)
+        return _torch_passes(queries, keys, v, plan, scale)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        keys_rotated: bool = False,
+        backend: str = "auto",
+        scale: float | None = None,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+    ) -> torch.Tensor:
+        """`plan` + `forward` in one call; position_ids default to 0..Tk-1 in every row."""
+        if position_ids is None:
+            position_ids = torch.arange(k.shape[1], device=k.device).expand(k.shape[0], -1)
+        plan = self.plan(
+            position_ids, document_ids, q.shape[1], keys_rotated=keys_rotated, backend=backend, block_size=block_size, dtype=q.dtype
+        )
+        return self(q, k, v, plan, scale=scale)
+
+
+# --- the methods ----------------------------------------------------------------------
+
+
+def rope_method(rotary: RotaryEmbedding, name: str = "rope", params: dict | None = None) -> PositionMethod:
+    """Plain RoPE with `rotary` (also the body of ntk and yarn)."""
+    return PositionMethod(name, rotary, [band_pass("causal", 0, None, _own)], params=params)
+
+
+def ntk_method(head_dim: int, base: float, factor: float, training_length: int) -> PositionMethod:
+    """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`)."""
+    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length)
+    return rope_method(rotary, "ntk", {"factor": factor})
+
+
+def yarn_method(
+    head_dim: int, base: float, factor: float, original_max_position: int, training_length: int,
+    beta_fast: float = 32.0, beta_slow: float = 1.0,
+) -> PositionMethod:  # fmt: skip
+    """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
+    scaling = RopeScaling("yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow)
+    rotary = RotaryEmbedding(head_dim, base, scaling, training_length)
+    params = {"factor": factor, "original_max_position": original_max_position, "beta_fast": beta_fast, "beta_slow": beta_slow}
+    return rope_method(rotary, "yarn", params)
+
+
+def string_method(rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper") -> PositionMethod:
+    """StRing (STRING Eq. 4) with shift S and local window W; see the module docstring."""
+    if shift <= 0:
+        raise ValueError(f"StRing shift S must be > 0, got {shift}")
+    if not 0 <= local_window < shift:
+        raise ValueError(f"StRing local_window W must be in [0, shift S={shift}), got {local_window}")
+    if compat not in STRING_COMPAT:
+        raise ValueError(f"StRing compat={compat!r} is not one of {STRING_COMPAT}")
+    diagonal_end = shift if compat == "repo" else shift - 1
+    passes = [
+        band_pass("diagonal", 0, diagonal_end, _own),
+        band_pass("shifted", shift, None, lambda p: p - shift + local_window),
+    ]
+    multiplier = REPO_STRING_ATTENTION_FACTOR**2 if compat == "repo" else 1.0
+    params = {"shift": shift, "local_window": local_window, "compat": compat}
+    return PositionMethod("string", rotary, passes, params=params, score_multiplier=multiplier)
+
+
+def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = -1) -> PositionMethod:
+    """ReRoPE: P' = min(P, window); log-n query scaling against log_scale_length (-1 = off)."""
+    if window <= 0:
+        raise ValueError(f"ReRoPE window must be > 0, got {window}")
+    passes = [
+        band_pass("window", 0, window - 1, _own),
+        band_pass("rectified", window, None, lambda p: torch.full_like(p, window), torch.zeros_like),
+    ]
+    query_scale = None
+    if log_scale_length > 0:
+        log_length = math.log(log_scale_length)
+
+        def query_scale(positions: torch.Tensor) -> torch.Tensor:
+            return (torch.log1p(positions.double()) / log_length).clamp(min=1)
+
+    params = {"window": window, "log_scale_length": log_scale_length}
+    return PositionMethod("rerope", rotary, passes, params=params, query_scale=query_scale)
+
+
+def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size: int) -> PositionMethod:
+    """Self-Extend: exact below neighbor_window, grouped (floor-divided by group_size) beyond."""
+    if neighbor_window <= 0 or group_size <= 0:
+        raise ValueError(f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}")
+    offset = neighbor_window - neighbor_window // group_size
+    passes = [
+        band_pass("neighbor", 0, neighbor_window - 1, _own),
+        band_pass(
+            "grouped", neighbor_window, None,
+            lambda p: torch.div(p, group_size, rounding_mode="floor") + offset,
+            lambda p: torch.div(p, group_size, rounding_mode="floor"),
+        ),
+    ]  # fmt: skip
+    params = {"neighbor_window": neighbor_window, "group_size": group_size}
+    return PositionMethod("self_extend", rotary, passes, params=params)
+
+
+def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> PositionMethod:
+    """Dual Chunk Attention with chunk size s and local window w (c = s + w)."""
+    if chunk_size <= 0 or not 0 < local_window <= chunk_size:
+        raise ValueError(f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}")
+    s, last = chunk_size, chunk_size + local_window - 1
+
+    def in_chunk(p: torch.Tensor) -> torch.Tensor:
+        return torch.remainder(p, s)
+
+    def intra(p):
+        return torch.zeros_like(p), in_chunk(p)
+
+    def successive(p):
+        return in_chunk(p) + 1, in_chunk(p) + s
+
+    def inter(p):
+        return in_chunk(p) + s + 1, torch.full_like(p, UNBOUNDED)
+
+    passes = [
+        AttentionPass("intra", intra, in_chunk, in_chunk),
+        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk),
+        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk),
+    ]
+    params = {"chunk_size": chunk_size, "local_window": local_window}
+    return PositionMethod("dca", rotary, passes, params=params)
+
+
+def build_position_method(config: PositionMethodConfig, model: ModelConfig, prefix: str = "eval.position_method") -> PositionMethod:
+    """The method `config.name` for a model; training length L = model.max_position.
+
+    rope, string, rerope, self_extend and dca use the model's RoPE (including its own
+    scaling); ntk and yarn replace the model's scaling with theirs."""
+    params = config.resolved(model.max_position, prefix)
+    rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position)
+    name = config.name
+    if name == "rope":
+        return rope_method(rotary)
+    if name == "string":
+        return string_method(rotary, **params)
+    if name == "ntk":
+        return ntk_method(model.head_dim, model.rope_base, params["factor"], model.max_position)
+    if name == "yarn":
+        return yarn_method(model.head_dim, model.rope_base, training_length=model.max_position, **params)
+    if name == "rerope":
+        return rerope_method(rotary, **params)
+    if name == "self_extend":
+        return self_extend_method(rotary, **params)
+    return dca_method(rotary, **params)
+
+
+def string_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    shift: int,
+    local_window: int = 128,
+    compat: str = "paper",
+    position_ids: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
+    rope_base: float = 10000.0,
+    rope_scaling: RopeScaling | None = None,
+    max_position: int | None = None,
+    scale: float | None = None,
+    backend: str = "auto",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> torch.Tensor:
+    """StRing attention from un-rotated q [B, Tq, H, D], k/v [B, Tk, Hkv, D].
+
+    position_ids/document_ids [B, Tk] describe the keys (queries are the last Tq); RoPE
+    is `rope_base` with `rope_scaling` (max_position: the context that scaling is
+    relative to, default Tk)."""
+    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(q.device)
+    method = string_method(rotary, shift, local_window, compat)
+    return method.attend(
+        q, k, v, position_ids=position_ids, document_ids=document_ids, backend=backend, scale=scale, block_size=block_size
+    )
+
+
+# --- planning ---------------------------------------------------------------------------
+
+
+@dataclass
+class PassPlan:
+    """One pass of one forward: rotations, per-query key ranges and per-block work."""
+
+    band: tuple[int, int | None] | None
+    query_cos: torch.Tensor
+    """[B, Tq, D] cos of the queries' rotation in this pass."""
+    query_sin: torch.Tensor
+    key_rotation: int
+    """Index into PositionPlan.key_rotations."""
+    lower: torch.Tensor
+    """[B, Tq] first key index covered (inclusive)."""
+    upper: torch.Tensor
+    """[B, Tq] last key index covered (inclusive); < lower where the pass covers nothing."""
+    blocks: list[list[KeySpans | None]]
+    """Per row, per query block: the keys the block attends in this pass, or None if none."""
+
+
+@dataclass
+class PositionPlan:
+    """What `PositionMethod.forward` needs about positions; built once per forward."""
+
+    backend: str
+    """'attention' backends for single-pass methods; 'torch' or 'flash' for the others."""
+    q_len: int
+    document_ids: torch.Tensor
+    """[B, Tk] document id of every key."""
+    keys_rotated: bool
+    block_size: int
+    passes: list[PassPlan]
+    key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None]
+    """cos/sin [B, Tk, D] for each distinct key position map; None = keys arrive rotated."""
+    query_scale: torch.Tensor | None
+    """[B, Tq] query multiplier (ReRoPE's log-n), or None."""
+    mask: AttentionMask | None = None
+    """Single-pass methods: the mask for `attention()`."""
+
+
+def _cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [B, T, D] at `positions`; float64 angles for float64 inputs, else float32 (as rope.py)."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    angles = positions.to(compute)[..., None] * rotary.inv_freq.to(positions.device, compute)
+    angles = torch.cat([angles, angles], dim=-1)
+    factor = rotary.attention_factor
+    return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
+
+
+def _document_start_index(document_ids: torch.Tensor) -> torch.Tensor:
+    """[B, Tk] key index where each key's document starts."""
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    is_start = torch.ones_like(document_ids, dtype=torch.bool)
+    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    return torch.where(is_start, index, torch.zeros_like(index)).cummax(dim=1).values
+
+
+def _check_consecutive(position_ids: torch.Tensor, document_ids: torch.Tensor) -> None:
+    steps = position_ids[:, 1:] - position_ids[:, :-1]
+    bad = (steps != 1) & (document_ids[:, 1:] == document_ids[:, :-1])
+    if bad.any():
+        row, index = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            "position methods need position_ids that increase by 1 inside each document; "
+            f"row {row} goes {int(position_ids[row, index])} -> {int(position_ids[row, index + 1])} at key index {index + 1}"
+        )
+
+
+def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend, block_size, dtype) -> PositionPlan:
+    if position_ids.dim() != 2:
+        raise ValueError(f"position_ids must be [batch, keys], got shape {tuple(position_ids.shape)}")
+    batch, kv_len = position_ids.shape
+    device = position_ids.device
+    q_len = kv_len if q_len is None else q_len
+    if not 0 < q_len <= kv_len:
+        raise ValueError(f"q_len={q_len} must be in [1, keys={kv_len}]")
+    if block_size <= 0:
+        raise ValueError(f"block_size must be > 0, got {block_size}")
+    if document_ids is None:
+        document_ids = torch.zeros_like(position_ids)
+    if document_ids.shape != position_ids.shape:
+        raise ValueError(f"document_ids {tuple(document_ids.shape)} and position_ids {tuple(position_ids.shape)} differ in shape")
+    if keys_rotated and not method.caches_rotated_keys:
+        raise ValueError(f"position method {method.name!r} needs un-rotated keys (keys_rotated=False)")
+    offset = kv_len - q_len
+    query_positions = position_ids[:, offset:]
+    query_scale = None if method.query_scale is None else method.query_scale(query_positions).to(dtype)
+    key_maps: list[PositionMap | None] = []
+    key_rotations = []
+
+    def key_rotation(key_map: PositionMap | None) -> int:
+        if key_map not in key_maps:
+            key_maps.append(key_map)
+            own = key_map is None
+            rotated = own and keys_rotated
+            key_rotations.append(None if rotated else _cos_sin(method.rotary, position_ids if own else key_map(position_ids), dtype))
+        return key_maps.index(key_map)
+
+    if len(method.passes) == 1:
+        only = method.passes[0]
+        cos, sin = _cos_sin(method.rotary, only.query_positions(query_positions), dtype)
+        index = key_rotation(only.key_positions)
+        empty = torch.empty(0, dtype=torch.long, device=device)
+        mask = build_mask(document_ids, q_len, backend)
+        pass_plan = PassPlan(only.band, cos, sin, index, empty, empty, [])
+        return PositionPlan(mask.backend, q_len, document_ids, keys_rotated, block_size, [pass_plan], key_rotations, query_scale, mask)
+
+    _check_consecutive(position_ids, document_ids)
+    resolved = resolve_backend(backend, device)
+    flash = resolved == "flash" and all(p.band is not None for p in method.passes)
+    query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
+    document_start = _document_start_index(document_ids)[:, offset:]
+    passes = []
+    for attention_pass in method.passes:
+        nearest, farthest = attention_pass.distances(query_positions)
+        upper = query_index - nearest
+        lower = torch.maximum(document_start, query_index - farthest)
+        cos, sin = _cos_sin(method.rotary, attention_pass.query_positions(query_positions), dtype)
+        blocks = [] if flash else _block_spans(lower, upper, block_size)
+        passes.append(PassPlan(attention_pass.band, cos, sin, key_rotation(attention_pass.key_positions), lower, upper, blocks))
+    return PositionPlan(
+        "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale
+    )
+
+
+@dataclass(frozen=True)
+class KeySpans:
+    """The keys one query block attends in one pass, as key-index ranges [start, end)."""
+
+    bulk: tuple[int, int] | None
+    """Keys every (covering) query of the block attends: no mask needed."""
+    edges: tuple[tuple[int, int], ...]
+    """The rest of the block's keys, attended with a mask."""
+    has_empty_rows: bool
+    """Some query of the block covers no key in this pass."""
+
+
+def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int) -> list[list[KeySpans | None]]:
+    """Per row and query block: the key span [first, last] its queries cover, split into
+    the common part [max lower, min upper] (no mask) and the edges around it (masked).
+    Within a document lower/upper grow with the query, so for a long document the edges
+    are at most one block wide on each side."""
+    batch, q_len = lower.shape
+    blocks = -(-q_len // block_size)
+    pad = blocks * block_size - q_len
+    valid = (torch.arange(blocks * block_size, device=lower.device) < q_len).view(blocks, block_size)
+    lower, upper = (torch.nn.functional.pad(t, (0, pad)).view(batch, blocks, block_size) for t in (lower, upper))
+    covered = valid & (upper >= lower)
+    first = torch.where(covered, lower, UNBOUNDED).amin(-1)
+    last = torch.where(covered, upper, -UNBOUNDED).amax(-1)
+    common_first = torch.where(covered, lower, -UNBOUNDED).amax(-1)
+    common_last = torch.where(covered, upper, UNBOUNDED).amin(-1)
+    has_empty = (valid & ~covered).any(-1)
+    columns = (first, last, common_first, common_last, has_empty, covered.any(-1))
+    rows = []
+    for row in zip(*(column.tolist() for column in columns)):
+        spans = []
+        for f, l, cf, cl, empty, nonempty in zip(*row):
+            if not nonempty:
+                spans.append(None)
+            elif cf > cl:  # no key common to all queries (e.g. a block across documents)
+                spans.append(KeySpans(None, ((f, l + 1),), empty))
+            else:
+                edges = tuple((a, b) for a, b in ((f, cf), (cl + 1, l + 1)) if b > a)
+                spans.append(KeySpans((cf, cl + 1), edges, empty))
+        rows.append(spans)
+    return rows
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan) -> None:
+    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[2] % k.shape[2]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple")
+    if (q.shape[1], k.shape[:2]) != (plan.q_len, plan.document_ids.shape):
+        raise ValueError(
+            f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+# --- pure-torch passes ------------------------------------------------------------------
+
+
+def _torch_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
+    batch, q_len, heads, dim = queries[0].shape
+    out = torch.empty(batch, q_len, heads, dim, dtype=v.dtype, device=v.device)
+    for b in range(batch):
+        for block, q_start in enumerate(range(0, q_len, plan.block_size)):
+            rows = slice(q_start, min(q_start + plan.block_size, q_len))
+            parts = []
+            for pass_plan, q_rot in zip(plan.passes, queries):
+                spans = pass_plan.blocks[b][block]
+                if spans is None:
+                    continue
+                query, key, value = q_rot[b, rows], keys[pass_plan.key_rotation][b], v[b]
+                if spans.bulk is not None:
+                    start, end = spans.bulk
+                    part = _attend(query, key[start:end], value[start:end], None, scale)
+                    if spans.has_empty_rows:
+                        part = _without_rows(part, pass_plan.upper[b, rows] < pass_plan.lower[b, rows])
+                    parts.append(part)
+                if spans.edges:
+                    key_index = torch.cat([torch.arange(start, end, device=v.device) for start, end in spans.edges])
+                    allowed = (key_index >= pass_plan.lower[b, rows, None]) & (key_index <= pass_plan.upper[b, rows, None])
+                    part = _attend(query, key[key_index], value[key_index], allowed, scale)
+                    parts.append(_without_rows(part, ~allowed.any(-1)))
+            merged = parts[0]
+            for part in parts[1:]:
+                merged = _merge(merged, part)
+            out[b, rows] = merged[0].to(v.dtype)
+    return out
+
+
+def _without_rows(part: tuple[torch.Tensor, torch.Tensor], empty: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mark rows that attended no key: output 0, log-sum-exp -inf (weight 0 in a merge)."""
+    out, lse = part
+    return out.masked_fill(empty[:, None, None], 0.0), lse.masked_fill(empty[:, None], -math.inf)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scale: float):
+    """Softmax attention of q [bq, H, D] over k/v [bk, Hkv, D] with an optional boolean
+    [bq, bk] mask; returns output [bq, H, D] and log-sum-exp [bq, H] in fp32 (fp64 for fp64 inputs).
+    Rows with no allowed key come back as (0, anything): the caller sets their lse."""
+    q_len, heads, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    # GQA: query head h uses key head h // group; fold the group into the query axis.
+    q4 = q.view(q_len, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * q_len, dim)
+    k4, v4 = k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+    bias = None
+    if allowed is not None:
+        zero, minus_inf = (torch.tensor(x, dtype=q.dtype, device=q.device) for x in (0.0, -math.inf))
+        bias = torch.where(allowed, zero, minus_inf).repeat(group, 1)
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, 0.0, False, attn_mask=bias, scale=scale)
+    else:
+        out, lse = _attend_math(q4, k4, v4, bias, scale)
+    out = out.view(kv_heads, group, q_len, dim).permute(2, 0, 1, 3).reshape(q_len, heads, dim)
+    lse = lse.view(kv_heads, group, q_len).permute(2, 0, 1).reshape(q_len, heads)
+    merge_dtype = torch.promote_types(q.dtype, torch.float32)
+    return out.to(merge_dtype), lse.to(merge_dtype)
+
+
+def _attend_math(q, k, v, bias, scale):
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
+    if bias is not None:
+        scores = scores + bias.float()
+    lse = scores.logsumexp(-1)
+    weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+    return torch.einsum("bhqk,bhkd->bhqd", weights, v.float()), lse
+
+
+def _merge(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the union of two key sets from each one's output and log-sum-exp (fp32)."""
+    out_a, lse_a = a
+    out_b, lse_b = b
+    lse = torch.logaddexp(lse_a, lse_b)
+    finite = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    weight_a = torch.exp(lse_a - finite)[..., None]
+    weight_b = torch.exp(lse_b - finite)[..., None]
+    return out_a * weight_a + out_b * weight_b, lse
+
+
+# --- flash-attn passes (CUDA) -----------------------------------------------------------
+
+
+def _flash_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
+    from flash_attn import flash_attn_varlen_func
+
+    batch, q_len, heads, dim = queries[0].shape
+    kv_heads = v.shape[2]
+    segments = _flash_segments(plan.document_ids, q_len)
+    flat_v = v.reshape(-1, kv_heads, dim)
+    merged = None
+    for pass_plan, q_rot in zip(plan.passes, queries):
+        nearest, farthest = pass_plan.band
+        kept, key_index = _cut_segments(segments, nearest)
+        cu_k = torch.nn.functional.pad(kept.cumsum(0), (1, 0)).to(torch.int32)
+        flat_k = keys[pass_plan.key_rotation].reshape(-1, kv_heads, dim)
+        out, lse, _ = flash_attn_varlen_func(
+            q_rot.reshape(-1, heads, dim),
+            flat_k[key_index],
+            flat_v[key_index],
+            cu_seqlens_q=segments.cu_seqlens_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=max(segments.q_lengths),
+            max_seqlen_k=max(int(kept.max()), 1),
+            softmax_scale=scale,
+            causal=True,  # bottom-right aligned: query m reaches key m - nearest
+            window_size=(-1 if farthest is None else farthest - nearest, 0),
+            return_attn_probs=True,
+        )
+        if lse.shape != (heads, out.shape[0]):
+            raise RuntimeError(f"flash-attn returned log-sum-exp of shape {tuple(lse.shape)}; position methods need flash-attn >= 2.5")
+        empty = (pass_plan.upper < pass_plan.lower).reshape(-1, 1)
+        part = (out.float().masked_fill(empty[..., None], 0.0), lse.transpose(0, 1).float().masked_fill(empty, -math.inf))
+        merged = part if merged is None else _merge(merged, part)
+    return merged[0].view(batch, q_len, heads, dim).to(v.dtype)
+
+
+@dataclass
+class _Segments:
+    """Documents of all rows laid end to end (flat key index of their start, their key and query counts)."""
+
+    starts: torch.Tensor
+    k_lengths: torch.Tensor
+    q_lengths: list[int]
+    cu_seqlens_q: torch.Tensor
+
+
+def _flash_segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
+    batch, kv_len = document_ids.shape
+    offset = kv_len - q_len
+    is_start = torch.ones_like(document_ids, dtype=torch.bool)
+    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    starts = is_start.flatten().nonzero().flatten()
+    ends = torch.cat([starts[1:], starts.new_tensor([batch * kv_len])])
+    k_lengths = ends - starts
+    local_start = starts % kv_len
+    q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
+    cu_q = torch.nn.functional.pad(q_lengths.cumsum(0), (1, 0)).to(torch.int32)
+    return _Segments(starts, k_lengths, q_lengths.tolist(), cu_q)
+
+
+def _cut_segments(segments: _Segments, nearest: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Key counts per document with its last `nearest` keys dropped, and the flat index of the kept keys."""
+    kept = (segments.k_lengths - nearest).clamp(min=0)
+    total = int(kept.sum())
+    first = torch.repeat_interleave(segments.starts, kept, output_size=total)
+    before = torch.repeat_interleave(kept.cumsum(0) - kept, kept, output_size=total)
+    return kept, first + torch.arange(total, device=kept.device) - before

@@ -1,0 +1,424 @@
+"""StRing and the baselines against dense float64 references built from each paper's P'.
+
+The reference knows nothing of passes, blocks or log-sum-exps: for every (query m, key n)
+pair of a document it evaluates the published modified relative position P'[m][n],
+rotates the query by P'[m][n] and leaves the key at 0 (RoPE scores depend only on the
+difference), and takes one masked softmax over all pairs.
+"""
+
+import math
+
+import pytest
+import torch
+
+from longctx.model.attention import attention
+from longctx.model.llama import ConfigError, ModelConfig
+from longctx.model.position_methods import (
+    REPO_STRING_ATTENTION_FACTOR,
+    PositionMethodConfig,
+    StringConfig,
+    baseline_protocol,
+    build_position_method,
+    dca_method,
+    ntk_method,
+    rerope_method,
+    rope_method,
+    self_extend_method,
+    string_attention,
+    string_method,
+    yarn_method,
+)
+from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
+from tests.helpers import packed_document_ids, reset_position_ids
+
+BASE = 10000.0
+DIM = 16
+
+# --- the reference ----------------------------------------------------------------------
+
+
+def plain_frequencies(base: float = BASE, dim: int = DIM) -> torch.Tensor:
+    """theta_i = base^(-2i/d), stored in float32 as a model stores them."""
+    return (1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)).float().double()
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (i, i + d/2) of x [..., d] by angles [..., d/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], dim=-1)
+
+
+def dense_reference(q, k, v, position_ids, document_ids, relative, frequencies, *, score_factor=1.0, query_factor=None):
+    """softmax over every (key n, relative position r in relative(m, n)) of the query's
+    document with n <= m, score = <q rotated by r, k> * score_factor / sqrt(d). float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    batch, q_len, heads, dim = q.shape
+    kv_len, kv_heads = k.shape[1], k.shape[2]
+    k = k.repeat_interleave(heads // kv_heads, dim=2)
+    v = v.repeat_interleave(heads // kv_heads, dim=2)
+    entries = 2  # a (query, key) pair appears at most twice (StRing's repo compat diagonal)
+    rel = torch.zeros(batch, q_len, kv_len, entries, dtype=torch.float64)
+    valid = torch.zeros(batch, q_len, kv_len, entries, dtype=torch.bool)
+    multiplier = torch.ones(batch, q_len, dtype=torch.float64)
+    for b in range(batch):
+        for i in range(q_len):
+            query = kv_len - q_len + i
+            m = int(position_ids[b, query])
+            multiplier[b, i] = query_factor(m) if query_factor else 1.0
+            for j in range(query + 1):
+                if document_ids[b, j] == document_ids[b, query]:
+                    values = relative(m, int(position_ids[b, j]))
+                    rel[b, i, j, : len(values)] = torch.tensor(values, dtype=torch.float64)
+                    valid[b, i, j, : len(values)] = True
+    scaled = q * multiplier[..., None, None]
+    angles = rel[..., None] * frequencies  # [B, Tq, Tk, E, d/2]
+    rotated = rotate(scaled[:, :, None, None], angles[:, :, :, :, None, :])  # [B, Tq, Tk, E, H, D]
+    scores = (rotated * k[:, None, :, None]).sum(-1) * score_factor / math.sqrt(dim)  # [B, Tq, Tk, E, H]
+    scores = scores.masked_fill(~valid[..., None], -math.inf).flatten(2, 3)  # [B, Tq, Tk*E, H]
+    weights = scores.softmax(2).view(batch, q_len, kv_len, entries, heads).sum(3)
+    return torch.einsum("bqkh,bkhd->bqhd", weights, v)
+
+
+def string_relative(shift, window):
+    """STRING Eq. 4: P' = P - S + W where P >= S."""
+    return lambda m, n: [m - n - shift + window] if m - n >= shift else [m - n]
+
+
+def repo_string_relative(shift, window):
+    """The released code: window pass [0, S] plus shifted pass [S, inf) -> P = S appears at S and at W."""
+
+    def relative(m, n):
+        p = m - n
+        return [p] if p < shift else [shift, window] if p == shift else [p - shift + window]
+
+    return relative
+
+
+def rope_relative(m, n):
+    return [m - n]
+
+
+def rerope_relative(window):
+    """Su (2023): P' = min(P, w)."""
+    return lambda m, n: [min(m - n, window)]
+
+
+def self_extend_relative(neighbor, group):
+    """Jin et al. (2024): P' = P below w_n, else floor(m/G) - floor(n/G) + w_n - floor(w_n/G)."""
+    return lambda m, n: [m - n] if m - n < neighbor else [m // group - n // group + neighbor - neighbor // group]
+
+
+def dca_relative(chunk, window):
+    """An et al. (2024) §3.1 with c = s + w: intra, successive and inter-chunk position indices."""
+    c = chunk + window
+
+    def relative(m, n):
+        if m // chunk == n // chunk:
+            return [m % chunk - n % chunk]
+        if m // chunk - n // chunk == 1:
+            succ = chunk + m % chunk if m % chunk < window else c - 1
+            return [succ - n % chunk]
+        return [c - 1 - n % chunk]
+
+    return relative
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+def random_qkv(batch, q_len, kv_len, heads=4, kv_heads=2, dim=DIM, dtype=torch.float64):
+    q = torch.randn(batch, q_len, heads, dim, dtype=dtype)
+    k = torch.randn(batch, kv_len, kv_heads, dim, dtype=dtype)
+    v = torch.randn(batch, kv_len, kv_heads, dim, dtype=dtype)
+    return q, k, v
+
+
+def two_rows(lengths_row0, total):
+    """Row 0: packed documents of the given lengths; row 1: one document of `total` tokens."""
+    docs = torch.stack([packed_document_ids(lengths_row0)[0], torch.zeros(total, dtype=torch.long)])
+    positions = torch.stack([reset_position_ids(lengths_row0)[0], torch.arange(total)])
+    return positions, docs
+
+
+def rotary(scaling=None, max_position=64):
+    return RotaryEmbedding(DIM, BASE, scaling or RopeScaling(), max_position)
+
+
+# --- StRing -----------------------------------------------------------------------------
+
+STRING_CASES = [  # (L, S, W)
+    (48, 16, 4),
+    (48, 16, 0),
+    (40, 13, 12),
+    (24, 30, 8),  # S >= L: plain RoPE
+]
+
+
+@pytest.mark.parametrize("length,shift,window", STRING_CASES)
+@pytest.mark.parametrize("kv_heads,block_size", [(4, 256), (2, 7), (1, 7)], ids=["mha", "gqa-blocks", "mqa-blocks"])
+def test_string_matches_eq4_reference(length, shift, window, kv_heads, block_size):
+    q, k, v = random_qkv(1, length, length, kv_heads=kv_heads)
+    positions = torch.arange(length)[None]
+    docs = torch.zeros(1, length, dtype=torch.long)
+    got = string_attention(q, k, v, shift=shift, local_window=window, position_ids=positions, block_size=block_size)
+    expected = dense_reference(q, k, v, positions, docs, string_relative(shift, window), plain_frequencies())
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+def test_string_batch_of_packed_and_single_documents_matches_reference():
+    positions, docs = two_rows([21, 5, 1, 29], 56)
+    q, k, v = random_qkv(2, 56, 56)
+    got = string_attention(q, k, v, shift=9, local_window=3, position_ids=positions, document_ids=docs, block_size=8)
+    expected = dense_reference(q, k, v, positions, docs, string_relative(9, 3), plain_frequencies())
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+def test_string_packed_documents_each_equal_their_own_run():
+    lengths = [37, 27]
+    positions, docs = reset_position_ids(lengths), packed_document_ids(lengths)
+    q, k, v = random_qkv(1, 64, 64)
+    packed = string_attention(q, k, v, shift=12, local_window=4, position_ids=positions, document_ids=docs, block_size=16)
+    start = 0
+    for length in lengths:
+        piece = slice(start, start + length)
+        alone = string_attention(q[:, piece], k[:, piece], v[:, piece], shift=12, local_window=4)
+        torch.testing.assert_close(packed[:, piece], alone, atol=1e-12, rtol=0)
+        start += length
+
+
+def test_string_rows_before_the_shift_equal_plain_rope_attention():
+    length, shift = 40, 15
+    q, k, v = random_qkv(2, length, length)
+    got = string_attention(q, k, v, shift=shift, local_window=5)
+    rope = rotary()
+    cos, sin = rope(torch.arange(length)[None].expand(2, -1), torch.float64)
+    plain = attention(apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v, backend="sdpa")
+    torch.testing.assert_close(got[:, :shift], plain[:, :shift], atol=1e-6, rtol=0)
+    assert (got[:, shift:] - plain[:, shift:]).abs().max() > 1e-2  # the shift is not a no-op
+
+
+def test_repo_compat_double_counts_the_shift_diagonal_and_scales_scores():
+    length, shift, window = 40, 12, 4
+    positions, docs = two_rows([25, 15], length)
+    q, k, v = random_qkv(2, length, length)
+    repo = string_attention(q, k, v, shift=shift, local_window=window, compat="repo", position_ids=positions, document_ids=docs)
+    expected = dense_reference(
+        q, k, v, positions, docs, repo_string_relative(shift, window), plain_frequencies(),
+        score_factor=REPO_STRING_ATTENTION_FACTOR**2,
+    )  # fmt: skip
+    torch.testing.assert_close(repo, expected, atol=1e-10, rtol=0)
+    # Below the shift, repo = paper with scores scaled by (1 + 0.1 ln 2)^2; beyond it they differ.
+    scale = DIM**-0.5 * REPO_STRING_ATTENTION_FACTOR**2
+    paper = string_attention(q, k, v, shift=shift, local_window=window, position_ids=positions, document_ids=docs, scale=scale)
+    before = positions < shift
+    torch.testing.assert_close(repo[before], paper[before], atol=1e-12, rtol=0)
+    assert (repo[~before] - paper[~before]).abs().max() > 1e-3
+
+
+# --- decoding, chunked prefill, cached keys -----------------------------------------------
+
+
+def all_methods():
+    return {
+        "rope": rope_method(rotary()),
+        "ntk": ntk_method(DIM, BASE, 1.5, 64),
+        "yarn": yarn_method(DIM, BASE, 1.5, 24, 64),
+        "string": string_method(rotary(), 10, 3),
+        "string-repo": string_method(rotary(), 10, 3, "repo"),
+        "rerope": rerope_method(rotary(), 8, 16),
+        "self_extend": self_extend_method(rotary(), 8, 3),
+        "dca": dca_method(rotary(), 9, 4),
+    }
+
+
+@pytest.mark.parametrize("name", list(all_methods()))
+def test_one_token_decoding_equals_prefill_rows(name):
+    method = all_methods()[name]
+    positions, docs = two_rows([15, 13], 28)
+    q, k, v = random_qkv(2, 28, 28)
+    prefill = method.attend(q, k, v, position_ids=positions, document_ids=docs, block_size=8)
+    rotated = method.caches_rotated_keys
+    cache = method.rotate_keys(k, positions) if rotated else k
+    for t in range(28):
+        step = method.attend(
+            q[:, t : t + 1], cache[:, : t + 1], v[:, : t + 1],
+            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], keys_rotated=rotated,
+        )  # fmt: skip
+        torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["string", "dca", "self_extend"])
+def test_chunked_prefill_equals_full_prefill(name):
+    method = all_methods()[name]
+    positions, docs = two_rows([30, 20], 50)
+    q, k, v = random_qkv(2, 50, 50)
+    full = method.attend(q, k, v, position_ids=positions, document_ids=docs)
+    for start, end in [(0, 13), (13, 31), (31, 50)]:
+        chunk = method.attend(
+            q[:, start:end], k[:, :end], v[:, :end], position_ids=positions[:, :end], document_ids=docs[:, :end], block_size=5
+        )
+        torch.testing.assert_close(chunk, full[:, start:end], atol=1e-12, rtol=0)
+
+
+def test_methods_that_rewrite_key_positions_refuse_rotated_keys():
+    positions = torch.arange(20)[None]
+    for name in ("rerope", "self_extend", "dca"):
+        method = all_methods()[name]
+        assert not method.caches_rotated_keys
+        with pytest.raises(ValueError, match="un-rotated"):
+            method.plan(positions, keys_rotated=True)
+
+
+# --- baselines ----------------------------------------------------------------------------
+
+
+def hf_yarn_frequencies(factor, original):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = LlamaConfig(
+        hidden_size=DIM * 4, num_attention_heads=4, head_dim=DIM, rope_theta=BASE, max_position_embeddings=64,
+        rope_scaling={"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original},
+    )  # fmt: skip
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    return inv_freq.double(), attention_factor
+
+
+def baseline_cases():
+    """name -> (method, P' of its paper, frequencies, score factor, query factor)."""
+    yarn_freq, yarn_factor = hf_yarn_frequencies(1.5, 32)
+    ntk_freq = plain_frequencies(BASE * 1.5 ** (DIM / (DIM - 2)))
+    return {
+        "rope": (rope_method(rotary()), rope_relative, plain_frequencies(), 1.0, None),
+        "ntk": (ntk_method(DIM, BASE, 1.5, 48), rope_relative, ntk_freq, 1.0, None),
+        "yarn": (yarn_method(DIM, BASE, 1.5, 32, 48), rope_relative, yarn_freq, yarn_factor**2, None),
+        "rerope": (
+            rerope_method(rotary(), 7, 16), rerope_relative(7), plain_frequencies(), 1.0,
+            lambda m: max(1.0, math.log(m + 1) / math.log(16)),
+        ),
+        "rerope-no-log": (rerope_method(rotary(), 7), rerope_relative(7), plain_frequencies(), 1.0, None),
+        "self_extend": (self_extend_method(rotary(), 8, 4), self_extend_relative(8, 4), plain_frequencies(), 1.0, None),
+        "self_extend-uneven": (self_extend_method(rotary(), 7, 3), self_extend_relative(7, 3), plain_frequencies(), 1.0, None),
+        "dca": (dca_method(rotary(), 10, 4), dca_relative(10, 4), plain_frequencies(), 1.0, None),
+        "dca-full-window": (dca_method(rotary(), 6, 6), dca_relative(6, 6), plain_frequencies(), 1.0, None),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(baseline_cases()))
+def test_baseline_matches_its_published_formula(name):
+    pytest.importorskip("transformers")
+    method, relative, frequencies, score_factor, query_factor = baseline_cases()[name]
+    positions, docs = two_rows([31, 17], 48)
+    q, k, v = random_qkv(2, 48, 48)
+    got = method.attend(q, k, v, position_ids=positions, document_ids=docs, block_size=8)
+    expected = dense_reference(
+        q, k, v, positions, docs, relative, frequencies, score_factor=score_factor, query_factor=query_factor
+    )
+    # transformers computes YaRN's ramp in float32: its frequencies differ from ours by ~1e-7.
+    torch.testing.assert_close(got, expected, atol=1e-6 if name == "yarn" else 1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("make", [lambda: ntk_method(DIM, BASE, 1.0, 48), lambda: yarn_method(DIM, BASE, 1.0, 32, 48)])
+def test_ntk_and_yarn_with_factor_one_equal_rope(make):
+    q, k, v = random_qkv(1, 30, 30)
+    torch.testing.assert_close(make().attend(q, k, v), rope_method(rotary()).attend(q, k, v), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("training_length", [512, 1024, 2048, 4096])
+def test_baseline_protocol_keeps_positions_within_two_thirds_of_training(training_length):
+    """Under STRING §4.2's protocol every rewritten relative position over the real
+    training length stays below the pretend length L' = 2/3 L."""
+    pretend = round(2 * training_length / 3)
+    m = torch.arange(training_length)
+    last_row = {  # P'[L-1][n] for every n, from the papers' formulas (its maximum is the matrix's)
+        "rerope": lambda p: [rerope_relative(p["window"])(training_length - 1, int(n))[0] for n in m],
+        "self_extend": lambda p: [
+            self_extend_relative(p["neighbor_window"], p["group_size"])(training_length - 1, int(n))[0] for n in m
+        ],
+        "dca": lambda p: [dca_relative(p["chunk_size"], p["local_window"])(int(i), int(n))[0] for i in m[-1:] for n in m],
+    }
+    for name, row in last_row.items():
+        params = baseline_protocol(name, training_length)
+        assert max(row(params)) < pretend, (name, params)
+    assert baseline_protocol("ntk", training_length)["factor"] == pytest.approx(1.5, abs=2e-3)
+    yarn = baseline_protocol("yarn", training_length)
+    assert (yarn["original_max_position"], yarn["factor"]) == (pretend, training_length / pretend)
+    self_extend = baseline_protocol("self_extend", training_length)
+    window, group = self_extend["neighbor_window"], self_extend["group_size"]
+    assert window % group == 0 and (pretend - window) * group + window >= training_length
+
+
+def test_dca_relative_positions_never_exceed_chunk_plus_window():
+    method = dca_method(rotary(), 10, 4)
+    q, k, v = random_qkv(1, 60, 60)
+    expected = dense_reference(q, k, v, torch.arange(60)[None], torch.zeros(1, 60), dca_relative(10, 4), plain_frequencies())
+    torch.testing.assert_close(method.attend(q, k, v), expected, atol=1e-10, rtol=0)
+    assert max(dca_relative(10, 4)(59, n)[0] for n in range(60)) == 13  # c - 1
+
+
+# --- configuration and errors ---------------------------------------------------------
+
+
+def test_config_defaults_follow_the_paper_and_the_protocol():
+    model = ModelConfig.from_preset("tiny")  # L = 1024
+    string = build_position_method(PositionMethodConfig(name="string"), model)
+    assert string.params == {"shift": 341, "local_window": 128, "compat": "paper"}
+    for name in ("ntk", "yarn", "rerope", "self_extend", "dca"):
+        method = build_position_method(PositionMethodConfig(name=name), model)
+        assert method.params == {**baseline_protocol(name, 1024), **{k: v for k, v in method.params.items() if k not in baseline_protocol(name, 1024)}}
+    explicit = PositionMethodConfig(name="string", string=StringConfig(shift=300, local_window=64, compat="repo"))
+    assert build_position_method(explicit, model).params == {"shift": 300, "local_window": 64, "compat": "repo"}
+
+
+@pytest.mark.parametrize(
+    "string,key",
+    [
+        (StringConfig(shift=100, local_window=100), "eval.position_method.string.local_window"),
+        (StringConfig(shift=50, local_window=128), "eval.position_method.string.local_window"),
+        (StringConfig(shift_ratio=0.0), "eval.position_method.string.shift_ratio"),
+        (StringConfig(shift=-3), "eval.position_method.string.shift"),
+        (StringConfig(compat="github"), "eval.position_method.string.compat"),
+    ],
+)
+def test_impossible_string_settings_name_their_key(string, key):
+    with pytest.raises(ConfigError) as error:
+        PositionMethodConfig(name="string", string=string).resolved(1024)
+    assert error.value.key == key
+
+
+def test_string_method_rejects_bad_shift_and_window():
+    with pytest.raises(ValueError, match="local_window W must be in"):
+        string_method(rotary(), 8, 8)
+    with pytest.raises(ValueError, match="shift S must be > 0"):
+        string_method(rotary(), 0, 0)
+    with pytest.raises(ConfigError, match="not one of"):
+        PositionMethodConfig(name="longrope").resolved(1024)
+
+
+def test_positions_must_be_consecutive_inside_a_document():
+    q, k, v = random_qkv(1, 10, 10)
+    skipped = torch.tensor([[0, 1, 2, 3, 7, 8, 9, 10, 11, 12]])
+    with pytest.raises(ValueError, match="row 0 goes 3 -> 7 at key index 4"):
+        string_attention(q, k, v, shift=4, local_window=1, position_ids=skipped)
+
+
+# --- flash-attn path ------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["string", "string-repo", "rerope", "self_extend"])
+def test_flash_path_matches_torch_path(name):
+    pytest.importorskip("flash_attn")
+    method = all_methods()[name].cuda()
+    positions, docs = (t.cuda() for t in two_rows([19, 1, 16], 36))
+    q, k, v = (t.cuda() for t in random_qkv(2, 36, 36, dtype=torch.bfloat16))
+    flash = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
+    reference = method.attend(q.float(), k.float(), v.float(), position_ids=positions, document_ids=docs, backend="sdpa")
+    torch.testing.assert_close(flash.float(), reference, atol=2e-2, rtol=0)
+    for t in (0, 9, 10, 35):  # decoding rows, including the first of the second document
+        step = method.attend(
+            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1],
+            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], backend="flash",
+        )  # fmt: skip
+        torch.testing.assert_close(step[:, 0].float(), reference[:, t], atol=2e-2, rtol=0)

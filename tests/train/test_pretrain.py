@@ -1,0 +1,182 @@
+"""End-to-end pretraining through the CLI: FSDP2 and 2-node runs reproduce 1-process
+loss curves, SIGTERM + resume reproduces the uninterrupted run exactly, W&B offline
+holds the metrics, and bad inputs fail clearly."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from longctx.analysis.wandb_offline import offline_runs, read_history
+from longctx.cli import main
+from longctx.data.corpus import embedded_documents
+from longctx.data.prepare import prepare
+from longctx.data.tokenizer import train_bpe
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A small prose corpus, a 512-token BPE trained on it, and the prepared dataset."""
+    root = tmp_path_factory.mktemp("pretrain")
+    texts = [doc.text for _, doc in zip(range(120), embedded_documents(("prose",)))]
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")
+    prepare(str(corpus), root / "data", str(root / "tokenizer.json"), verbose=False)
+    return root
+
+
+def overrides(workspace: Path, out_dir: Path, **extra) -> list[str]:
+    values = {
+        "model.preset": "debug",
+        "model.vocab_size": 512,
+        "model.max_position": 64,
+        "model.attention_backend": "varlen",
+        "data.path": workspace / "data",
+        "data.tokenizer": workspace / "tokenizer.json",
+        "data.window": 64,
+        "train.micro_batch_size": 2,
+        "train.global_batch_tokens": 512,  # 8 rows: accumulation 4 on one process, 2 on two
+        "train.max_steps": STEPS,
+        "train.warmup_steps": 2,
+        "train.lr": 3e-3,
+        "train.min_lr": 3e-4,
+        "train.checkpoint_every_steps": 3,
+        "train.out_dir": out_dir,
+        "log.wandb_mode": "offline",
+        "log.every_steps": 1,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def environment() -> dict:
+    env = dict(os.environ, WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> subprocess.Popen:
+    if nproc == 1 and not extra_torchrun:
+        command = [sys.executable, "-m", "longctx", "pretrain", *args]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", *extra_torchrun,
+                   "-m", "longctx", "pretrain", *args]
+    return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+def losses(out_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["train/loss"] for row in rows}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def reference(workspace):
+    """The uninterrupted single-process run every other run is compared with."""
+    out = workspace / "reference"
+    finish(launch(overrides(workspace, out)))
+    return out
+
+
+def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
+    curve = losses(reference)
+    assert sorted(curve) == list(range(1, STEPS + 1))
+    assert curve[STEPS] < curve[1] - 0.3
+    history = [row for row in read_history(offline_runs(reference)[0]) if "train/loss" in row]
+    assert [row["train/loss"] for row in history] == pytest.approx([curve[s] for s in sorted(curve)], rel=1e-6)
+    assert all(row["train/tokens_seen"] > 0 and row["perf/tokens_per_s"] > 0 for row in history)
+    assert (reference / "checkpoints" / "last.ckpt").exists()
+    assert (reference / "checkpoints" / "step-0000003.ckpt").exists()
+
+
+def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
+    finish(launch(overrides(workspace, tmp_path, **{"train.strategy": "fsdp"}), nproc=2))
+    two = losses(tmp_path)
+    one = losses(reference)
+    assert sorted(two) == sorted(one)
+    for step in one:
+        assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
+
+
+def test_two_nodes_on_loopback_match_one(workspace, reference, tmp_path):
+    port = free_port()
+    nodes = [
+        launch(overrides(workspace, tmp_path), nproc=1, extra_torchrun=[
+            "--nnodes=2", f"--node-rank={rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+            "--rdzv-id=longctx-test"])
+        for rank in range(2)
+    ]
+    for node in nodes:
+        finish(node)
+    two = losses(tmp_path)
+    for step, loss in losses(reference).items():
+        assert two[step] == pytest.approx(loss, rel=1e-5, abs=1e-5)
+
+
+def test_sigterm_checkpoint_then_resume_reproduces_the_run(workspace, reference, tmp_path):
+    args = overrides(workspace, tmp_path, **{"train.checkpoint_every_steps": 100})
+    process = launch(args)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    finish(process)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    stopped_at = saved["global_step"]
+    assert 2 <= stopped_at < STEPS
+
+    finish(launch(args + ["train.resume=auto"]))
+    resumed, expected = losses(tmp_path), losses(reference)
+    assert sorted(resumed) == list(range(1, STEPS + 1))
+    for step in range(stopped_at + 1, STEPS + 1):
+        assert resumed[step] == expected[step], f"step {step}"
+
+
+def test_truncated_checkpoint_is_a_clear_error(workspace, reference, tmp_path, capsys):
+    data = (reference / "checkpoints" / "last.ckpt").read_bytes()
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(data[: len(data) // 2])
+    assert main(["pretrain", *overrides(workspace, tmp_path / "run"), f"train.resume={broken}"]) == 2
+    assert "broken.ckpt is truncated or corrupt" in capsys.readouterr().err
+
+
+def test_missing_data_directory_is_a_clear_error(workspace, tmp_path, capsys):
+    args = overrides(workspace, tmp_path, **{"data.path": tmp_path / "nowhere"})
+    assert main(["pretrain", *args]) == 2
+    assert "nowhere does not exist; run `longctx prepare" in capsys.readouterr().err
+
+
+def test_torchrun_world_size_mismatch_is_a_clear_error(workspace, tmp_path, monkeypatch):
+    from longctx.config import load
+    from longctx.train.trainer import world_size_from_environment
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    config = load([], ["train.devices=8"])
+    with pytest.raises(ValueError, match="train.devices=8 but torchrun launched 2"):
+        world_size_from_environment(config)
+    assert world_size_from_environment(load([], [])).num_nodes == 2
