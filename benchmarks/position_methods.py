@@ -5,8 +5,8 @@
 Setting, per sequence length T:
 
 - the `tiny` preset's attention shapes (8 query heads, 4 key/value heads, head_dim 32),
-  float32, batch 1, one document of T tokens (the NIAH setting), torch's default thread
-  count; the model's training length is T, so StRing uses S = round(T/3), W = 128 and the
+  float32, batch 1, one document of T tokens (the NIAH setting), `--threads` threads
+  (default: torch's); the model's training length is T, so StRing uses S = round(T/3), W = 128 and the
   baselines the STRING §4.2 protocol (`baseline_protocol`);
 - every method runs with the CPU default backend: `rope` (plain RoPE), `ntk` and `yarn`
   call `attention()` with `varlen`; the others run their passes in the pure-torch path;
@@ -125,11 +125,14 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], help="sequence lengths T (= training length)")
     parser.add_argument("--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); medians reported")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(
         f"H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, float32, batch 1, one document, "
         f"{torch.get_num_threads()} threads, {args.repeats} prefill rounds",

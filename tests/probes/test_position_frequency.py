@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from longctx.probes import position_frequency
 from longctx.probes.position_frequency import (
     IGNORE_INDEX,
     METHODS,
@@ -88,9 +89,10 @@ def test_matches_brute_force_on_random_batches():
                 assert int(overflow) == expected_overflow
 
 
-def test_randpos_document_goes_to_the_fft_and_stays_exact():
-    """RandPos ids (runs of ~1 token): `auto` must pick the FFT (the runs method would take
-    ~R^2 / 2 = 40,000 run pairs here) and still match the brute-force count."""
+def test_randpos_document_goes_to_the_fft_and_stays_exact(monkeypatch):
+    """RandPos ids (runs of ~1 token): `auto` must send that document to the FFT (the runs
+    method would take ~R^2 / 2 = 40,000 run pairs) and the contiguous one to the runs
+    method, and still match the brute-force count."""
     rng = random.Random(2)
     n = 400
     position_ids = torch.tensor([sorted(rng.sample(range(4 * n), n)) + list(range(50))])
@@ -100,9 +102,16 @@ def test_randpos_document_goes_to_the_fft_and_stays_exact():
     for method in METHODS:
         counts, overflow = relative_position_counts(position_ids, document_ids, 4 * n, labels=labels, method=method)
         assert torch.equal(counts, expected[0]) and int(overflow) == expected[1], method
-    with torch.profiler.profile() as profile:
-        relative_position_counts(position_ids, document_ids, 4 * n, labels=labels)
-    assert any("fft" in event.name for event in profile.events())
+    fft_documents = []
+
+    def spy(positions, document, query, use_fft, fft_length, max_distance):
+        fft_documents.append(use_fft.tolist())
+        return fft_counts(positions, document, query, use_fft, fft_length, max_distance)
+
+    fft_counts = position_frequency._fft_counts
+    monkeypatch.setattr(position_frequency, "_fft_counts", spy)
+    assert torch.equal(relative_position_counts(position_ids, document_ids, 4 * n, labels=labels).counts, expected[0])
+    assert fft_documents == [[True, False]]
 
 
 def test_fft_is_exact_over_a_wide_id_span():

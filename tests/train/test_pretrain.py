@@ -107,7 +107,9 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     assert [row["train/loss"] for row in history] == pytest.approx([curve[s] for s in sorted(curve)], rel=1e-6)
     assert all(row["train/tokens_seen"] > 0 and row["perf/tokens_per_s"] > 0 for row in history)
     assert (reference / "checkpoints" / "last.ckpt").exists()
-    assert (reference / "checkpoints" / "step-0000003.ckpt").exists()
+    assert sorted(p.name for p in (reference / "checkpoints").iterdir()) == [
+        "last.ckpt", "step-0000003.ckpt", "step-0000006.ckpt"]
+    assert torch.load(reference / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
 
 
 def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):

@@ -93,10 +93,16 @@ def _check_bins(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def _to_cpu(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """Counting runs on the CPU: its sizes depend on the data, so on a GPU every step of it
+    would wait for the device; one copy of the [B, T] ids waits once."""
+    return tuple(None if tensor is None else tensor.detach().to("cpu") for tensor in tensors)
+
+
 def _queries(labels: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     """Flat bool mask of counted query tokens."""
     if labels is None:
-        return torch.ones(like.numel(), dtype=torch.bool, device=like.device)
+        return torch.ones(like.numel(), dtype=torch.bool)
     return labels.reshape(-1) != IGNORE_INDEX
 
 
@@ -162,9 +168,10 @@ def relative_position_counts(
     _check_bins("max_distance", max_distance)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    position_ids, document_ids, labels = _to_cpu(position_ids, document_ids, labels)
     positions, document_start, step = _flat_documents(position_ids.long(), document_ids)
     query = _queries(labels, position_ids)
-    token = torch.arange(positions.numel(), device=positions.device)
+    token = torch.arange(positions.numel())
     document = document_start.cumsum(0) - 1
     first_token = torch.where(document_start, token, 0).cummax(0).values
     # Exact total: a query pairs with every token from its document's start through itself.
@@ -230,7 +237,7 @@ def _runs_counts(runs: _Runs, selected: torch.Tensor, max_distance: int) -> torc
     """f(d), d < max_distance, from the run pairs of the selected query runs (derivation above)."""
     pairs = torch.where(selected, runs.pairs, 0)
     ends = pairs.cumsum(0)
-    pair = torch.arange(int(ends[-1]) if ends.numel() else 0, device=pairs.device)
+    pair = torch.arange(int(ends[-1]) if ends.numel() else 0)
     # repeat_interleave would do, but its CPU kernel starts threads for every call
     pair_query = torch.searchsorted(ends, pair, right=True)
     pair_key = (runs.earliest_run - ends + pairs)[pair_query] + pair
@@ -260,7 +267,7 @@ def _fft_counts(
 ) -> torch.Tensor:
     """f(d), d < max_distance, of the documents in use_fft by cross-correlation, one batched
     FFT per distinct FFT length."""
-    counts = torch.zeros(max_distance, dtype=torch.long, device=positions.device)
+    counts = torch.zeros(max_distance, dtype=torch.long)
     first_id = torch.full_like(fft_length, torch.iinfo(torch.long).max).scatter_reduce_(
         0, document, positions, "amin"
     )
@@ -269,13 +276,14 @@ def _fft_counts(
         row_of_document = torch.where(group, group.cumsum(0) - 1, -1)
         tokens = (row_of_document[document] >= 0).nonzero().squeeze(1)
         rows, columns = row_of_document[document[tokens]], positions[tokens] - first_id[document[tokens]]
-        keys = torch.zeros(int(group.sum()), length, dtype=torch.float64, device=positions.device)
-        queries = torch.zeros_like(keys)
-        keys[rows, columns] = 1.0
-        queries[rows, columns] = query[tokens].double()
-        lags = torch.fft.irfft(torch.fft.rfft(queries) * torch.fft.rfft(keys).conj(), n=length)
+        keys = np.zeros((int(group.sum()), length))
+        queries = np.zeros_like(keys)
+        keys[rows.numpy(), columns.numpy()] = 1.0
+        queries[rows.numpy(), columns.numpy()] = query[tokens].numpy()
+        # numpy's FFT is single-threaded: torch's starts a thread pool per call, 5x slower on a busy CPU
+        lags = np.fft.irfft(np.fft.rfft(queries) * np.fft.rfft(keys).conj(), n=length)
         width = min(max_distance, length // 2)  # lags >= length / 2 hold the wrapped-around d < 0
-        counts[:width] += lags[:, :width].sum(0).round().long()
+        counts[:width] += torch.from_numpy(np.rint(lags[:, :width].sum(0)).astype(np.int64))
     return counts
 
 
@@ -316,6 +324,7 @@ def absolute_position_counts(
     given); ids >= max_position -> overflow. Raises ValueError on a negative id."""
     _check_tensors("position_ids", position_ids, labels=labels)
     _check_bins("max_position", max_position)
+    position_ids, labels = _to_cpu(position_ids, labels)
     if position_ids.numel() and position_ids.min() < 0:
         row, column = (int(i) for i in (position_ids < 0).nonzero()[0])
         raise ValueError(f"position_ids must be >= 0: row {row}, token {column} is {int(position_ids[row, column])}")
@@ -335,9 +344,8 @@ class PositionFrequency:
     max_position), `tokens_seen` (every token of every batch, labelled or not: the
     "consumed tokens" of STRING Figure 2a).
 
-    `update` copies the three [B, T] id tensors to the CPU first: counting on a GPU would
-    need several device syncs (data-dependent run counts); on the CPU it costs one copy of
-    B*T*24 bytes. Count before the batch moves to the GPU where possible.
+    Counting runs on the CPU (see `_to_cpu`): a GPU batch costs one copy of its three
+    [B, T] id tensors. Count before the batch moves to the GPU where possible.
 
     Each rank counts its own batches. `all_reduce` returns the global sums and leaves the
     local counters alone, so logging twice never double counts; checkpoint either every
@@ -364,16 +372,16 @@ class PositionFrequency:
         missing = [key for key in required if key not in batch]
         if missing:
             raise KeyError(f"PositionFrequency.update: batch lacks {missing} (has {sorted(batch)})")
-        cpu = {key: batch[key].detach().to("cpu") for key in required}
-        _check_tensors("position_ids", cpu["position_ids"], input_ids=cpu["input_ids"])
-        labels = cpu.get("labels")
-        relative = relative_position_counts(cpu["position_ids"], cpu["document_ids"], self.max_distance, labels)
-        absolute = absolute_position_counts(cpu["position_ids"], self.max_position, labels)
+        position_ids, document_ids, labels = _to_cpu(batch["position_ids"], batch["document_ids"], batch.get("labels"))
+        _check_tensors("position_ids", position_ids, input_ids=batch["input_ids"])
+        labels = labels if self.count_only_labeled else None
+        relative = relative_position_counts(position_ids, document_ids, self.max_distance, labels)
+        absolute = absolute_position_counts(position_ids, self.max_position, labels)
         self.relative += relative.counts
         self.overflow += relative.overflow
         self.absolute += absolute.counts
         self.absolute_overflow += absolute.overflow
-        self.tokens_seen += cpu["input_ids"].numel()
+        self.tokens_seen += batch["input_ids"].numel()
 
     # --- persistence and reduction ---
 

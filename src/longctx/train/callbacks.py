@@ -14,6 +14,7 @@ so CPU MFU says how close training runs to what matrix multiplication alone can 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from functools import cache
@@ -69,52 +70,69 @@ def peak_flops(device: torch.device) -> float | None:
 
 
 def step_checkpoints(directory: Path, every_steps: int) -> ModelCheckpoint:
-    """`step-NNNNNNN.ckpt` every `every_steps` optimizer steps, and `last.ckpt` beside them."""
+    """A numbered `step-NNNNNNN.ckpt` every `every_steps` optimizer steps (kept)."""
     return ModelCheckpoint(
         dirpath=str(directory),
         filename="step-{step:07d}",
         every_n_train_steps=every_steps,
         save_top_k=-1,
-        save_last=True,
+        save_last=False,
         auto_insert_metric_name=False,
+        enable_version_counter=False,
     )
 
 
-class SaveOnSigterm(L.Callback):
-    """On SIGTERM (cluster pre-emption), finish the current optimizer step, write
-    `last.ckpt` and stop; also write it when training ends.
+class LastCheckpoint(L.Callback):
+    """Owns `last.ckpt`, what `train.resume=auto` continues from: written every
+    `every_steps` optimizer steps, when training ends, and on SIGTERM (cluster pre-emption)
+    after the current optimizer step, before the run stops.
 
-    The handler is installed when training starts and replaces Lightning's, which would stop
-    after the current *micro-batch*: a checkpoint taken mid-accumulation would shift every
-    later accumulation boundary on resume and break exact reproduction. Ranks agree on the
-    flag with an all-reduce after every batch, so all of them save the same step together.
+    Written atomically (to a temporary name, then renamed), so a kill during the write
+    leaves the previous `last.ckpt` intact. The SIGTERM handler is installed when training
+    starts and replaces Lightning's, which would stop after the current *micro-batch*: a
+    checkpoint taken mid-accumulation would shift every later accumulation boundary on
+    resume and break exact reproduction. Ranks agree on the flag with an all-reduce after
+    every batch, so all of them save the same step together.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, every_steps: int):
         self.path = path
-        self.received = False
+        self.every_steps = every_steps
+        self.received_sigterm = False
         self._steps_seen = 0
+        self._saved_step = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._steps_seen = trainer.global_step
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum, frame) -> None:
-        self.received = True
+        self.received_sigterm = True
+
+    def save(self, trainer: L.Trainer) -> None:
+        partial = self.path.with_name(self.path.name + ".partial")
+        trainer.save_checkpoint(str(partial))  # collective; ends with a barrier
+        if trainer.is_global_zero:
+            os.replace(partial, self.path)
+        self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
-        stop = torch.tensor([int(self.received)], device=trainer.strategy.root_device)
+        stop = torch.tensor([int(self.received_sigterm)], device=trainer.strategy.root_device)
         if trainer.world_size > 1:
             torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
         step_completed = trainer.global_step != self._steps_seen
         self._steps_seen = trainer.global_step
-        if stop.item() and step_completed:
-            trainer.save_checkpoint(str(self.path))
+        if not step_completed:
+            return
+        if stop.item():
+            self.save(trainer)
             trainer.should_stop = True
+        elif trainer.global_step % self.every_steps == 0:
+            self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The final state, also when max_steps is not a multiple of the checkpoint interval.
-        trainer.save_checkpoint(str(self.path))
+        if self._saved_step != trainer.global_step:
+            self.save(trainer)
 
 
 class TrainingSpeed(L.Callback):

@@ -30,7 +30,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
-from longctx.train.callbacks import MetricsFile, SaveOnSigterm, TrainingSpeed, step_checkpoints
+from longctx.train.callbacks import LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.logging import make_wandb_logger
 from longctx.train.module import LanguageModelModule
 
@@ -144,7 +144,7 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id:
 
     callbacks = [
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
-        SaveOnSigterm(out_dir / "checkpoints" / "last.ckpt"),
+        LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / "metrics.jsonl"),
     ]
