@@ -19,9 +19,12 @@ What it measures, for micro-batches of 1..4 rows of T tokens:
                 runs differ;
   `randpos`     RandPos-like, the counter's worst case: n sorted distinct ids drawn from
                 [0, 4n), runs of ~1 token, so O(R^2) approaches the O(n^2) brute force;
-- `counter ms`: `PositionFrequency.update` on the batch (both histograms, validation and
-  the copy to CPU; max_distance T for contiguous ids, 4T otherwise), median of
-  `--counter-repeats` calls after one warm-up;
+- `counter ms`: `PositionFrequency.update` on the batch (both histograms and validation;
+  max_distance T for contiguous ids, 4T otherwise), median of `--counter-repeats` calls
+  after one warm-up, with torch's default threads as a training process would call it,
+  and again with `torch.set_num_threads(1)` (`1 thread`): on a machine whose cores are
+  busy with other work, torch's parallel kernels can stall for tens of ms, and the
+  one-thread time shows the counter's own work;
 - `brute ms`: every (query, key) pair materialised per row as a [T, T] distance matrix
   and masked (same document, key not after query, labelled query), then bincount; its
   result must equal the counter's or the script aborts;
@@ -168,7 +171,8 @@ def median_ms(op: Callable[[], object], repeats: int) -> float:
 # --- table ------------------------------------------------------------------------------
 
 COLUMNS = (
-    "rows", "ids", "docs/row", "key runs/doc", "counter ms", "brute ms", "brute/counter", "step ms", "counter/step",
+    "rows", "ids", "docs/row", "key runs/doc", "counter ms", "1 thread ms", "brute ms", "brute/counter", "step ms",
+    "counter/step", "1 thread/step",
 )  # fmt: skip
 
 
@@ -187,10 +191,14 @@ def measure(rows: int, document_lengths: list[int], model: Llama, args: argparse
         if not (torch.equal(probe.relative, expected[:-1]) and int(probe.overflow) == int(expected[-1])):
             raise SystemExit(f"{kind}, {rows} rows: counter differs from the brute-force pair count; not timing it")
         counter_ms = median_ms(lambda: counted(batch, max_distance), args.counter_repeats)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        one_thread_ms = median_ms(lambda: counted(batch, max_distance), args.counter_repeats)
+        torch.set_num_threads(threads)
         table.append([
             str(rows), kind, f"{len(sum(packed, [])) / rows:.1f}", f"{key_runs_per_document(batch):.1f}",
-            f"{counter_ms:.2f}", f"{brute_ms:.0f}", f"{brute_ms / counter_ms:.0f}x", f"{step_ms:.0f}",
-            f"{100 * counter_ms / step_ms:.3f}%",
+            f"{counter_ms:.2f}", f"{one_thread_ms:.2f}", f"{brute_ms:.0f}", f"{brute_ms / counter_ms:.0f}x",
+            f"{step_ms:.0f}", f"{100 * counter_ms / step_ms:.3f}%", f"{100 * one_thread_ms / step_ms:.3f}%",
         ])  # fmt: skip
         print(" | ".join(table[-1]), flush=True)
     return table

@@ -93,6 +93,7 @@ REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
 """cos/sin multiplier of the authors' released StRing code (compat='repo')."""
 UNBOUNDED = 1 << 40
 """Largest key distance of a pass without a far end."""
+MIN_BULK_FRACTION = 3.0
 KEY_ALIGNMENT = 64
 """Key spans handed to the CPU kernel are multiples of this many keys where possible."""
 
@@ -385,8 +386,10 @@ class PositionMethod(nn.Module):
             only = plan.passes[0]
             keys = k if plan.keys_rotated else apply_rotary(k, *plan.key_rotations[0])
             return attention(apply_rotary(q, only.query_cos, only.query_sin), keys, v, mask=plan.mask, scale=scale)
-        keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
         queries = [apply_rotary(q, p.query_cos, p.query_sin) for p in plan.passes]
+        if plan.q_len == 1 and plan.backend != "flash":
+            return _decode_passes(queries, k, v, plan, scale)
+        keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
         if plan.backend == "flash":
             return _flash_passes(queries, keys, v, plan, scale)
         return _torch_passes(queries, keys, v, plan, scale)
@@ -613,7 +616,7 @@ class PositionPlan:
 
 
 def _cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [B, T, D] at `positions`; float64 angles for float64 inputs, else float32 (as rope.py)."""
+    """cos/sin [..., D] at `positions` [...]; float64 angles for float64 inputs, else float32 (as rope.py)."""
     compute = torch.float64 if dtype == torch.float64 else torch.float32
     angles = positions.to(compute)[..., None] * rotary.inv_freq.to(positions.device, compute)
     angles = torch.cat([angles, angles], dim=-1)
@@ -621,23 +624,20 @@ def _cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtyp
     return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
 
 
-def _document_start_index(document_ids: torch.Tensor) -> torch.Tensor:
-    """[B, Tk] key index where each key's document starts."""
-    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
-    is_start = torch.ones_like(document_ids, dtype=torch.bool)
-    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    return torch.where(is_start, index, torch.zeros_like(index)).cummax(dim=1).values
-
-
-def _check_consecutive(position_ids: torch.Tensor, document_ids: torch.Tensor) -> None:
-    steps = position_ids[:, 1:] - position_ids[:, :-1]
-    bad = (steps != 1) & (document_ids[:, 1:] == document_ids[:, :-1])
+def _document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
+    """[B, Tk] key index where each key's document starts; checks that positions step by
+    one inside documents (then a key's distance is its index distance)."""
+    same_document = document_ids[:, 1:] == document_ids[:, :-1]
+    bad = (position_ids[:, 1:] - position_ids[:, :-1] != 1) & same_document
     if bad.any():
         row, index = (int(i) for i in bad.nonzero()[0])
         raise ValueError(
             "position methods need position_ids that increase by 1 inside each document; "
             f"row {row} goes {int(position_ids[row, index])} -> {int(position_ids[row, index + 1])} at key index {index + 1}"
         )
+    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
+    is_start = torch.nn.functional.pad(~same_document, (1, 0), value=True)
+    return torch.where(is_start, index, 0).cummax(dim=1).values
 
 
 def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend, block_size, dtype) -> PositionPlan:
@@ -679,18 +679,18 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
         pass_plan = PassPlan(only.band, cos, sin, index, empty, empty, [])
         return PositionPlan(mask.backend, q_len, document_ids, keys_rotated, block_size, [pass_plan], key_rotations, query_scale, mask)
 
-    _check_consecutive(position_ids, document_ids)
+    document_start = _document_starts(position_ids, document_ids)[:, offset:]
     resolved = resolve_backend(backend, device)
     flash = resolved == "flash" and all(p.band is not None for p in method.passes)
     query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
-    document_start = _document_start_index(document_ids)[:, offset:]
+    rotated_at = torch.stack([p.query_positions(query_positions) for p in method.passes])
+    query_cos, query_sin = _cos_sin(method.rotary, rotated_at, dtype)
     passes = []
-    for attention_pass in method.passes:
+    for attention_pass, cos, sin in zip(method.passes, query_cos, query_sin):
         nearest, farthest = attention_pass.distances(query_positions)
         upper = query_index - nearest
         lower = torch.maximum(document_start, query_index - farthest)
-        cos, sin = _cos_sin(method.rotary, attention_pass.query_positions(query_positions), dtype)
-        blocks = [] if flash else _block_spans(lower, upper, block_size, kv_len)
+        blocks = [] if flash or q_len == 1 else _block_spans(lower, upper, block_size, kv_len)
         passes.append(PassPlan(attention_pass.band, cos, sin, key_rotation(attention_pass.key_positions), lower, upper, blocks))
     return PositionPlan(
         "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale
@@ -737,7 +737,7 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
                 spans.append(None)
                 continue
             bulk_len = max(ce - cf, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
-            if bulk_len == 0:  # no common keys worth a call (e.g. a block across documents)
+            if bulk_len < MIN_BULK_FRACTION * (e - f):  # too few common keys to be worth a call of their own
                 spans.append(KeySpans(None, (_widen(f, e, kv_len),), empty))
                 continue
             bulk_end = cf + bulk_len
@@ -806,6 +806,36 @@ def _torch_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torc
     return out
 
 
+def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
+    """One query per row: each pass covers one contiguous key range, so its scores are one
+    small matmul, and a single softmax over all passes' scores (in fp32) is their
+    log-sum-exp merge without materialising per-pass outputs. Keys are rotated only in
+    the ranges a pass reads (ReRoPE's window, say, rather than the whole cache)."""
+    batch, _, heads, dim = queries[0].shape
+    kv_heads = v.shape[2]
+    compute = torch.promote_types(v.dtype, torch.float32)
+    ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist())) for p in plan.passes]
+    out = torch.empty(batch, 1, heads, dim, dtype=v.dtype, device=v.device)
+    for b in range(batch):
+        scores, values = [], []
+        for pass_plan, q_rot, pass_ranges in zip(plan.passes, queries, ranges):
+            start, last = pass_ranges[b]
+            if last < start:
+                continue
+            query = q_rot[b, 0].view(kv_heads, -1, dim).to(compute)  # [Hkv, G, D]: head h uses key head h // G
+            key = k[b : b + 1, start : last + 1]
+            rotation = plan.key_rotations[pass_plan.key_rotation]
+            if rotation is not None:
+                key = apply_rotary(key, *(t[b : b + 1, start : last + 1] for t in rotation))
+            key = key[0].to(compute)
+            scores.append(torch.matmul(query, key.permute(1, 2, 0)) * scale)  # [Hkv, G, n]
+            values.append(v[b, start : last + 1].to(compute).transpose(0, 1))  # [Hkv, n, D]
+        weights = torch.cat(scores, dim=-1).softmax(dim=-1).split([s.shape[-1] for s in scores], dim=-1)
+        result = sum(torch.matmul(w, value) for w, value in zip(weights, values))
+        out[b, 0] = result.reshape(heads, dim).to(v.dtype)
+    return out
+
+
 def _covered_count(lower: torch.Tensor, upper: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torch.Tensor:
     """For each query, how many keys of the index ranges [start, end) lie in [lower, upper]."""
     count = torch.zeros_like(lower)
@@ -844,7 +874,7 @@ def _attend(
         out, lse = _attend_math(q4, k4, v4, bias, scale)
     merge_dtype = torch.promote_types(query.dtype, torch.float32)
     out, lse = out[0].to(merge_dtype), lse[0].to(merge_dtype)
-    if empty is not None:
+    if empty is not None and bool(empty.any()):
         empty = empty.repeat(group)
         out = out.masked_fill(empty[None, :, None], 0.0)
         lse = lse.masked_fill(empty[None, :], -math.inf)

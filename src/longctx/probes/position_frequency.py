@@ -180,13 +180,14 @@ def relative_position_counts(
     runs = _Runs.of(positions, document_start, step, query, first_token)
     span = _document_spans(positions, document_start)
     fft_length = 2 ** torch.ceil(torch.log2(2 * span.double())).long()
+    query_run_document = _take(document, runs.query_token)
     if method == "auto":
-        pairs = torch.zeros_like(span).index_add_(0, document[runs.query_token], runs.pairs)
+        pairs = torch.zeros_like(span).index_add_(0, query_run_document, runs.pairs)
         use_fft = pairs > FFT_COST_RATIO * fft_length * torch.log2(fft_length.double())
     else:
         use_fft = torch.full_like(span, method == "fft", dtype=torch.bool)
 
-    counts = _runs_counts(runs, ~use_fft[document[runs.query_token]], max_distance)
+    counts = _runs_counts(runs, ~_take(use_fft, query_run_document), max_distance)
     if use_fft.any():
         counts += _fft_counts(positions, document, query, use_fft, fft_length, max_distance)
     return Histogram(counts, total - counts.sum())
@@ -217,17 +218,17 @@ class _Runs(NamedTuple):
         previous_is_query[1:] = query[:-1]
         query_start = query & (key_start | ~previous_is_query)
         key_run = key_start.cumsum(0) - 1  # per token
-        key_first = positions[key_start]
+        key_first = _take(positions, _indices(key_start))
         key_last = key_first + torch.bincount(key_run, minlength=key_first.numel()) - 1
-        query_token = query_start.nonzero().squeeze(1)
+        query_token = _indices(query_start)
         query_run = query_start.cumsum(0) - 1
-        earliest_run = key_run[first_token[query_token]]
+        earliest_run = _take(key_run, _take(first_token, query_token))
         return cls(
             query_token=query_token,
-            query_first=positions[query_token],
-            query_length=torch.bincount(query_run[query], minlength=query_token.numel()),
+            query_first=_take(positions, query_token),
+            query_length=torch.bincount(_take(query_run, _indices(query)), minlength=query_token.numel()),
             earliest_run=earliest_run,
-            pairs=key_run[query_token] - earliest_run + 1,
+            pairs=_take(key_run, query_token) - earliest_run + 1,
             key_first=key_first,
             key_last=key_last,
         )
@@ -240,10 +241,10 @@ def _runs_counts(runs: _Runs, selected: torch.Tensor, max_distance: int) -> torc
     pair = torch.arange(int(ends[-1]) if ends.numel() else 0)
     # repeat_interleave would do, but its CPU kernel starts threads for every call
     pair_query = torch.searchsorted(ends, pair, right=True)
-    pair_key = (runs.earliest_run - ends + pairs)[pair_query] + pair
+    pair_key = _take(runs.earliest_run - ends + pairs, pair_query) + pair
 
-    a, la = runs.query_first[pair_query], runs.query_length[pair_query]
-    b, b_last = runs.key_first[pair_key], runs.key_last[pair_key]
+    a, la = _take(runs.query_first, pair_query), _take(runs.query_length, pair_query)
+    b, b_last = _take(runs.key_first, pair_key), _take(runs.key_last, pair_key)
     rising = torch.cat([a - b_last, a + la - b + 1])  # s0, s0 + la + lb
     falling = torch.cat([a + la - b_last, a - b + 1])  # s0 + la, s0 + lb
 
@@ -271,15 +272,17 @@ def _fft_counts(
     first_id = torch.full_like(fft_length, torch.iinfo(torch.long).max).scatter_reduce_(
         0, document, positions, "amin"
     )
-    for length in fft_length[use_fft].unique().tolist():
+    for length in _take(fft_length, _indices(use_fft)).unique().tolist():
         group = use_fft & (fft_length == length)
         row_of_document = torch.where(group, group.cumsum(0) - 1, -1)
-        tokens = (row_of_document[document] >= 0).nonzero().squeeze(1)
-        rows, columns = row_of_document[document[tokens]], positions[tokens] - first_id[document[tokens]]
+        tokens = _indices(_take(row_of_document, document) >= 0)
+        token_document = _take(document, tokens)
+        rows = _take(row_of_document, token_document).numpy()
+        columns = (_take(positions, tokens) - _take(first_id, token_document)).numpy()
         keys = np.zeros((int(group.sum()), length))
         queries = np.zeros_like(keys)
-        keys[rows.numpy(), columns.numpy()] = 1.0
-        queries[rows.numpy(), columns.numpy()] = query[tokens].numpy()
+        keys[rows, columns] = 1.0
+        queries[rows, columns] = _take(query, tokens).numpy()
         # numpy's FFT is single-threaded: torch's starts a thread pool per call, 5x slower on a busy CPU
         lags = np.fft.irfft(np.fft.rfft(queries) * np.fft.rfft(keys).conj(), n=length)
         width = min(max_distance, length // 2)  # lags >= length / 2 hold the wrapped-around d < 0
@@ -291,7 +294,19 @@ def _document_spans(positions: torch.Tensor, document_start: torch.Tensor) -> to
     """[documents] last id - first id + 1."""
     document_end = torch.ones_like(document_start)
     document_end[:-1] = document_start[1:]
-    return positions[document_end] - positions[document_start] + 1
+    return _take(positions, _indices(document_end)) - _take(positions, _indices(document_start)) + 1
+
+
+def _indices(mask: torch.Tensor) -> torch.Tensor:
+    """Indices where a 1-D mask is true."""
+    return mask.nonzero().squeeze(1)
+
+
+def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """values[index] for 1-D tensors. index_select rather than advanced indexing, whose CPU
+    kernel goes parallel even for a few thousand elements and then stalls for up to 0.1 s
+    whenever another process holds the cores (measured on a 2-core machine under load)."""
+    return values.index_select(0, index)
 
 
 def _flat_documents(
@@ -328,7 +343,7 @@ def absolute_position_counts(
     if position_ids.numel() and position_ids.min() < 0:
         row, column = (int(i) for i in (position_ids < 0).nonzero()[0])
         raise ValueError(f"position_ids must be >= 0: row {row}, token {column} is {int(position_ids[row, column])}")
-    counted = position_ids.reshape(-1).long()[_queries(labels, position_ids)]
+    counted = _take(position_ids.reshape(-1).long(), _indices(_queries(labels, position_ids)))
     counts = torch.bincount(counted.clamp(max=max_position), minlength=max_position + 1)
     return Histogram(counts[:max_position], counts[max_position])
 
@@ -342,7 +357,8 @@ class PositionFrequency:
     State (all int64, on CPU): `relative` [max_distance], `overflow` (pairs at d >=
     max_distance), `absolute` [max_position], `absolute_overflow` (tokens at ids >=
     max_position), `tokens_seen` (every token of every batch, labelled or not: the
-    "consumed tokens" of STRING Figure 2a).
+    "consumed tokens" of STRING Figure 2a). With count_only_labeled (the default: SFT masks
+    prompts) both histograms count labelled query tokens only; otherwise every token.
 
     Counting runs on the CPU (see `_to_cpu`): a GPU batch costs one copy of its three
     [B, T] id tensors. Count before the batch moves to the GPU where possible.

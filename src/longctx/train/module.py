@@ -58,16 +58,11 @@ class LanguageModelModule(L.LightningModule):
             return
         torch.manual_seed(self.config.train.seed)
         self.model = Llama(self.config.model)
-        train = self.config.train
-        if train.activation_checkpointing or train.compile:
-            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-            for i, block in enumerate(self.model.blocks):
-                if train.activation_checkpointing:
-                    block = checkpoint_wrapper(block)
-                if train.compile:
-                    block = torch.compile(block)
-                self.model.blocks[i] = block
+        # Both keep parameter names unchanged, so checkpoints load into a plain Llama.
+        self.model.activation_checkpointing = self.config.train.activation_checkpointing
+        if self.config.train.compile:
+            for block in self.model.blocks:
+                block.compile()
         if getattr(self, "device_mesh", None) is not None:
             self._fully_shard()
 
