@@ -25,24 +25,24 @@ What it measures, for each sequence length T:
 Before timing, the outputs (and, for `varlen`, the q/k/v gradients) must match `sdpa`
 to 1e-4 max abs difference, or the script aborts.
 
-Memory (Linux only): torch has no allocator statistics on CPU, and its CPU tensors are
-plain malloc/mmap memory, so the peak is read from the kernel. Each measurement runs in a
-fresh spawned process, which first runs the op on a 64-token slice (loading kernels and
-thread pools), creates the inputs, reads its resident set size (VmRSS), resets the
-high-water mark (`/proc/self/clear_refs` = 5), runs build_mask + forward + backward once
-and reports VmHWM - VmRSS. Caveats: it counts the output and the q/k/v gradients (the
-same for every backend), pages the process touched rather than bytes torch asked for, and
-anything else the process allocated meanwhile; it is good to about 1 MiB.
+Memory (Linux only, `cpu_memory.py`): torch has no allocator statistics on CPU, and its
+CPU tensors are plain malloc/mmap memory, so the peak is read from the kernel. Each
+measurement runs in a fresh spawned process, which first runs the op on a 64-token slice
+(loading kernels and thread pools), creates the inputs, reads its resident set size
+(VmRSS), resets the high-water mark (`/proc/self/clear_refs` = 5), runs build_mask +
+forward + backward once and reports VmHWM - VmRSS. Caveats: it counts the output and the
+q/k/v gradients (the same for every backend), pages the process touched rather than bytes
+torch asked for, and anything else the process allocated meanwhile; it is good to about
+1 MiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import multiprocessing
+import functools
 import os
 import random
-import re
 import statistics
 import sysconfig
 import tempfile
@@ -52,6 +52,7 @@ from pathlib import Path
 
 import torch
 
+import cpu_memory
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
@@ -60,7 +61,6 @@ MIN_DOCUMENT_TOKENS = 16
 SEED = 0
 TOLERANCE = 1e-4
 WARMUP_TOKENS = 64
-MIB = 2**20
 
 
 # --- packed rows ----------------------------------------------------------------------
@@ -163,25 +163,16 @@ def interleaved_median_ms(ops: dict[str, Callable[[], object]], repeats: int) ->
     return {name: statistics.median(times) * 1e3 for name, times in seconds.items()}
 
 
-def _proc_status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE).group(1)) * 1024
-
-
-def _peak_extra_bytes_here(document_ids: torch.Tensor, backend: str, block_size: int) -> int:
+def _prepare_forward_backward(document_ids: torch.Tensor, backend: str, block_size: int) -> Callable[[], object]:
+    """Warm up on a 64-token slice, create the inputs; the op to measure (in the child process)."""
     forward_backward(make_inputs(document_ids[:, :WARMUP_TOKENS]), backend, block_size)
     inputs = make_inputs(document_ids)
-    baseline = _proc_status_bytes("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # reset VmHWM to the current VmRSS
-    forward_backward(inputs, backend, block_size)
-    return _proc_status_bytes("VmHWM") - baseline
+    return functools.partial(forward_backward, inputs, backend, block_size)
 
 
 def peak_extra_mib(document_ids: torch.Tensor, backend: str, block_size: int) -> float:
     """Peak memory of build_mask + forward + backward above the inputs, in a fresh process."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_peak_extra_bytes_here, (document_ids, backend, block_size)) / MIB
+    return cpu_memory.peak_extra_mib(_prepare_forward_backward, document_ids, backend, block_size)
 
 
 # --- one row of the table -------------------------------------------------------------

@@ -118,7 +118,8 @@ def make_batch(packed: list[list[int]], kind: str, rng: random.Random) -> dict[s
     position_ids = torch.tensor(positions)
     input_ids = torch.randint(vocab, position_ids.shape, generator=torch.Generator().manual_seed(SEED))
     targets = torch.where(torch.tensor(labels) == IGNORE_INDEX, IGNORE_INDEX, input_ids.roll(-1, dims=1))
-    return {"input_ids": input_ids, "labels": targets, "position_ids": position_ids, "document_ids": torch.tensor(documents)}
+    document_ids = torch.tensor(documents)
+    return {"input_ids": input_ids, "labels": targets, "position_ids": position_ids, "document_ids": document_ids}
 
 
 def key_runs_per_document(batch: dict[str, torch.Tensor]) -> float:

@@ -1,48 +1,48 @@
 """Prefill and per-token decode time of every position method vs plain RoPE on CPU.
 
-    .venv/bin/python benchmarks/position_methods.py [--lengths 1024 4096] [--repeats 7]
+    .venv/bin/python benchmarks/position_methods.py [--lengths 1024 4096] [--layers 1]
+        [--repeats 7] [--threads 0] [--clock wall|cpu]
 
 Setting, per sequence length T:
 
 - the `tiny` preset's attention shapes (8 query heads, 4 key/value heads, head_dim 32),
-  float32, batch 1, one document of T tokens (the NIAH setting), `--threads` threads
-  (default: torch's); the model's training length is T, so StRing uses S = round(T/3), W = 128 and the
-  baselines the STRING §4.2 protocol (`baseline_protocol`);
+  float32, batch 1, one document of T tokens (the NIAH setting); the training length is
+  T, so StRing uses S = round(T/3), W = 128 and the baselines the STRING §4.2 protocol
+  (`baseline_protocol`);
 - every method runs with the CPU default backend: `rope` (plain RoPE), `ntk` and `yarn`
   call `attention()` with `varlen`; the others run their passes in the pure-torch path;
-- prefill: one layer's work including its setup: `plan` (the per-forward positions, cos/sin
-  and key ranges), rotating q and k, and attention over T queries;
-- decode: one new token over a KV cache of T - 1 tokens: `plan` for T keys, rotating the
-  new query (and key), attention. rope/ntk/yarn/string cache keys rotated (`rotate_keys`);
-  rerope/self_extend/dca cache them un-rotated and re-rotate the whole cache every step, as
-  their rewritten key positions require.
+- one timed forward = the per-forward setup (`plan`: positions, cos/sin, key ranges; for
+  rope/ntk/yarn the same plus `build_mask`) + `--layers` attention layers (rotate q and k,
+  attend). The default, 1 layer, charges a method its whole setup; a model shares the
+  setup across its layers (TinyLlama: 22);
+- prefill: T queries over T keys. decode: one new token over a KV cache of T - 1 tokens,
+  the new key written in place as the model's KVCache does. rope/ntk/yarn/string cache
+  keys rotated (`rotate_keys`); rerope/self_extend/dca cache them un-rotated and rotate
+  what they read every step, as their rewritten key positions require.
 
-Times are medians over `--repeats` rounds; each round times every method once, in turn,
-so that load changes on a shared machine hit all methods alike. Before timing, every
-method's one-token decode of the last position must match its prefill's last row (1e-4).
+Times are the best of `--repeats` rounds (decode: 5x as many) after a warm-up; each round
+times every method once, in turn, so that load changes on a shared machine hit all
+methods alike. `--clock cpu` measures process CPU time instead of wall time: use it with
+`--threads 1` on a machine that other jobs share. Before timing, every method's decoding
+of the last token must match the last row of its prefill (1e-4).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
 from longctx.model.llama import ModelConfig
-from longctx.model.position_methods import (
-    PositionMethod,
-    PositionMethodConfig,
-    StringConfig,
-    build_position_method,
-)
+from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
 SEED = 0
 TOLERANCE = 1e-4
 METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "string-repo")
+GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE (issue 6)
 
 
 def build(name: str, training_length: int) -> PositionMethod:
@@ -60,56 +60,75 @@ def make_inputs(seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
     return q, k, v, torch.arange(seq_len)[None]
 
 
-def prefill_op(method: PositionMethod, q, k, v, positions) -> Callable[[], torch.Tensor]:
-    return lambda: method.attend(q, k, v, position_ids=positions)
+def prefill_op(method: PositionMethod, q, k, v, positions, layers: int = 1) -> Callable[[], torch.Tensor]:
+    def forward() -> torch.Tensor:
+        plan = method.plan(positions, dtype=q.dtype)
+        for _ in range(layers):
+            out = method(q, k, v, plan)
+        return out
+
+    return forward
 
 
-def decode_op(method: PositionMethod, q, k, v, positions) -> Callable[[], torch.Tensor]:
-    """The last token over a cache of the others, written in place like the model's KVCache;
-    the cache of earlier tokens is prepared outside the timing."""
+def decode_op(method: PositionMethod, q, k, v, positions, layers: int = 1) -> Callable[[], torch.Tensor]:
+    """The last token over a cache of the others; the cache of earlier tokens is prepared
+    outside the timing, the new key is written into it in place."""
     rotated = method.caches_rotated_keys
     cache = method.rotate_keys(k, positions) if rotated else k.clone()
 
     def step() -> torch.Tensor:
-        cache[:, -1:] = method.rotate_keys(k[:, -1:], positions[:, -1:]) if rotated else k[:, -1:]
-        return method.attend(q[:, -1:], cache, v, position_ids=positions, keys_rotated=rotated)
+        plan = method.plan(positions, q_len=1, keys_rotated=rotated, dtype=q.dtype)
+        for _ in range(layers):
+            cache[:, -1:] = method.rotate_keys(k[:, -1:], positions[:, -1:]) if rotated else k[:, -1:]
+            out = method(q[:, -1:], cache, v, plan)
+        return out
 
     return step
 
 
-def interleaved_medians(ops: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median ms per op; each round runs every op once (after one warm-up round)."""
+def best_times(ops: dict[str, Callable[[], object]], repeats: int, clock: Callable[[], float]) -> dict[str, float]:
+    """Best ms per op; each round runs every op once (after one warm-up round)."""
     for op in ops.values():
         op()
     times: dict[str, list[float]] = {name: [] for name in ops}
     for _ in range(repeats):
         for name, op in ops.items():
-            start = time.perf_counter()
+            start = clock()
             op()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+            times[name].append(clock() - start)
+    return {name: min(values) * 1e3 for name, values in times.items()}
 
 
-def measure(seq_len: int, repeats: int) -> list[list[str]]:
+def measure(seq_len: int, args: argparse.Namespace, clock: Callable[[], float]) -> list[list[str]]:
     q, k, v, positions = make_inputs(seq_len)
     methods = {name: build(name, seq_len) for name in METHODS}
-    for name, method in methods.items():
-        last_row = prefill_op(method, q, k, v, positions)()[:, -1]
-        decoded = decode_op(method, q, k, v, positions)()[:, 0]
-        difference = (last_row - decoded).abs().max().item()
-        if difference >= TOLERANCE:
-            raise SystemExit(f"{name}: decoding differs from prefill by {difference:.2e} at T={seq_len}; not timing it")
     with torch.no_grad():
-        prefill = interleaved_medians({n: prefill_op(m, q, k, v, positions) for n, m in methods.items()}, repeats)
-        decode = interleaved_medians({n: decode_op(m, q, k, v, positions) for n, m in methods.items()}, repeats * 5)
+        for name, method in methods.items():
+            last_row = prefill_op(method, q, k, v, positions)()[:, -1]
+            decoded = decode_op(method, q, k, v, positions)()[:, 0]
+            difference = (last_row - decoded).abs().max().item()
+            if difference >= TOLERANCE:
+                raise SystemExit(f"{name}: decoding differs from prefill by {difference:.2e} at T={seq_len}; not timing it")
+        prefill = best_times(
+            {n: prefill_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}, args.repeats, clock
+        )
+        decode = best_times(
+            {n: decode_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}, args.repeats * 5, clock
+        )
     rows = []
     for name, method in methods.items():
-        params = ", ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in method.params.items())
+        params = ", ".join(
+            f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in method.params.items()
+        )
         rows.append([
             str(seq_len), name, params or "-",
             f"{prefill[name]:.1f}", f"{prefill[name] / prefill['rope']:.2f}x",
             f"{decode[name]:.3f}", f"{decode[name] / decode['rope']:.2f}x",
         ])  # fmt: skip
+    for phase, times in (("prefill", prefill), ("decode", decode)):
+        ratio = times["string"] / times["rope"]
+        verdict = "meets" if ratio <= GOALS[phase] else "misses"
+        print(f"T={seq_len}: StRing {phase} {ratio:.2f}x plain RoPE ({verdict} the {GOALS[phase]}x goal)", flush=True)
     return rows
 
 
@@ -124,8 +143,10 @@ def markdown_table(rows: list[list[str]]) -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], help="sequence lengths T (= training length)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); medians reported")
+    parser.add_argument("--layers", type=int, default=1, help="attention layers per timed forward (setup is shared)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); best reported")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or this process's CPU time")
     return parser.parse_args()
 
 
@@ -133,15 +154,15 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     print(
-        f"H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, float32, batch 1, one document, "
-        f"{torch.get_num_threads()} threads, {args.repeats} prefill rounds",
+        f"H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, float32, batch 1, one document, {torch.get_num_threads()} threads, "
+        f"{args.layers} layer(s) per forward, {args.clock} clock, best of {args.repeats} prefill rounds",
         flush=True,
     )
     rows = []
     for seq_len in args.lengths:
-        rows += measure(seq_len, args.repeats)
-        print(f"T={seq_len} done", flush=True)
+        rows += measure(seq_len, args, clock)
     print()
     print(markdown_table(rows))
 

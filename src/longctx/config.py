@@ -30,7 +30,7 @@ from longctx.model.llama import ConfigError, ModelConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "TrainConfig", "load", "to_yaml"]
 
 
 @dataclass
@@ -162,6 +162,21 @@ class LogConfig:
 
 
 @dataclass
+class ProbeConfig:
+    """Probes that run during training (DESIGN §7)."""
+
+    fi: bool = True
+    """Count f(i), the trained (query, key) pairs per relative position (STRING Eq. 2)."""
+    fi_every_steps: int = 50
+    """Log f(i) scalars and the f(i) line plot every this many optimizer steps."""
+    fi_count_only_labeled: bool = True
+    """Count only queries that carry a loss label (SFT prompts do not); false = every pair."""
+
+    def validate(self) -> None:
+        _positive_int("probe.fi_every_steps", self.fi_every_steps)
+
+
+@dataclass
 class EvalConfig:
     """Evaluation settings (NIAH effective length, position methods)."""
 
@@ -197,6 +212,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def __post_init__(self) -> None:
         if self.data.window == 0:
@@ -208,6 +224,7 @@ class ExperimentConfig:
         self.data.validate(self.model)
         self.train.validate(self.data)
         self.eval.validate()
+        self.probe.validate()
         _positive_int("log.every_steps", self.log.every_steps)
         _choice("log.wandb_mode", self.log.wandb_mode, ("auto", "online", "offline", "disabled"))
 

@@ -7,6 +7,8 @@ difference), and takes one masked softmax over all pairs.
 """
 
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -216,6 +218,27 @@ def test_repo_compat_double_counts_the_shift_diagonal_and_scales_scores():
     assert (repo[~before] - paper[~before]).abs().max() > 1e-3
 
 
+LONG_CASES = {  # long enough that query blocks attend a common bulk of keys without a mask
+    "string": (lambda: string_method(rotary(max_position=320), 150, 16), string_relative(150, 16)),
+    "self_extend": (lambda: self_extend_method(rotary(max_position=320), 130, 4), self_extend_relative(130, 4)),
+    "dca": (lambda: dca_method(rotary(max_position=320), 140, 20), dca_relative(140, 20)),
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_CASES))
+def test_long_documents_with_unmasked_bulks_match_reference(name):
+    make, relative = LONG_CASES[name]
+    method = make()
+    positions, docs = reset_position_ids([250, 70]), packed_document_ids([250, 70])
+    q, k, v = random_qkv(1, 320, 320, heads=2, kv_heads=1, dim=8)
+    plan = method.plan(positions, docs, block_size=16, dtype=q.dtype)
+    bulks = [spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None]
+    assert len(bulks) >= 8  # the unmasked path runs, next to masked edges widened to 64-key multiples
+    got = method(q, k, v, plan)
+    expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
 # --- decoding, chunked prefill, cached keys -----------------------------------------------
 
 
@@ -365,8 +388,7 @@ def test_config_defaults_follow_the_paper_and_the_protocol():
     string = build_position_method(PositionMethodConfig(name="string"), model)
     assert string.params == {"shift": 341, "local_window": 128, "compat": "paper"}
     for name in ("ntk", "yarn", "rerope", "self_extend", "dca"):
-        method = build_position_method(PositionMethodConfig(name=name), model)
-        assert method.params == {**baseline_protocol(name, 1024), **{k: v for k, v in method.params.items() if k not in baseline_protocol(name, 1024)}}
+        assert build_position_method(PositionMethodConfig(name=name), model).params == baseline_protocol(name, 1024)
     explicit = PositionMethodConfig(name="string", string=StringConfig(shift=300, local_window=64, compat="repo"))
     assert build_position_method(explicit, model).params == {"shift": 300, "local_window": 64, "compat": "repo"}
 
@@ -404,6 +426,73 @@ def test_positions_must_be_consecutive_inside_a_document():
 
 
 # --- flash-attn path ------------------------------------------------------------------
+
+
+def documented_flash_attn_varlen_func(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, return_attn_probs
+):
+    """flash-attn 2's varlen attention as its docstring defines it, densely on CPU: per
+    sequence, query i may see key j iff j <= i + sk - sq (causal, bottom-right aligned)
+    and j >= i + sk - sq - window_size[0]; rows that see nothing give output 0 and
+    log-sum-exp +inf. Returns (out [total_q, H, D], lse [H, total_q], None)."""
+    assert causal and return_attn_probs and window_size[1] == 0
+    outs, lses = [], []
+    for i in range(len(cu_seqlens_q) - 1):
+        qs = q[cu_seqlens_q[i] : cu_seqlens_q[i + 1]]
+        ks, vs = (x[cu_seqlens_k[i] : cu_seqlens_k[i + 1]] for x in (k, v))
+        sq, sk = qs.shape[0], ks.shape[0]
+        assert sq <= max_seqlen_q and sk <= max_seqlen_k
+        group = qs.shape[1] // ks.shape[1]
+        ks, vs = ks.repeat_interleave(group, dim=1), vs.repeat_interleave(group, dim=1)
+        last = torch.arange(sq)[:, None] + sk - sq
+        seen = torch.arange(sk)[None, :] <= last
+        if window_size[0] >= 0:
+            seen &= torch.arange(sk)[None, :] >= last - window_size[0]
+        scores = torch.einsum("qhd,khd->hqk", qs, ks) * softmax_scale
+        scores = scores.masked_fill(~seen, -math.inf)
+        lse = scores.logsumexp(-1)
+        weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
+        outs.append(torch.einsum("hqk,khd->qhd", weights, vs))
+        lses.append(lse.masked_fill(~seen.any(-1), math.inf))
+    return torch.cat(outs), torch.cat(lses, dim=1), None
+
+
+@pytest.mark.parametrize("name", ["string", "string-repo", "rerope", "self_extend"])
+def test_flash_layout_matches_torch_path_with_documented_kernel_semantics(name, monkeypatch):
+    """The flash path's key cutting, windows and empty-row handling, run on CPU through a
+    stand-in that implements flash-attn's documented varlen semantics."""
+    stand_in = types.SimpleNamespace(flash_attn_varlen_func=documented_flash_attn_varlen_func)
+    monkeypatch.setitem(sys.modules, "flash_attn", stand_in)
+    method = all_methods()[name]
+    positions, docs = two_rows([19, 1, 4, 12], 36)
+    q, k, v = random_qkv(2, 36, 36)
+    expected = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="sdpa")
+    assert method.plan(positions, docs, backend="flash").backend == "flash"
+    got = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+    for t in (0, 9, 10, 19, 20, 35):
+        step = method.attend(
+            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1],
+            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], backend="flash",
+        )  # fmt: skip
+        torch.testing.assert_close(step[:, 0], expected[:, t], atol=1e-12, rtol=0)
+
+
+def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
+    """Off CPU the torch path scores explicitly; both kernels agree, GQA and masks included."""
+    from longctx.model.position_methods import _attend_math
+
+    q, k, v = torch.randn(1, 4, 9, DIM), torch.randn(1, 2, 13, DIM), torch.randn(1, 2, 13, DIM)
+    bias = torch.zeros(9, 13).masked_fill(torch.rand(9, 13) < 0.4, -math.inf)
+    bias[3] = -math.inf  # a query that sees nothing
+    fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    fused_out, fused_lse = fused(q, k, v, 0.0, False, attn_mask=bias, scale=0.3)
+    out, lse = _attend_math(q, k, v, bias, 0.3)
+    seen = bias.isfinite().any(-1)
+    torch.testing.assert_close(out[:, :, seen], fused_out[:, :, seen], atol=1e-5, rtol=0)
+    torch.testing.assert_close(lse[:, :, seen], fused_lse[:, :, seen], atol=1e-5, rtol=0)
+    assert (out[:, :, 3] == 0).all() and (lse[:, :, 3] == -math.inf).all()
+
 
 
 @pytest.mark.gpu

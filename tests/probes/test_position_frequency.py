@@ -186,7 +186,8 @@ def test_overflow_conserves_pairs():
 
 def test_no_labelled_token_counts_nothing():
     labels = torch.full((2, 10), IGNORE_INDEX)
-    counts, overflow = relative_position_counts(torch.arange(10).expand(2, 10), torch.zeros_like(labels), 10, labels=labels)
+    position_ids = torch.arange(10).expand(2, 10)
+    counts, overflow = relative_position_counts(position_ids, torch.zeros_like(labels), 10, labels=labels)
     assert counts.sum() == 0 and overflow == 0
 
 
@@ -330,10 +331,12 @@ def test_all_reduce_without_process_group_is_a_copy():
 def _all_reduce_worker(rank: int, port: int, queue) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        probe = filled_accumulator(10 + rank, batches=2)[0]
-        reduced = probe.all_reduce()
-        as_lists = [{key: value.tolist() for key, value in state.items()} for state in (probe.state_dict(), reduced.state_dict())]
-        queue.put((rank, *as_lists))  # plain lists: shared-memory tensors die with this process
+        accumulator = filled_accumulator(10 + rank, batches=2)[0]
+        reduced = accumulator.all_reduce().state_dict()
+        probe = accumulator.state_dict()  # after the reduction: must still be this rank's own counts
+        # plain lists: shared-memory tensors die with this process
+        local, total = ({key: value.tolist() for key, value in state.items()} for state in (probe, reduced))
+        queue.put((rank, local, total))
     finally:
         dist.destroy_process_group()
 
@@ -356,7 +359,8 @@ def test_all_reduce_sums_ranks():
         local, reduced = results[rank]
         assert local["relative"] == filled_accumulator(10 + rank, batches=2)[0].relative.tolist()
         for key in ("relative", "absolute", "overflow", "absolute_overflow", "tokens_seen"):
-            assert torch.equal(torch.tensor(reduced[key]), torch.tensor(results[0][0][key]) + torch.tensor(results[1][0][key])), key
+            both_ranks = torch.tensor(results[0][0][key]) + torch.tensor(results[1][0][key])
+            assert torch.equal(torch.tensor(reduced[key]), both_ranks), key
 
 
 def test_summary_of_one_document():

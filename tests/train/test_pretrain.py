@@ -11,14 +11,17 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from longctx.analysis.wandb_offline import offline_runs, read_history
 from longctx.cli import main
 from longctx.data.corpus import embedded_documents
+from longctx.data.packing import PackedRows, PackedSource
 from longctx.data.prepare import prepare
-from longctx.data.tokenizer import train_bpe
+from longctx.data.tokenizer import load_tokenizer, train_bpe
+from longctx.probes.position_frequency import PositionFrequency
 
 STEPS = 6
 
@@ -54,6 +57,7 @@ def overrides(workspace: Path, out_dir: Path, **extra) -> list[str]:
         "train.out_dir": out_dir,
         "log.wandb_mode": "offline",
         "log.every_steps": 1,
+        "probe.fi_every_steps": 2,
         **extra,
     }
     return [f"{key}={value}" for key, value in values.items()]
@@ -99,6 +103,21 @@ def reference(workspace):
     return out
 
 
+def final_fi(out_dir: Path) -> dict:
+    return dict(np.load(out_dir / "fi" / f"fi-step-{STEPS:07d}.npz"))
+
+
+def expected_fi(workspace: Path) -> PositionFrequency:
+    """f(i) recounted from the rows the run consumed: STEPS x 8 global rows, in order."""
+    source = PackedSource(workspace / "data", seed=1234)
+    rows = PackedRows([source], [1.0], window=64, eos_id=load_tokenizer(str(workspace / "tokenizer.json")).eos_id,
+                      doc_mask=True)
+    counts = PositionFrequency(64, max_position=64)
+    for _, row in zip(range(STEPS * 8), rows):
+        counts.update({key: value[None] for key, value in row.items()})
+    return counts
+
+
 def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     curve = losses(reference)
     assert sorted(curve) == list(range(1, STEPS + 1))
@@ -110,6 +129,27 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     assert sorted(p.name for p in (reference / "checkpoints").iterdir()) == [
         "last.ckpt", "step-0000003.ckpt", "step-0000006.ckpt"]
     assert torch.load(reference / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
+    fi_rows = [row for row in read_history(offline_runs(reference)[0]) if "fi/f@L/4" in row]
+    assert [row["trainer/global_step"] for row in fi_rows] == [2, 4, 6]
+    assert fi_rows[-1]["fi/tokens_seen"] == STEPS * 512
+    tables = [row for row in read_history(offline_runs(reference)[0]) if "fi/curve_table.path" in row]
+    assert len(tables) == 3 and tables[-1]["fi/curve_table._type"] == "table-file"
+
+
+def test_wandb_fi_table_holds_the_final_counts(workspace, reference):
+    run = offline_runs(reference)[0]
+    last = [row for row in read_history(run) if "fi/curve_table.path" in row][-1]
+    table = json.loads((run / "files" / last["fi/curve_table.path"]).read_text())
+    assert table["columns"] == ["relative_position", "f"]
+    assert [f for _, f in table["data"]] == expected_fi(workspace).relative.tolist()
+
+
+def test_fi_totals_equal_a_recount_of_the_consumed_rows(workspace, reference):
+    expected = expected_fi(workspace)
+    saved = final_fi(reference)
+    assert np.array_equal(saved["relative"], expected.relative.numpy())
+    assert np.array_equal(saved["absolute"], expected.absolute.numpy())
+    assert int(saved["tokens_seen"]) == STEPS * 512
 
 
 def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
@@ -119,6 +159,8 @@ def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
     assert sorted(two) == sorted(one)
     for step in one:
         assert two[step] == pytest.approx(one[step], rel=1e-5, abs=1e-5)
+    for key, value in final_fi(reference).items():  # f(i) all-reduced over ranks = one process
+        assert np.array_equal(final_fi(tmp_path)[key], value), key
 
 
 def test_two_nodes_on_loopback_match_one(workspace, reference, tmp_path):
@@ -156,6 +198,8 @@ def test_sigterm_checkpoint_then_resume_reproduces_the_run(workspace, reference,
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(stopped_at + 1, STEPS + 1):
         assert resumed[step] == expected[step], f"step {step}"
+    for key, value in final_fi(reference).items():  # no loss, no double counting
+        assert np.array_equal(final_fi(tmp_path)[key], value), key
 
 
 def test_truncated_checkpoint_is_a_clear_error(workspace, reference, tmp_path, capsys):

@@ -48,11 +48,15 @@ take its values.
 
 Implementations:
 
-- pure torch (any device, the CPU default): per row, queries in blocks of `block_size`;
-  a block attends, per pass, only the key range its queries can reach, so StRing's two
-  passes cost one attention pass plus one block of keys. On CPU the kernel is torch's
-  fused flash-attention op, which also returns the log-sum-exp; elsewhere explicit fp32
-  math. GQA folds the query-head group into the query axis (no key/value copies).
+- pure torch (any device, the CPU default): per row, queries in blocks of `block_size`.
+  Per pass, a block attends the keys all its queries cover without a mask (when they are
+  at least MIN_BULK_FRACTION of its span) and the edges around them with one, so
+  StRing's two passes cost one attention pass plus about one block of keys per block:
+  inside a block of bq queries, the bq keys where the two passes meet are scored under
+  both rotations. On CPU the kernel is torch's fused flash-attention op, which also
+  returns the log-sum-exp and handles GQA; elsewhere explicit fp32 math. Decoding (one
+  query) scores each pass's key range with a matmul and takes one softmax over all of
+  them, the same merge without per-pass outputs.
 - flash (CUDA, `gpu` extra) for methods whose passes are fixed distance bands (string,
   rerope, self_extend): per pass one `flash_attn_varlen_func` over the documents, with the
   keys of each document cut `nearest` tokens short (flash's bottom-right causal mask then
@@ -68,8 +72,13 @@ differ from the model's) and attend with `keys_rotated=True`; rerope, self_exten
 rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keeps
 *un-rotated* keys and every step re-rotates them (one multiply-add over the cache).
 
-Measured (benchmarks/position_methods.py, CPU, tiny-preset heads): see the module's
-benchmark; StRing prefill and decoding stay within the issue's 1.2x / 1.3x of plain RoPE.
+Measured (benchmarks/position_methods.py, one CPU thread, tiny-preset heads, one
+document, process CPU time on a shared machine, +-15% run to run): StRing prefill vs plain
+RoPE (varlen) 0.8-1.2x at T=4096 but ~1.45x at T=1024, where the doubly scored bq-key
+strip is ~1/3 more kernel work (T*bq on top of T^2/2) and smaller blocks lose as much to
+per-call cost; decoding 0.9x at 4096 and 1.1-1.4x at 1024 (the per-forward plan is
+charged to one layer; shared by 4 layers it is 1.07x). The baselines that rewrite key
+positions cost 1.1-1.8x in prefill and 2-3x in decoding (they re-rotate the cache).
 """
 
 from __future__ import annotations
@@ -83,7 +92,7 @@ from torch import nn
 
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, AttentionMask, attention, build_mask, resolve_backend
 from longctx.model.llama import ConfigError, ModelConfig
-from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
+from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half
 
 POSITION_METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")
 BASELINE_TRAINING_FRACTION = 2 / 3
@@ -93,7 +102,9 @@ REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
 """cos/sin multiplier of the authors' released StRing code (compat='repo')."""
 UNBOUNDED = 1 << 40
 """Largest key distance of a pass without a far end."""
-MIN_BULK_FRACTION = 3.0
+MIN_BULK_FRACTION = 0.5
+"""A query block attends its common keys unmasked in a call of their own only when they are
+at least this fraction of its key span (each kernel call costs ~0.6 ms fixed at 256 queries)."""
 KEY_ALIGNMENT = 64
 """Key spans handed to the CPU kernel are multiples of this many keys where possible."""
 
@@ -267,7 +278,9 @@ def _check_baseline(name: str, values: dict, prefix: str) -> None:
         raise ConfigError(f"{prefix}.log_scale_length", f"must be >= 2 or -1 (off), got {values['log_scale_length']}")
     if name == "dca" and values["local_window"] > values["chunk_size"]:
         raise ConfigError(
-            f"{prefix}.local_window", f"{values['local_window']} exceeds chunk_size={values['chunk_size']}", (f"{prefix}.chunk_size",)
+            f"{prefix}.local_window",
+            f"{values['local_window']} exceeds chunk_size={values['chunk_size']}",
+            (f"{prefix}.chunk_size",),
         )
 
 
@@ -386,7 +399,8 @@ class PositionMethod(nn.Module):
             only = plan.passes[0]
             keys = k if plan.keys_rotated else apply_rotary(k, *plan.key_rotations[0])
             return attention(apply_rotary(q, only.query_cos, only.query_sin), keys, v, mask=plan.mask, scale=scale)
-        queries = [apply_rotary(q, p.query_cos, p.query_sin) for p in plan.passes]
+        swapped = rotate_half(q)  # shared by every pass's rotation
+        queries = [torch.addcmul(q * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]) for p in plan.passes]
         if plan.q_len == 1 and plan.backend != "flash":
             return _decode_passes(queries, k, v, plan, scale)
         keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
@@ -411,8 +425,9 @@ class PositionMethod(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(k.shape[1], device=k.device).expand(k.shape[0], -1)
         plan = self.plan(
-            position_ids, document_ids, q.shape[1], keys_rotated=keys_rotated, backend=backend, block_size=block_size, dtype=q.dtype
-        )
+            position_ids, document_ids, q.shape[1],
+            keys_rotated=keys_rotated, backend=backend, block_size=block_size, dtype=q.dtype,
+        )  # fmt: skip
         return self(q, k, v, plan, scale=scale)
 
 
@@ -435,7 +450,9 @@ def yarn_method(
     beta_fast: float = 32.0, beta_slow: float = 1.0,
 ) -> PositionMethod:  # fmt: skip
     """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
-    scaling = RopeScaling("yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow)
+    scaling = RopeScaling(
+        "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
+    )
     rotary = RotaryEmbedding(head_dim, base, scaling, training_length)
     params = {"factor": factor, "original_max_position": original_max_position, "beta_fast": beta_fast, "beta_slow": beta_slow}
     return rope_method(rotary, "yarn", params)
@@ -522,7 +539,9 @@ def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> P
     return PositionMethod("dca", rotary, passes, params=params)
 
 
-def build_position_method(config: PositionMethodConfig, model: ModelConfig, prefix: str = "eval.position_method") -> PositionMethod:
+def build_position_method(
+    config: PositionMethodConfig, model: ModelConfig, prefix: str = "eval.position_method"
+) -> PositionMethod:
     """The method `config.name` for a model; training length L = model.max_position.
 
     rope, string, rerope, self_extend and dca use the model's RoPE (including its own
@@ -582,9 +601,11 @@ class PassPlan:
     """One pass of one forward: rotations, per-query key ranges and per-block work."""
 
     band: tuple[int, int | None] | None
+    """The pass's fixed distance band, if it has one (AttentionPass.band)."""
     query_cos: torch.Tensor
     """[B, Tq, D] cos of the queries' rotation in this pass."""
     query_sin: torch.Tensor
+    """[B, Tq, D] sin of the same."""
     key_rotation: int
     """Index into PositionPlan.key_rotations."""
     lower: torch.Tensor
@@ -593,6 +614,8 @@ class PassPlan:
     """[B, Tq] last key index covered (inclusive); < lower where the pass covers nothing."""
     blocks: list[list[KeySpans | None]]
     """Per row, per query block: the keys the block attends in this pass, or None if none."""
+    flash_keys: _FlashKeys | None = None
+    """The flash path's key layout for this pass."""
 
 
 @dataclass
@@ -600,7 +623,7 @@ class PositionPlan:
     """What `PositionMethod.forward` needs about positions; built once per forward."""
 
     backend: str
-    """'attention' backends for single-pass methods; 'torch' or 'flash' for the others."""
+    """The resolved `attention()` backend for single-pass methods; 'torch' or 'flash' for the others."""
     q_len: int
     document_ids: torch.Tensor
     """[B, Tk] document id of every key."""
@@ -613,6 +636,8 @@ class PositionPlan:
     """[B, Tq] query multiplier (ReRoPE's log-n), or None."""
     mask: AttentionMask | None = None
     """Single-pass methods: the mask for `attention()`."""
+    flash_queries: _FlashQueries | None = None
+    """The flash path's query layout (documents laid end to end)."""
 
 
 def _cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -653,7 +678,9 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
     if document_ids is None:
         document_ids = torch.zeros_like(position_ids)
     if document_ids.shape != position_ids.shape:
-        raise ValueError(f"document_ids {tuple(document_ids.shape)} and position_ids {tuple(position_ids.shape)} differ in shape")
+        raise ValueError(
+            f"document_ids {tuple(document_ids.shape)} and position_ids {tuple(position_ids.shape)} differ in shape"
+        )
     if keys_rotated and not method.caches_rotated_keys:
         raise ValueError(f"position method {method.name!r} needs un-rotated keys (keys_rotated=False)")
     offset = kv_len - q_len
@@ -667,7 +694,8 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
             key_maps.append(key_map)
             own = key_map is None
             rotated = own and keys_rotated
-            key_rotations.append(None if rotated else _cos_sin(method.rotary, position_ids if own else key_map(position_ids), dtype))
+            at = position_ids if own else key_map(position_ids)
+            key_rotations.append(None if rotated else _cos_sin(method.rotary, at, dtype))
         return key_maps.index(key_map)
 
     if len(method.passes) == 1:
@@ -677,7 +705,9 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
         empty = torch.empty(0, dtype=torch.long, device=device)
         mask = build_mask(document_ids, q_len, backend)
         pass_plan = PassPlan(only.band, cos, sin, index, empty, empty, [])
-        return PositionPlan(mask.backend, q_len, document_ids, keys_rotated, block_size, [pass_plan], key_rotations, query_scale, mask)
+        return PositionPlan(
+            mask.backend, q_len, document_ids, keys_rotated, block_size, [pass_plan], key_rotations, query_scale, mask
+        )
 
     document_start = _document_starts(position_ids, document_ids)[:, offset:]
     resolved = resolve_backend(backend, device)
@@ -685,16 +715,20 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
     query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
     rotated_at = torch.stack([p.query_positions(query_positions) for p in method.passes])
     query_cos, query_sin = _cos_sin(method.rotary, rotated_at, dtype)
+    segments = _flash_segments(document_ids, q_len) if flash else None
     passes = []
     for attention_pass, cos, sin in zip(method.passes, query_cos, query_sin):
         nearest, farthest = attention_pass.distances(query_positions)
         upper = query_index - nearest
         lower = torch.maximum(document_start, query_index - farthest)
         blocks = [] if flash or q_len == 1 else _block_spans(lower, upper, block_size, kv_len)
-        passes.append(PassPlan(attention_pass.band, cos, sin, key_rotation(attention_pass.key_positions), lower, upper, blocks))
+        flash_keys = _cut_segments(segments, attention_pass.band[0]) if flash else None
+        index = key_rotation(attention_pass.key_positions)
+        passes.append(PassPlan(attention_pass.band, cos, sin, index, lower, upper, blocks, flash_keys))
     return PositionPlan(
-        "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale
-    )
+        "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale,
+        flash_queries=segments.queries if flash else None,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -702,21 +736,21 @@ class KeySpans:
     """The keys one query block attends in one pass, as key-index ranges [start, end)."""
 
     bulk: tuple[int, int] | None
-    """Keys every (covering) query of the block attends: no mask needed."""
-    edges: tuple[tuple[int, int], ...]
-    """The rest of the block's keys, attended with a mask."""
+    """Keys every query of the block attends: no mask."""
+    masked: tuple[tuple[int, int], ...]
+    """Keys attended under a mask built from each query's [lower, upper]."""
     has_empty_rows: bool
     """Some query of the block covers no key in this pass."""
 
 
 def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_len: int) -> list[list[KeySpans | None]]:
-    """Per row and query block: the keys its queries cover, as an unmasked bulk that every
-    query covers plus masked edges. Within a document lower/upper grow with the query, so
-    for a long document the edges are about one block wide on each side of the bulk.
+    """Per row and query block: the keys its queries cover, as the bulk that every query
+    covers (no mask) plus masked edges. Inside a long document lower/upper grow with the
+    query, so the edges are about one block wide on each side of the bulk.
 
     The fused CPU kernel is ~1.5x slower per key on spans that are not a multiple of
-    KEY_ALIGNMENT keys, so the bulk is cut to a multiple and edges are widened outwards
-    into keys no query of the block covers (the mask removes them)."""
+    KEY_ALIGNMENT keys, so the bulk is cut to a multiple and the edges are widened
+    outwards into keys no query of the block covers (the mask removes them)."""
     batch, q_len = lower.shape
     blocks = -(-q_len // block_size)
     pad = blocks * block_size - q_len
@@ -729,23 +763,20 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     common_end = torch.where(covered, upper, UNBOUNDED).amin(-1) + 1
     has_empty = (valid & ~covered).any(-1)
     columns = (first, end, common_first, common_end, has_empty, covered.any(-1))
-    rows = []
-    for row in zip(*(column.tolist() for column in columns)):
-        spans = []
-        for f, e, cf, ce, empty, nonempty in zip(*row):
-            if not nonempty:
-                spans.append(None)
-                continue
-            bulk_len = max(ce - cf, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
-            if bulk_len < MIN_BULK_FRACTION * (e - f):  # too few common keys to be worth a call of their own
-                spans.append(KeySpans(None, (_widen(f, e, kv_len),), empty))
-                continue
-            bulk_end = cf + bulk_len
-            left = _widen(f, cf, kv_len, up=False) if cf > f else None
-            right = _widen(bulk_end, e, kv_len, down=False) if e > bulk_end else None
-            spans.append(KeySpans((cf, bulk_end), tuple(edge for edge in (left, right) if edge), empty))
-        rows.append(spans)
-    return rows
+    return [
+        [_spans(*block, kv_len) if block[-1] else None for block in zip(*(column.tolist() for column in row))]
+        for row in zip(*columns)
+    ]
+
+
+def _spans(first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool, kv_len: int) -> KeySpans:
+    bulk_len = max(common_end - common_first, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
+    if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
+        return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
+    bulk_end = common_first + bulk_len
+    left = _widen(first, common_first, kv_len) if common_first > first else None
+    right = _widen(bulk_end, end, kv_len, down=False) if end > bulk_end else None
+    return KeySpans((common_first, bulk_end), tuple(edge for edge in (left, right) if edge), has_empty)
 
 
 def _widen(start: int, end: int, kv_len: int, *, down: bool = True, up: bool = True) -> tuple[int, int]:
@@ -762,10 +793,13 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Posit
     if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
         raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[2] % k.shape[2]:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple")
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple"
+        )
     if (q.shape[1], k.shape[:2]) != (plan.q_len, plan.document_ids.shape):
         raise ValueError(
-            f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; got q {tuple(q.shape)}, k {tuple(k.shape)}"
+            f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
 
 
@@ -774,35 +808,29 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Posit
 
 def _torch_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
     batch, q_len, heads, dim = queries[0].shape
-    kv_heads = v.shape[2]
-    group = heads // kv_heads
     out = torch.empty(batch, q_len, heads, dim, dtype=v.dtype, device=v.device)
     for b in range(batch):
         for block, q_start in enumerate(range(0, q_len, plan.block_size)):
             rows = slice(q_start, min(q_start + plan.block_size, q_len))
-            block_len = rows.stop - rows.start
             parts = []
             for pass_plan, q_rot in zip(plan.passes, queries):
                 spans = pass_plan.blocks[b][block]
                 if spans is None:
                     continue
-                # GQA: query head h uses key head h // group; fold the group into the query axis.
-                query = q_rot[b, rows].view(block_len, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(kv_heads, -1, dim)
+                query = q_rot[b, rows].transpose(0, 1)  # [H, bq, D]
                 key, value = keys[pass_plan.key_rotation][b], v[b]
                 lower, upper = pass_plan.lower[b, rows], pass_plan.upper[b, rows]
                 if spans.bulk is not None:
                     start, end = spans.bulk
                     empty = upper < lower if spans.has_empty_rows else None
-                    parts.append(_attend(query, key[start:end], value[start:end], None, empty, scale, group))
-                if spans.edges:
-                    edge_keys = [torch.arange(start, end, device=v.device) for start, end in spans.edges]
-                    key_index = edge_keys[0] if len(edge_keys) == 1 else torch.cat(edge_keys)
+                    parts.append(_attend(query, key[start:end], value[start:end], None, empty, scale))
+                if spans.masked:
+                    key_index = torch.cat([torch.arange(start, end, device=v.device) for start, end in spans.masked])
                     allowed = (key_index >= lower[:, None]) & (key_index <= upper[:, None])
-                    empty = _covered_count(lower, upper, spans.edges) == 0
-                    edge_k, edge_v = _gather_ranges(key, spans.edges), _gather_ranges(value, spans.edges)
-                    parts.append(_attend(query, edge_k, edge_v, allowed, empty, scale, group))
-            merged = _merge(parts)
-            out[b, rows] = merged.view(kv_heads, group, block_len, dim).permute(2, 0, 1, 3).reshape(block_len, heads, dim)
+                    empty = _covered_count(lower, upper, spans.masked) == 0
+                    masked_k, masked_v = _gather_ranges(key, spans.masked), _gather_ranges(value, spans.masked)
+                    parts.append(_attend(query, masked_k, masked_v, allowed, empty, scale))
+            out[b, rows] = _merge(parts).transpose(0, 1)
     return out
 
 
@@ -857,31 +885,33 @@ def _attend(
     allowed: torch.Tensor | None,
     empty: torch.Tensor | None,
     scale: float,
-    group: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of group-folded queries [Hkv, G*bq, D] (G = group) over k/v
-    [bk, Hkv, D], optionally masked by allowed [bq, bk] (the same for every group member). Returns the
-    output [Hkv, G*bq, D] and log-sum-exp [Hkv, G*bq] in fp32 (fp64 for fp64 inputs);
-    queries flagged in `empty` [bq] come back as output 0, log-sum-exp -inf."""
+    """Softmax attention of query [H, bq, D] over k/v [bk, Hkv, D] (query head h uses key
+    head h // (H / Hkv)), optionally masked by allowed [bq, bk]. Returns the output
+    [H, bq, D] and log-sum-exp [H, bq] in fp32 (fp64 for fp64 inputs); queries flagged in
+    `empty` [bq] come back as output 0, log-sum-exp -inf."""
     q4, k4, v4 = query[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
     bias = None
     if allowed is not None:
         zero, minus_inf = (torch.tensor(x, dtype=query.dtype, device=query.device) for x in (0.0, -math.inf))
-        bias = torch.where(allowed, zero, minus_inf).repeat(group, 1)
-    if query.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, 0.0, False, attn_mask=bias, scale=scale)
+        bias = torch.where(allowed, zero, minus_inf)
+    if query.device.type == "cpu":  # the fused flash kernel; it handles GQA itself
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q4, k4, v4, 0.0, False, attn_mask=bias, scale=scale
+        )
     else:
         out, lse = _attend_math(q4, k4, v4, bias, scale)
     merge_dtype = torch.promote_types(query.dtype, torch.float32)
     out, lse = out[0].to(merge_dtype), lse[0].to(merge_dtype)
     if empty is not None and bool(empty.any()):
-        empty = empty.repeat(group)
         out = out.masked_fill(empty[None, :, None], 0.0)
         lse = lse.masked_fill(empty[None, :], -math.inf)
     return out, lse
 
 
 def _attend_math(q, k, v, bias, scale):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
     if bias is not None:
         scores = scores + bias.float()
@@ -891,11 +921,15 @@ def _attend_math(q, k, v, bias, scale):
 
 
 def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Softmax over the union of several key sets from each one's output and log-sum-exp:
-    sum_i exp(lse_i - logsumexp_j lse_j) out_i (STRING Algorithm 2, in fp32). A part with
-    lse -inf weighs 0; a query no part covers gets 0."""
+    """Softmax over the union of several key sets from each one's output and log-sum-exp,
+    in fp32: for two, out_b + sigmoid(lse_a - lse_b) (out_a - out_b) (STRING Algorithm 2);
+    for more, sum_i exp(lse_i - logsumexp_j lse_j) out_i. A part with lse -inf weighs 0."""
     if len(parts) == 1:
         return parts[0][0]
+    if len(parts) == 2:
+        (out_a, lse_a), (out_b, lse_b) = parts
+        weight_a = torch.sigmoid(lse_a - lse_b).nan_to_num_(0.0)  # nan: neither part covers the query
+        return torch.addcmul(out_b, weight_a[..., None], out_a - out_b)
     outs = torch.stack([out for out, _ in parts])
     lses = torch.stack([lse for _, lse in parts])
     weights = torch.exp(lses - torch.logsumexp(lses, dim=0)).nan_to_num_(0.0)
@@ -910,42 +944,63 @@ def _flash_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torc
 
     batch, q_len, heads, dim = queries[0].shape
     kv_heads = v.shape[2]
-    segments = _flash_segments(plan.document_ids, q_len)
     flat_v = v.reshape(-1, kv_heads, dim)
+    merge_dtype = torch.promote_types(v.dtype, torch.float32)
     parts = []
     for pass_plan, q_rot in zip(plan.passes, queries):
         nearest, farthest = pass_plan.band
-        kept, key_index = _cut_segments(segments, nearest)
-        cu_k = torch.nn.functional.pad(kept.cumsum(0), (1, 0)).to(torch.int32)
+        layout = pass_plan.flash_keys
+        empty = (pass_plan.upper < pass_plan.lower).reshape(-1, 1)
+        if layout.max_seqlen_k == 0:  # every document is shorter than `nearest`: nothing to attend
+            continue
         flat_k = keys[pass_plan.key_rotation].reshape(-1, kv_heads, dim)
         out, lse, _ = flash_attn_varlen_func(
             q_rot.reshape(-1, heads, dim),
-            flat_k[key_index],
-            flat_v[key_index],
-            cu_seqlens_q=segments.cu_seqlens_q,
-            cu_seqlens_k=cu_k,
-            max_seqlen_q=max(segments.q_lengths),
-            max_seqlen_k=max(int(kept.max()), 1),
+            flat_k[layout.key_index],
+            flat_v[layout.key_index],
+            cu_seqlens_q=plan.flash_queries.cu_seqlens,
+            cu_seqlens_k=layout.cu_seqlens_k,
+            max_seqlen_q=plan.flash_queries.max_seqlen,
+            max_seqlen_k=layout.max_seqlen_k,
             softmax_scale=scale,
             causal=True,  # bottom-right aligned: query m reaches key m - nearest
             window_size=(-1 if farthest is None else farthest - nearest, 0),
             return_attn_probs=True,
         )
         if lse.shape != (heads, out.shape[0]):
-            raise RuntimeError(f"flash-attn returned log-sum-exp of shape {tuple(lse.shape)}; position methods need flash-attn >= 2.5")
-        empty = (pass_plan.upper < pass_plan.lower).reshape(-1, 1)
-        parts.append((out.float().masked_fill(empty[..., None], 0.0), lse.transpose(0, 1).float().masked_fill(empty, -math.inf)))
+            raise RuntimeError(
+                f"flash-attn returned log-sum-exp of shape {tuple(lse.shape)}; position methods need flash-attn >= 2.5"
+            )
+        out = out.to(merge_dtype).masked_fill(empty[..., None], 0.0)
+        parts.append((out, lse.transpose(0, 1).to(merge_dtype).masked_fill(empty, -math.inf)))
     return _merge(parts).view(batch, q_len, heads, dim).to(v.dtype)
 
 
 @dataclass
+class _FlashQueries:
+    """Queries of all rows, document by document, as flash-attn's varlen layout."""
+
+    cu_seqlens: torch.Tensor
+    max_seqlen: int
+
+
+@dataclass
+class _FlashKeys:
+    """One pass's keys: each document's keys but its last `nearest` ones, laid end to end."""
+
+    cu_seqlens_k: torch.Tensor
+    key_index: torch.Tensor
+    """Flat index (row * Tk + key) of every kept key."""
+    max_seqlen_k: int
+
+
+@dataclass
 class _Segments:
-    """Documents of all rows laid end to end (flat key index of their start, their key and query counts)."""
+    """Documents of all rows laid end to end: flat index of each one's first key, key counts, queries."""
 
     starts: torch.Tensor
     k_lengths: torch.Tensor
-    q_lengths: list[int]
-    cu_seqlens_q: torch.Tensor
+    queries: _FlashQueries
 
 
 def _flash_segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
@@ -959,13 +1014,16 @@ def _flash_segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
     local_start = starts % kv_len
     q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
     cu_q = torch.nn.functional.pad(q_lengths.cumsum(0), (1, 0)).to(torch.int32)
-    return _Segments(starts, k_lengths, q_lengths.tolist(), cu_q)
+    return _Segments(starts, k_lengths, _FlashQueries(cu_q, int(q_lengths.max())))
 
 
-def _cut_segments(segments: _Segments, nearest: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key counts per document with its last `nearest` keys dropped, and the flat index of the kept keys."""
+def _cut_segments(segments: _Segments, nearest: int) -> _FlashKeys:
+    """Each document's keys with its last `nearest` dropped: flash's bottom-right causal
+    alignment then ends query m of the document at key m - nearest."""
     kept = (segments.k_lengths - nearest).clamp(min=0)
     total = int(kept.sum())
     first = torch.repeat_interleave(segments.starts, kept, output_size=total)
     before = torch.repeat_interleave(kept.cumsum(0) - kept, kept, output_size=total)
-    return kept, first + torch.arange(total, device=kept.device) - before
+    key_index = first + torch.arange(total, device=kept.device) - before
+    cu_k = torch.nn.functional.pad(kept.cumsum(0), (1, 0)).to(torch.int32)
+    return _FlashKeys(cu_k, key_index, int(kept.max()))

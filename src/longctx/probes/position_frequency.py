@@ -431,7 +431,10 @@ class PositionFrequency:
         mine = (self.max_distance, self.max_position, self.count_only_labeled)
         theirs = (other.max_distance, other.max_position, other.count_only_labeled)
         if mine != theirs:
-            raise ValueError(f"cannot merge position frequencies (max_distance, max_position, count_only_labeled) {theirs} into {mine}")
+            raise ValueError(
+                f"cannot merge position frequencies (max_distance, max_position, count_only_labeled) {theirs} "
+                f"into {mine}"
+            )
         for key in _COUNTERS:
             setattr(self, key, getattr(self, key) + getattr(other, key))
 

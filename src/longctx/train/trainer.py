@@ -31,6 +31,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from longctx.config import ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.train.callbacks import LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
+from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.logging import make_wandb_logger
 from longctx.train.module import LanguageModelModule
 
@@ -148,6 +149,10 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id:
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / "metrics.jsonl"),
     ]
+    if config.probe.fi:
+        callbacks.append(PositionFrequencyCallback(
+            config.data.window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
+        ))
     trainer = L.Trainer(
         accelerator="auto",
         devices=world.devices,

@@ -1,0 +1,127 @@
+"""NIAH evaluation throughput: batched KV-cache greedy decoding vs no-cache recompute, and a full search.
+
+Launch from the repository root:
+
+    .venv/bin/python benchmarks/niah.py [--preset tiny] [--checkpoint PATH] [--lengths 256 512]
+                                        [--prompts 8] [--new-tokens 48] [--backend sdpa]
+                                        [--threads N] [--search-max-length 1024] [--tests 50]
+                                        [--skip-throughput] [--skip-search] [--heatmap PATH]
+
+What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32, CPU):
+
+1. Throughput at each of `--lengths`: the same `--prompts` prompts decoded for
+   `--new-tokens` greedy tokens three ways, side by side:
+   - `recompute`: `greedy_generate_recompute`, all prompts in one batch, the whole
+     sequence re-run for every new token (no cache);
+   - `kv, batch 1`: `greedy_generate` one prompt at a time;
+   - `kv, batched`: `LlamaGenerator`, as the probe runs it (all prompts per forward).
+   All three must produce the same tokens (checked; the script aborts otherwise). Times
+   are single runs after a short warm-up decode; "speedup" is recompute / batched time.
+2. A full effective-length search (`search_effective_length`) of the model: lengths
+   128, 256, ... `--search-max-length`, `--tests` prompts each, every length evaluated
+   (`stop_at_first_failure=False`), wall time per length and in total, sample building and
+   scoring included. A random-init model finds no needle, so its effective length is 0.
+
+The host's load average is printed: other processes on a 2-core machine slow torch's
+thread pool a lot (`--threads 1` is faster than 2 under load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import torch
+
+from longctx.data.niah import Haystack, make_samples
+from longctx.data.tokenizer import load_tokenizer
+from longctx.model.checkpoint import load_model
+from longctx.model.generation import greedy_generate, greedy_generate_recompute
+from longctx.model.llama import Llama, ModelConfig
+from longctx.probes.effective_length import EffectiveLengthConfig, LlamaGenerator, plot_heatmap, search_effective_length
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend) -> None:
+    print(f"\n== greedy decoding of {prompts} prompts x {new_tokens} new tokens ==")
+    print(f"{'length':>6} {'recompute s':>12} {'kv batch-1 s':>13} {'kv batched s':>13} {'new tok/s batched':>18} {'speedup':>8}")
+    generator = LlamaGenerator(model, batch_size=prompts, batch_tokens=prompts * max(lengths), attention_backend=backend)
+    for length in lengths:
+        samples = make_samples(tokenizer, haystack, length, prompts, seed=0)
+        input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
+        greedy_generate(model, input_ids[:, :64], 4, attention_backend=backend)  # warm-up: prefill and cached steps
+        batched, t_batched = timed(lambda: generator.generate(input_ids, new_tokens))
+        single, t_single = timed(
+            lambda: torch.cat([greedy_generate(model, p[None], new_tokens, attention_backend=backend) for p in input_ids])
+        )
+        recomputed, t_recompute = timed(lambda: greedy_generate_recompute(model, input_ids, new_tokens))
+        if not (torch.equal(batched, single) and torch.equal(batched, recomputed)):
+            raise SystemExit(f"length {length}: the three decoders disagree")
+        rate = prompts * new_tokens / t_batched
+        print(f"{length:>6} {t_recompute:>12.2f} {t_single:>13.2f} {t_batched:>13.2f} {rate:>18.1f} {t_recompute / t_batched:>7.1f}x")
+
+
+def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> None:
+    config = EffectiveLengthConfig(
+        max_length=max_length, tests_per_length=tests, max_new_tokens=new_tokens, stop_at_first_failure=False
+    )
+    print(f"\n== effective-length search: lengths {config.lengths[0]}..{config.lengths[-1]}, {tests} tests each ==")
+    generator = LlamaGenerator(model, attention_backend=backend)
+    start = time.perf_counter()
+    result = search_effective_length(generator, tokenizer, haystack, config)
+    total = time.perf_counter() - start
+    for row in result.per_length:
+        print(
+            f"  L={row.length:>5}  batch {generator.rows_per_batch(row.length):>2}  pass {row.passed:>3}/{row.tests}"
+            f"  rate {row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]"
+        )
+    print(f"effective length {result.effective_length}; total {total:.1f} s for {len(config.lengths) * tests} tests")
+    if heatmap:
+        print(f"heatmap -> {plot_heatmap(result, heatmap)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--checkpoint", help="a trained model (.safetensors / .ckpt / HF dir) instead of a random one")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--backend", default="sdpa", help="attention backend for decoding (model default: auto)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads")
+    parser.add_argument("--search-max-length", type=int, default=1024)
+    parser.add_argument("--tests", type=int, default=50)
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-search", action="store_true")
+    parser.add_argument("--heatmap", help="write the search's depth x length PNG here")
+    args = parser.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = load_model(args.checkpoint) if args.checkpoint else Llama(ModelConfig.from_preset(args.preset))
+    model.eval()
+    tokenizer = load_tokenizer("bpe-8192")
+    haystack = Haystack.paul_graham(tokenizer)
+    print(
+        f"model {args.checkpoint or args.preset} ({model.config.num_parameters() / 1e6:.1f}M params), backend {args.backend}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}"
+    )
+    if not args.skip_throughput:
+        throughput(model, tokenizer, haystack, args.lengths, args.prompts, args.new_tokens, args.backend)
+    if not args.skip_search:
+        full_search(
+            model, tokenizer, haystack, args.search_max_length, args.tests, args.new_tokens, args.backend, args.heatmap
+        )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""Training throughput on CPU: our Llama against Hugging Face `LlamaForCausalLM`, same weights.
+
+Launch from the repository root:
+
+    .venv/bin/python benchmarks/train_step.py [--layers 4 6] [--lengths 1024] [--batch 4]
+                                              [--warmup 1] [--repeats 3]
+                                              [--hf-attention sdpa eager] [--skip-packed]
+
+What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 layers,
+10.1M) and each sequence length T:
+
+- one training step: forward, next-token cross-entropy (logits upcast to fp32, mean over
+  labelled tokens), backward, `torch.optim.AdamW(foreach=True)` step; float32, CPU,
+  torch's default thread count, gradients set to None before each step;
+- the implementations, all starting from the same weights (ours seeded, exported with
+  `export_hf`, loaded by transformers) on the same rows:
+  `HF <attn>`       `LlamaForCausalLM.from_pretrained(attn_implementation=<attn>)`,
+                    `use_cache=False`; `sdpa` (default) runs torch's fused causal kernel
+                    (`is_causal=True`, no mask), `eager` the explicit softmax(QK^T)V;
+  `longctx sdpa`    our model, dense boolean mask into `scaled_dot_product_attention`;
+  `longctx varlen`  our model, the CPU training default (block-sparse document masking);
+  `longctx varlen, packed`  the same on document-masked packed rows (the real workload);
+- rows: B x (T + 1) tokens of one stream of documents whose lengths follow the embedded
+  corpus (a random stdlib `.py` file's size in bytes / 3.5 chars per token, at least 16;
+  random token ids, EOS after each document; fixed seed), cut into rows by the training
+  pipeline's `contract_from_blocks`. All but the last row kind read them as plain causal
+  rows (`doc_mask=false`: one document per row, positions 0..T-1), because transformers
+  has no document masking on CPU; `packed` reads the same tokens with `doc_mask=true`
+  (positions restart and attention stays inside each document, labels -100 on EOS);
+- tokens/s = B * T / step time, the median of `--repeats` steps after `--warmup` steps;
+  the implementations take turns step by step (ABCABC...) so that other load on the
+  machine slows all alike. The load average is printed with the table. `vs HF` divides by
+  the fastest HF attention's tokens/s at the same model and T;
+- MFU = tokens/s * FLOPs per token / roofline, FLOPs per token = 6 * N_matmul +
+  6 * n_layers * d_model * T (`training_flops_per_token`: every weight but the input
+  embedding and the norms; causal attention over the full window, also for packed rows,
+  so MFU there is tokens/s on the same scale, not the attention FLOPs actually done);
+  roofline = the best fp32 1024^3 GEMM rate of this CPU (`measure_cpu_gemm_flops`),
+  measured before and after the runs, the higher kept (load only lowers it);
+- peak MiB: the peak resident memory of one step above the model and its AdamW state
+  (activations, logits, gradients, optimizer temporaries), in a fresh spawned process
+  per implementation that first runs a step on 64-token rows (loading kernels, creating
+  the optimizer state); see `cpu_memory.py` for the method and its caveats.
+
+Before timing, the first step's loss of every plain-row implementation must equal HF's
+to 1e-5, or the script aborts (same weights, same rows, same loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+import cpu_memory
+from attention import stdlib_document_lengths
+from longctx.config import DataConfig, ExperimentConfig, TrainConfig
+from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
+from longctx.model.hf import export_hf
+from longctx.model.llama import Llama, ModelConfig
+from longctx.train.callbacks import measure_cpu_gemm_flops, training_flops_per_token
+
+PRESET = "tiny"
+EOS_ID = 0
+SEED = 0
+LEARNING_RATE = 1e-4
+LOSS_TOLERANCE = 1e-5
+WARMUP_TOKENS = 64  # row length of the memory child's warm-up step
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    library: str
+    """`hf` (transformers LlamaForCausalLM) or `longctx` (our Llama)."""
+    attention: str
+    """HF attn_implementation, or our attention backend."""
+    packed: bool = False
+    """Document-masked packed rows (ours only) instead of plain causal rows."""
+
+    @property
+    def name(self) -> str:
+        library = "HF" if self.library == "hf" else "longctx"
+        return f"{library} {self.attention}" + (", packed" if self.packed else "")
+
+
+# --- rows -----------------------------------------------------------------------------
+
+
+def token_blocks(document_lengths: list[int], batch: int, seq_len: int, vocab_size: int) -> torch.Tensor:
+    """[batch, seq_len + 1] consecutive tokens of a stream of random documents, each ended by EOS."""
+    rng = random.Random(SEED)
+    generator = torch.Generator().manual_seed(SEED)
+    stream: list[torch.Tensor] = []
+    needed = batch * (seq_len + 1)
+    while sum(map(len, stream)) < needed:
+        body = torch.randint(EOS_ID + 1, vocab_size, (rng.choice(document_lengths) - 1,), generator=generator)
+        stream += [body, torch.tensor([EOS_ID])]
+    return torch.cat(stream)[:needed].view(batch, seq_len + 1)
+
+
+def describe_documents(batch: Batch) -> str:
+    document_ids = batch["document_ids"]
+    per_row = (document_ids[:, -1] - document_ids[:, 0] + 1).float().mean().item()
+    pieces = torch.cat([row.unique_consecutive(return_counts=True)[1] for row in document_ids])
+    return f"packed rows: {per_row:.2f} documents/row, length median {pieces.median().item()}, mean {pieces.float().mean():.0f}"
+
+
+# --- one training step ----------------------------------------------------------------
+
+
+class TrainingStep:
+    """A model and its AdamW; calling it runs one step on a batch and returns the loss."""
+
+    def __init__(self, implementation: Implementation, config: ModelConfig, hf_dir: Path):
+        self.implementation = implementation
+        if implementation.library == "hf":
+            self.model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, attn_implementation=implementation.attention)
+        else:
+            self.model = seeded_llama(config)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, foreach=True)
+
+    def logits(self, batch: Batch) -> torch.Tensor:
+        if self.implementation.library == "hf":
+            return self.model(input_ids=batch["input_ids"], use_cache=False).logits
+        return self.model(
+            batch["input_ids"], batch["position_ids"], batch["document_ids"], attention_backend=self.implementation.attention
+        )
+
+    def __call__(self, batch: Batch) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.logits(batch)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
+def seeded_llama(config: ModelConfig) -> Llama:
+    torch.manual_seed(SEED)
+    return Llama(config)
+
+
+def rows_for(implementation: Implementation, blocks: torch.Tensor) -> Batch:
+    return contract_from_blocks(blocks, EOS_ID, doc_mask=implementation.packed)
+
+
+def _prepare_step(implementation: Implementation, config: ModelConfig, hf_dir: Path, blocks: torch.Tensor) -> Callable[[], float]:
+    """In the memory child: a warm-up step on 64-token rows, then the step to measure."""
+    step = TrainingStep(implementation, config, hf_dir)
+    step(rows_for(implementation, blocks[:, : WARMUP_TOKENS + 1]))
+    return functools.partial(step, rows_for(implementation, blocks))
+
+
+# --- one model at one length ----------------------------------------------------------
+
+COLUMNS = ("config", "T", "impl", "step ms", "tokens/s", "vs HF", "MFU", "peak MiB")
+
+
+def interleaved_step_seconds(steps: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Median seconds per step; the steps take turns (ABCABC...) so background load hits all alike."""
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in seconds.items()}
+
+
+def require_same_loss(first_losses: dict[Implementation, float]) -> None:
+    reference = next(loss for impl, loss in first_losses.items() if impl.library == "hf")
+    for impl, loss in first_losses.items():
+        if not impl.packed and abs(loss - reference) > LOSS_TOLERANCE:
+            raise SystemExit(f"{impl.name}: first loss {loss:.7f} differs from HF's {reference:.7f}; not timing it")
+
+
+def measure(
+    config: ModelConfig,
+    label: str,
+    seq_len: int,
+    implementations: list[Implementation],
+    document_lengths: list[int],
+    args: argparse.Namespace,
+) -> list[dict]:
+    """Tokens/s, FLOPs per token and peak MiB of every implementation for one model and T."""
+    config = dataclasses.replace(config, max_position=max(config.max_position, seq_len))
+    blocks = token_blocks(document_lengths, args.batch, seq_len, config.vocab_size)
+    with tempfile.TemporaryDirectory(prefix="hf-llama-") as hf_dir:
+        export_hf(seeded_llama(config), hf_dir)
+        steps = {impl: TrainingStep(impl, config, Path(hf_dir)) for impl in implementations}
+        batches = {impl: rows_for(impl, blocks) for impl in implementations}
+        if any(impl.packed for impl in implementations):
+            print(f"{label}, T={seq_len}: {describe_documents(batches[next(i for i in implementations if i.packed)])}")
+        first_losses = {impl: step(batches[impl]) for impl, step in steps.items()}
+        require_same_loss(first_losses)
+        for _ in range(args.warmup - 1):
+            for impl, step in steps.items():
+                step(batches[impl])
+        runs = {impl: functools.partial(step, batches[impl]) for impl, step in steps.items()}
+        seconds = interleaved_step_seconds(runs, args.repeats)
+        del steps, runs
+        peaks = (
+            {impl: cpu_memory.peak_extra_mib(_prepare_step, impl, config, Path(hf_dir), blocks) for impl in implementations}
+            if not args.skip_memory
+            else {}
+        )
+    experiment = ExperimentConfig(
+        model=config,
+        data=DataConfig(window=seq_len),
+        train=TrainConfig(micro_batch_size=args.batch, global_batch_tokens=args.batch * seq_len),
+    )
+    flops_per_token = training_flops_per_token(experiment)
+    results = [
+        dict(config=label, seq_len=seq_len, impl=impl, seconds=seconds[impl], tokens_per_s=args.batch * seq_len / seconds[impl],
+             flops_per_token=flops_per_token, peak_mib=peaks.get(impl))
+        for impl in implementations
+    ]  # fmt: skip
+    for result in results:
+        print(f"  {result['impl'].name:24s} {result['seconds'] * 1e3:8.0f} ms/step", flush=True)
+    return results
+
+
+def table_rows(results: list[dict], roofline: float) -> list[list[str]]:
+    rows = []
+    for result in results:
+        hf_best = max(
+            r["tokens_per_s"] for r in results
+            if r["impl"].library == "hf" and (r["config"], r["seq_len"]) == (result["config"], result["seq_len"])
+        )  # fmt: skip
+        rows.append([
+            result["config"],
+            str(result["seq_len"]),
+            result["impl"].name,
+            f"{result['seconds'] * 1e3:.0f}",
+            f"{result['tokens_per_s']:.0f}",
+            f"{result['tokens_per_s'] / hf_best:.2f}x",
+            f"{result['tokens_per_s'] * result['flops_per_token'] / roofline:.1%}",
+            "" if result["peak_mib"] is None else f"{result['peak_mib']:.0f}",
+        ])  # fmt: skip
+    return rows
+
+
+def markdown_table(rows: list[list[str]]) -> str:
+    lines = [COLUMNS, ("---", "---:", "---", *("---:",) * (len(COLUMNS) - 3)), *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[4, 6], help="n_layers of the `tiny` models compared")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024], help="sequence lengths T")
+    parser.add_argument("--batch", type=int, default=4, help="rows per step")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (the first checks the losses)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per implementation (median reported)")
+    parser.add_argument("--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)")
+    parser.add_argument("--skip-packed", action="store_true", help="leave out `longctx varlen` on packed rows")
+    parser.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
+    args = parser.parse_args()
+    if args.warmup < 1 or args.repeats < 1:
+        parser.error("--warmup and --repeats must be at least 1")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
+    roofline_at_start = measure_cpu_gemm_flops()
+    implementations = [Implementation("hf", attention) for attention in args.hf_attention]
+    implementations += [Implementation("longctx", "sdpa"), Implementation("longctx", "varlen")]
+    if not args.skip_packed:
+        implementations.append(Implementation("longctx", "varlen", packed=True))
+    document_lengths = stdlib_document_lengths()
+    print(
+        f"batch {args.batch}, float32, {torch.get_num_threads()} threads, {args.warmup} warm-up + {args.repeats} timed "
+        f"steps; fp32 GEMM roofline {roofline_at_start / 1e9:.1f} GFLOP/s (1024^3, best of 10)",
+        flush=True,
+    )
+    results = []
+    for n_layers in args.layers:
+        config = ModelConfig.from_preset(PRESET, n_layers=n_layers)
+        label = f"{PRESET} {n_layers}L ({config.num_parameters() / 1e6:.1f}M)"
+        for seq_len in args.lengths:
+            results += measure(config, label, seq_len, implementations, document_lengths, args)
+    measure_cpu_gemm_flops.cache_clear()
+    roofline_at_end = measure_cpu_gemm_flops()
+    roofline = max(roofline_at_start, roofline_at_end)
+    load_at_end = os.getloadavg()[0]
+    print(
+        f"\nload average (1 min): {load_at_start:.2f} at start, {load_at_end:.2f} at end, {os.cpu_count()} CPUs; "
+        f"roofline {roofline_at_start / 1e9:.1f} / {roofline_at_end / 1e9:.1f} GFLOP/s at start / end, "
+        f"MFU against {roofline / 1e9:.1f}\n"
+    )
+    print(markdown_table(table_rows(results, roofline)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Effective-length search: Wilson intervals, oracle / silent / last-K readers, heatmap, real Llama decoding."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from longctx.data.niah import Haystack, PromptTooShortError, make_samples
+from longctx.data.tokenizer import load_tokenizer
+from longctx.model.generation import greedy_generate_recompute
+from longctx.model.llama import Llama, ModelConfig
+from longctx.probes.effective_length import (
+    EffectiveLengthConfig,
+    LlamaGenerator,
+    plot_heatmap,
+    search_effective_length,
+    wilson_interval,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("bpe-8192")
+
+
+@pytest.fixture(scope="module")
+def haystack(tokenizer):
+    try:
+        return Haystack.paul_graham(tokenizer)
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+
+
+class LastKReader:
+    """Answers every 6-digit number it can read in the last `window` prompt tokens, then EOS."""
+
+    def __init__(self, tokenizer, window: int):
+        self.tokenizer, self.window = tokenizer, window
+
+    def generate(self, input_ids, max_new_tokens):
+        rows = []
+        for row in input_ids.tolist():
+            visible = self.tokenizer.decode(row[max(0, len(row) - self.window) :])
+            numbers = re.findall(r"(?<!\d)\d{6}(?!\d)", visible)
+            ids = self.tokenizer.encode(" " + ", ".join(numbers) + ".")[:max_new_tokens]
+            rows.append(ids + [self.tokenizer.eos_id] * (max_new_tokens - len(ids)))
+        return torch.tensor(rows)
+
+
+def config(**changes):
+    values = dict(step=128, max_length=1024, tests_per_length=8, depth_bands=4, seed=5)
+    return EffectiveLengthConfig(**{**values, **changes})
+
+
+def expected_from_spans(tokenizer, haystack, cfg, window):
+    """Brute force from the samples' metadata: an answer is read iff its digits start in the window."""
+    effective, rates, cells = 0, [], []
+    for length in cfg.lengths:
+        samples = make_samples(tokenizer, haystack, length, cfg.tests_per_length, task=cfg.task, seed=cfg.seed)
+        seen = [[n.value_span[0] >= length - window for n in s.answer_needles] for s in samples]
+        rate = np.mean([sum(v) >= (cfg.min_found or 2) for v in seen])
+        rates.append(rate)
+        depth = np.array([n.depth for s in samples for n in s.answer_needles])
+        hits = np.array([h for v in seen for h in v])
+        band = np.minimum((depth * cfg.depth_bands).astype(int), cfg.depth_bands - 1)
+        cells.append([hits[band == b].mean() if (band == b).any() else np.nan for b in range(cfg.depth_bands)])
+        if rate < cfg.pass_threshold:
+            break
+        effective = length
+    return effective, rates, np.array(cells).T
+
+
+# --------------------------------------------------------------------------- Wilson
+
+
+def test_wilson_interval_hand_worked():
+    # 8 of 10, z = 1.96: centre (0.8 + 0.19208) / 1.38416 = 0.716738,
+    # half 1.96 / 1.38416 * sqrt(0.016 + 0.009604) = 0.226583.
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.490155, abs=1e-5) and high == pytest.approx(0.943321, abs=1e-5)
+    # k = 0 has the closed form [0, z^2 / (n + z^2)]; k = n mirrors it.
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 3.8416 / 13.8416))
+    assert wilson_interval(10, 10) == pytest.approx((1 - 3.8416 / 13.8416, 1.0))
+    # the paper's 500 tests: 250 passes is known to about +-0.044
+    low, high = wilson_interval(250, 500)
+    assert (high - low) / 2 == pytest.approx(0.0436, abs=5e-4)
+    with pytest.raises(ValueError, match="successes <= trials"):
+        wilson_interval(3, 2)
+
+
+# --------------------------------------------------------------------------- search logic
+
+
+def test_oracle_passes_every_length(tokenizer, haystack):
+    cfg = config(max_length=768)
+    result = search_effective_length(LastKReader(tokenizer, 10**9), tokenizer, haystack, cfg)
+    assert result.effective_length == 768
+    assert [r.length for r in result.per_length] == [128, 256, 384, 512, 640, 768]
+    assert all(r.passed == r.tests == 8 and r.rate == 1 and r.recall == 1 for r in result.per_length)
+    assert np.nanmin(result.heatmap) == 1 and np.nanmin(result.depth_recall) == 1
+    assert result.per_length[0].wilson_low == pytest.approx(wilson_interval(8, 8)[0])
+
+
+def test_silent_model_has_effective_length_zero(tokenizer, haystack):
+    class Silent:
+        def generate(self, input_ids, max_new_tokens):
+            return torch.full((len(input_ids), max_new_tokens), tokenizer.eos_id)
+
+    result = search_effective_length(Silent(), tokenizer, haystack, config())
+    assert result.effective_length == 0
+    assert len(result.per_length) == 1 and result.per_length[0].passed == 0  # stopped at the first failure
+    assert result.per_length[0].example_output == ""
+    blind = search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, config())
+    assert blind.effective_length == 0 and blind.per_length[0].example_output == " ."
+
+
+@pytest.mark.parametrize("min_found", [None, 1, 3])
+def test_last_k_reader_matches_a_brute_force_count(tokenizer, haystack, min_found):
+    found = []
+    for window in (64, 160, 320, 480):
+        cfg = config(min_found=min_found)
+        result = search_effective_length(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
+        effective, rates, cells = expected_from_spans(tokenizer, haystack, cfg, window)
+        assert result.effective_length == effective
+        assert [r.rate for r in result.per_length] == pytest.approx(rates)
+        np.testing.assert_allclose(result.heatmap, cells)
+        found.append(effective)
+    assert found == sorted(found) and found[0] < found[-1]  # grows with the window
+
+
+def test_last_k_reader_effective_length_is_about_k_over_far_needle_distance(tokenizer, haystack):
+    # string-repo: needle 3 of 4 (the one a 2-of-4 pass needs) lies in [0.495, 0.7425) of the
+    # haystack, median 0.62. It is in the window while (1 - 0.62) H + question <= K, so the
+    # effective length is near K / 0.38 and grows linearly with K.
+    # Its 129-token overhead (bpe-8192) does not fit in 128 tokens: that length is skipped.
+    for window in (128, 256, 384):
+        cfg = config(task="string-repo", tests_per_length=16, max_length=1280)
+        result = search_effective_length(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
+        assert window / 0.38 * 0.7 <= result.effective_length <= window / 0.38 * 1.15
+        assert result.skipped_lengths == [128] and result.per_length[0].length == 256
+    with pytest.raises(PromptTooShortError, match="every length up to eval.niah.max_length=128"):
+        search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, config(task="string-repo", max_length=128))
+
+
+def test_full_grid_and_depth_profile(tokenizer, haystack):
+    cfg = config(stop_at_first_failure=False, max_length=1024)
+    result = search_effective_length(LastKReader(tokenizer, 256), tokenizer, haystack, cfg)
+    assert result.heatmap.shape == (4, 8) and len(result.per_length) == 8
+    assert result.heatmap[-1, -1] > result.heatmap[0, -1]  # deep needles are read, shallow ones missed at 1024
+    assert result.per_length[-1].rate < 0.5 and result.effective_length < 1024
+
+
+def test_result_serialises_and_plots(tokenizer, haystack, tmp_path):
+    cfg = config(max_length=512, stop_at_first_failure=False)
+    result = search_effective_length(LastKReader(tokenizer, 200), tokenizer, haystack, cfg)
+    record = json.loads(json.dumps(result.to_dict()))
+    assert record["effective_length"] == result.effective_length
+    assert [row["length"] for row in record["per_length"]] == [128, 256, 384, 512]
+    assert record["config"]["step"] == 128 and len(record["heatmap"]) == 4
+    path = plot_heatmap(result, tmp_path / "figs" / "niah.png")
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.image.imread(path).ndim == 3
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="eval.niah.step"):
+        EffectiveLengthConfig(step=0)
+    with pytest.raises(ValueError, match="max_length=64 is below"):
+        EffectiveLengthConfig(max_length=64)
+    with pytest.raises(ValueError, match="pass_threshold"):
+        EffectiveLengthConfig(pass_threshold=1.5)
+    with pytest.raises(ValueError, match=r"min_found must be in \[1, 4\]"):
+        EffectiveLengthConfig(min_found=5)
+    with pytest.raises(ValueError, match="not one of"):
+        EffectiveLengthConfig(task="nope")
+
+
+def test_generator_with_wrong_output_shape_is_refused(tokenizer, haystack):
+    class OneRow:
+        def generate(self, input_ids, max_new_tokens):
+            return torch.zeros(1, max_new_tokens, dtype=torch.long)
+
+    with pytest.raises(ValueError, match=r"returned shape \(1, 48\) for 8 prompts"):
+        search_effective_length(OneRow(), tokenizer, haystack, config())
+
+
+# --------------------------------------------------------------------------- real model
+
+
+@pytest.fixture(scope="module")
+def debug_llama():
+    torch.manual_seed(0)
+    model = Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
+    return model
+
+
+def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, haystack, debug_llama):
+    samples = make_samples(tokenizer, haystack, 200, 5, seed=1)
+    prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
+    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=600)
+    assert generator.rows_per_batch(200) == 3  # 600 tokens / 200: batches of 3 and 2
+    batched = generator.generate(prompts, 12)
+    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 12) for p in prompts])
+    assert batched.shape == (5, 12)
+    assert torch.equal(batched, reference)
+    assert len(set(map(tuple, batched.tolist()))) > 1  # prompts led to different continuations
+
+
+def test_rows_per_batch_respects_both_caps(debug_llama):
+    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=8192)
+    assert [generator.rows_per_batch(n) for n in (64, 128, 1024, 3000, 9000)] == [64, 64, 8, 2, 1]
+    with pytest.raises(ValueError, match="batch_tokens must be >= 1"):
+        LlamaGenerator(debug_llama, batch_tokens=0)
+
+
+def test_search_runs_a_real_llama(tokenizer, haystack, debug_llama, tmp_path):
+    cfg = config(max_length=256, tests_per_length=3, max_new_tokens=8, stop_at_first_failure=False)
+    result = search_effective_length(LlamaGenerator(debug_llama, batch_size=2), tokenizer, haystack, cfg)
+    assert [r.length for r in result.per_length] == [128, 256]
+    assert all(0 <= r.rate <= 1 and r.tests == 3 for r in result.per_length)
+    assert plot_heatmap(result, tmp_path / "llama.png").is_file()
