@@ -3,6 +3,7 @@
     longctx config experiments/pretrain/tiny_1k.yaml train.max_steps=10   # print the resolved config
     longctx prepare embedded data/embedded --tokenizer bpe-8192           # tokenise into litdata
     longctx pretrain experiments/pretrain/tiny_1k.yaml train.max_steps=10 # train (torchrun-ready)
+    longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
@@ -66,6 +67,27 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fi(args: argparse.Namespace) -> int:
+    from longctx.probes.dataset_fi import document_lengths, figure1_frequencies, packed_rows_fi, write_outputs
+
+    result = figure1_frequencies(document_lengths(args.data, args.tokenizer), args.window)
+    if args.doc_mask is not None:
+        from longctx.data.prepare import read_manifest
+
+        manifest = read_manifest(args.data)
+        if manifest is None:
+            raise ValueError(f"--doc-mask counts packed rows and needs a prepared dataset; {args.data} is not one")
+        doc_mask = args.doc_mask == "true"
+        result.frequency[f"packed doc_mask={args.doc_mask}"] = packed_rows_fi(
+            args.data, args.window, manifest["eos_id"], doc_mask
+        )
+    for line in result.summary_lines():
+        print(line)
+    numbers, figure = write_outputs(result, args.out)
+    print(f"wrote {numbers} and {figure}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -85,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("pretrain", help="pretrain a model (also under torchrun)")
     train.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
     train.set_defaults(run=cmd_pretrain)
+
+    fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")
+    fi.add_argument("data", help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR)")
+    fi.add_argument("--window", type=int, required=True, help="training length L")
+    fi.add_argument("--tokenizer", default="bpe-8192", help="for corpus sources that are not prepared")
+    fi.add_argument("--doc-mask", choices=("true", "false"), help="also count one epoch of packed rows in this mode")
+    fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
+    fi.set_defaults(run=cmd_fi)
 
     export = commands.add_parser("export-hf", help="write a checkpoint as a Hugging Face LlamaForCausalLM directory")
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")

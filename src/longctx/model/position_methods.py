@@ -774,7 +774,7 @@ def _spans(first: int, end: int, common_first: int, common_end: int, has_empty: 
     if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
     bulk_end = common_first + bulk_len
-    left = _widen(first, common_first, kv_len) if common_first > first else None
+    left = _widen(first, common_first, kv_len, up=False) if common_first > first else None
     right = _widen(bulk_end, end, kv_len, down=False) if end > bulk_end else None
     return KeySpans((common_first, bulk_end), tuple(edge for edge in (left, right) if edge), has_empty)
 

@@ -1,0 +1,44 @@
+"""Every W&B sweep in sweeps/ expands to configs the CLI accepts, as W&B would pass them."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from longctx.config import load
+
+SWEEPS = sorted(Path("sweeps").glob("*.yaml"))
+
+
+def grid(sweep: dict) -> list[list[str]]:
+    """The `key=value` argument lists W&B's ${args_no_hyphens} produces for a grid sweep."""
+    names, choices = [], []
+    for name, spec in sweep["parameters"].items():
+        names.append(name)
+        choices.append(spec["values"] if "values" in spec else [spec["value"]])
+    return [[f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo)]
+            for combo in itertools.product(*choices)]
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_every_grid_point_is_a_valid_config(path):
+    sweep = yaml.safe_load(path.read_text())
+    command = sweep["command"]
+    assert command[:4] == ["${env}", "${interpreter}", "-m", "longctx"] and command[-1] == "${args_no_hyphens}"
+    files = [item for item in command[5:-1]]
+    points = grid(sweep)
+    assert points
+    for args in points:
+        config = load(files, args)
+        for arg in args:
+            key, value = arg.split("=")
+            section, field = key.split(".", 1)
+            assert str(getattr(getattr(config, section), field)).lower() == value.lower()
+
+
+def test_probe_grid_keeps_tokens_per_step():
+    sweep = yaml.safe_load(Path("sweeps/probe_window.yaml").read_text())
+    configs = [load(["experiments/pretrain/tinyllama_1b_2k.yaml"], args) for args in grid(sweep)]
+    assert {c.train.global_batch_tokens for c in configs} == {4_194_304}
+    assert sorted({c.data.window for c in configs}) == [2048, 4096]
