@@ -775,7 +775,7 @@ def _spans(first: int, end: int, common_first: int, common_end: int, has_empty: 
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
     bulk_end = common_first + bulk_len
     left = _widen(first, common_first, kv_len, up=False) if common_first > first else None
-    right = _widen(bulk_end, end, kv_len, down=False) if end > bulk_end else None
+    right = _widen(bulk_end, end, kv_len) if end > bulk_end else None
     return KeySpans((common_first, bulk_end), tuple(edge for edge in (left, right) if edge), has_empty)
 
 
