@@ -127,6 +127,8 @@ class TrainingStep:
     def __init__(self, implementation: Implementation, config: ModelConfig, hf_dir: Path):
         self.implementation = implementation
         if implementation.library == "hf":
+            transformers.logging.set_verbosity_error()
+            transformers.utils.logging.disable_progress_bar()  # also in the memory child
             self.model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, attn_implementation=implementation.attention)
         else:
             self.model = seeded_llama(config)
@@ -269,6 +271,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)")
     parser.add_argument("--skip-packed", action="store_true", help="leave out `longctx varlen` on packed rows")
     parser.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     args = parser.parse_args()
     if args.warmup < 1 or args.repeats < 1:
         parser.error("--warmup and --repeats must be at least 1")
@@ -277,8 +280,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
     roofline_at_start = measure_cpu_gemm_flops()
     implementations = [Implementation("hf", attention) for attention in args.hf_attention]

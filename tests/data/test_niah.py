@@ -59,7 +59,9 @@ def test_haystack_is_its_sentences_tokenised_one_by_one(tokenizer):
     text = 'He said "Stop." Then he left! Why? Prices rose 2.5 percent.The end...\n\nNext  para'
     sentences = split_sentences(text)
     assert "".join(sentences) == text
-    assert sentences == ['He said "Stop."', " Then he left!", " Why?", " Prices rose 2.5 percent.", "The end...", "\n\nNext  para"]
+    assert sentences == [
+        'He said "Stop."', " Then he left!", " Why?", " Prices rose 2.5 percent.", "The end...", "\n\nNext  para"
+    ]
     haystack = Haystack.from_text(tokenizer, text)
     expected = [tokenizer.encode(s) for s in sentences]
     assert haystack.ids.tolist() == [i for ids in expected for i in ids]
@@ -146,7 +148,7 @@ def test_random_start_changes_the_haystack(tokenizer, haystack):
 
 
 def test_string_repo_template_puts_needle_j_in_quarter_j(tokenizer, haystack):
-    prefix = "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. I will quiz you about the important information there.\n"
+    prefix = TABLE5_PREFIX[:-1]  # the script's prefix ends in one newline
     for index in range(30):
         sample = make_sample(tokenizer, haystack, 900, task="string-repo", index=index, snap_to_sentence=False)
         text = tokenizer.decode(sample.input_ids.tolist())

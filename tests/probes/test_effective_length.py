@@ -141,7 +141,8 @@ def test_last_k_reader_effective_length_is_about_k_over_far_needle_distance(toke
         assert window / 0.38 * 0.7 <= result.effective_length <= window / 0.38 * 1.15
         assert result.skipped_lengths == [128] and result.per_length[0].length == 256
     with pytest.raises(PromptTooShortError, match="every length up to eval.niah.max_length=128"):
-        search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, config(task="string-repo", max_length=128))
+        cfg = config(task="string-repo", max_length=128)
+        search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, cfg)
 
 
 def test_full_grid_and_depth_profile(tokenizer, haystack):

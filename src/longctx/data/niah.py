@@ -19,7 +19,8 @@ prompt at the seams (a handful of tokens); the model reads the ids, which are wh
 Tasks (`TASKS`; a test passes when at least `min_found` answers appear in the output):
 
 - `paper`: STRING Table 5. Four distinct 6-digit numbers, " One of the magic numbers is
-  {n}. ", depths uniform in [0, 1), pass with >= 2 of 4 found.
+  {n}. ", depths uniform in [0, 1) (the paper does not say how it draws them), pass with
+  >= 2 of 4 found.
 - `string-repo`: the authors' script (HKUNLP/STRING niah test): " One of the magic number
   is: {n}. ", the prefix ends in one newline, needle j uniform inside the j-th quarter of
   [0, 0.99). Unlike the script, each test draws fresh needles (the script reuses one set of
@@ -71,20 +72,18 @@ _JSON_UNITS_PER_DRAW = 16
 
 # Adjective-noun keys and word values (RULER draws them from the `wonderwords` lists).
 _ADJECTIVES = (
-    "amber", "ancient", "bitter", "bold", "brave", "bright", "calm", "clever", "cold", "crisp",
-    "curious", "dark", "eager", "early", "fancy", "fierce", "gentle", "golden", "grand", "happy",
-    "hidden", "hollow", "humble", "icy", "jolly", "keen", "lazy", "little", "lively", "loud",
-    "lucky", "mellow", "misty", "noble", "odd", "pale", "proud", "quiet", "rapid", "rough",
-    "rusty", "silent", "silver", "sleepy", "smooth", "stormy", "sunny", "tidy", "wild", "wise",
-)  # fmt: skip
+    "amber ancient bitter bold brave bright calm clever cold crisp curious dark eager "
+    "early fancy fierce gentle golden grand happy hidden hollow humble icy jolly keen "
+    "lazy little lively loud lucky mellow misty noble odd pale proud quiet rapid rough "
+    "rusty silent silver sleepy smooth stormy sunny tidy wild wise"
+).split()
 _NOUNS = (
-    "anchor", "badger", "banjo", "beacon", "bridge", "candle", "canyon", "castle", "cherry",
-    "cloud", "comet", "compass", "copper", "crater", "dragon", "falcon", "feather", "forest",
-    "garden", "glacier", "harbor", "hammer", "island", "jungle", "kettle", "lantern", "lemon",
-    "meadow", "mirror", "needle", "orchard", "otter", "panther", "pepper", "pillow", "planet",
-    "pocket", "puzzle", "rabbit", "river", "rocket", "saddle", "shadow", "spider", "temple",
-    "thunder", "tunnel", "valley", "violin", "walnut",
-)  # fmt: skip
+    "anchor badger banjo beacon bridge candle canyon castle cherry cloud comet compass "
+    "copper crater dragon falcon feather forest garden glacier harbor hammer island "
+    "jungle kettle lantern lemon meadow mirror needle orchard otter panther pepper pillow "
+    "planet pocket puzzle rabbit river rocket saddle shadow spider temple thunder tunnel "
+    "valley violin walnut"
+).split()
 
 
 class NiahError(ValueError):
@@ -133,8 +132,11 @@ class NeedleTask:
     num_queries: int = 1
     """Keys asked for; their values are the answers, the other needles distractors."""
     key_type: str = "words"
+    """numbers | words (adjective-noun) | uuids."""
     value_type: str = "numbers"
+    """numbers | words | uuids; the answers."""
     number_digits: int = 6
+    """Digits of a number key or value (STRING: 6, RULER: 7)."""
     placement: str = "uniform"
     """uniform: each depth uniform in [0, 1); quarters: needle j uniform in the j-th of
     `num_needles` equal parts of [0, 0.99) (the authors' script)."""
@@ -155,7 +157,8 @@ class NeedleTask:
             raise NiahError(f"task {self.name!r}: placement {self.placement!r} is not one of {PLACEMENTS}")
         for field_name in ("key_type", "value_type"):
             if getattr(self, field_name) not in VALUE_TYPES:
-                raise NiahError(f"task {self.name!r}: {field_name} {getattr(self, field_name)!r} is not one of {VALUE_TYPES}")
+                value = getattr(self, field_name)
+                raise NiahError(f"task {self.name!r}: {field_name} {value!r} is not one of {VALUE_TYPES}")
 
     @property
     def num_needles(self) -> int:
@@ -221,7 +224,8 @@ TASKS: dict[str, NeedleTask] = {
         name="helmet-json-kv",
         prefix="JSON data:\n{",
         needle='"{key}": "{value}",\n ',
-        question='}}\n\nExtract the value corresponding to the specified key in the JSON object below.\n\nKey: "{query}"',
+        question='}}\n\nExtract the value corresponding to the specified key in the JSON object below.'
+        '\n\nKey: "{query}"',
         answer_prefix="\nCorresponding value:",
         values_per_key=1,
         key_type="uuids",
@@ -285,15 +289,18 @@ class Haystack:
     """int64 [S]: index in `ids` where each sentence starts (ascending, the first is 0)."""
 
     @classmethod
-    def from_text(cls, tokenizer: TextTokenizer, text: str, name: str = "text") -> "Haystack":
-        sentences = split_sentences(text)
-        pieces = [ids for ids in tokenizer.encode_batch(sentences) if ids]
-        if not pieces:
+    def from_pieces(cls, tokenizer: TextTokenizer, pieces: Sequence[str], name: str) -> "Haystack":
+        """Each piece (sentence, JSON pair) tokenised on its own, then concatenated."""
+        token_lists = [ids for ids in tokenizer.encode_batch(pieces) if ids]
+        if not token_lists:
             raise NiahError(f"haystack {name!r} has no tokens")
-        lengths = np.array([len(p) for p in pieces], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        ids = np.fromiter((i for p in pieces for i in p), dtype=np.int64, count=int(lengths.sum()))
-        return cls(name, tokenizer.name, ids, starts)
+        lengths = np.array([len(ids) for ids in token_lists], dtype=np.int64)
+        ids = np.fromiter((i for ids in token_lists for i in ids), dtype=np.int64, count=int(lengths.sum()))
+        return cls(name, tokenizer.name, ids, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+
+    @classmethod
+    def from_text(cls, tokenizer: TextTokenizer, text: str, name: str = "text") -> "Haystack":
+        return cls.from_pieces(tokenizer, split_sentences(text), name)
 
     @classmethod
     def from_file(cls, tokenizer: TextTokenizer, path: str | Path) -> "Haystack":
@@ -402,20 +409,14 @@ def _value_span(tokenizer: TextTokenizer, ids: list[int], value: str, is_number:
     return start, stop
 
 
-def _json_filler(tokenizer: TextTokenizer, task: NeedleTask, num_tokens: int, rng, taken: set[str]):
-    """Random UUID pairs in the needle's format, tokenised, until `num_tokens` are reached."""
-    pieces: list[list[int]] = []
-    total = 0
-    while total < num_tokens:
+def _json_haystack(tokenizer: TextTokenizer, task: NeedleTask, num_tokens: int, rng, taken: set[str]) -> Haystack:
+    """Random key-value pairs in the needle's format, at least `num_tokens` of them."""
+    pairs: list[str] = []
+    while not pairs or sum(map(len, tokenizer.encode_batch(pairs))) < num_tokens:
         keys = _distinct_values(task.key_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
         values = _distinct_values(task.value_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
-        for ids in tokenizer.encode_batch([task.needle.format(key=k, value=v) for k, v in zip(keys, values)]):
-            pieces.append(ids)
-            total += len(ids)
-    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    ids = np.fromiter((i for p in pieces for i in p), dtype=np.int64, count=total)[:num_tokens]
-    return ids, starts[starts < max(num_tokens, 1)]
+        pairs += [task.needle.format(key=k, value=v) for k, v in zip(keys, values)]
+    return Haystack.from_pieces(tokenizer, pairs, "json-pairs")
 
 
 def _join(keys: list[str]) -> str:
@@ -437,19 +438,24 @@ def make_sample(
     """One prompt of exactly `length` tokens (see the module docstring).
 
     depths: one per needle in [0, 1] (default: drawn by the task's placement), sorted; the
-    (randomly ordered) needles take them in prompt order. snap_to_sentence: move each needle back to a sentence start (JSON
-    haystacks always snap to a pair). haystack: None only for a JSON-haystack task.
+    (randomly ordered) needles take them in prompt order. snap_to_sentence: move each
+    needle back to a sentence start (a JSON haystack always snaps to a pair). haystack:
+    None only for a JSON-haystack task.
     """
     task = get_task(task)
     if task.json_haystack == (haystack is not None):
         need = "no haystack (it draws its own JSON pairs)" if task.json_haystack else "a Haystack"
         raise NiahError(f"task {task.name!r} takes {need}")
     if haystack is not None and haystack.tokenizer_name != tokenizer.name:
-        raise NiahError(f"haystack {haystack.name!r} was tokenised by {haystack.tokenizer_name!r}, not {tokenizer.name!r}")
+        raise NiahError(
+            f"haystack {haystack.name!r} was tokenised by {haystack.tokenizer_name!r}, not {tokenizer.name!r}"
+        )
     if depths is not None:
         depths = np.asarray(depths, dtype=np.float64)
         if depths.shape != (task.num_needles,) or not np.all((depths >= 0) & (depths <= 1)):
-            raise NiahError(f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {depths.tolist()}")
+            raise NiahError(
+                f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {depths.tolist()}"
+            )
     rng = np.random.default_rng([seed, length, index])
 
     taken: set[str] = set()
@@ -473,7 +479,7 @@ def make_sample(
         )
     budget = length - overhead
     if task.json_haystack:
-        filler, starts = _json_filler(tokenizer, task, budget, rng, taken)
+        filler, starts = _json_haystack(tokenizer, task, budget, rng, taken).region(0, budget)
     else:
         start_sentence = int(rng.integers(len(haystack.sentence_starts))) if random_start else 0
         filler, starts = haystack.region(start_sentence, budget)

@@ -70,15 +70,18 @@ KV cache contract: methods with `caches_rotated_keys` (rope, ntk, yarn, string) 
 every key once at its own position with `rotate_keys` (the method's own RoPE: ntk/yarn
 differ from the model's) and attend with `keys_rotated=True`; rerope, self_extend and dca
 rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keeps
-*un-rotated* keys and every step re-rotates them (one multiply-add over the cache).
+*un-rotated* keys and every step rotates the keys it reads (Self-Extend and DCA: all).
 
-Measured (benchmarks/position_methods.py, one CPU thread, tiny-preset heads, one
-document, process CPU time on a shared machine, +-15% run to run): StRing prefill vs plain
-RoPE (varlen) 0.8-1.2x at T=4096 but ~1.45x at T=1024, where the doubly scored bq-key
-strip is ~1/3 more kernel work (T*bq on top of T^2/2) and smaller blocks lose as much to
-per-call cost; decoding 0.9x at 4096 and 1.1-1.4x at 1024 (the per-forward plan is
-charged to one layer; shared by 4 layers it is 1.07x). The baselines that rewrite key
-positions cost 1.1-1.8x in prefill and 2-3x in decoding (they re-rotate the cache).
+Measured (benchmarks/position_methods.py --threads 1 --clock cpu: tiny-preset heads, one
+document, setup + one layer, best of 7; +-15% run to run on a shared machine): StRing
+prefill vs plain RoPE (varlen) 1.5x at T=1024 and 1.0x at T=4096; at T=1024 the bq-key
+strip where the two passes meet, scored under both rotations, adds T*bq key-rows to
+T^2/2 (~1/3 more kernel work at bq=256), and smaller blocks lose as much to the
+kernel's ~0.6 ms fixed cost per 256-query call. StRing decoding 1.3x (T=1024) and 1.0x
+(T=4096). The baselines that rewrite key positions: prefill 1.6-1.9x / 1.05x, decoding
+2.4-2.9x (they rotate keys every step). With 2 threads on a machine other jobs load,
+the many kernel calls wait on each other's threads and multi-pass methods look 3-6x
+slower; single-threaded wall time agrees with CPU time.
 """
 
 from __future__ import annotations
@@ -775,7 +778,7 @@ def _spans(first: int, end: int, common_first: int, common_end: int, has_empty: 
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
     bulk_end = common_first + bulk_len
     left = _widen(first, common_first, kv_len, up=False) if common_first > first else None
-    right = _widen(bulk_end, end, kv_len) if end > bulk_end else None
+    right = _widen(bulk_end, end, kv_len, down=False) if end > bulk_end else None
     return KeySpans((common_first, bulk_end), tuple(edge for edge in (left, right) if edge), has_empty)
 
 

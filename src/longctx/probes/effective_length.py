@@ -128,7 +128,9 @@ class EffectiveLengthConfig:
             raise ValueError(f"eval.niah.pass_threshold must be in [0, 1], got {self.pass_threshold}")
         task = get_task(self.task)
         if self.min_found is not None and not 1 <= self.min_found <= task.num_answers:
-            raise ValueError(f"eval.niah.min_found must be in [1, {task.num_answers}] for task {task.name!r}, got {self.min_found}")
+            raise ValueError(
+                f"eval.niah.min_found must be in [1, {task.num_answers}] for task {task.name!r}, got {self.min_found}"
+            )
 
     @property
     def lengths(self) -> list[int]:

@@ -1,0 +1,202 @@
+"""Position-id transforms for training: SkipAlign, PoSE and RandPos (DESIGN §9).
+
+This module owns the position ids a sample is trained with when they are not 0..n-1.
+Every transform is a pure function of the sample's structure, a target length and a
+`numpy.random.Generator` (seed it per sample, e.g. `np.random.default_rng([seed, index])`,
+so a sample's ids never depend on which other samples were drawn). The ids it returns are
+int64, start at 0, increase strictly and stay below the target length, so the f(i)
+counter (`probes/position_frequency.py`) and every attention backend accept them.
+
+SkipAlign (Wu et al. 2024, §3.2, Eq. 2-4). A chat sample m of |m| tokens is a sequence of
+blocks B_0..B_{K-1} whose roles alternate between `instruction` (system and user turns and
+the assistant header: every token without a loss label) and `response`. Block j keeps its
+tokens' consecutive ids and is shifted right by u_j = s_1 + ... + s_j (Eq. 2), where s_j
+is the skip at the boundary between B_{j-1} and B_j. A boundary may skip when the strategy
+allows it:
+
+    all    every boundary (Skip-All)
+    inner  instruction -> its response (Skip-Inner: "adds s_i when c_i is from a response")
+    outer  response -> next instruction (Skip-Outer, the paper's default)
+
+At an allowed boundary, with probability p (Eq. 4: a fresh coin per boundary,
+`p_scope="boundary"`) the skip is drawn as
+
+    s_j ~ U{1, L - |m| - u_{j-1}}                                    (Eq. 3)
+
+and otherwise s_j = 0; once the budget L - |m| is spent no boundary skips again. So the
+last id is at most |m| - 1 + (L - |m|) = L - 1. The budget halves in expectation with each
+skip: the first skip averages (L - |m|) / 2, the second a quarter, and so on. The paper's
+Figure 2 text ("SkipAlign extends the positional indices of a p% of the dataset") reads as
+if p picked whole samples; `p_scope="sample"` does that: one coin per sample, and a sample
+that wins it skips at every allowed boundary. The coin is `rng.random() < p` (Eq. 4 writes
+eps <= p; the two differ on a set of measure zero), so p = 0 never skips and p = 1 always
+does. On a single-turn sample (instruction, response) `inner` and `all` draw the same ids
+and `outer` leaves them contiguous, i.e. Normal-SFT.
+
+PoSE (Zhu et al. 2023, §3.2). n tokens are trained as if they sat in a target window Lt:
+they are cut into N chunks c_0..c_{N-1} of lengths l_0..l_{N-1} (sum n); chunk i keeps
+consecutive ids starting at st_i + u_i, with st_i = l_0 + ... + l_{i-1} and the skipping
+bias drawn as u_i ~ U{u_{i-1}, ..., Lt - n}, u_0 = 0 (the paper's constraint u_i >= u_{i-1}
+keeps chunks from overlapping; the last id is n - 1 + u_{N-1} <= Lt - 1). Chunk lengths:
+for N = 2 the authors' code draws l_0 ~ U{1, ceil(n/2)} and gives the rest to chunk 1. For
+N > 2 (the paper's ablation gives no rule) each chunk but the last draws at most its fair
+share of what is left, l_i ~ U{1, ceil(r_i / (N - i))} with r_i = n - l_0 - ... - l_{i-1}
+tokens left, which reduces to the authors' rule at N = 2 and always leaves >= 1 token per
+later chunk. Biases of neighbouring chunks can coincide (no skip), with probability about
+1 / (Lt - n) per boundary.
+
+RandPos (Ruoss et al. 2023): n distinct ids drawn uniformly without replacement from
+[0, Lt) and sorted. Its runs of consecutive ids are ~1 token long when Lt >> n, so f(i) of
+RandPos data takes the counter's FFT path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+INSTRUCTION = "instruction"
+RESPONSE = "response"
+ROLES = (INSTRUCTION, RESPONSE)
+"""Block roles of a chat sample: instruction = no loss label, response = loss label."""
+
+STRATEGIES = ("all", "inner", "outer")
+"""SkipAlign skipping strategies (§3.2): Skip-All, Skip-Inner, Skip-Outer."""
+
+P_SCOPES = ("boundary", "sample")
+"""What one SkipAlign coin decides: one allowed boundary (Eq. 4) or a whole sample."""
+
+
+def skipalign_position_ids(
+    block_lengths: Sequence[int],
+    roles: Sequence[str],
+    max_length: int,
+    strategy: str,
+    p: float,
+    rng: np.random.Generator,
+    p_scope: str = "boundary",
+) -> np.ndarray:
+    """SkipAlign ids (Eq. 2-4) of a sample whose blocks have these lengths and roles.
+
+    `max_length` is L, the extended length (100K in the paper); the sample must fit in it.
+    Returns int64 [sum(block_lengths)], strictly increasing from 0, max < L.
+    """
+    lengths = _block_lengths(block_lengths)
+    _check_roles(roles, len(lengths))
+    _check_choice("strategy", strategy, STRATEGIES)
+    _check_choice("p_scope", p_scope, P_SCOPES)
+    _check_probability(p)
+    _check_rng(rng)
+    total = int(lengths.sum())
+    _check_target_length("max_length", max_length, total)
+
+    budget = max_length - total
+    skips = np.zeros(len(lengths), dtype=np.int64)  # s_j before block j
+    spent = 0  # u_{j-1}
+    sample_coin = p_scope == "sample" and rng.random() < p
+    for block in range(1, len(lengths)):
+        if spent == budget:
+            break
+        if not _may_skip(roles[block - 1], roles[block], strategy):
+            continue
+        if sample_coin if p_scope == "sample" else rng.random() < p:
+            skips[block] = rng.integers(1, budget - spent, endpoint=True)
+            spent += int(skips[block])
+    return np.arange(total, dtype=np.int64) + np.repeat(np.cumsum(skips), lengths)
+
+
+def pose_position_ids(n: int, target_length: int, rng: np.random.Generator, chunks: int = 2) -> np.ndarray:
+    """PoSE ids of n tokens in a target window `target_length` (Lt), cut into `chunks` chunks.
+
+    Returns int64 [n], strictly increasing from 0, max < Lt (see the module docstring).
+    """
+    _check_positive_int("n", n)
+    _check_positive_int("chunks", chunks)
+    if chunks > n:
+        raise ValueError(f"chunks={chunks} needs at least as many tokens, got n={n}")
+    _check_target_length("target_length", target_length, n)
+    _check_rng(rng)
+
+    lengths, left = [], n
+    for chunk in range(chunks - 1):
+        length = int(rng.integers(1, math.ceil(left / (chunks - chunk)), endpoint=True))
+        lengths.append(length)
+        left -= length
+    lengths.append(left)
+    biases = [0]
+    for _ in range(chunks - 1):
+        biases.append(int(rng.integers(biases[-1], target_length - n, endpoint=True)))
+    return np.arange(n, dtype=np.int64) + np.repeat(np.asarray(biases, dtype=np.int64), lengths)
+
+
+def randpos_position_ids(n: int, target_length: int, rng: np.random.Generator) -> np.ndarray:
+    """RandPos ids: n distinct ids uniform on [0, target_length), sorted. int64 [n]."""
+    _check_positive_int("n", n)
+    _check_target_length("target_length", target_length, n)
+    _check_rng(rng)
+    return np.sort(rng.choice(target_length, size=n, replace=False)).astype(np.int64)
+
+
+def _may_skip(before: str, after: str, strategy: str) -> bool:
+    """Whether the strategy allows a skip at a boundary between blocks of these roles."""
+    if strategy == "all":
+        return True
+    if strategy == "inner":
+        return before == INSTRUCTION and after == RESPONSE
+    return before == RESPONSE and after == INSTRUCTION
+
+
+# --- input checks ---------------------------------------------------------------------
+
+
+def _block_lengths(block_lengths: Sequence[int]) -> np.ndarray:
+    lengths = np.asarray(block_lengths)
+    if lengths.ndim != 1 or len(lengths) == 0 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"block_lengths must be a non-empty sequence of ints, got {block_lengths!r}")
+    if (lengths < 1).any():
+        block = int(np.flatnonzero(lengths < 1)[0])
+        raise ValueError(f"block_lengths[{block}] is {int(lengths[block])}; every block needs >= 1 token")
+    return lengths.astype(np.int64)
+
+
+def _check_roles(roles: Sequence[str], blocks: int) -> None:
+    if len(roles) != blocks:
+        raise ValueError(f"roles has {len(roles)} entries but block_lengths has {blocks}")
+    for block, role in enumerate(roles):
+        if role not in ROLES:
+            raise ValueError(f"roles[{block}] is {role!r}, expected one of {ROLES}")
+        if block and role == roles[block - 1]:
+            raise ValueError(
+                f"roles[{block - 1}] and roles[{block}] are both {role!r}: blocks must alternate between "
+                "instruction and response (merge consecutive blocks of one role)"
+            )
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _check_probability(p: float) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+
+
+def _check_rng(rng: np.random.Generator) -> None:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (e.g. np.random.default_rng([seed, index])), got {type(rng).__name__}"
+        )
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_target_length(name: str, value: int, tokens: int) -> None:
+    _check_positive_int(name, value)
+    if value < tokens:
+        raise ValueError(f"{name}={value} is shorter than the sample ({tokens} tokens); ids must stay below it")
