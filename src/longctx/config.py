@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longctx.model.llama import ConfigError, ModelConfig
+from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
@@ -180,8 +181,9 @@ class ProbeConfig:
 class EvalConfig:
     """Evaluation settings (NIAH effective length, position methods)."""
 
-    position_method: str = "rope"
-    """rope | ntk | yarn | rerope | self_extend | dca | string."""
+    position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
+    """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
+    self_extend | dca | string) and each method's parameters (model/position_methods.py)."""
     niah_step: int = 128
     """Effective-length search grows the context by this many tokens (STRING §3)."""
     niah_max_length: int = 0
@@ -191,12 +193,8 @@ class EvalConfig:
     pass_threshold: float = 0.5
     """The search stops at the first length whose pass rate falls below this."""
 
-    def validate(self) -> None:
-        _choice(
-            "eval.position_method",
-            self.position_method,
-            ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string"),
-        )
+    def validate(self, model: ModelConfig) -> None:
+        self.position_method.resolved(model.max_position)
         _positive_int("eval.niah_step", self.niah_step)
         _positive_int("eval.niah_tests_per_length", self.niah_tests_per_length)
         if self.niah_max_length < 0:
@@ -223,7 +221,7 @@ class ExperimentConfig:
         self.model.validate()
         self.data.validate(self.model)
         self.train.validate(self.data)
-        self.eval.validate()
+        self.eval.validate(self.model)
         self.probe.validate()
         _positive_int("log.every_steps", self.log.every_steps)
         _choice("log.wandb_mode", self.log.wandb_mode, ("auto", "online", "offline", "disabled"))

@@ -80,6 +80,10 @@ def documents(row: dict) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(doc)]))
 
 
+def chat_line(question: str, answer: str) -> str:
+    return json.dumps({"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]})
+
+
 def write_jsonl(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -93,7 +97,7 @@ def test_template_renders_the_documented_text_in_alternating_blocks(tokenizer):
     assert tokenizer.decode(sample.input_ids.tolist()) == CONVERSATION_TEXT
     assert sample.roles == (I, R, I, R)
     first_block = sample.input_ids[: sample.block_lengths[0]].tolist()
-    assert tokenizer.decode(first_block) == "<|system|>\nBe brief.\n<|user|>\nThe code of the red box is 1234.\n<|assistant|>\n"
+    assert tokenizer.decode(first_block) == CONVERSATION_TEXT[: CONVERSATION_TEXT.index("Noted.")]
     (odd,) = tokenize_conversations([ODD_CONVERSATION], tokenizer)
     assert odd.roles == (I, R, I, R, I)
     assert tokenizer.decode(odd.input_ids.tolist()) == (
@@ -123,8 +127,8 @@ def test_exactly_the_assistant_content_and_its_eos_are_predicted(tokenizer):
 def test_truncation_cuts_at_the_limit_and_drops_samples_left_without_answers(tokenizer, tmp_path, caplog):
     long_answer = " ".join(["word"] * 200)
     lines = [
-        json.dumps({"messages": [{"role": "user", "content": "Say words."}, {"role": "assistant", "content": long_answer}]}),
-        json.dumps({"messages": [{"role": "user", "content": long_answer}, {"role": "assistant", "content": "ok"}]}),
+        chat_line("Say words.", long_answer),
+        chat_line(long_answer, "ok"),
         json.dumps({"messages": ODD_CONVERSATION[:2]}),  # short: kept whole
     ]
     path = write_jsonl(tmp_path / "chat.jsonl", lines)
@@ -139,6 +143,10 @@ def test_truncation_cuts_at_the_limit_and_drops_samples_left_without_answers(tok
     np.testing.assert_array_equal(cut.labels[:-1], full.labels[:63])
     assert cut.labels[-1] == IGNORE_INDEX
     assert tokenize_conversations([ODD_CONVERSATION[:2]], tokenizer)[0].input_ids.tolist() == kept[1].input_ids.tolist()
+    one = write_jsonl(tmp_path / "one.jsonl", lines[:1])
+    for limit in range(len(full) - 2, len(full) + 2):
+        (sample,), report = load_sft_samples(one, tokenizer, max_sample_length=limit)
+        assert len(sample) == min(limit, len(full)) and report.truncated == int(limit < len(full))
 
 
 # --- malformed lines --------------------------------------------------------------------
@@ -202,7 +210,8 @@ def test_embedded_set_is_deterministic_and_extends_with_its_size():
 def test_embedded_answers_recall_facts_stated_in_earlier_user_turns():
     recalls, distances = 0, []
     for messages in embedded_conversations(300, seed=0):
-        turns = [(messages[k]["content"], messages[k + 1]["content"]) for k in range(len(messages)) if messages[k]["role"] == "user"]
+        users = [k for k, message in enumerate(messages) if message["role"] == "user"]
+        turns = [(messages[k]["content"], messages[k + 1]["content"]) for k in users]
         assert len(turns) >= 3 and all(m["role"] in ("system", "user", "assistant") for m in messages)
         stated = {}  # key -> (value, turn)
         for turn, (question, answer) in enumerate(turns):
@@ -336,6 +345,16 @@ def test_skipalign_rows_are_seeded_and_single_turn_outer_is_normal_sft(tokenizer
             assert torch.equal(inner[i][key], every[i][key])
     assert any(not torch.equal(every[i]["position_ids"], other[i]["position_ids"]) for i in range(len(single_turn)))
     assert all(not torch.equal(every[i]["position_ids"], normal[i]["position_ids"]) for i in range(len(single_turn)))
+
+
+def test_skipalign_ids_are_drawn_per_sample(samples, tokenizer):
+    copies = [samples[0]] * 50  # identical samples still get independent skips
+    kwargs = {"variant": "skipalign", "window": 512, "pad_id": tokenizer.pad_id, "strategy": "all", "p": 1.0}
+    rows = SFTRows(copies, extended_length=10**6, **kwargs)
+    first = {tuple(rows[i]["position_ids"].tolist()) for i in range(len(copies))}
+    assert len(first) == len(copies)
+    again = SFTRows(copies, extended_length=10**6, **kwargs)
+    assert all(torch.equal(rows[i]["position_ids"], again[i]["position_ids"]) for i in range(len(copies)))
 
 
 def test_rows_reject_bad_settings(samples, tokenizer):

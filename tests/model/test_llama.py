@@ -1,5 +1,7 @@
 """The model on the batch contract: packing, backends, KV-cache decoding, generation."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -114,3 +116,35 @@ def test_contract_shape_mismatch_names_the_tensor(model):
     ids = torch.zeros(1, 8, dtype=torch.long)
     with pytest.raises(ValueError, match="position_ids has shape"):
         model(ids, position_ids=torch.arange(7)[None])
+
+
+@pytest.mark.parametrize("name", ["string", "rerope", "self_extend", "dca", "ntk"])
+def test_position_method_kv_cache_decoding_reproduces_full_forward(model, name):
+    """Every method through the model: cached decoding equals re-running the full sequence."""
+    from longctx.model.position_methods import PositionMethodConfig, StringConfig, build_position_method
+
+    config = model.config
+    method_config = PositionMethodConfig(name=name, string=StringConfig(shift=24, local_window=6))
+    method = build_position_method(method_config, dataclasses.replace(config, max_position=48))
+    ids = torch.randint(0, config.vocab_size, (2, 60))
+    with torch.no_grad():
+        full = model(ids, position_method=method)
+        plain = model(ids)
+        cache = model.new_kv_cache(2, 60)
+        prefill = model(ids[:, :40], kv_cache=cache, position_method=method)
+        steps = [model(ids[:, t : t + 1], kv_cache=cache, position_method=method)[:, 0] for t in range(40, 60)]
+    torch.testing.assert_close(prefill, full[:, :40], atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 40:], atol=1e-4, rtol=0)
+    assert (full[:, 40:] - plain[:, 40:]).abs().max() > 1e-3  # the method is really in use
+
+
+def test_string_rows_before_the_shift_equal_plain_rope(model):
+    from longctx.model.position_methods import PositionMethodConfig, StringConfig, build_position_method
+
+    method = build_position_method(
+        PositionMethodConfig(name="string", string=StringConfig(shift=24, local_window=6)),
+        dataclasses.replace(model.config, max_position=48),
+    )
+    ids = torch.randint(0, model.config.vocab_size, (1, 60))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, position_method=method)[:, :24], model(ids)[:, :24], atol=1e-4, rtol=0)

@@ -412,10 +412,13 @@ def _value_span(tokenizer: TextTokenizer, ids: list[int], value: str, is_number:
 def _json_haystack(tokenizer: TextTokenizer, task: NeedleTask, num_tokens: int, rng, taken: set[str]) -> Haystack:
     """Random key-value pairs in the needle's format, at least `num_tokens` of them."""
     pairs: list[str] = []
-    while not pairs or sum(map(len, tokenizer.encode_batch(pairs))) < num_tokens:
+    tokens = 0
+    while not pairs or tokens < num_tokens:
         keys = _distinct_values(task.key_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
         values = _distinct_values(task.value_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
-        pairs += [task.needle.format(key=k, value=v) for k, v in zip(keys, values)]
+        drawn = [task.needle.format(key=k, value=v) for k, v in zip(keys, values)]
+        tokens += sum(map(len, tokenizer.encode_batch(drawn)))
+        pairs += drawn
     return Haystack.from_pieces(tokenizer, pairs, "json-pairs")
 
 

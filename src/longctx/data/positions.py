@@ -187,7 +187,8 @@ def _check_probability(p: float) -> None:
 def _check_rng(rng: np.random.Generator) -> None:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
-            f"rng must be a numpy.random.Generator (e.g. np.random.default_rng([seed, index])), got {type(rng).__name__}"
+            "rng must be a numpy.random.Generator (e.g. np.random.default_rng([seed, index])), "
+            f"got {type(rng).__name__}"
         )
 
 

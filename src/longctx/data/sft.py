@@ -217,7 +217,9 @@ def render_blocks(messages: Sequence[Mapping[str, str]]) -> list[tuple[str, str]
     return blocks
 
 
-def tokenize_conversations(conversations: Sequence[Sequence[Mapping[str, str]]], tokenizer: Tokenizer) -> list[ChatSample]:
+def tokenize_conversations(
+    conversations: Sequence[Sequence[Mapping[str, str]]], tokenizer: Tokenizer
+) -> list[ChatSample]:
     """Render and tokenise conversations, one block at a time (one batched encode for all)."""
     rendered = [render_blocks(messages) for messages in conversations]
     encoded = iter(tokenizer.encode_batch([text for blocks in rendered for _, text in blocks]))
@@ -401,7 +403,9 @@ def relative_distance_histogram(rows: Iterable[Mapping[str, torch.Tensor]], max_
     """
     counts, overflow = torch.zeros(max_distance, dtype=torch.long), torch.zeros((), dtype=torch.long)
     for row in rows:
-        position_ids, document_ids, labels = (torch.atleast_2d(row[key]) for key in ("position_ids", "document_ids", "labels"))
+        position_ids, document_ids, labels = (
+            torch.atleast_2d(row[key]) for key in ("position_ids", "document_ids", "labels")
+        )
         histogram = relative_position_counts(position_ids, document_ids, max_distance, labels)
         counts += histogram.counts
         overflow += histogram.overflow

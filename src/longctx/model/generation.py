@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethod
 
 
 @torch.no_grad()
@@ -22,27 +23,31 @@ def greedy_generate(
     position_ids: torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
     attention_backend: str | None = None,
+    position_method: PositionMethod | None = None,
 ) -> torch.Tensor:
     """input_ids [B, T] -> generated ids [B, max_new_tokens] (argmax at every step)."""
     batch, prompt_len = input_ids.shape
     cache = model.new_kv_cache(batch, prompt_len + max_new_tokens)
-    logits = model(input_ids, position_ids, document_ids, kv_cache=cache, attention_backend=attention_backend)
+    options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
+    logits = model(input_ids, position_ids, document_ids, **options)
     tokens = []
     next_token = logits[:, -1].argmax(-1)
     for step in range(max_new_tokens):
         tokens.append(next_token)
         if step + 1 == max_new_tokens:
             break
-        logits = model(next_token[:, None], kv_cache=cache, attention_backend=attention_backend)
+        logits = model(next_token[:, None], **options)
         next_token = logits[:, -1].argmax(-1)
     return torch.stack(tokens, dim=1)
 
 
 @torch.no_grad()
-def greedy_generate_recompute(model: Llama, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+def greedy_generate_recompute(
+    model: Llama, input_ids: torch.Tensor, max_new_tokens: int, position_method: PositionMethod | None = None
+) -> torch.Tensor:
     """Reference: the whole sequence is re-run for every new token (no cache)."""
     sequence = input_ids
     for _ in range(max_new_tokens):
-        next_token = model(sequence)[:, -1].argmax(-1)
+        next_token = model(sequence, position_method=position_method)[:, -1].argmax(-1)
         sequence = torch.cat([sequence, next_token[:, None]], dim=1)
     return sequence[:, input_ids.shape[1] :]

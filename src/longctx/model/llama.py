@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,9 @@ from torch.utils.checkpoint import checkpoint
 
 from longctx.model.attention import BACKENDS, AttentionMask, attention, build_mask
 from longctx.model.rope import ROPE_SCALING_TYPES, RopeScaling, RotaryEmbedding, apply_rotary
+
+if TYPE_CHECKING:  # position_methods imports this module
+    from longctx.model.position_methods import PositionMethod, PositionPlan
 
 
 class ConfigError(ValueError):
@@ -165,8 +169,11 @@ class KVCache:
     """Preallocated keys/values of every layer for batched incremental decoding.
 
     All rows advance together (prompts of one batch share a length, as in NIAH). `length`
-    counts the cached positions; document ids are cached too so packed prompts keep their
-    masks, and `next_position` continues each row's RoPE index after the prefill.
+    counts the cached positions; document and position ids are cached too, so packed
+    prompts keep their masks, position methods (StRing, ...) see every key's position, and
+    `next_position` continues each row's RoPE index after the prefill. Keys are cached
+    rotated, except under position methods that rotate keys at rewritten positions
+    (ReRoPE, Self-Extend, DCA), which cache them un-rotated.
     """
 
     def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
@@ -174,6 +181,7 @@ class KVCache:
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
         self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
+        self.position_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
         self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.length = 0
         self.max_len = max_len
@@ -186,6 +194,40 @@ class KVCache:
         return self.keys[layer, :, :end], self.values[layer, :, :end]
 
 
+@dataclass
+class RotaryPositions:
+    """Plain RoPE at the batch's position ids, with the document mask: training and
+    ordinary inference."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: AttentionMask
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return attention(q, k, v, mask=self.mask)
+
+
+@dataclass
+class MethodPositions:
+    """An evaluation-time position method (model/position_methods.py): q stays un-rotated
+    and the method rotates each of its passes itself."""
+
+    method: PositionMethod
+    plan: PositionPlan
+    position_ids: torch.Tensor
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.method.caches_rotated_keys:
+            k = self.method.rotate_keys(k, self.position_ids)
+        return q, k
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.method(q, k, v, self.plan)
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -195,14 +237,15 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
 
-    def forward(self, x, cos, sin, mask: AttentionMask, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
+    def forward(self, x, positions: RotaryPositions | MethodPositions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = apply_rotary(self.wq(x).view(batch, seq, self.n_heads, self.head_dim), cos, sin)
-        k = apply_rotary(self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim), cos, sin)
+        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
+        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
-        out = attention(q, k, v, mask=mask)
+        out = positions.attend(q, k, v)
         return self.wo(out.reshape(batch, seq, -1))
 
 
@@ -228,8 +271,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = FeedForward(config)
 
-    def forward(self, x, cos, sin, mask: AttentionMask, kv_cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask, self.layer, kv_cache)
+    def forward(self, x, positions: RotaryPositions | MethodPositions, kv_cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), positions, self.layer, kv_cache)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -265,12 +308,15 @@ class Llama(nn.Module):
         document_ids: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
         attention_backend: str | None = None,
+        position_method: PositionMethod | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
         position_ids continue each row from the cache, missing document_ids continue each
-        row's last document.
+        row's last document. `position_method` (StRing, ReRoPE, ...; evaluation only)
+        replaces plain RoPE attention; use the same method for the prefill and every
+        decoding step of one cache.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
@@ -290,19 +336,29 @@ class Llama(nn.Module):
         if kv_cache is not None:
             if kv_cache.length + seq > kv_cache.max_len:
                 raise ValueError(f"KV cache holds {kv_cache.max_len} positions; {kv_cache.length} used + {seq} new")
-            kv_cache.document_ids[:, kv_cache.length : kv_cache.length + seq] = document_ids
-            key_document_ids = kv_cache.document_ids[:, : kv_cache.length + seq]
+            new = slice(kv_cache.length, kv_cache.length + seq)
+            kv_cache.document_ids[:, new] = document_ids
+            kv_cache.position_ids[:, new] = position_ids
+            key_document_ids = kv_cache.document_ids[:, : new.stop]
+            key_position_ids = kv_cache.position_ids[:, : new.stop]
         else:
-            key_document_ids = document_ids
-        mask = build_mask(key_document_ids, seq, backend)
+            key_document_ids, key_position_ids = document_ids, position_ids
 
         x = self.tok_embeddings(input_ids)
-        cos, sin = self.rope(position_ids, x.dtype)
+        if position_method is None:
+            cos, sin = self.rope(position_ids, x.dtype)
+            positions = RotaryPositions(cos, sin, build_mask(key_document_ids, seq, backend))
+        else:
+            plan = position_method.plan(
+                key_position_ids, key_document_ids, seq,
+                keys_rotated=position_method.caches_rotated_keys, backend=backend, dtype=x.dtype,
+            )  # fmt: skip
+            positions = MethodPositions(position_method, plan, position_ids)
         for block in self.blocks:
             if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(block, x, cos, sin, mask, kv_cache, use_reentrant=False)
+                x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
-                x = block(x, cos, sin, mask, kv_cache)
+                x = block(x, positions, kv_cache)
         logits = self.output(self.norm(x))
         if kv_cache is not None:
             kv_cache.length += seq
