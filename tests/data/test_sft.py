@@ -399,6 +399,7 @@ def test_relative_distance_histogram_equals_a_brute_force_pair_count(samples, to
     assert int(histogram.overflow) == overflow > 0
     batched = next(iter(torch.utils.data.DataLoader(rows, batch_size=len(rows))))
     assert torch.equal(relative_distance_histogram([batched], 1500).counts, histogram.counts)
+    assert torch.equal(relative_distance_histogram(rows, 1500, rows_per_call=5).counts, histogram.counts)
 
 
 def test_skipalign_moves_distances_beyond_the_sample_length_and_normal_sft_does_not(samples, tokenizer):

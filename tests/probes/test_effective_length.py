@@ -11,6 +11,7 @@ from longctx.data.niah import Haystack, PromptTooShortError, make_samples
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
+from longctx.model.position_methods import string_method
 from longctx.probes.effective_length import (
     EffectiveLengthConfig,
     LlamaGenerator,
@@ -140,7 +141,7 @@ def test_last_k_reader_effective_length_is_about_k_over_far_needle_distance(toke
         result = search_effective_length(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
         assert window / 0.38 * 0.7 <= result.effective_length <= window / 0.38 * 1.15
         assert result.skipped_lengths == [128] and result.per_length[0].length == 256
-    with pytest.raises(PromptTooShortError, match="every length up to eval.niah.max_length=128"):
+    with pytest.raises(PromptTooShortError, match="every length up to max_length=128"):
         cfg = config(task="string-repo", max_length=128)
         search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, cfg)
 
@@ -168,7 +169,7 @@ def test_result_serialises_and_plots(tokenizer, haystack, tmp_path):
 
 
 def test_config_errors():
-    with pytest.raises(ValueError, match="eval.niah.step"):
+    with pytest.raises(ValueError, match="EffectiveLengthConfig.step must be >= 1"):
         EffectiveLengthConfig(step=0)
     with pytest.raises(ValueError, match="max_length=64 is below"):
         EffectiveLengthConfig(max_length=64)
@@ -200,15 +201,25 @@ def debug_llama():
 
 
 def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, haystack, debug_llama):
-    samples = make_samples(tokenizer, haystack, 200, 5, seed=1)
+    samples = make_samples(tokenizer, haystack, 160, 5, seed=1)
     prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=600)
-    assert generator.rows_per_batch(200) == 3  # 600 tokens / 200: batches of 3 and 2
-    batched = generator.generate(prompts, 12)
-    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 12) for p in prompts])
-    assert batched.shape == (5, 12)
+    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=480)
+    assert generator.rows_per_batch(160) == 3  # 480 tokens / 160: batches of 3 and 2
+    batched = generator.generate(prompts, 10)
+    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 10) for p in prompts])
+    assert batched.shape == (5, 10)
     assert torch.equal(batched, reference)
     assert len(set(map(tuple, batched.tolist()))) > 1  # prompts led to different continuations
+
+
+def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama):
+    samples = make_samples(tokenizer, haystack, 160, 2, seed=2)
+    prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
+    method = string_method(debug_llama.rope, shift=48, local_window=8)
+    with_string = LlamaGenerator(debug_llama, position_method=method).generate(prompts, 6)
+    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 6, position_method=method) for p in prompts])
+    assert torch.equal(with_string, reference)
+    assert not torch.equal(with_string, LlamaGenerator(debug_llama).generate(prompts, 6))
 
 
 def test_rows_per_batch_respects_both_caps(debug_llama):

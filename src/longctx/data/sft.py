@@ -48,6 +48,14 @@ its own trailing document (positions 0, 1, ...), so it never attends to a real t
   a sample's ids do not depend on the packing or on the other samples. They are drawn
   once, as the paper's pre-processing does (§4): every epoch sees the same skips.
 
+`pack` applies to normal and skipalign; PackedSFT-k rows are always full. Measured on the
+embedded set (4,000 samples, 1.12M tokens, 58.9M response-query pairs), share of pairs at
+relative distance >= 1024: normal and packed(k=1024) 0; skipalign L = 100K, p = 0.5:
+outer 57% (30% >= 50K; 92% of samples skip at least once), all 72%, outer with
+p_scope=sample 36%. The extended range is U-shaped rather than flat (per 10K bin: 3.2M
+at 10-20K, 2.4M at 50-60K, 6.6M at 90-100K): these samples have 3-8 outer boundaries and
+the skips add up towards L - |m|, while the paper's Tulu V2 samples mostly have one or two.
+
 Embedded dataset (`embedded_conversations`): deterministic multi-turn conversations in
 which the user states synthetic facts ("The code of the blue door is 4821.", "Alice lives
 in Oslo.") and asks for some of them turns later, with filler tasks (arithmetic, sorting,
@@ -396,20 +404,42 @@ def _next_fit(lengths: Sequence[int], order: Sequence[int], window: int) -> list
     return rows
 
 
-def relative_distance_histogram(rows: Iterable[Mapping[str, torch.Tensor]], max_distance: int) -> Histogram:
+def relative_distance_histogram(
+    rows: Iterable[Mapping[str, torch.Tensor]], max_distance: int, rows_per_call: int = 256
+) -> Histogram:
     """f(d) of response queries summed over contract rows ([T] or [B, T] dicts): SkipAlign Figure 2.
 
-    Pairs at d >= max_distance are counted in `overflow`.
+    Pairs at d >= max_distance are counted in `overflow`. An `SFTRows` can be passed as it
+    is: its [T] rows are stacked `rows_per_call` at a time, since a counter call has a fixed
+    cost of ~20 ms at max_distance = 100K (1,000 SkipAlign rows of 512 tokens on 2 CPU
+    cores: 0.9 s stacked 256 at a time, 25 s one by one).
     """
     counts, overflow = torch.zeros(max_distance, dtype=torch.long), torch.zeros((), dtype=torch.long)
-    for row in rows:
-        position_ids, document_ids, labels = (
-            torch.atleast_2d(row[key]) for key in ("position_ids", "document_ids", "labels")
+    for batch in _batches(rows, rows_per_call):
+        histogram = relative_position_counts(
+            batch["position_ids"], batch["document_ids"], max_distance, batch["labels"]
         )
-        histogram = relative_position_counts(position_ids, document_ids, max_distance, labels)
         counts += histogram.counts
         overflow += histogram.overflow
     return Histogram(counts, overflow)
+
+
+def _batches(rows: Iterable[Mapping[str, torch.Tensor]], size: int) -> Iterable[dict[str, torch.Tensor]]:
+    """[B, T] dicts of the keys f(d) reads: [B, T] rows as they are, [T] rows stacked `size` at a time."""
+    keys, pending = ("position_ids", "document_ids", "labels"), []
+    for row in rows:
+        if row["position_ids"].dim() == 2:
+            yield {key: row[key] for key in keys}
+            continue
+        if pending and pending[-1]["position_ids"].shape != row["position_ids"].shape:
+            yield {key: torch.stack([r[key] for r in pending]) for key in keys}
+            pending = []
+        pending.append(row)
+        if len(pending) == size:
+            yield {key: torch.stack([r[key] for r in pending]) for key in keys}
+            pending = []
+    if pending:
+        yield {key: torch.stack([r[key] for r in pending]) for key in keys}
 
 
 # --- embedded dataset -----------------------------------------------------------------

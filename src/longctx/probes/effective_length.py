@@ -7,8 +7,9 @@ answers (2 of 4 needles) appear in the output, and stops after the first length 
 pass rate is below `pass_threshold` (0.5). The effective length is the last length before
 it (0 when the first length fails; the largest tested length when none fails). Lengths
 too short for the prompt's fixed part are skipped and listed (`skipped_lengths`): with
-bpe-8192, which spells a 6-digit number in 6 tokens, `paper` needs 112 tokens and
-`string-repo` 129, so the latter starts at 256 with the paper's step of 128.
+bpe-8192, which spells a 6-digit number in 6 tokens, `paper` needs 125 tokens,
+`string-repo` 129 (so it starts at 256 with the paper's step of 128), the RULER tasks
+172-215 and `helmet-json-kv` 135.
 
 Each pass rate p = k / n comes with the Wilson score 95% interval (z = 1.96):
 
@@ -24,10 +25,11 @@ profile of Table 4.
 
 The model is anything with `generate(input_ids [B, T], max_new_tokens) -> [B, new]`
 (`Generator`), so tests can pass in oracles. `LlamaGenerator` runs `greedy_generate`:
-one prefill of a batch of prompts of the same length, then one cached token per step.
-Per generated token it costs O(L) instead of the O(L^2)-per-token of re-running the
-prompt (`benchmarks/niah.py` measures both). Every test decodes `max_new_tokens` tokens;
-the output is cut at the first EOS before scoring.
+one prefill of a batch of prompts of the same length, then one cached token per step, so
+a new token costs one token's forward (attending to L cached keys) instead of re-running
+all L + t tokens: 25-32x faster than recompute at L = 256-512 with 48 new tokens on the
+`tiny` model (`benchmarks/niah.py`). Every test decodes `max_new_tokens` tokens; the
+output is cut at the first EOS before scoring.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import torch
 from longctx.data.niah import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethod
 
 WILSON_Z = 1.96
 
@@ -60,8 +63,9 @@ class LlamaGenerator:
 
     A batch holds max(1, min(batch_size, batch_tokens // L)) prompts of length L: the
     prefill returns [B, L, vocab] fp32 logits (B L x 32 KiB for an 8192 vocabulary, 256 MiB
-    at the default 8192 tokens), and one decoding step costs about as much for 64 rows as
-    for 8, so short prompts go in large batches.
+    at the default 8192 tokens), and a decoding step is dominated by per-op overhead (32
+    rows cost 1.6x 8 rows on `tiny` at L = 1024, one CPU thread), so short prompts go in
+    large batches.
     """
 
     model: Llama
@@ -72,6 +76,8 @@ class LlamaGenerator:
     attention_backend: str | None = None
     """None = the model's configured backend. On CPU `sdpa` prefills single-document
     prompts ~2x faster than `varlen`, the training default (benchmarks/niah.py)."""
+    position_method: PositionMethod | None = None
+    """StRing or a baseline (`build_position_method`); None = the model's plain RoPE."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "batch_tokens"):
@@ -84,7 +90,13 @@ class LlamaGenerator:
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
         device = self.model.tok_embeddings.weight.device
         outputs = [
-            greedy_generate(self.model, chunk.to(device), max_new_tokens, attention_backend=self.attention_backend)
+            greedy_generate(
+                self.model,
+                chunk.to(device),
+                max_new_tokens,
+                attention_backend=self.attention_backend,
+                position_method=self.position_method,
+            )
             for chunk in input_ids.split(self.rows_per_batch(input_ids.shape[1]))
         ]
         return torch.cat(outputs).cpu()
@@ -92,7 +104,7 @@ class LlamaGenerator:
 
 @dataclass
 class EffectiveLengthConfig:
-    """The search (field names are the config keys under `eval.niah.`)."""
+    """The search's settings."""
 
     task: str = "paper"
     """A `longctx.data.niah.TASKS` name: paper | string-repo | ruler-* | helmet-json-kv."""
@@ -121,15 +133,15 @@ class EffectiveLengthConfig:
     def __post_init__(self) -> None:
         for name in ("step", "max_length", "tests_per_length", "max_new_tokens", "depth_bands"):
             if getattr(self, name) < 1:
-                raise ValueError(f"eval.niah.{name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"EffectiveLengthConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < self.step:
-            raise ValueError(f"eval.niah.max_length={self.max_length} is below eval.niah.step={self.step}")
+            raise ValueError(f"EffectiveLengthConfig.max_length={self.max_length} is below step={self.step}")
         if not 0 <= self.pass_threshold <= 1:
-            raise ValueError(f"eval.niah.pass_threshold must be in [0, 1], got {self.pass_threshold}")
+            raise ValueError(f"EffectiveLengthConfig.pass_threshold must be in [0, 1], got {self.pass_threshold}")
         task = get_task(self.task)
         if self.min_found is not None and not 1 <= self.min_found <= task.num_answers:
             raise ValueError(
-                f"eval.niah.min_found must be in [1, {task.num_answers}] for task {task.name!r}, got {self.min_found}"
+                f"EffectiveLengthConfig.min_found must be in [1, {task.num_answers}] for task {task.name!r}, got {self.min_found}"
             )
 
     @property
@@ -277,7 +289,7 @@ def search_effective_length(
             effective = length
     if not rows:
         raise PromptTooShortError(
-            f"every length up to eval.niah.max_length={config.max_length} is below the overhead of task {config.task!r}"
+            f"every length up to max_length={config.max_length} is below the overhead of task {config.task!r}"
         )
     depth_recall = _band_recall(np.concatenate(all_bands), np.concatenate(all_hits), config.depth_bands)
     return EffectiveLengthResult(
