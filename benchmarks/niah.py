@@ -43,6 +43,9 @@ from longctx.model.llama import Llama, ModelConfig
 from longctx.probes.effective_length import EffectiveLengthConfig, LlamaGenerator, plot_heatmap, search_effective_length
 
 
+WIDTHS = (6, 13, 14, 14, 19, 9)
+
+
 def timed(fn):
     start = time.perf_counter()
     out = fn()
@@ -51,21 +54,26 @@ def timed(fn):
 
 def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend) -> None:
     print(f"\n== greedy decoding of {prompts} prompts x {new_tokens} new tokens ==")
-    print(f"{'length':>6} {'recompute s':>12} {'kv batch-1 s':>13} {'kv batched s':>13} {'new tok/s batched':>18} {'speedup':>8}")
-    generator = LlamaGenerator(model, batch_size=prompts, batch_tokens=prompts * max(lengths), attention_backend=backend)
+    header = ("length", "recompute s", "kv batch-1 s", "kv batched s", "new tok/s batched", "speedup")
+    print("".join(f"{h:>{w}}" for h, w in zip(header, WIDTHS)))
+    generator = LlamaGenerator(
+        model, batch_size=prompts, batch_tokens=prompts * max(lengths), attention_backend=backend
+    )
     for length in lengths:
         samples = make_samples(tokenizer, haystack, length, prompts, seed=0)
         input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-        greedy_generate(model, input_ids[:, :64], 4, attention_backend=backend)  # warm-up: prefill and cached steps
+        greedy_generate(model, input_ids[:, :64], 4, attention_backend=backend)  # warm-up: prefill, cached steps
         batched, t_batched = timed(lambda: generator.generate(input_ids, new_tokens))
+        rows = input_ids.split(1)
         single, t_single = timed(
-            lambda: torch.cat([greedy_generate(model, p[None], new_tokens, attention_backend=backend) for p in input_ids])
+            lambda: torch.cat([greedy_generate(model, row, new_tokens, attention_backend=backend) for row in rows])
         )
         recomputed, t_recompute = timed(lambda: greedy_generate_recompute(model, input_ids, new_tokens))
         if not (torch.equal(batched, single) and torch.equal(batched, recomputed)):
             raise SystemExit(f"length {length}: the three decoders disagree")
-        rate = prompts * new_tokens / t_batched
-        print(f"{length:>6} {t_recompute:>12.2f} {t_single:>13.2f} {t_batched:>13.2f} {rate:>18.1f} {t_recompute / t_batched:>7.1f}x")
+        cells = (length, f"{t_recompute:.2f}", f"{t_single:.2f}", f"{t_batched:.2f}",
+                 f"{prompts * new_tokens / t_batched:.1f}", f"{t_recompute / t_batched:.1f}x")  # fmt: skip
+        print("".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS)))
 
 
 def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> None:
@@ -111,8 +119,9 @@ def main() -> None:
     tokenizer = load_tokenizer("bpe-8192")
     haystack = Haystack.paul_graham(tokenizer)
     print(
-        f"model {args.checkpoint or args.preset} ({model.config.num_parameters() / 1e6:.1f}M params), backend {args.backend}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}"
+        f"model {args.checkpoint or args.preset} ({model.config.num_parameters() / 1e6:.1f}M params), "
+        f"backend {args.backend}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
     if not args.skip_throughput:
         throughput(model, tokenizer, haystack, args.lengths, args.prompts, args.new_tokens, args.backend)

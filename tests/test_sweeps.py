@@ -26,6 +26,7 @@ def test_every_grid_point_is_a_valid_config(path):
     sweep = yaml.safe_load(path.read_text())
     command = sweep["command"]
     assert command[:4] == ["${env}", "${interpreter}", "-m", "longctx"] and command[-1] == "${args_no_hyphens}"
+    assert command[4] in ("pretrain", "sft")
     files = [item for item in command[5:-1]]
     points = grid(sweep)
     assert points
@@ -33,8 +34,10 @@ def test_every_grid_point_is_a_valid_config(path):
         config = load(files, args)
         for arg in args:
             key, value = arg.split("=")
-            section, field = key.split(".", 1)
-            assert str(getattr(getattr(config, section), field)).lower() == value.lower()
+            target = config
+            for part in key.split("."):
+                target = getattr(target, part)
+            assert str(target).lower() == value.lower()
 
 
 def test_probe_grid_keeps_tokens_per_step():

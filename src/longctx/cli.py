@@ -3,6 +3,7 @@
     longctx config experiments/pretrain/tiny_1k.yaml train.max_steps=10   # print the resolved config
     longctx prepare embedded data/embedded --tokenizer bpe-8192           # tokenise into litdata
     longctx pretrain experiments/pretrain/tiny_1k.yaml train.max_steps=10 # train (torchrun-ready)
+    longctx sft experiments/sft/tiny_skipalign.yaml init=runs/tiny_512/checkpoints/last.ckpt
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
 
@@ -67,6 +68,18 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sft(args: argparse.Namespace) -> int:
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.train.sft import finetune
+
+    paths, overrides = _split_overrides(args.items)
+    cfg = config_module.load(paths, overrides)
+    trainer = finetune(cfg, load_tokenizer(cfg.data.tokenizer))
+    if trainer.is_global_zero:
+        print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
+    return 0
+
+
 def cmd_fi(args: argparse.Namespace) -> int:
     from longctx.probes.dataset_fi import document_lengths, figure1_frequencies, packed_rows_fi, write_outputs
 
@@ -107,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("pretrain", help="pretrain a model (also under torchrun)")
     train.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
     train.set_defaults(run=cmd_pretrain)
+
+    sft = commands.add_parser("sft", help="supervised fine-tuning: normal, packed or SkipAlign rows (init=CKPT)")
+    sft.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
+    sft.set_defaults(run=cmd_sft)
 
     fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")
     fi.add_argument("data", help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR)")

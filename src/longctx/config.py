@@ -31,7 +31,7 @@ from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
 
 
 @dataclass
@@ -95,6 +95,10 @@ class TrainConfig:
     """Learning rate at the end of the cosine decay."""
     warmup_steps: int = 2000
     """Linear warm-up steps."""
+    warmup_ratio: float = 0.0
+    """If > 0, warm-up is this fraction of train.max_steps (SFT recipe: 0.03)."""
+    schedule: str = "cosine"
+    """cosine (to min_lr; pretraining) | linear (to min_lr; the SFT recipe)."""
     weight_decay: float = 0.1
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -134,6 +138,9 @@ class TrainConfig:
             raise ConfigError("train.grad_clip", f"must be >= 0, got {self.grad_clip}")
         _choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
         _choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
+        _choice("train.schedule", self.schedule, ("cosine", "linear"))
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError("train.warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         for key in ("devices", "num_nodes"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
@@ -160,6 +167,50 @@ class LogConfig:
     """W&B project."""
     run_name: str = ""
     """W&B run name; '' = W&B's default."""
+
+
+@dataclass
+class SftConfig:
+    """Supervised fine-tuning on chat data (SkipAlign §3-4, DESIGN §9)."""
+
+    data: str = "embedded"
+    """'embedded' (generated multi-turn recall conversations) or a Tulu-v2 style JSONL path."""
+    embedded_samples: int = 4000
+    """Conversations generated for data='embedded'."""
+    variant: str = "normal"
+    """normal | packed (PackedSFT-k: k = data.window) | skipalign."""
+    pack: bool = False
+    """normal: pack several samples per row with document masks and reset positions."""
+    max_sample_length: int = 4096
+    """Samples are truncated to this many tokens (4096 in the paper)."""
+    on_bad_sample: str = "skip"
+    """skip (report with line number and count) | error (stop at the first bad line)."""
+    strategy: str = "outer"
+    """skipalign: which block boundaries may skip: all | inner | outer."""
+    extended_length: int = 100_000
+    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny)."""
+    p: float = 0.5
+    """skipalign: probability of a skip (per boundary or per sample, see p_scope)."""
+    p_scope: str = "boundary"
+    """boundary (a fresh coin per boundary, Eq. 4) | sample (one coin per sample)."""
+    epochs: float = 2.0
+    """Passes over the rows; sets train.max_steps."""
+    rope_extension: str = "none"
+    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to the rows'
+    position limit (the paper extends LLaMA-2 this way)."""
+
+    def validate(self) -> None:
+        _choice("sft.variant", self.variant, ("normal", "packed", "skipalign"))
+        _choice("sft.on_bad_sample", self.on_bad_sample, ("skip", "error"))
+        _choice("sft.strategy", self.strategy, ("all", "inner", "outer"))
+        _choice("sft.p_scope", self.p_scope, ("boundary", "sample"))
+        _choice("sft.rope_extension", self.rope_extension, ("none", "ntk"))
+        for key in ("embedded_samples", "max_sample_length", "extended_length"):
+            _positive_int(f"sft.{key}", getattr(self, key))
+        if not 0 <= self.p <= 1:
+            raise ConfigError("sft.p", f"must be a probability in [0, 1], got {self.p}")
+        if self.epochs <= 0:
+            raise ConfigError("sft.epochs", f"must be > 0, got {self.epochs}")
 
 
 @dataclass
@@ -211,6 +262,10 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
+    init: str = ""
+    """Checkpoint whose weights (and model config) start the run: SFT or continued
+    pretraining. '' = random initialisation from `model`."""
 
     def __post_init__(self) -> None:
         if self.data.window == 0:
@@ -223,6 +278,7 @@ class ExperimentConfig:
         self.train.validate(self.data)
         self.eval.validate(self.model)
         self.probe.validate()
+        self.sft.validate()
         _positive_int("log.every_steps", self.log.every_steps)
         _choice("log.wandb_mode", self.log.wandb_mode, ("auto", "online", "offline", "disabled"))
 

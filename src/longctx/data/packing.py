@@ -35,6 +35,7 @@ counted, whatever the world size of the resumed run.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,28 @@ def tokens_per_step(window: int, micro_batch_size: int, world_size: int, global_
         )
     accumulation = global_batch_tokens // tokens_per_micro_step
     return accumulation, accumulation * rows_per_micro_step
+
+
+class GlobalOrderSampler(torch.utils.data.Sampler[int]):
+    """World-size-invariant order over a map-style dataset of `size` rows (e.g. SFT rows).
+
+    Global row k is row permutation_e[k mod size] with e = k // size, a fresh seeded
+    permutation per epoch; rank r of W takes k = r, r + W, ... from `start_row` on, exactly
+    as `PackedRows` does for token streams. Endless: the Trainer's max_steps ends it.
+    """
+
+    def __init__(self, size: int, *, seed: int, rank: int = 0, world_size: int = 1, start_row: int = 0):
+        if size <= 0:
+            raise ValueError("GlobalOrderSampler needs at least one row")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world size {world_size}")
+        self.size, self.seed, self.rank, self.world_size, self.start_row = size, seed, rank, world_size, start_row
+
+    def __iter__(self) -> Iterator[int]:
+        first = self.start_row + (self.rank - self.start_row) % self.world_size
+        epoch, order = -1, None
+        for index in itertools.count(first, self.world_size):
+            if index // self.size != epoch:
+                epoch = index // self.size
+                order = np.random.default_rng([self.seed, epoch]).permutation(self.size)
+            yield int(order[index % self.size])

@@ -35,18 +35,26 @@ from longctx.model.llama import Llama, config_dict
 
 def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:
     """Learning rate at optimizer step `step`: linear warm-up, then cosine to `floor`."""
+    return learning_rate(step, warmup=warmup, total=total, peak=peak, floor=floor, shape="cosine")
+
+
+def learning_rate(step: int, *, warmup: int, total: int, peak: float, floor: float, shape: str) -> float:
+    """Linear warm-up over `warmup` steps, then `shape` (cosine | linear) decay to `floor`."""
     if warmup > 0 and step < warmup:
         return peak * (step + 1) / warmup
     if step >= total:
         return floor
     progress = (step - warmup) / max(1, total - warmup)
+    if shape == "linear":
+        return peak + (floor - peak) * progress
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
 class LanguageModelModule(L.LightningModule):
-    def __init__(self, config: ExperimentConfig):
+    def __init__(self, config: ExperimentConfig, initial_state: dict[str, torch.Tensor] | None = None):
         super().__init__()
         self.config = config
+        self.initial_state = initial_state  # weights from `init=CKPT`, loaded in configure_model
         # Plain dicts only: checkpoints must load with torch.load(weights_only=True).
         self.save_hyperparameters({"model": config_dict(config.model), "experiment": as_dict(config)})
         self.model: Llama | None = None
@@ -58,6 +66,9 @@ class LanguageModelModule(L.LightningModule):
             return
         torch.manual_seed(self.config.train.seed)
         self.model = Llama(self.config.model)
+        if self.initial_state is not None:
+            self.model.load_state_dict(self.initial_state)
+            self.initial_state = None
         # Both keep parameter names unchanged, so checkpoints load into a plain Llama.
         self.model.activation_checkpointing = self.config.train.activation_checkpointing
         if self.config.train.compile:
@@ -128,10 +139,11 @@ class LanguageModelModule(L.LightningModule):
             eps=1e-8,
             foreach=True,
         )
+        warmup = round(train.warmup_ratio * train.max_steps) if train.warmup_ratio > 0 else train.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            lambda step: cosine_schedule(
-                step, warmup=train.warmup_steps, total=train.max_steps, peak=1.0, floor=train.min_lr / train.lr
+            lambda step: learning_rate(
+                step, warmup=warmup, total=train.max_steps, peak=1.0, floor=train.min_lr / train.lr, shape=train.schedule
             ),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

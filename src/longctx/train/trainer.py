@@ -135,9 +135,26 @@ class PackedDataModule(L.LightningDataModule):
 def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int) -> L.Trainer:
     """Train on prepared `sources` [(path, weight)]; returns the finished Trainer."""
     world = world_size_from_environment(config)
-    accumulation, rows_per_step = tokens_per_step(
-        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
-    )
+    _, rows_per_step = batch_plan(config, world)
+    datamodule = PackedDataModule(config, sources, eos_id, rows_per_step)
+    return fit(config, datamodule, fi_window=config.data.window)
+
+
+def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
+    """(gradient accumulation steps, rows per optimizer step) for this world size."""
+    return tokens_per_step(config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens)
+
+
+def fit(
+    config: ExperimentConfig,
+    datamodule: L.LightningDataModule,
+    *,
+    fi_window: int,
+    initial_state: dict[str, torch.Tensor] | None = None,
+) -> L.Trainer:
+    """Run the Trainer on `datamodule`; f(i) is counted up to relative position `fi_window`."""
+    world = world_size_from_environment(config)
+    accumulation, _ = batch_plan(config, world)
     out_dir = Path(config.train.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     resume = resolve_resume(config)
@@ -151,7 +168,7 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id:
     ]
     if config.probe.fi:
         callbacks.append(PositionFrequencyCallback(
-            config.data.window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
+            fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
         ))
     trainer = L.Trainer(
         accelerator="auto",
@@ -170,6 +187,6 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id:
         enable_model_summary=False,
         default_root_dir=str(out_dir),
     )
-    module = LanguageModelModule(config)
-    trainer.fit(module, datamodule=PackedDataModule(config, sources, eos_id, rows_per_step), ckpt_path=resume)
+    module = LanguageModelModule(config, initial_state=None if resume else initial_state)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     return trainer

@@ -1,0 +1,94 @@
+"""`longctx sft`: supervised fine-tuning with Normal-SFT, PackedSFT-k or SkipAlign rows.
+
+    longctx sft experiments/sft/tiny_skipalign.yaml init=runs/tiny_512/checkpoints/last.ckpt
+    torchrun --nproc-per-node 8 -m longctx sft experiments/sft/skipalign_outer.yaml init=...
+
+Reuses the pretraining machinery (Lightning Trainer, FSDP2/DDP, exact resume, W&B, the
+f(i) callback, whose histogram over response-token queries is SkipAlign Figure 2) with
+the paper's SFT recipe in the presets (SkipAlign §4: 2 epochs, lr 1e-5, no weight decay,
+linear warm-up over 3% of the steps, then linear decay). Rows come from data/sft.py; the
+order is world-size invariant (GlobalOrderSampler), so resuming at step s starts at row
+s x rows_per_step. `train.max_steps` is set from `sft.epochs`.
+
+The model starts from `init` (its config, not the YAML `model` section, defines the
+architecture). `sft.rope_extension=ntk` first NTK-scales RoPE from the checkpoint's
+max_position to the rows' position limit (SkipAlign extends LLaMA-2 this way before SFT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import lightning as L
+import torch
+
+from longctx.config import ExperimentConfig
+from longctx.data.packing import GlobalOrderSampler
+from longctx.data.sft import SFTRows, load_sft_samples
+from longctx.data.tokenizer import Tokenizer
+from longctx.model.checkpoint import load_model
+from longctx.model.llama import ModelConfig
+from longctx.model.rope import RopeScaling
+from longctx.train.trainer import batch_plan, fit, world_size_from_environment
+
+
+def build_rows(config: ExperimentConfig, tokenizer: Tokenizer) -> SFTRows:
+    sft = config.sft
+    samples, report = load_sft_samples(
+        sft.data, tokenizer, max_sample_length=sft.max_sample_length, on_bad_sample=sft.on_bad_sample,
+        embedded_samples=sft.embedded_samples, seed=config.data.seed,
+    )  # fmt: skip
+    print(f"sft: {len(samples)} samples from {sft.data}; {report.summary()}")
+    return SFTRows(
+        samples, variant=sft.variant, window=config.data.window, pad_id=tokenizer.pad_id, seed=config.data.seed,
+        pack=sft.pack, strategy=sft.strategy, extended_length=sft.extended_length, p=sft.p, p_scope=sft.p_scope,
+    )  # fmt: skip
+
+
+def extended_model_config(model: ModelConfig, position_limit: int, rope_extension: str) -> ModelConfig:
+    """The checkpoint's architecture, with RoPE NTK-extended to `position_limit` if asked."""
+    if rope_extension == "none" or position_limit <= model.max_position:
+        return model
+    factor = position_limit / model.max_position
+    return dataclasses.replace(model, max_position=position_limit, rope_scaling=RopeScaling("ntk", factor=factor))
+
+
+class SFTDataModule(L.LightningDataModule):
+    def __init__(self, config: ExperimentConfig, rows: SFTRows, rows_per_step: int):
+        super().__init__()
+        self.config, self.rows, self.rows_per_step = config, rows, rows_per_step
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        trainer = self.trainer
+        sampler = GlobalOrderSampler(
+            len(self.rows), seed=self.config.data.seed, rank=trainer.global_rank, world_size=trainer.world_size,
+            start_row=trainer.global_step * self.rows_per_step,
+        )  # fmt: skip
+        return torch.utils.data.DataLoader(self.rows, batch_size=self.config.train.micro_batch_size, sampler=sampler)
+
+
+def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
+    if not config.init:
+        raise ValueError("init: SFT starts from a trained model; pass init=CHECKPOINT")
+    base = load_model(config.init)
+    if tokenizer.vocab_size > base.config.vocab_size:
+        raise ValueError(f"data.tokenizer has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}")
+    rows = build_rows(config, tokenizer)
+    model_config = extended_model_config(base.config, rows.position_limit, config.sft.rope_extension)
+    if rows.position_limit > model_config.max_position:
+        raise ValueError(
+            f"{config.sft.variant} rows use positions up to {rows.position_limit - 1}, beyond the model's "
+            f"max_position={model_config.max_position}; set sft.rope_extension=ntk or lower sft.extended_length"
+        )
+    world = world_size_from_environment(config)
+    _, rows_per_step = batch_plan(config, world)
+    steps = math.ceil(config.sft.epochs * len(rows) / rows_per_step)
+    config = dataclasses.replace(
+        config,
+        model=model_config,
+        train=dataclasses.replace(config.train, max_steps=steps),
+    )
+    print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
+    return fit(config, SFTDataModule(config, rows, rows_per_step), fi_window=rows.position_limit,
+               initial_state=base.state_dict())

@@ -1,0 +1,91 @@
+"""`longctx sft` end to end on CPU: every variant fine-tunes a pretrained model for a few
+steps; the f(i) histogram reflects each variant's positions; the rows' order resumes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from longctx.cli import main
+from longctx.data.packing import GlobalOrderSampler
+from longctx.model.checkpoint import load_model
+from tests.train.test_pretrain import overrides as pretrain_overrides
+from tests.train.test_pretrain import workspace  # noqa: F401  (module fixture)
+
+
+@pytest.fixture(scope="module")
+def pretrained(workspace):  # noqa: F811
+    out = workspace / "sft-base"
+    args = pretrain_overrides(workspace, out, **{"train.max_steps": 2, "probe.fi": "false", "data.window": 128,
+                                                 "model.max_position": 128})
+    assert main(["pretrain", *args]) == 0
+    return out / "checkpoints" / "last.ckpt"
+
+
+def sft_args(workspace, pretrained, out, **extra):
+    values = {
+        "init": pretrained,
+        "data.tokenizer": workspace / "tokenizer.json",
+        "data.window": 128,
+        "train.micro_batch_size": 2,
+        "train.global_batch_tokens": 512,
+        "train.lr": 1e-3,
+        "train.min_lr": 0.0,
+        "train.schedule": "linear",
+        "train.warmup_ratio": 0.03,
+        "train.weight_decay": 0.0,
+        "train.out_dir": out,
+        "log.wandb_mode": "disabled",
+        "probe.fi_every_steps": 1,
+        "sft.embedded_samples": 24,
+        "sft.max_sample_length": 128,
+        "sft.epochs": 0.5,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+@pytest.mark.parametrize(
+    "variant, extra",
+    [("normal", {}), ("packed", {}),
+     ("skipalign", {"sft.strategy": "outer", "sft.extended_length": 512, "sft.rope_extension": "ntk"})],
+)
+def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, variant, extra):  # noqa: F811
+    args = sft_args(workspace, pretrained, tmp_path, **{"sft.variant": variant, **extra})
+    assert main(["sft", *args]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) >= 2  # ceil(0.5 epochs x ~21 rows / 4 rows per step)
+    assert all(np.isfinite(row["train/loss"]) for row in rows)
+    tuned = load_model(tmp_path / "checkpoints" / "last.ckpt")
+    base = load_model(pretrained)
+    assert not torch.equal(tuned.output.weight, base.output.weight)
+    fi = np.load(tmp_path / "fi" / f"fi-step-{len(rows):07d}.npz")
+    far = fi["relative"][128:].sum() + fi["overflow"]
+    if variant == "skipalign":
+        assert tuned.config.rope_scaling.type == "ntk" and tuned.config.max_position == 512
+        assert far > 0  # skipped positions put response queries beyond the 128-token window
+    else:
+        assert far == 0
+
+
+def test_sft_needs_init(workspace, tmp_path, capsys):  # noqa: F811
+    args = [a for a in sft_args(workspace, "x", tmp_path) if not a.startswith("init=")]
+    assert main(["sft", *args]) == 2
+    assert "init: SFT starts from a trained model" in capsys.readouterr().err
+
+
+def test_global_order_sampler_is_world_size_invariant():
+    def take(sampler, n):
+        out = []
+        for index in sampler:
+            out.append(index)
+            if len(out) == n:
+                return out
+
+    single = take(GlobalOrderSampler(10, seed=3), 30)
+    assert sorted(single[:10]) == list(range(10)) and sorted(single[10:20]) == list(range(10))
+    assert single[:10] != single[10:20]  # reshuffled per epoch
+    ranks = [take(GlobalOrderSampler(10, seed=3, rank=r, world_size=3), 10) for r in range(3)]
+    assert [ranks[k % 3][k // 3] for k in range(30)] == single
+    assert take(GlobalOrderSampler(10, seed=3, rank=1, world_size=3, start_row=7), 3) == [single[7], single[10], single[13]]
