@@ -4,6 +4,8 @@
     longctx prepare embedded data/embedded --tokenizer bpe-8192           # tokenise into litdata
     longctx pretrain experiments/pretrain/tiny_1k.yaml train.max_steps=10 # train (torchrun-ready)
     longctx sft experiments/sft/tiny_skipalign.yaml init=runs/tiny_512/checkpoints/last.ckpt
+    longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.position_method.name=string
+    longctx niah-table runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt --methods rope,string
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from longctx import config as config_module
 
@@ -62,7 +65,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     cfg = config_module.load(paths, overrides)
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     sources = prepared_sources(cfg, tokenizer)
-    trainer = pretrain(cfg, sources, tokenizer.eos_id)
+    trainer = pretrain(cfg, sources, tokenizer)
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
     return 0
@@ -77,6 +80,46 @@ def cmd_sft(args: argparse.Namespace) -> int:
     trainer = finetune(cfg, load_tokenizer(cfg.data.tokenizer))
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
+    return 0
+
+
+def _evaluation_setup(items: list[str]):
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.probes.niah_eval import load_haystack
+
+    paths, overrides = _split_overrides(items)
+    cfg = config_module.load(paths, overrides)
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    return cfg, tokenizer, load_haystack(cfg, tokenizer)
+
+
+def cmd_niah(args: argparse.Namespace) -> int:
+    from longctx.model.checkpoint import load_model
+    from longctx.probes.niah_eval import evaluate, format_search, write_result
+
+    cfg, tokenizer, haystack = _evaluation_setup(args.items)
+    model = load_model(args.checkpoint)
+    result = evaluate(model, cfg, tokenizer, haystack)
+    print(format_search(result))
+    numbers, figure = write_result(result, args.out, f"{args.checkpoint} ({cfg.eval.position_method.name})")
+    print(f"wrote {numbers} and {figure}")
+    return 0
+
+
+def cmd_niah_table(args: argparse.Namespace) -> int:
+    from longctx.model.checkpoint import load_model
+    from longctx.probes.niah_eval import format_table, method_table
+
+    cfg, tokenizer, haystack = _evaluation_setup(args.items)
+    methods = args.methods.split(",")
+    models = {Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name: load_model(path)
+              for path in args.checkpoints}
+    table = method_table(models, methods, cfg, tokenizer, haystack)
+    text = format_table(table, methods)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
     return 0
 
 
@@ -124,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
     sft = commands.add_parser("sft", help="supervised fine-tuning: normal, packed or SkipAlign rows (init=CKPT)")
     sft.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
     sft.set_defaults(run=cmd_sft)
+
+    niah = commands.add_parser("niah", help="effective context length by the 4-needle NIAH test")
+    niah.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
+    niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
+    niah.add_argument("--out", default="runs/niah", help="where niah.json and the heatmap PNG go")
+    niah.set_defaults(run=cmd_niah)
+
+    table = commands.add_parser("niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models")
+    table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
+    table.add_argument("--methods", default="rope,ntk,yarn,rerope,self_extend,dca,string")
+    table.add_argument("--set", dest="items", action="append", default=[], metavar="key=value",
+                       help="eval.* overrides (repeatable)")
+    table.add_argument("--out", default="", help="also write the markdown table here")
+    table.set_defaults(run=cmd_niah_table)
 
     fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")
     fi.add_argument("data", help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR)")

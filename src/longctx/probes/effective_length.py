@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -119,12 +120,13 @@ class EffectiveLengthConfig:
     min_found: int | None = None
     """Answers a test must find to pass; None = the task's (2 of 4 for paper/string-repo)."""
     max_new_tokens: int = 48
-    """Greedy tokens per test; four 6-digit numbers with separators need ~30 with bpe-8192."""
+    """Greedy tokens per test; " 144231, 543171, 264468 and 423103." is 32 with bpe-8192."""
     depth_bands: int = 10
     """Rows of the depth x length heatmap."""
     stop_at_first_failure: bool = True
     """Stop after the first failing length (the paper); False fills the whole heatmap."""
     seed: int = 0
+    """Test i at length L is sample (seed, L, i): the same for every model and run."""
     snap_to_sentence: bool = True
     """Needles start at sentence boundaries (gkamradt, STRING script); False: exact depth."""
     random_start: bool = False
@@ -141,7 +143,8 @@ class EffectiveLengthConfig:
         task = get_task(self.task)
         if self.min_found is not None and not 1 <= self.min_found <= task.num_answers:
             raise ValueError(
-                f"EffectiveLengthConfig.min_found must be in [1, {task.num_answers}] for task {task.name!r}, got {self.min_found}"
+                f"EffectiveLengthConfig.min_found must be in [1, {task.num_answers}] for task {task.name!r}, "
+                f"got {self.min_found}"
             )
 
     @property
@@ -161,6 +164,8 @@ class LengthResult:
     """Fraction of all answers found (the authors' per-test score, averaged)."""
     example_output: str
     """Decoded output of the first test, for eyeballing."""
+    seconds: float = 0.0
+    """Wall time of this length: building, decoding and scoring its tests."""
 
 
 @dataclass
@@ -226,6 +231,7 @@ def evaluate_length(
     config: EffectiveLengthConfig,
 ) -> tuple[LengthResult, np.ndarray, np.ndarray]:
     """One length: its row, plus every answer's depth and whether it was found."""
+    start = time.perf_counter()
     task = get_task(config.task)
     min_found = config.min_found or task.min_found
     samples = make_samples(
@@ -249,7 +255,10 @@ def evaluate_length(
     low, high = wilson_interval(passed, len(samples))
     hits = np.array([hit for f in found for hit in f], dtype=bool)
     depths = np.array([n.depth for s in samples for n in s.answer_needles])
-    row = LengthResult(length, len(samples), passed, passed / len(samples), low, high, float(hits.mean()), outputs[0])
+    seconds = time.perf_counter() - start
+    row = LengthResult(
+        length, len(samples), passed, passed / len(samples), low, high, float(hits.mean()), outputs[0], seconds
+    )
     return row, depths, hits
 
 

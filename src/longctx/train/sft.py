@@ -91,4 +91,4 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
     )
     print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
     return fit(config, SFTDataModule(config, rows, rows_per_step), fi_window=rows.position_limit,
-               initial_state=base.state_dict())
+               initial_state=base.state_dict(), tokenizer=tokenizer)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
@@ -132,12 +133,12 @@ class PackedDataModule(L.LightningDataModule):
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
 
 
-def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int) -> L.Trainer:
+def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokenizer) -> L.Trainer:
     """Train on prepared `sources` [(path, weight)]; returns the finished Trainer."""
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
-    datamodule = PackedDataModule(config, sources, eos_id, rows_per_step)
-    return fit(config, datamodule, fi_window=config.data.window)
+    datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step)
+    return fit(config, datamodule, fi_window=config.data.window, tokenizer=tokenizer)
 
 
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
@@ -151,8 +152,10 @@ def fit(
     *,
     fi_window: int,
     initial_state: dict[str, torch.Tensor] | None = None,
+    tokenizer=None,
 ) -> L.Trainer:
-    """Run the Trainer on `datamodule`; f(i) is counted up to relative position `fi_window`."""
+    """Run the Trainer on `datamodule`; f(i) is counted up to relative position `fi_window`.
+    `tokenizer` is needed when `probe.niah_every_steps` runs NIAH during training."""
     world = world_size_from_environment(config)
     accumulation, _ = batch_plan(config, world)
     out_dir = Path(config.train.out_dir)
@@ -170,6 +173,13 @@ def fit(
         callbacks.append(PositionFrequencyCallback(
             fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
         ))
+    if config.probe.niah_every_steps:
+        from longctx.probes.niah_eval import load_haystack
+        from longctx.train.niah_callback import EffectiveLengthCallback
+
+        if tokenizer is None:
+            raise ValueError("probe.niah_every_steps needs the tokenizer")
+        callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
     trainer = L.Trainer(
         accelerator="auto",
         devices=world.devices,
@@ -189,4 +199,6 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    if trainer.is_global_zero and isinstance(trainer.logger, WandbLogger):
+        trainer.logger.experiment.finish()  # flush the run files before the command returns
     return trainer

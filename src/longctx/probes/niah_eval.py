@@ -1,0 +1,147 @@
+"""NIAH evaluation of checkpoints: `longctx niah` and the STRING Table 1 / Table 4 layout.
+
+    longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah_tests_per_length=50
+    longctx niah CKPT eval.position_method.name=string eval.position_method.string.shift_ratio=0.33
+    longctx niah-table CKPT_A CKPT_B --methods rope,ntk,yarn,rerope,self_extend,dca,string
+
+`longctx niah` runs the effective-length search (probes/effective_length.py) with the
+`eval.*` settings and writes `<out>/niah.json` and the depth x length heatmap (STRING
+Figure 4) as `<out>/niah_heatmap.png`. `niah-table` evaluates every method on every
+checkpoint at the model's training length L (= model.max_position), the STRING Table 1
+protocol: NIAH 4-needle accuracy at L per method x model, and the depth band where each
+model fails most (Table 4's "peak failure depth").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from longctx.config import ExperimentConfig
+from longctx.data.niah import Haystack
+from longctx.data.tokenizer import Tokenizer
+from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.probes.effective_length import (
+    EffectiveLengthConfig,
+    EffectiveLengthResult,
+    LlamaGenerator,
+    plot_heatmap,
+    search_effective_length,
+)
+
+
+def search_settings(config: ExperimentConfig, model: Llama, *, tests_per_length: int | None = None,
+                    max_length: int | None = None) -> EffectiveLengthConfig:
+    evaluation = config.eval
+    return EffectiveLengthConfig(
+        task=evaluation.niah_task,
+        step=evaluation.niah_step,
+        max_length=max_length or evaluation.niah_max_length or model.config.max_position,
+        tests_per_length=tests_per_length or evaluation.niah_tests_per_length,
+        pass_threshold=evaluation.pass_threshold,
+        max_new_tokens=evaluation.niah_max_new_tokens,
+        seed=evaluation.niah_seed,
+    )
+
+
+def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
+    """The configured haystack, tokenised once; None for tasks that build their own (JSON KV)."""
+    if config.eval.niah_task == "helmet-json-kv":
+        return None
+    if config.eval.niah_haystack:
+        return Haystack.from_file(tokenizer, config.eval.niah_haystack)
+    return Haystack.paul_graham(tokenizer)
+
+
+def evaluate(
+    model: Llama,
+    config: ExperimentConfig,
+    tokenizer: Tokenizer,
+    haystack: Haystack | None,
+    *,
+    method: PositionMethodConfig | None = None,
+    settings: EffectiveLengthConfig | None = None,
+) -> EffectiveLengthResult:
+    """The effective-length search of `model` under a position method (default eval.position_method)."""
+    method_config = method or config.eval.position_method
+    device = model.tok_embeddings.weight.device
+    position_method = None
+    if method_config.name != "rope":
+        position_method = build_position_method(method_config, model.config).to(device)
+    generator = LlamaGenerator(model, batch_tokens=config.eval.niah_batch_tokens, position_method=position_method)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return search_effective_length(generator, tokenizer, haystack, settings or search_settings(config, model))
+    finally:
+        model.train(was_training)
+
+
+def write_result(result: EffectiveLengthResult, out_dir: str | Path, title: str) -> tuple[Path, Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    numbers = out_dir / "niah.json"
+    numbers.write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    return numbers, plot_heatmap(result, out_dir / "niah_heatmap.png", title=title)
+
+
+def format_search(result: EffectiveLengthResult) -> str:
+    lines = [f"effective length: {result.effective_length}"]
+    for row in result.per_length:
+        lines.append(
+            f"  L={row.length:>6}  pass {row.passed:>4}/{row.tests:<4} = {row.rate:.3f}  "
+            f"95% CI [{row.wilson_low:.3f}, {row.wilson_high:.3f}]"
+        )
+    return "\n".join(lines)
+
+
+def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
+    """(low, high) edges of the depth band with the lowest recall (STRING Table 4)."""
+    recalls = [(r, i) for i, r in enumerate(result.depth_recall) if r is not None and not math.isnan(r)]
+    if not recalls:
+        return (math.nan, math.nan)
+    _, band = min(recalls)
+    return result.depth_edges[band], result.depth_edges[band + 1]
+
+
+def method_table(
+    models: dict[str, Llama], methods: list[str], config: ExperimentConfig, tokenizer: Tokenizer,
+    haystack: Haystack | None,
+) -> dict:
+    """{model: {method: {"accuracy", "peak_failure_depth"}}} at each model's training length."""
+    table: dict = {}
+    for model_name, model in models.items():
+        length = model.config.max_position
+        settings = dataclasses.replace(
+            search_settings(config, model), step=length, max_length=length, stop_at_first_failure=False
+        )
+        table[model_name] = {}
+        for name in methods:
+            method = dataclasses.replace(config.eval.position_method, name=name)
+            result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
+            row = result.per_length[-1]
+            table[model_name][name] = {"accuracy": row.rate, "peak_failure_depth": peak_failure_depth(result)}
+    return table
+
+
+def format_table(table: dict, methods: list[str]) -> str:
+    """Markdown in the STRING Table 1 layout (methods as rows, models as columns), then
+    the peak-failure depth of each model under plain RoPE (Table 4)."""
+    models = list(table)
+    lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for name in methods:
+        cells = [f"{100 * table[m][name]['accuracy']:.1f}" for m in models]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("| model | peak failure depth (rope) |")
+    lines.append("|---|---|")
+    for model in models:
+        low, high = table[model][methods[0]]["peak_failure_depth"]
+        lines.append(f"| {model} | {100 * low:.0f}-{100 * high:.0f}% |")
+    return "\n".join(lines)

@@ -1,0 +1,68 @@
+"""Effective length during training, next to f(i) (STRING Figure 2a/2b from one run).
+
+Every `probe.niah_every_steps` optimizer steps the NIAH effective-length search
+(probes/effective_length.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
+length, a fixed seed so every evaluation sees the same tests) runs on the model being
+trained and logs
+
+    niah/effective_length           Figure 2a: effective length vs tokens seen
+    niah/f_at_effective_length      Figure 2b: effective length vs f(effective length)
+    niah/pass_rate                  a table: length, pass rate, Wilson 95% interval
+    niah/heatmap                    the depth x length recall heatmap (Figure 4)
+
+The search runs identically on every rank (under FSDP each forward is a collective over
+the shards, so all ranks must take part); rank 0 logs. Cost: tests x lengths prompts of
+up to the training window plus ~48 decoded tokens each; keep the test count small.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import lightning as L
+
+from longctx.config import ExperimentConfig
+from longctx.data.niah import Haystack
+from longctx.data.tokenizer import Tokenizer
+from longctx.probes.niah_eval import evaluate, search_settings, write_result
+from longctx.train.frequency_callback import PositionFrequencyCallback
+
+
+class EffectiveLengthCallback(L.Callback):
+    def __init__(self, config: ExperimentConfig, tokenizer: Tokenizer, haystack: Haystack | None, out_dir: Path):
+        self.config, self.tokenizer, self.haystack, self.out_dir = config, tokenizer, haystack, out_dir
+        self.every_steps = config.probe.niah_every_steps
+        self._steps_seen = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._steps_seen = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        step = trainer.global_step
+        completed, self._steps_seen = step != self._steps_seen, step
+        if not completed or step % self.every_steps:
+            return
+        model = pl_module.model
+        settings = search_settings(self.config, model, tests_per_length=self.config.probe.niah_tests_per_length)
+        settings = dataclasses.replace(settings, max_length=min(settings.max_length, self.config.data.window))
+        result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings)
+        frequency = next((c for c in trainer.callbacks if isinstance(c, PositionFrequencyCallback)), None)
+        total = frequency.counts.all_reduce() if frequency is not None else None  # collective
+        if not trainer.is_global_zero:
+            return
+        metrics = {"niah/effective_length": float(result.effective_length)}
+        if total is not None and 0 < result.effective_length <= len(total.relative):
+            metrics["niah/f_at_effective_length"] = float(total.relative[result.effective_length - 1])
+        _, heatmap = write_result(result, self.out_dir / "niah" / f"step-{step:07d}", f"step {step}")
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+            if hasattr(logger, "experiment") and hasattr(logger.experiment, "log"):
+                import wandb
+
+                table = wandb.Table(
+                    columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+                    data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
+                )
+                logger.experiment.log({"niah/pass_rate": table, "niah/heatmap": wandb.Image(str(heatmap)),
+                                       "trainer/global_step": step})

@@ -1,0 +1,88 @@
+"""NIAH evaluation wiring: `longctx niah`, `longctx niah-table`, and the training callback."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from longctx.analysis.wandb_offline import offline_runs, read_history
+from longctx.cli import main
+from longctx.data.corpus import embedded_documents
+from longctx.model.checkpoint import save_model
+from longctx.model.llama import Llama, ModelConfig
+from longctx.probes.effective_length import EffectiveLengthResult
+from longctx.probes.niah_eval import format_table, peak_failure_depth
+
+
+@pytest.fixture(scope="module")
+def haystack_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hay") / "haystack.txt"
+    path.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))))
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "model.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), path)
+    return path
+
+
+def eval_args(haystack_file):
+    return [f"eval.niah_haystack={haystack_file}", "eval.niah_step=128", "eval.niah_tests_per_length=2",
+            "eval.niah_max_new_tokens=8"]
+
+
+def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, tmp_path, capsys):
+    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "niah.json").read_text())
+    assert result["lengths"][0] == 128 and result["per_length"][0]["tests"] == 2
+    assert result["effective_length"] == 0  # an untrained model finds no needle
+    assert (tmp_path / "niah_heatmap.png").stat().st_size > 5_000
+    assert "effective length: 0" in capsys.readouterr().out
+
+
+def test_niah_command_with_string(checkpoint, haystack_file, tmp_path):
+    args = [*eval_args(haystack_file), "eval.position_method.name=string", "eval.position_method.string.local_window=16"]
+    assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "niah.json").read_text())["per_length"]
+
+
+def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
+    sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
+    out = tmp_path / "table.md"
+    assert main(["niah-table", str(checkpoint), "--methods", "rope,string", *sets,
+                 "--set", "eval.position_method.string.local_window=16", "--out", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "| method | model.safetensors |"
+    assert lines[2].startswith("| rope | 0.0") and lines[3].startswith("| string | 0.0")
+
+
+def test_peak_failure_depth_and_table_format():
+    result = EffectiveLengthResult(
+        effective_length=128,
+        per_length=[],
+        depth_edges=[0.0, 0.25, 0.5, 0.75, 1.0],
+        depth_recall=[0.9, 0.2, math.nan, 0.6],
+        heatmap=torch.zeros(4, 1).numpy(),
+    )
+    assert peak_failure_depth(result) == (0.25, 0.5)
+    table = {"a": {"rope": {"accuracy": 0.5, "peak_failure_depth": (0.25, 0.5)}}}
+    assert format_table(table, ["rope"]).splitlines()[2] == "| rope | 50.0 |"
+    assert format_table(table, ["rope"]).splitlines()[-1] == "| a | 25-50% |"
+
+
+def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for _, d in zip(range(60), embedded_documents(("prose",)))))
+    assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
+    args = [f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
+            "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",
+            "log.wandb_mode=offline", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1", "probe.fi_every_steps=1",
+            *eval_args(haystack_file)]
+    assert main(["pretrain", *args]) == 0
+    history = read_history(offline_runs(tmp_path / "run")[0])
+    assert [row["trainer/global_step"] for row in history if "niah/effective_length" in row] == [1, 2]
+    assert any("niah/pass_rate.path" in row for row in history)
+    assert (tmp_path / "run" / "niah" / "step-0000002" / "niah_heatmap.png").exists()
