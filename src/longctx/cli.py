@@ -89,6 +89,10 @@ def _evaluation_setup(items: list[str]):
 
     paths, overrides = _split_overrides(items)
     cfg = config_module.load(paths, overrides)
+    if cfg.eval.threads:
+        import torch
+
+        torch.set_num_threads(cfg.eval.threads)
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     return cfg, tokenizer, load_haystack(cfg, tokenizer)
 

@@ -29,7 +29,7 @@ def greedy_generate(
     batch, prompt_len = input_ids.shape
     cache = model.new_kv_cache(batch, prompt_len + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    logits = model(input_ids, position_ids, document_ids, **options)
+    logits = model(input_ids, position_ids, document_ids, last_logits_only=True, **options)
     tokens = []
     next_token = logits[:, -1].argmax(-1)
     for step in range(max_new_tokens):

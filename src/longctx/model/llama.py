@@ -309,8 +309,10 @@ class Llama(nn.Module):
         kv_cache: KVCache | None = None,
         attention_backend: str | None = None,
         position_method: PositionMethod | None = None,
+        last_logits_only: bool = False,
     ) -> torch.Tensor:
-        """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them).
+        """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
+        [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
         position_ids continue each row from the cache, missing document_ids continue each
@@ -359,6 +361,8 @@ class Llama(nn.Module):
                 x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
                 x = block(x, positions, kv_cache)
+        if last_logits_only:
+            x = x[:, -1:]
         logits = self.output(self.norm(x))
         if kv_cache is not None:
             kv_cache.length += seq
