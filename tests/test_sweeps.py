@@ -26,8 +26,8 @@ def test_every_grid_point_is_a_valid_config(path):
     sweep = yaml.safe_load(path.read_text())
     command = sweep["command"]
     assert command[:4] == ["${env}", "${interpreter}", "-m", "longctx"] and command[-1] == "${args_no_hyphens}"
-    assert command[4] in ("pretrain", "sft")
-    files = [item for item in command[5:-1]]
+    assert command[4] in ("pretrain", "sft", "niah")
+    files = command[6:-1] if command[4] == "niah" else command[5:-1]  # niah takes the checkpoint first
     points = grid(sweep)
     assert points
     for args in points:

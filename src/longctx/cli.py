@@ -99,13 +99,14 @@ def _evaluation_setup(items: list[str]):
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import evaluate, format_search, write_result
+    from longctx.probes.niah_eval import evaluate, format_search, log_to_wandb, write_result
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items)
     model = load_model(args.checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack)
     print(format_search(result))
     numbers, figure = write_result(result, args.out, f"{args.checkpoint} ({cfg.eval.position_method.name})")
+    log_to_wandb(result, cfg, figure, job="niah")
     print(f"wrote {numbers} and {figure}")
     return 0
 

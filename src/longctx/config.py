@@ -198,6 +198,11 @@ class SftConfig:
     rope_extension: str = "none"
     """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to the rows'
     position limit (the paper extends LLaMA-2 this way)."""
+    niah_after: bool = False
+    """After SFT, search the NIAH effective length up to `niah_max_length` (SkipAlign
+    Figure 3: within and beyond the original window); results in <out_dir>/niah_after_sft/."""
+    niah_max_length: int = 0
+    """Largest length of that search; 0 = twice the base model's max_position."""
 
     def validate(self) -> None:
         _choice("sft.variant", self.variant, ("normal", "packed", "skipalign"))

@@ -31,12 +31,15 @@ def checkpoint(tmp_path_factory):
 
 def eval_args(haystack_file):
     return [f"eval.niah_haystack={haystack_file}", "eval.niah_step=128", "eval.niah_tests_per_length=2",
-            "eval.niah_max_new_tokens=8"]
+            "eval.niah_max_new_tokens=8", "log.wandb_mode=disabled"]
 
 
 def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, tmp_path, capsys):
-    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "--out", str(tmp_path)]) == 0
+    args = [*eval_args(haystack_file), "log.wandb_mode=offline", f"train.out_dir={tmp_path}"]
+    assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "niah.json").read_text())
+    logged = [row for row in read_history(offline_runs(tmp_path)[0]) if "niah/effective_length" in row]
+    assert logged[0]["niah/effective_length"] == result["effective_length"]
     assert result["lengths"][0] == 128 and result["per_length"][0]["tests"] == 2
     assert result["effective_length"] == 0  # an untrained model finds no needle
     assert (tmp_path / "niah_heatmap.png").stat().st_size > 5_000

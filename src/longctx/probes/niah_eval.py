@@ -101,6 +101,25 @@ def format_search(result: EffectiveLengthResult) -> str:
     return "\n".join(lines)
 
 
+def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str) -> None:
+    """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back)."""
+    from longctx.config import as_dict
+    from longctx.train.logging import resolve_wandb_mode
+
+    mode = resolve_wandb_mode(config.log.wandb_mode)
+    if mode == "disabled":
+        return
+    import wandb
+
+    run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,
+                     dir=config.train.out_dir, config=as_dict(config))
+    table = wandb.Table(columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+                        data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length])
+    run.log({"niah/effective_length": result.effective_length, "niah/pass_rate": table,
+             "niah/heatmap": wandb.Image(str(heatmap))})
+    run.finish()
+
+
 def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
     """(low, high) edges of the depth band with the lowest recall (STRING Table 4)."""
     recalls = [(r, i) for i, r in enumerate(result.depth_recall) if r is not None and not math.isnan(r)]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -90,5 +91,23 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
         train=dataclasses.replace(config.train, max_steps=steps),
     )
     print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
-    return fit(config, SFTDataModule(config, rows, rows_per_step), fi_window=rows.position_limit,
-               initial_state=base.state_dict(), tokenizer=tokenizer)
+    trainer = fit(config, SFTDataModule(config, rows, rows_per_step), fi_window=rows.position_limit,
+                  initial_state=base.state_dict(), tokenizer=tokenizer)
+    if config.sft.niah_after and trainer.is_global_zero:
+        niah_after_sft(config, tokenizer, base.config.max_position)
+    return trainer
+
+
+def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
+    """The effective-length search of the fine-tuned model within and beyond the base
+    model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
+    from longctx.probes.niah_eval import evaluate, format_search, load_haystack, search_settings, write_result
+
+    out_dir = Path(config.train.out_dir)
+    model = load_model(out_dir / "checkpoints" / "last.ckpt")
+    settings = search_settings(config, model, max_length=config.sft.niah_max_length or 2 * original_window)
+    settings = dataclasses.replace(settings, stop_at_first_failure=False)  # the whole curve, beyond the window too
+    result = evaluate(model, config, tokenizer, load_haystack(config, tokenizer), settings=settings)
+    print(format_search(result))
+    numbers, _ = write_result(result, out_dir / "niah_after_sft", f"after SFT ({config.sft.variant})")
+    return numbers
