@@ -80,10 +80,9 @@ def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for _, d in zip(range(60), embedded_documents(("prose",)))))
     assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
-    args = [f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
+    args = [*eval_args(haystack_file), f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
             "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",
-            "log.wandb_mode=offline", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1", "probe.fi_every_steps=1",
-            *eval_args(haystack_file)]
+            "log.wandb_mode=offline", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1", "probe.fi_every_steps=1"]
     assert main(["pretrain", *args]) == 0
     history = read_history(offline_runs(tmp_path / "run")[0])
     assert [row["trainer/global_step"] for row in history if "niah/effective_length" in row] == [1, 2]
