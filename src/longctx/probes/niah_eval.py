@@ -118,6 +118,7 @@ def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatma
     run.log({"niah/effective_length": result.effective_length, "niah/pass_rate": table,
              "niah/heatmap": wandb.Image(str(heatmap))})
     run.finish()
+    wandb.teardown()  # a later run in this process (a test, a notebook) starts from clean settings
 
 
 def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
