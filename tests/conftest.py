@@ -16,3 +16,22 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The default bpe-8192 tokenizer (trained once per machine, then cached)."""
+    from longctx.data.tokenizer import load_tokenizer
+
+    return load_tokenizer("bpe-8192")
+
+
+@pytest.fixture(scope="session")
+def haystack(tokenizer):
+    """The Paul Graham essays haystack; tests that need it skip when it is not installed."""
+    from longctx.data.niah import Haystack
+
+    try:
+        return Haystack.paul_graham(tokenizer)
+    except FileNotFoundError as err:
+        pytest.skip(str(err))

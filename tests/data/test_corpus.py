@@ -12,7 +12,6 @@ from longctx.data.corpus import (
     CorpusError,
     CorpusReport,
     debian_documents,
-    directory_documents,
     embedded_documents,
     format_length_report,
     jsonl_documents,

@@ -19,7 +19,6 @@ from longctx.data.niah import (
     ruler_task,
     split_sentences,
 )
-from longctx.data.tokenizer import load_tokenizer
 
 # STRING Table 5, typed in from the paper.
 TABLE5_PREFIX = (
@@ -30,18 +29,6 @@ TABLE5_NEEDLE = " One of the magic numbers is {}. "
 TABLE5_TAIL = "\n\nWhat are the magic numbers mentioned in the provided text?\nThe numbers are"
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("bpe-8192")
-
-
-@pytest.fixture(scope="module")
-def haystack(tokenizer):
-    try:
-        return Haystack.paul_graham(tokenizer)
-    except FileNotFoundError as err:
-        pytest.skip(str(err))
 
 
 def haystack_for(task, haystack):

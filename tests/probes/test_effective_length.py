@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.data.niah import Haystack, PromptTooShortError, make_samples
-from longctx.data.tokenizer import load_tokenizer
+from longctx.data.niah import PromptTooShortError, make_samples
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import string_method
@@ -20,18 +19,6 @@ from longctx.probes.effective_length import (
     wilson_interval,
 )
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("bpe-8192")
-
-
-@pytest.fixture(scope="module")
-def haystack(tokenizer):
-    try:
-        return Haystack.paul_graham(tokenizer)
-    except FileNotFoundError as err:
-        pytest.skip(str(err))
 
 
 class LastKReader:

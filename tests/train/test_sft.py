@@ -10,12 +10,11 @@ import torch
 from longctx.cli import main
 from longctx.data.packing import GlobalOrderSampler
 from longctx.model.checkpoint import load_model
-from tests.train.test_pretrain import overrides as pretrain_overrides
-from tests.train.test_pretrain import workspace  # noqa: F401  (module fixture)
+from tests.train.helpers import overrides as pretrain_overrides
 
 
 @pytest.fixture(scope="module")
-def pretrained(workspace):  # noqa: F811
+def pretrained(workspace):
     out = workspace / "sft-base"
     args = pretrain_overrides(workspace, out, **{"train.max_steps": 2, "probe.fi": "false", "data.window": 128,
                                                  "model.max_position": 128})
@@ -51,7 +50,7 @@ def sft_args(workspace, pretrained, out, **extra):
     [("normal", {}), ("packed", {}),
      ("skipalign", {"sft.strategy": "outer", "sft.extended_length": 512, "sft.rope_extension": "ntk"})],
 )
-def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, variant, extra):  # noqa: F811
+def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, variant, extra):
     args = sft_args(workspace, pretrained, tmp_path, **{"sft.variant": variant, **extra})
     assert main(["sft", *args]) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -69,7 +68,7 @@ def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, va
         assert far == 0
 
 
-def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, tmp_path):  # noqa: F811
+def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, tmp_path):
     haystack = tmp_path / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
     args = sft_args(workspace, pretrained, tmp_path, **{
@@ -80,7 +79,7 @@ def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, 
     assert max(result["lengths"] + result["skipped_lengths"]) == 256  # 2 x the base model's 128
 
 
-def test_sft_needs_init(workspace, tmp_path, capsys):  # noqa: F811
+def test_sft_needs_init(workspace, tmp_path, capsys):
     args = [a for a in sft_args(workspace, "x", tmp_path) if not a.startswith("init=")]
     assert main(["sft", *args]) == 2
     assert "init: SFT starts from a trained model" in capsys.readouterr().err

@@ -272,9 +272,10 @@ class _Segments:
     q_lengths: list[int]
 
 
-def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    """Cut every row at document boundaries; a segment's queries are its last positions
-    that fall inside the query window (zero for documents that end before it)."""
+def document_segments(document_ids: torch.Tensor, q_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cut every row at document boundaries, rows laid end to end: (flat index of each
+    document's first key, its key count, its query count). A document's queries are its
+    last positions inside the query window (zero for documents that end before it)."""
     batch, kv_len = document_ids.shape
     offset = kv_len - q_len
     is_start = torch.ones_like(document_ids, dtype=torch.bool)
@@ -284,6 +285,11 @@ def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
     k_lengths = ends - starts
     local_start = starts % kv_len
     q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
+    return starts, k_lengths, q_lengths
+
+
+def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
+    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
 
     def cumulative(lengths: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)

@@ -93,7 +93,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from longctx.model.attention import DEFAULT_BLOCK_SIZE, AttentionMask, attention, build_mask, resolve_backend
+from longctx.model.attention import (
+    DEFAULT_BLOCK_SIZE,
+    AttentionMask,
+    attention,
+    build_mask,
+    document_segments,
+    resolve_backend,
+)
 from longctx.model.llama import ConfigError, ModelConfig
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half
 
@@ -1007,15 +1014,7 @@ class _Segments:
 
 
 def _flash_segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    batch, kv_len = document_ids.shape
-    offset = kv_len - q_len
-    is_start = torch.ones_like(document_ids, dtype=torch.bool)
-    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    starts = is_start.flatten().nonzero().flatten()
-    ends = torch.cat([starts[1:], starts.new_tensor([batch * kv_len])])
-    k_lengths = ends - starts
-    local_start = starts % kv_len
-    q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
+    starts, k_lengths, q_lengths = document_segments(document_ids, q_len)
     cu_q = torch.nn.functional.pad(q_lengths.cumsum(0), (1, 0)).to(torch.int32)
     return _Segments(starts, k_lengths, _FlashQueries(cu_q, int(q_lengths.max())))
 
