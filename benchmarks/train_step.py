@@ -169,18 +169,35 @@ def _prepare_step(implementation: Implementation, config: ModelConfig, hf_dir: P
 
 # --- one model at one length ----------------------------------------------------------
 
-COLUMNS = ("config", "T", "impl", "step ms", "tokens/s", "vs HF", "MFU", "peak MiB")
+
+@dataclasses.dataclass
+class Result:
+    config: str
+    seq_len: int
+    implementation: Implementation
+    step_seconds: list[float]
+    tokens_per_step: int
+    flops_per_token: float
+    peak_mib: float | None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / statistics.median(self.step_seconds)
 
 
-def interleaved_step_seconds(steps: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
-    """Median seconds per step; the steps take turns (ABCABC...) so background load hits all alike."""
-    seconds: dict[str, list[float]] = {name: [] for name in steps}
+def interleaved_step_seconds(
+    steps: dict[Implementation, Callable[[], float]], repeats: int, roofline_samples: list[float]
+) -> dict[Implementation, list[float]]:
+    """Seconds of every step; the implementations take turns (ABCABC...) so background load
+    hits all alike, and the GEMM roofline is sampled after every round, under the same load."""
+    seconds: dict[Implementation, list[float]] = {impl: [] for impl in steps}
     for _ in range(repeats):
-        for name, step in steps.items():
+        for impl, step in steps.items():
             start = time.perf_counter()
             step()
-            seconds[name].append(time.perf_counter() - start)
-    return {name: statistics.median(times) for name, times in seconds.items()}
+            seconds[impl].append(time.perf_counter() - start)
+        roofline_samples.append(measure_cpu_gemm_flops.__wrapped__())  # uncached: a new sample
+    return seconds
 
 
 def require_same_loss(first_losses: dict[Implementation, float]) -> None:
@@ -196,62 +213,70 @@ def measure(
     seq_len: int,
     implementations: list[Implementation],
     document_lengths: list[int],
+    roofline_samples: list[float],
     args: argparse.Namespace,
-) -> list[dict]:
-    """Tokens/s, FLOPs per token and peak MiB of every implementation for one model and T."""
+) -> list[Result]:
+    """Step times and peak memory of every implementation for one model at one T."""
     config = dataclasses.replace(config, max_position=max(config.max_position, seq_len))
     blocks = token_blocks(document_lengths, args.batch, seq_len, config.vocab_size)
+    batches = {impl: rows_for(impl, blocks) for impl in implementations}
+    print(f"{label}, T={seq_len}", flush=True)
+    if any(impl.packed for impl in implementations):
+        print(f"  {describe_documents(next(batch for impl, batch in batches.items() if impl.packed))}")
     with tempfile.TemporaryDirectory(prefix="hf-llama-") as hf_dir:
         export_hf(seeded_llama(config), hf_dir)
         steps = {impl: TrainingStep(impl, config, Path(hf_dir)) for impl in implementations}
-        batches = {impl: rows_for(impl, blocks) for impl in implementations}
-        if any(impl.packed for impl in implementations):
-            print(f"{label}, T={seq_len}: {describe_documents(batches[next(i for i in implementations if i.packed)])}")
-        first_losses = {impl: step(batches[impl]) for impl, step in steps.items()}
-        require_same_loss(first_losses)
+        require_same_loss({impl: step(batches[impl]) for impl, step in steps.items()})
         for _ in range(args.warmup - 1):
             for impl, step in steps.items():
                 step(batches[impl])
         runs = {impl: functools.partial(step, batches[impl]) for impl, step in steps.items()}
-        seconds = interleaved_step_seconds(runs, args.repeats)
-        del steps, runs
-        peaks = (
-            {impl: cpu_memory.peak_extra_mib(_prepare_step, impl, config, Path(hf_dir), blocks) for impl in implementations}
-            if not args.skip_memory
-            else {}
-        )
+        seconds = interleaved_step_seconds(runs, args.repeats, roofline_samples)
+        del steps, runs  # free the models before the memory children start
+        peaks = {
+            impl: None if args.skip_memory else cpu_memory.peak_extra_mib(_prepare_step, impl, config, Path(hf_dir), blocks)
+            for impl in implementations
+        }
     experiment = ExperimentConfig(
         model=config,
         data=DataConfig(window=seq_len),
         train=TrainConfig(micro_batch_size=args.batch, global_batch_tokens=args.batch * seq_len),
     )
-    flops_per_token = training_flops_per_token(experiment)
     results = [
-        dict(config=label, seq_len=seq_len, impl=impl, seconds=seconds[impl], tokens_per_s=args.batch * seq_len / seconds[impl],
-             flops_per_token=flops_per_token, peak_mib=peaks.get(impl))
+        Result(label, seq_len, impl, seconds[impl], args.batch * seq_len, training_flops_per_token(experiment), peaks[impl])
         for impl in implementations
-    ]  # fmt: skip
+    ]
     for result in results:
-        print(f"  {result['impl'].name:24s} {result['seconds'] * 1e3:8.0f} ms/step", flush=True)
+        times = sorted(result.step_seconds)
+        print(
+            f"  {result.implementation.name:24s} step ms: median {statistics.median(times) * 1e3:6.0f}, "
+            f"min {times[0] * 1e3:6.0f}, max {times[-1] * 1e3:6.0f}",
+            flush=True,
+        )
     return results
 
 
-def table_rows(results: list[dict], roofline: float) -> list[list[str]]:
+# --- report ---------------------------------------------------------------------------
+
+COLUMNS = ("config", "T", "impl", "step ms", "tokens/s", "vs HF", "MFU", "peak MiB")
+
+
+def table_rows(results: list[Result], roofline: float) -> list[list[str]]:
     rows = []
     for result in results:
         hf_best = max(
-            r["tokens_per_s"] for r in results
-            if r["impl"].library == "hf" and (r["config"], r["seq_len"]) == (result["config"], result["seq_len"])
+            other.tokens_per_s for other in results
+            if other.implementation.library == "hf" and (other.config, other.seq_len) == (result.config, result.seq_len)
         )  # fmt: skip
         rows.append([
-            result["config"],
-            str(result["seq_len"]),
-            result["impl"].name,
-            f"{result['seconds'] * 1e3:.0f}",
-            f"{result['tokens_per_s']:.0f}",
-            f"{result['tokens_per_s'] / hf_best:.2f}x",
-            f"{result['tokens_per_s'] * result['flops_per_token'] / roofline:.1%}",
-            "" if result["peak_mib"] is None else f"{result['peak_mib']:.0f}",
+            result.config,
+            str(result.seq_len),
+            result.implementation.name,
+            f"{statistics.median(result.step_seconds) * 1e3:.0f}",
+            f"{result.tokens_per_s:.0f}",
+            f"{result.tokens_per_s / hf_best:.2f}x",
+            f"{result.tokens_per_s * result.flops_per_token / roofline:.1%}",
+            "" if result.peak_mib is None else f"{result.peak_mib:.0f}",
         ])  # fmt: skip
     return rows
 
@@ -267,11 +292,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024], help="sequence lengths T")
     parser.add_argument("--batch", type=int, default=4, help="rows per step")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (the first checks the losses)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed steps per implementation (median reported)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per implementation (median reported)")
     parser.add_argument("--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)")
     parser.add_argument("--skip-packed", action="store_true", help="leave out `longctx varlen` on packed rows")
     parser.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads for the timed steps (0 = torch's default)")
     args = parser.parse_args()
     if args.warmup < 1 or args.repeats < 1:
         parser.error("--warmup and --repeats must be at least 1")
@@ -282,16 +307,16 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
-    roofline_at_start = measure_cpu_gemm_flops()
     implementations = [Implementation("hf", attention) for attention in args.hf_attention]
     implementations += [Implementation("longctx", "sdpa"), Implementation("longctx", "varlen")]
     if not args.skip_packed:
         implementations.append(Implementation("longctx", "varlen", packed=True))
     document_lengths = stdlib_document_lengths()
+    load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
+    roofline_samples = [measure_cpu_gemm_flops()]
     print(
         f"batch {args.batch}, float32, {torch.get_num_threads()} threads, {args.warmup} warm-up + {args.repeats} timed "
-        f"steps; fp32 GEMM roofline {roofline_at_start / 1e9:.1f} GFLOP/s (1024^3, best of 10)",
+        f"steps, load average {load_at_start:.2f} ({os.cpu_count()} CPUs)",
         flush=True,
     )
     results = []
@@ -299,15 +324,13 @@ def main() -> None:
         config = ModelConfig.from_preset(PRESET, n_layers=n_layers)
         label = f"{PRESET} {n_layers}L ({config.num_parameters() / 1e6:.1f}M)"
         for seq_len in args.lengths:
-            results += measure(config, label, seq_len, implementations, document_lengths, args)
-    measure_cpu_gemm_flops.cache_clear()
-    roofline_at_end = measure_cpu_gemm_flops()
-    roofline = max(roofline_at_start, roofline_at_end)
+            results += measure(config, label, seq_len, implementations, document_lengths, roofline_samples, args)
+    roofline = max(roofline_samples)
     load_at_end = os.getloadavg()[0]
     print(
         f"\nload average (1 min): {load_at_start:.2f} at start, {load_at_end:.2f} at end, {os.cpu_count()} CPUs; "
-        f"roofline {roofline_at_start / 1e9:.1f} / {roofline_at_end / 1e9:.1f} GFLOP/s at start / end, "
-        f"MFU against {roofline / 1e9:.1f}\n"
+        f"fp32 GEMM roofline (1024^3, {torch.get_num_threads()} threads): best {roofline / 1e9:.1f} GFLOP/s, "
+        f"worst {min(roofline_samples) / 1e9:.1f} over {len(roofline_samples)} samples\n"
     )
     print(markdown_table(table_rows(results, roofline)))
 
