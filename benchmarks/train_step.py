@@ -3,47 +3,58 @@
 Launch from the repository root:
 
     .venv/bin/python benchmarks/train_step.py [--layers 4 6] [--lengths 1024] [--batch 4]
-                                              [--warmup 1] [--repeats 3]
+                                              [--warmup 1] [--repeats 5] [--threads N]
                                               [--hf-attention sdpa eager] [--skip-packed]
+                                              [--skip-memory]
 
 What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 layers,
 10.1M) and each sequence length T:
 
 - one training step: forward, next-token cross-entropy (logits upcast to fp32, mean over
   labelled tokens), backward, `torch.optim.AdamW(foreach=True)` step; float32, CPU,
-  torch's default thread count, gradients set to None before each step;
+  torch's default thread count unless `--threads`, gradients set to None before each step;
 - the implementations, all starting from the same weights (ours seeded, exported with
   `export_hf`, loaded by transformers) on the same rows:
   `HF <attn>`       `LlamaForCausalLM.from_pretrained(attn_implementation=<attn>)`,
-                    `use_cache=False`; `sdpa` (default) runs torch's fused causal kernel
-                    (`is_causal=True`, no mask), `eager` the explicit softmax(QK^T)V;
+                    `use_cache=False`; `sdpa` (default; HF's fastest on CPU) runs torch's
+                    fused kernel with `is_causal=True` and no mask, `eager` materialises
+                    softmax(QK^T)V (measured 0.6x of `sdpa`'s tokens/s, 1.6x its memory);
   `longctx sdpa`    our model, dense boolean mask into `scaled_dot_product_attention`;
   `longctx varlen`  our model, the CPU training default (block-sparse document masking);
   `longctx varlen, packed`  the same on document-masked packed rows (the real workload);
 - rows: B x (T + 1) tokens of one stream of documents whose lengths follow the embedded
   corpus (a random stdlib `.py` file's size in bytes / 3.5 chars per token, at least 16;
   random token ids, EOS after each document; fixed seed), cut into rows by the training
-  pipeline's `contract_from_blocks`. All but the last row kind read them as plain causal
-  rows (`doc_mask=false`: one document per row, positions 0..T-1), because transformers
-  has no document masking on CPU; `packed` reads the same tokens with `doc_mask=true`
-  (positions restart and attention stays inside each document, labels -100 on EOS);
+  pipeline's `contract_from_blocks`. All but the last kind read them as plain causal rows
+  (`doc_mask=false`: one document per row, positions 0..T-1), because transformers has no
+  document masking on CPU; `packed` reads the same tokens with `doc_mask=true` (positions
+  restart and attention stays inside each document, labels -100 on EOS). Stdlib files
+  average ~5000 tokens, so at T=1024 most packed rows hold one or two documents;
 - tokens/s = B * T / step time, the median of `--repeats` steps after `--warmup` steps;
   the implementations take turns step by step (ABCABC...) so that other load on the
-  machine slows all alike. The load average is printed with the table. `vs HF` divides by
-  the fastest HF attention's tokens/s at the same model and T;
+  machine slows all alike; min and max are printed too. `vs HF` divides by the fastest HF
+  attention's tokens/s at the same model and T;
 - MFU = tokens/s * FLOPs per token / roofline, FLOPs per token = 6 * N_matmul +
   6 * n_layers * d_model * T (`training_flops_per_token`: every weight but the input
   embedding and the norms; causal attention over the full window, also for packed rows,
   so MFU there is tokens/s on the same scale, not the attention FLOPs actually done);
-  roofline = the best fp32 1024^3 GEMM rate of this CPU (`measure_cpu_gemm_flops`),
-  measured before and after the runs, the higher kept (load only lowers it);
+  roofline = the best fp32 1024^3 GEMM rate of this CPU at the same thread count
+  (`measure_cpu_gemm_flops`), sampled at the start and after every round of steps; the
+  best sample is kept, since load only lowers it;
 - peak MiB: the peak resident memory of one step above the model and its AdamW state
   (activations, logits, gradients, optimizer temporaries), in a fresh spawned process
-  per implementation that first runs a step on 64-token rows (loading kernels, creating
-  the optimizer state); see `cpu_memory.py` for the method and its caveats.
+  per implementation (torch's default threads) that first runs a step on 64-token rows
+  (loading kernels, creating the optimizer state); `cpu_memory.py` has the method and
+  its caveats.
 
 Before timing, the first step's loss of every plain-row implementation must equal HF's
 to 1e-5, or the script aborts (same weights, same rows, same loss).
+
+Caveats: on a machine shared with other work, torch's multi-threaded kernels wait for
+descheduled threads: with 2 threads and a load average of ~4 on 2 CPUs, elementwise ops
+ran 4-20x slower than with 1 thread, and steps with many small kernels (`varlen`'s block
+loop) suffer most; the load average is printed, and `--threads 1` gives steadier
+numbers there. Runtime: about 4 minutes on 2 idle cores with the defaults.
 """
 
 from __future__ import annotations

@@ -129,6 +129,8 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
 
 
 def cmd_fi(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from longctx.probes.dataset_fi import document_lengths, figure1_frequencies, packed_rows_fi, write_outputs
 
     result = figure1_frequencies(document_lengths(args.data, args.tokenizer), args.window)
@@ -142,6 +144,15 @@ def cmd_fi(args: argparse.Namespace) -> int:
         result.frequency[f"packed doc_mask={args.doc_mask}"] = packed_rows_fi(
             args.data, args.window, manifest["eos_id"], doc_mask
         )
+    if args.transform:
+        from longctx.probes.dataset_fi import transformed_fi
+
+        target = args.target_length or 4 * args.window
+        curve = transformed_fi(result.lengths["natural"], args.window, args.transform, target)
+        beyond = curve[args.window :].sum() / curve.sum()
+        print(f"{args.transform} to {target}: {100 * beyond:.1f}% of pairs at relative positions >= L={args.window}")
+        (Path(args.out) / f"fi_{args.transform}_L{args.window}_T{target}.npy").parent.mkdir(parents=True, exist_ok=True)
+        np.save(Path(args.out) / f"fi_{args.transform}_L{args.window}_T{target}.npy", curve)
     for line in result.summary_lines():
         print(line)
     numbers, figure = write_outputs(result, args.out)
@@ -192,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     fi.add_argument("--window", type=int, required=True, help="training length L")
     fi.add_argument("--tokenizer", default="bpe-8192", help="for corpus sources that are not prepared")
     fi.add_argument("--doc-mask", choices=("true", "false"), help="also count one epoch of packed rows in this mode")
+    fi.add_argument("--transform", choices=("pose", "randpos"), help="also count natural pieces under these position ids")
+    fi.add_argument("--target-length", type=int, default=0, help="the transform's target length (default 4 x window)")
     fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
     fi.set_defaults(run=cmd_fi)
 

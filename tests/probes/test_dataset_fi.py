@@ -79,3 +79,21 @@ def test_cli_writes_png_and_numbers(tmp_path, capsys):
     numbers = json.loads((tmp_path / "out" / "fi_L32.json").read_text())
     assert numbers["tokens"] == sum(len(d) for d in docs)
     assert (tmp_path / "out" / "fi_L32.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("transform", ["pose", "randpos"])
+def test_transformed_fi_equals_brute_force_on_the_same_ids(transform):
+    from longctx.data.positions import pose_position_ids, randpos_position_ids
+    from longctx.probes.dataset_fi import transformed_fi
+
+    lengths = np.array([7, 30, 12])
+    got = transformed_fi(lengths, 16, transform, 64, seed=5)
+    rng = np.random.default_rng(5)
+    expected = np.zeros(64, dtype=np.int64)
+    for n in split_lengths(lengths, 16):
+        ids = pose_position_ids(int(n), 64, rng) if transform == "pose" else randpos_position_ids(int(n), 64, rng)
+        for q in range(len(ids)):
+            for k in range(q + 1):
+                expected[ids[q] - ids[k]] += 1
+    assert np.array_equal(got, expected)
+    assert got[16:].sum() > 0  # relative positions beyond the window

@@ -17,6 +17,9 @@ reverse cumulative sums. Figure 1 compares three ways of cutting the same tokens
 
 `packed_rows_fi` counts what training with `data.doc_mask` would actually see, by running
 the f(i) counter over one epoch of packed rows (documents cut at row boundaries).
+`transformed_fi` gives the natural pieces PoSE or RandPos position ids spread over a target
+length Lt > L (DESIGN §9) and counts their pairs exactly: the relative positions such
+training reaches beyond L.
 """
 
 from __future__ import annotations
@@ -116,6 +119,35 @@ def packed_rows_fi(directory: str | Path, window: int, eos_id: int, doc_mask: bo
             batch = []
     if batch:
         counts.update({key: torch.stack([r[key] for r in batch]) for key in batch[0]})
+    return counts.relative.numpy()
+
+
+TRANSFORMS = ("pose", "randpos")
+
+
+def transformed_fi(document_lengths: np.ndarray, window: int, transform: str, target_length: int,
+                   seed: int = 0) -> np.ndarray:
+    """f(i) for i < target_length of the natural pieces under a position-id transform."""
+    from longctx.data.positions import pose_position_ids, randpos_position_ids
+    from longctx.probes.position_frequency import PositionFrequency
+
+    if transform not in TRANSFORMS:
+        raise ValueError(f"transform {transform!r} is not one of {TRANSFORMS}")
+    if target_length < window:
+        raise ValueError(f"target length {target_length} is below the window {window}")
+    rng = np.random.default_rng(seed)
+    counts = PositionFrequency(target_length, count_only_labeled=False)
+    for n in split_lengths(document_lengths, window):
+        n = int(n)
+        if transform == "pose" and n >= 2:
+            ids = pose_position_ids(n, target_length, rng)
+        elif transform == "randpos":
+            ids = randpos_position_ids(n, target_length, rng)
+        else:
+            ids = np.arange(n)
+        row = torch.as_tensor(ids)[None]
+        counts.update({"position_ids": row, "document_ids": torch.zeros_like(row), "input_ids": row,
+                       "labels": torch.zeros_like(row)})
     return counts.relative.numpy()
 
 
