@@ -111,7 +111,7 @@ class LastCheckpoint(L.Callback):
 
     def save(self, trainer: L.Trainer) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
-        trainer.save_checkpoint(str(partial))  # collective; ends with a barrier
+        trainer.save_checkpoint(str(partial), weights_only=False)  # full state; collective, ends with a barrier
         if trainer.is_global_zero:
             os.replace(partial, self.path)
         self._saved_step = trainer.global_step

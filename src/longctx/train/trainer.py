@@ -198,7 +198,7 @@ def fit(
         default_root_dir=str(out_dir),
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
     if trainer.is_global_zero and isinstance(trainer.logger, WandbLogger):
         trainer.logger.experiment.finish()  # flush the run files before the command returns
     return trainer
