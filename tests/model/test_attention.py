@@ -67,6 +67,29 @@ def test_varlen_matches_sdpa_forward_and_backward(block_size, kv_heads):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("lengths", [[300, 20, 3, 400], [700], [5, 250, 260, 1, 6]])
+def test_varlen_long_and_short_documents_match_sdpa(lengths):
+    """Long documents take the unmasked causal call, short ones grouped masked calls."""
+    docs = packed_document_ids(lengths)
+    q, k, v = random_qkv(1, sum(lengths), sum(lengths), requires_grad=True)
+    grad_out = torch.randn(1, sum(lengths), 4, 16)
+    ref = attention(q, k, v, document_ids=docs, backend="sdpa")
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grad_out)
+    got = attention(q, k, v, document_ids=docs, backend="varlen")
+    got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=0)
+
+
+def test_varlen_chunks_partition_rows():
+    from longctx.model.attention import SHORT_DOCUMENT, _row_chunks
+
+    chunks = _row_chunks(packed_document_ids([300, 20, 3, 400, 100, 100, 100])[0])
+    assert chunks == [(0, 300, False), (300, 323, True), (323, 723, False), (723, 923, True), (923, 1023, True)]
+    assert all(end - start <= SHORT_DOCUMENT for start, end, masked in chunks if masked)
+
+
 @pytest.mark.parametrize("backend", ["sdpa", "varlen"])
 def test_queries_are_the_last_key_positions(backend):
     """Tq < Tk (decode, chunked prefill): rows equal the matching rows of the full pass."""
