@@ -51,10 +51,12 @@ Before timing, the first step's loss of every plain-row implementation must equa
 to 1e-5, or the script aborts (same weights, same rows, same loss).
 
 Caveats: on a machine shared with other work, torch's multi-threaded kernels wait for
-descheduled threads: with 2 threads and a load average of ~4 on 2 CPUs, elementwise ops
-ran 4-20x slower than with 1 thread, and steps with many small kernels (`varlen`'s block
-loop) suffer most; the load average is printed, and `--threads 1` gives steadier
-numbers there. Runtime: about 4 minutes on 2 idle cores with the defaults.
+descheduled threads: with 2 threads and a load average of ~4 on 2 CPUs, fill/copy/mul on
+0.5-64 MiB tensors ran 2-20x slower than with 1 thread, and steps made of many small
+kernels (`varlen`'s block loop) suffer most. The load average is printed; `--threads 1`
+gives steadier numbers there. The roofline varies too (268-319 GFLOP/s best samples on 2
+threads in different runs), so compare MFU within one run. Runtime with the defaults:
+2 min 45 s on 2 cores at a load average of 1.3.
 """
 
 from __future__ import annotations
