@@ -3,7 +3,7 @@
 Launch from the repository root:
 
     .venv/bin/python benchmarks/attention.py [--lengths 1024 2048 4096 8192] [--repeats 5]
-                                             [--batch 1] [--block-size 256] [--skip-flex]
+                                             [--batch 1] [--skip-flex]
 
 What it measures, for each sequence length T:
 
@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 
 import cpu_memory
-from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask
+from longctx.model.attention import attention, build_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
 CHARS_PER_TOKEN = 3.5
@@ -119,23 +119,23 @@ def make_inputs(document_ids: torch.Tensor) -> Inputs:
     return Inputs(q, k, v, randn(HEADS), document_ids)
 
 
-def forward(inputs: Inputs, backend: str, block_size: int) -> torch.Tensor:
+def forward(inputs: Inputs, backend: str) -> torch.Tensor:
     mask = build_mask(inputs.document_ids, inputs.q.shape[1], backend)
-    return attention(inputs.q, inputs.k, inputs.v, backend=backend, mask=mask, block_size=block_size)
+    return attention(inputs.q, inputs.k, inputs.v, backend=backend, mask=mask)
 
 
-def forward_only(inputs: Inputs, backend: str, block_size: int) -> tuple[torch.Tensor]:
+def forward_only(inputs: Inputs, backend: str) -> tuple[torch.Tensor]:
     """Inference: no autograd graph, and q/k/v detached (compiled flex rejects leaves that require grad)."""
     detached = dataclasses.replace(inputs, q=inputs.q.detach(), k=inputs.k.detach(), v=inputs.v.detach())
     with torch.no_grad():
-        return (forward(detached, backend, block_size),)
+        return (forward(detached, backend),)
 
 
-def forward_backward(inputs: Inputs, backend: str, block_size: int) -> tuple[torch.Tensor, ...]:
+def forward_backward(inputs: Inputs, backend: str) -> tuple[torch.Tensor, ...]:
     """Output and q/k/v gradients; gradients start from None, as after zero_grad()."""
     for tensor in (inputs.q, inputs.k, inputs.v):
         tensor.grad = None
-    out = forward(inputs, backend, block_size)
+    out = forward(inputs, backend)
     out.backward(inputs.grad_out)
     return out.detach(), inputs.q.grad, inputs.k.grad, inputs.v.grad
 
@@ -163,16 +163,16 @@ def interleaved_median_ms(ops: dict[str, Callable[[], object]], repeats: int) ->
     return {name: statistics.median(times) * 1e3 for name, times in seconds.items()}
 
 
-def _prepare_forward_backward(document_ids: torch.Tensor, backend: str, block_size: int) -> Callable[[], object]:
+def _prepare_forward_backward(document_ids: torch.Tensor, backend: str) -> Callable[[], object]:
     """Warm up on a 64-token slice, create the inputs; the op to measure (in the child process)."""
-    forward_backward(make_inputs(document_ids[:, :WARMUP_TOKENS]), backend, block_size)
+    forward_backward(make_inputs(document_ids[:, :WARMUP_TOKENS]), backend)
     inputs = make_inputs(document_ids)
-    return functools.partial(forward_backward, inputs, backend, block_size)
+    return functools.partial(forward_backward, inputs, backend)
 
 
-def peak_extra_mib(document_ids: torch.Tensor, backend: str, block_size: int) -> float:
+def peak_extra_mib(document_ids: torch.Tensor, backend: str) -> float:
     """Peak memory of build_mask + forward + backward above the inputs, in a fresh process."""
-    return cpu_memory.peak_extra_mib(_prepare_forward_backward, document_ids, backend, block_size)
+    return cpu_memory.peak_extra_mib(_prepare_forward_backward, document_ids, backend)
 
 
 # --- one row of the table -------------------------------------------------------------
@@ -187,7 +187,7 @@ def flex_first_call(inputs: Inputs, reference: tuple[torch.Tensor, ...]) -> floa
     """Seconds of flex's first (compiling) forward call, checked against sdpa, or why it failed."""
     try:
         start = time.perf_counter()
-        out = forward_only(inputs, "flex", DEFAULT_BLOCK_SIZE)
+        out = forward_only(inputs, "flex")
     except Exception as error:  # e.g. no C++ toolchain for inductor: report it and go on
         return f"failed: {type(error).__name__}: {str(error).splitlines()[0][:80]}"
     first_call_s = time.perf_counter() - start
@@ -202,14 +202,14 @@ def measure(seq_len: int, document_lengths: list[int], args: argparse.Namespace)
     inputs = make_inputs(document_ids)
 
     def op(run: Callable[..., object], backend: str) -> Callable[[], object]:
-        return lambda: run(inputs, backend, args.block_size)
+        return lambda: run(inputs, backend)
 
-    reference = forward_backward(inputs, "sdpa", args.block_size)
+    reference = forward_backward(inputs, "sdpa")
     require_match("varlen forward+backward", reference, op(forward_backward, "varlen")())
     train_ops = {backend: op(forward_backward, backend) for backend in ("sdpa", "varlen")}
     train_ms = interleaved_median_ms(train_ops, args.repeats)
-    sdpa_peak_mib = peak_extra_mib(document_ids, "sdpa", args.block_size)
-    varlen_peak_mib = peak_extra_mib(document_ids, "varlen", args.block_size)
+    sdpa_peak_mib = peak_extra_mib(document_ids, "sdpa")
+    varlen_peak_mib = peak_extra_mib(document_ids, "varlen")
 
     flex = "skipped" if args.skip_flex else flex_first_call(inputs, reference)
     forward_ops = {"sdpa": op(forward_only, "sdpa")}
@@ -249,7 +249,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="sequence lengths T")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median reported)")
     parser.add_argument("--batch", type=int, default=1, help="packed rows per batch")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="varlen query block size")
     parser.add_argument("--skip-flex", action="store_true", help="do not compile or time flex")
     return parser.parse_args()
 
@@ -260,7 +259,7 @@ def main() -> None:
     document_lengths = stdlib_document_lengths()
     print(
         f"{len(document_lengths)} stdlib documents; batch {args.batch}, H={HEADS}, Hkv={KV_HEADS}, D={HEAD_DIM}, "
-        f"float32, {torch.get_num_threads()} threads, varlen block_size {args.block_size}, {args.repeats} repeats",
+        f"float32, {torch.get_num_threads()} threads, {args.repeats} repeats",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="inductor-") as inductor_cache:
