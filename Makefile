@@ -36,6 +36,7 @@ test-gpu: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py
+	$(BIN)/python benchmarks/train_step.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
