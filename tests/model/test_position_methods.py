@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+from longctx.model import position_methods
 from longctx.model.attention import attention
 from longctx.model.llama import ConfigError, ModelConfig
 from longctx.model.position_methods import (
@@ -154,6 +155,8 @@ STRING_CASES = [  # (L, S, W)
     (48, 16, 0),
     (40, 13, 12),
     (24, 30, 8),  # S >= L: plain RoPE
+    (20, 2, 1),  # a 2-distance window: blocks of one query
+    (20, 1, 0),  # a 1-distance window: masked calls only
 ]
 
 
@@ -218,25 +221,42 @@ def test_repo_compat_double_counts_the_shift_diagonal_and_scales_scores():
     assert (repo[~before] - paper[~before]).abs().max() > 1e-3
 
 
-LONG_CASES = {  # long enough that query blocks attend a common bulk of keys without a mask
-    "string": (lambda: string_method(rotary(max_position=320, dim=8), 150, 16), string_relative(150, 16)),
-    "self_extend": (lambda: self_extend_method(rotary(max_position=320, dim=8), 130, 4), self_extend_relative(130, 4)),
+LONG_CASES = {  # long enough for several full tiles (band passes) or unmasked bulks (DCA's blocks)
+    "string": (lambda: string_method(rotary(max_position=320, dim=8), 60, 16), string_relative(60, 16)),
+    "self_extend": (lambda: self_extend_method(rotary(max_position=320, dim=8), 50, 4), self_extend_relative(50, 4)),
     "dca": (lambda: dca_method(rotary(max_position=320, dim=8), 140, 20), dca_relative(140, 20)),
 }
 
 
+@pytest.mark.parametrize("band_block", [16, 128])
 @pytest.mark.parametrize("name", list(LONG_CASES))
-def test_long_documents_with_unmasked_bulks_match_reference(name):
+def test_long_documents_with_batched_blocks_match_reference(name, band_block, monkeypatch):
     make, relative = LONG_CASES[name]
     method = make()
     positions, docs = reset_position_ids([250, 70]), packed_document_ids([250, 70])
     q, k, v = random_qkv(1, 320, 320, heads=2, kv_heads=1, dim=8)
+    calls = []
+    kernel = position_methods._kernel
+
+    def recording_kernel(q, k, v, scale, *, causal=False, allowed=None):
+        calls.append((q.shape[0], causal, allowed is None))
+        return kernel(q, k, v, scale, causal=causal, allowed=allowed)
+
+    monkeypatch.setattr(position_methods, "_kernel", recording_kernel)
+    monkeypatch.setattr(position_methods, "BAND_BLOCK", band_block)
     plan = method.plan(positions, docs, block_size=16, dtype=q.dtype)
-    bulks = [spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None]
-    assert len(bulks) >= 6  # the unmasked path runs, next to masked edges widened to 64-key multiples
     got = method(q, k, v, plan)
     expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+    if name == "dca":  # unmasked bulks next to masked edges widened to 64-key multiples
+        bulks = [spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None]
+        assert len(bulks) >= 6
+        return
+    # The window pass [0, w - 1] over the 250-token document: queries from w - 1 on go in
+    # blocks, all of them one batched masked kernel call.
+    width = method.params.get("shift", method.params.get("neighbor_window"))
+    blocks = (250 - (width - 1)) // band_block
+    assert (blocks, False, False) in calls
 
 
 # --- decoding, chunked prefill, cached keys -----------------------------------------------
@@ -487,11 +507,15 @@ def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
     bias[3] = -math.inf  # a query that sees nothing
     fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     fused_out, fused_lse = fused(q, k, v, 0.0, False, attn_mask=bias, scale=0.3)
-    out, lse = _attend_math(q, k, v, bias, 0.3)
+    out, lse = _attend_math(q, k, v, bias, False, 0.3)
     seen = bias.isfinite().any(-1)
     torch.testing.assert_close(out[:, :, seen], fused_out[:, :, seen], atol=1e-5, rtol=0)
     torch.testing.assert_close(lse[:, :, seen], fused_lse[:, :, seen], atol=1e-5, rtol=0)
     assert (out[:, :, 3] == 0).all() and (lse[:, :, 3] == -math.inf).all()
+    causal_out, causal_lse = _attend_math(q, k, v, None, True, 0.3)  # top-left aligned, as the CPU kernel
+    fused_out, fused_lse = fused(q, k, v, 0.0, True, scale=0.3)
+    torch.testing.assert_close(causal_out, fused_out, atol=1e-5, rtol=0)
+    torch.testing.assert_close(causal_lse, fused_lse, atol=1e-5, rtol=0)
 
 
 

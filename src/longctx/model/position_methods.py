@@ -48,15 +48,17 @@ take its values.
 
 Implementations:
 
-- pure torch (any device, the CPU default): per row, queries in blocks of `block_size`.
-  Per pass, a block attends the keys all its queries cover without a mask (when they are
-  at least MIN_BULK_FRACTION of its span) and the edges around them with one, so
-  StRing's two passes cost one attention pass plus about one block of keys per block:
-  inside a block of bq queries, the bq keys where the two passes meet are scored under
-  both rotations. On CPU the kernel is torch's fused flash-attention op, which also
-  returns the log-sum-exp and handles GQA; elsewhere explicit fp32 math. Decoding (one
-  query) scores each pass's key range with a matmul and takes one softmax over all of
-  them, the same merge without per-pass outputs.
+- pure torch (any device, the CPU default): each pass's output and log-sum-exp over all
+  queries, then one merge. A pass that is a fixed distance band (string, rerope,
+  self_extend) goes document by document (`_band_pass`): the queries whose band reaches
+  back to the document start are one causal kernel call; the rest go in blocks of
+  BAND_BLOCK queries, all blocks of a document one batched call over overlapping strided
+  key windows under one shared mask. Other passes (DCA's chunk passes) go per query
+  block: the keys every query of a block covers without a mask, the edges with one. On
+  CPU the kernel is torch's fused flash-attention op, which also returns the log-sum-exp
+  and handles GQA; elsewhere explicit fp32 math. Decoding (one query) scores each pass's
+  key range with a matmul and takes one softmax over all of them, the same merge without
+  per-pass outputs.
 - flash (CUDA, `gpu` extra) for methods whose passes are fixed distance bands (string,
   rerope, self_extend): per pass one `flash_attn_varlen_func` over the documents, with the
   keys of each document cut `nearest` tokens short (flash's bottom-right causal mask then
@@ -89,6 +91,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -117,6 +120,8 @@ MIN_BULK_FRACTION = 0.5
 at least this fraction of its key span (each kernel call costs ~0.6 ms fixed at 256 queries)."""
 KEY_ALIGNMENT = 64
 """Key spans handed to the CPU kernel are multiples of this many keys where possible."""
+BAND_BLOCK = 128
+"""Queries per block in a windowed pass of the pure-torch path (see `_band_pass`)."""
 
 
 # --- configuration --------------------------------------------------------------------
@@ -648,6 +653,8 @@ class PositionPlan:
     """Single-pass methods: the mask for `attention()`."""
     flash_queries: _FlashQueries | None = None
     """The flash path's query layout (documents laid end to end)."""
+    documents: list[_Document] = field(default_factory=list)
+    """The torch path's documents with queries, for passes with a fixed band."""
 
 
 def _cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -731,13 +738,15 @@ def _make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend,
         nearest, farthest = attention_pass.distances(query_positions)
         upper = query_index - nearest
         lower = torch.maximum(document_start, query_index - farthest)
-        blocks = [] if flash or q_len == 1 else _block_spans(lower, upper, block_size, kv_len)
+        by_blocks = not flash and q_len > 1 and attention_pass.band is None
+        blocks = _block_spans(lower, upper, block_size, kv_len) if by_blocks else []
         flash_keys = _cut_segments(segments, attention_pass.band[0]) if flash else None
         index = key_rotation(attention_pass.key_positions)
         passes.append(PassPlan(attention_pass.band, cos, sin, index, lower, upper, blocks, flash_keys))
     return PositionPlan(
         "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale,
         flash_queries=segments.queries if flash else None,
+        documents=[] if flash or q_len == 1 else _documents(document_ids, q_len),
     )  # fmt: skip
 
 
@@ -816,32 +825,155 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Posit
 # --- pure-torch passes ------------------------------------------------------------------
 
 
+class _Document(NamedTuple):
+    """One document of one row: where its keys lie and how many of them are queries."""
+
+    row: int
+    key_start: int
+    """Index of its first key in the row."""
+    keys: int
+    queries: int
+    """Its last `queries` keys are queries (all of them in prefill)."""
+
+
+def _documents(document_ids: torch.Tensor, q_len: int) -> list[_Document]:
+    starts, k_lengths, q_lengths = document_segments(document_ids, q_len)
+    kv_len = document_ids.shape[1]
+    return [
+        _Document(start // kv_len, start % kv_len, keys, queries)
+        for start, keys, queries in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist())
+        if queries > 0
+    ]
+
+
 def _torch_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
-    batch, q_len, heads, dim = queries[0].shape
-    out = torch.empty(batch, q_len, heads, dim, dtype=v.dtype, device=v.device)
+    """Every pass's output and log-sum-exp over all queries, then one merge across passes."""
+    parts = []
+    for pass_plan, query in zip(plan.passes, queries):
+        key = keys[pass_plan.key_rotation]
+        if pass_plan.band is not None:
+            parts.append(_band_pass(query, key, v, pass_plan.band, plan.documents, scale))
+        else:
+            parts.append(_block_pass(query, key, v, pass_plan, plan.block_size, scale))
+    return _merge(parts)[0].to(v.dtype)
+
+
+def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document], scale: float):
+    """One pass that covers key distances [nearest, farthest] of every query, document by
+    document. With i a query's index in its document, it attends keys [max(0, i -
+    farthest), i - nearest]; queries i < nearest attend nothing. Three regions:
+
+    - i < farthest (all queries when farthest = inf): the band reaches the document start,
+      so query i sees keys [0, i - nearest]: one causal square of these queries against
+      the keys cut `nearest` short (plus, in chunked prefill, an unmasked rectangle of the
+      keys before the chunk's first query).
+    - then blocks of BAND_BLOCK queries: block [a, a + b) sees keys [a - farthest, a + b -
+      nearest), w - 1 + b of them for a window of w = farthest - nearest + 1 distances,
+      under one mask that is the same for every block. All blocks of a document are one
+      batched kernel call over overlapping strided windows of the keys.
+    - the last < BAND_BLOCK queries: one masked call.
+
+    Kernel work: the causal square as torch computes it, plus T (w - 1 + b) for the
+    blocks, b^2 more than the band's pairs per block. (Unmasked calls for the blocks'
+    causal edges would not save work: the CPU kernel computes key spans up to 512 in full,
+    masked or causal, and a mask costs ~5% per pair.)
+
+    q [B, Tq, H, D], k/v [B, Tk, Hkv, D]. Returns output [B, Tq, H, D] and log-sum-exp
+    [B, Tq, H] in fp32 (fp64 for fp64 inputs); queries the band misses get 0 and -inf."""
+    nearest, farthest = band
+    batch, q_len, heads, dim = q.shape
+    merge_dtype = torch.promote_types(q.dtype, torch.float32)
+    out = torch.zeros(batch, q_len, heads, dim, dtype=merge_dtype, device=q.device)
+    lse = torch.full((batch, q_len, heads), -math.inf, dtype=merge_dtype, device=q.device)
+    offset = k.shape[1] - q_len
+    block_mask = None if farthest is None else _window_mask(BAND_BLOCK, farthest - nearest + 1, q.device)
+    for doc in documents:
+        query_base = doc.key_start - offset  # index in q of the document's position 0
+
+        def query(i: int, j: int) -> torch.Tensor:  # the queries with document index in [i, j)
+            return q[doc.row, query_base + i : query_base + j]
+
+        def key_value(i: int, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return k[doc.row, doc.key_start + i : doc.key_start + j], v[doc.row, doc.key_start + i : doc.key_start + j]
+
+        def write(i: int, result: tuple[torch.Tensor, torch.Tensor]) -> None:
+            rows = slice(query_base + i, query_base + i + result[0].shape[0])
+            out[doc.row, rows], lse[doc.row, rows] = result
+
+        first = max(doc.keys - doc.queries, nearest)
+        if first >= doc.keys:
+            continue
+        reaching_start = doc.keys if farthest is None else min(doc.keys, farthest)
+        if first < reaching_start:
+            rows = query(first, reaching_start)[None]
+            parts = [_squeeze(_kernel(rows, *_unsqueeze(key_value(first - nearest, reaching_start - nearest)), scale, causal=True))]
+            if first > nearest:  # chunked prefill: the keys before the chunk, seen by all its queries
+                parts.append(_squeeze(_kernel(rows, *_unsqueeze(key_value(0, first - nearest)), scale)))
+            write(first, _merge(parts))
+        start = max(first, reaching_start)
+        blocks = (doc.keys - start) // BAND_BLOCK
+        end = start + blocks * BAND_BLOCK
+        if blocks:
+            rows = query(start, end).unflatten(0, (blocks, BAND_BLOCK))
+            span = block_mask.shape[1]
+            windows = (
+                t.unfold(0, span, BAND_BLOCK).permute(0, 3, 1, 2)
+                for t in key_value(start - farthest, end - BAND_BLOCK - farthest + span)
+            )
+            block_out, block_lse = _kernel(rows, *windows, scale, allowed=block_mask)
+            write(start, (block_out.flatten(0, 1), block_lse.flatten(0, 1)))
+        if end < doc.keys:
+            first_key = end - farthest
+            allowed = _window_mask(doc.keys - end, farthest - nearest + 1, q.device)
+            write(end, _squeeze(_kernel(query(end, doc.keys)[None], *_unsqueeze(key_value(first_key, doc.keys - nearest)), scale, allowed=allowed)))
+    return out, lse
+
+
+def _window_mask(queries: int, width: int, device: torch.device) -> torch.Tensor:
+    """[queries, width - 1 + queries] boolean: query p sees keys [p, p + width - 1], the
+    keys of a block of consecutive queries under a band of `width` distances."""
+    query_index = torch.arange(queries, device=device)[:, None]
+    key_index = torch.arange(width - 1 + queries, device=device)
+    return (key_index >= query_index) & (key_index <= query_index + width - 1)
+
+
+def _unsqueeze(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return tuple(t[None] for t in tensors)
+
+
+def _squeeze(result: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return result[0][0], result[1][0]
+
+
+def _block_pass(q, k, v, pass_plan: PassPlan, block_size: int, scale: float):
+    """One pass with per-query key ranges (DCA's chunk passes), queries in blocks of
+    `block_size`: each block attends the keys all its queries cover without a mask and
+    the edges around them with one (`_block_spans`). Same layout as `_band_pass`."""
+    batch, q_len, heads, dim = q.shape
+    merge_dtype = torch.promote_types(q.dtype, torch.float32)
+    out = torch.zeros(batch, q_len, heads, dim, dtype=merge_dtype, device=q.device)
+    lse = torch.full((batch, q_len, heads), -math.inf, dtype=merge_dtype, device=q.device)
     for b in range(batch):
-        for block, q_start in enumerate(range(0, q_len, plan.block_size)):
-            rows = slice(q_start, min(q_start + plan.block_size, q_len))
+        for block, q_start in enumerate(range(0, q_len, block_size)):
+            spans = pass_plan.blocks[b][block]
+            if spans is None:
+                continue
+            rows = slice(q_start, min(q_start + block_size, q_len))
+            query, key, value = q[b, rows][None], k[b], v[b]
+            lower, upper = pass_plan.lower[b, rows], pass_plan.upper[b, rows]
             parts = []
-            for pass_plan, q_rot in zip(plan.passes, queries):
-                spans = pass_plan.blocks[b][block]
-                if spans is None:
-                    continue
-                query = q_rot[b, rows].transpose(0, 1)  # [H, bq, D]
-                key, value = keys[pass_plan.key_rotation][b], v[b]
-                lower, upper = pass_plan.lower[b, rows], pass_plan.upper[b, rows]
-                if spans.bulk is not None:
-                    start, end = spans.bulk
-                    empty = upper < lower if spans.has_empty_rows else None
-                    parts.append(_attend(query, key[start:end], value[start:end], None, empty, scale))
-                if spans.masked:
-                    key_index = torch.cat([torch.arange(start, end, device=v.device) for start, end in spans.masked])
-                    allowed = (key_index >= lower[:, None]) & (key_index <= upper[:, None])
-                    empty = _covered_count(lower, upper, spans.masked) == 0
-                    masked_k, masked_v = _gather_ranges(key, spans.masked), _gather_ranges(value, spans.masked)
-                    parts.append(_attend(query, masked_k, masked_v, allowed, empty, scale))
-            out[b, rows] = _merge(parts).transpose(0, 1)
-    return out
+            if spans.bulk is not None:
+                start, end = spans.bulk
+                empty = upper < lower if spans.has_empty_rows else None
+                parts.append(_empty_rows(_squeeze(_kernel(query, key[None, start:end], value[None, start:end], scale)), empty))
+            if spans.masked:
+                key_index = torch.cat([torch.arange(start, end, device=v.device) for start, end in spans.masked])
+                allowed = (key_index >= lower[:, None]) & (key_index <= upper[:, None])
+                empty = _covered_count(lower, upper, spans.masked) == 0
+                masked_k, masked_v = _gather_ranges(key, spans.masked), _gather_ranges(value, spans.masked)
+                parts.append(_empty_rows(_squeeze(_kernel(query, masked_k[None], masked_v[None], scale, allowed=allowed)), empty))
+            out[b, rows], lse[b, rows] = _merge(parts)
+    return out, lse
 
 
 def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
@@ -887,42 +1019,42 @@ def _gather_ranges(x: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torc
         return x[ranges[0][0] : ranges[0][1]]
     return torch.cat([x[start:end] for start, end in ranges])
 
-
-def _attend(
-    query: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    allowed: torch.Tensor | None,
-    empty: torch.Tensor | None,
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention of query [H, bq, D] over k/v [bk, Hkv, D] (query head h uses key
-    head h // (H / Hkv)), optionally masked by allowed [bq, bk]. Returns the output
-    [H, bq, D] and log-sum-exp [H, bq] in fp32 (fp64 for fp64 inputs); queries flagged in
-    `empty` [bq] come back as output 0, log-sum-exp -inf."""
-    q4, k4, v4 = query[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None]
+def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tensor | None = None):
+    """Softmax attention of q [N, Tq, H, D] over k/v [N, Tk, Hkv, D] (query head h reads
+    key head h // (H / Hkv)); causal: query t sees keys <= t (top-left aligned); allowed:
+    a [Tq, Tk] boolean mask. Every query must see some key. Returns the output [N, Tq, H, D]
+    and log-sum-exp [N, Tq, H] in fp32 (fp64 for fp64 inputs). On CPU this is torch's fused
+    flash kernel, which skips the masked half of a causal square; elsewhere fp32 math."""
+    q4, k4, v4 = (t.transpose(1, 2) for t in (q, k, v))
     bias = None
     if allowed is not None:
-        zero, minus_inf = (torch.tensor(x, dtype=query.dtype, device=query.device) for x in (0.0, -math.inf))
-        bias = torch.where(allowed, zero, minus_inf)
-    if query.device.type == "cpu":  # the fused flash kernel; it handles GQA itself
+        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, -math.inf)
+    if q.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q4, k4, v4, 0.0, False, attn_mask=bias, scale=scale
+            q4, k4, v4, 0.0, causal, attn_mask=bias, scale=scale
         )
     else:
-        out, lse = _attend_math(q4, k4, v4, bias, scale)
-    merge_dtype = torch.promote_types(query.dtype, torch.float32)
-    out, lse = out[0].to(merge_dtype), lse[0].to(merge_dtype)
-    if empty is not None and bool(empty.any()):
-        out = out.masked_fill(empty[None, :, None], 0.0)
-        lse = lse.masked_fill(empty[None, :], -math.inf)
-    return out, lse
+        out, lse = _attend_math(q4, k4, v4, bias, causal, scale)
+    merge_dtype = torch.promote_types(q.dtype, torch.float32)
+    return out.transpose(1, 2).to(merge_dtype), lse.transpose(1, 2).to(merge_dtype)
 
 
-def _attend_math(q, k, v, bias, scale):
+def _empty_rows(result: tuple[torch.Tensor, torch.Tensor], empty: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output 0 and log-sum-exp -inf for the queries flagged in `empty` [Tq] (they saw
+    only masked keys, which the kernel does not report)."""
+    out, lse = result
+    if empty is None or not bool(empty.any()):
+        return out, lse
+    return out.masked_fill(empty[:, None, None], 0.0), lse.masked_fill(empty[:, None], -math.inf)
+
+
+def _attend_math(q, k, v, bias, causal: bool, scale: float):
+    """The reference for devices without the CPU kernel: q [N, H, Tq, D], k/v [N, Hkv, Tk, D]."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), -math.inf)
     if bias is not None:
         scores = scores + bias.float()
     lse = scores.logsumexp(-1)
@@ -930,20 +1062,23 @@ def _attend_math(q, k, v, bias, scale):
     return torch.einsum("bhqk,bhkd->bhqd", weights, v.float()), lse
 
 
-def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Softmax over the union of several key sets from each one's output and log-sum-exp,
-    in fp32: for two, out_b + sigmoid(lse_a - lse_b) (out_a - out_b) (STRING Algorithm 2);
-    for more, sum_i exp(lse_i - logsumexp_j lse_j) out_i. A part with lse -inf weighs 0."""
+def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the union of several key sets from each one's output [..., D] and
+    log-sum-exp [...], in fp32: for two, out_b + sigmoid(lse_a - lse_b) (out_a - out_b)
+    (STRING Algorithm 2); for more, sum_i exp(lse_i - logsumexp_j lse_j) out_i. A part with
+    lse -inf weighs 0. Returns the merged output and log-sum-exp."""
     if len(parts) == 1:
-        return parts[0][0]
+        return parts[0]
     if len(parts) == 2:
         (out_a, lse_a), (out_b, lse_b) = parts
         weight_a = torch.sigmoid(lse_a - lse_b).nan_to_num_(0.0)  # nan: neither part covers the query
-        return torch.addcmul(out_b, weight_a[..., None], out_a - out_b)
+        return torch.addcmul(out_b, weight_a[..., None], out_a - out_b), torch.logaddexp(lse_a, lse_b)
     outs = torch.stack([out for out, _ in parts])
     lses = torch.stack([lse for _, lse in parts])
-    weights = torch.exp(lses - torch.logsumexp(lses, dim=0)).nan_to_num_(0.0)
-    return (outs * weights[..., None]).sum(0)
+    total = torch.logsumexp(lses, dim=0)
+    weights = torch.exp(lses - total).nan_to_num_(0.0)
+    return (outs * weights[..., None]).sum(0), total
+
 
 
 # --- flash-attn passes (CUDA) -----------------------------------------------------------
@@ -983,7 +1118,7 @@ def _flash_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torc
             )
         out = out.to(merge_dtype).masked_fill(empty[..., None], 0.0)
         parts.append((out, lse.transpose(0, 1).to(merge_dtype).masked_fill(empty, -math.inf)))
-    return _merge(parts).view(batch, q_len, heads, dim).to(v.dtype)
+    return _merge(parts)[0].view(batch, q_len, heads, dim).to(v.dtype)
 
 
 @dataclass
