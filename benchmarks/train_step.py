@@ -11,8 +11,11 @@ What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 lay
 10.1M) and each sequence length T:
 
 - one training step: forward, next-token cross-entropy (logits upcast to fp32, mean over
-  labelled tokens), backward, `torch.optim.AdamW(foreach=True)` step; float32, CPU,
-  torch's default thread count unless `--threads`, gradients set to None before each step;
+  labelled tokens), backward, `torch.optim.AdamW(fused=True)` step (what `longctx
+  pretrain` uses, and transformers' Trainer default `adamw_torch_fused` with torch >=
+  2.8); float32, CPU, torch's default thread count unless `--threads`, gradients set to
+  None before each step; glibc malloc tuned as `longctx` does it (`runtime.py`), which
+  speeds up both libraries alike;
 - the implementations, all starting from the same weights (ours seeded, exported with
   `export_hf`, loaded by transformers) on the same rows:
   `HF <attn>`       `LlamaForCausalLM.from_pretrained(attn_implementation=<attn>)`,
@@ -21,19 +24,22 @@ What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 lay
                     softmax(QK^T)V (measured 0.6x of `sdpa`'s tokens/s, 1.6x its memory);
   `longctx sdpa`    our model, dense boolean mask into `scaled_dot_product_attention`;
   `longctx varlen`  our model, the CPU training default (block-sparse document masking);
-  `longctx varlen, packed`  the same on document-masked packed rows (the real workload);
+  `..., packed`     the same on document-masked packed rows (`data.doc_mask=true`, the
+                    default workload): HF gets the rows' restarting position ids and no
+                    attention mask, from which transformers' masking_utils builds the
+                    block-diagonal causal mask (as with its `DataCollatorWithFlattening`);
 - rows: B x (T + 1) tokens of one stream of documents whose lengths follow the embedded
   corpus (a random stdlib `.py` file's size in bytes / 3.5 chars per token, at least 16;
   random token ids, EOS after each document; fixed seed), cut into rows by the training
-  pipeline's `contract_from_blocks`. All but the last kind read them as plain causal rows
-  (`doc_mask=false`: one document per row, positions 0..T-1), because transformers has no
-  document masking on CPU; `packed` reads the same tokens with `doc_mask=true` (positions
-  restart and attention stays inside each document, labels -100 on EOS). Stdlib files
-  average ~5000 tokens, so at T=1024 most packed rows hold one or two documents;
+  pipeline's `contract_from_blocks`, read two ways: plain causal rows (`doc_mask=false`:
+  one document per row as far as attention knows, positions 0..T-1) and `packed` rows of
+  the same tokens (`doc_mask=true`: positions restart and attention stays inside each
+  document, labels -100 on EOS). Stdlib files average ~5000 tokens, so at T=1024 most
+  packed rows hold one or two documents;
 - tokens/s = B * T / step time, the median of `--repeats` steps after `--warmup` steps;
   the implementations take turns step by step (ABCABC...) so that other load on the
   machine slows all alike; min and max are printed too. `vs HF` divides by the fastest HF
-  attention's tokens/s at the same model and T;
+  attention's tokens/s at the same model, T and kind of rows (plain or packed);
 - MFU = tokens/s * FLOPs per token / roofline, FLOPs per token = 6 * N_matmul +
   6 * n_layers * d_model * T (`training_flops_per_token`: every weight but the input
   embedding and the norms; causal attention over the full window, also for packed rows,
@@ -47,8 +53,8 @@ What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 lay
   (loading kernels, creating the optimizer state); `cpu_memory.py` has the method and
   its caveats.
 
-Before timing, the first step's loss of every plain-row implementation must equal HF's
-to 1e-5, or the script aborts (same weights, same rows, same loss).
+Before timing, the first step's loss of every implementation must equal HF's on the same
+kind of rows to 1e-5, or the script aborts (same weights, same rows, same loss).
 
 Caveats: on a machine shared with other work, torch's multi-threaded kernels wait for
 descheduled threads: with 2 threads and a load average of ~4 on 2 CPUs, fill/copy/mul on
@@ -82,6 +88,7 @@ from longctx.config import DataConfig, ExperimentConfig, TrainConfig
 from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
 from longctx.model.hf import export_hf
 from longctx.model.llama import Llama, ModelConfig
+from longctx.runtime import tune_cpu_allocator
 from longctx.train.callbacks import measure_cpu_gemm_flops, training_flops_per_token
 
 PRESET = "tiny"
@@ -101,7 +108,7 @@ class Implementation:
     attention: str
     """HF attn_implementation, or our attention backend."""
     packed: bool = False
-    """Document-masked packed rows (ours only) instead of plain causal rows."""
+    """Document-masked packed rows instead of plain causal rows."""
 
     @property
     def name(self) -> str:
@@ -146,11 +153,14 @@ class TrainingStep:
         else:
             self.model = seeded_llama(config)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, foreach=True)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, fused=True)
 
     def logits(self, batch: Batch) -> torch.Tensor:
         if self.implementation.library == "hf":
-            return self.model(input_ids=batch["input_ids"], use_cache=False).logits
+            # Packed rows: position ids restart at each document and no attention mask is
+            # given, so transformers' masking_utils builds the block-diagonal causal mask.
+            position_ids = batch["position_ids"] if self.implementation.packed else None
+            return self.model(input_ids=batch["input_ids"], position_ids=position_ids, use_cache=False).logits
         return self.model(
             batch["input_ids"], batch["position_ids"], batch["document_ids"], attention_backend=self.implementation.attention
         )
@@ -175,6 +185,7 @@ def rows_for(implementation: Implementation, blocks: torch.Tensor) -> Batch:
 
 def _prepare_step(implementation: Implementation, config: ModelConfig, hf_dir: Path, blocks: torch.Tensor) -> Callable[[], float]:
     """In the memory child: a warm-up step on 64-token rows, then the step to measure."""
+    tune_cpu_allocator()
     step = TrainingStep(implementation, config, hf_dir)
     step(rows_for(implementation, blocks[:, : WARMUP_TOKENS + 1]))
     return functools.partial(step, rows_for(implementation, blocks))
@@ -214,10 +225,13 @@ def interleaved_step_seconds(
 
 
 def require_same_loss(first_losses: dict[Implementation, float]) -> None:
-    reference = next(loss for impl, loss in first_losses.items() if impl.library == "hf")
+    """Every implementation's first loss equals HF's on the same kind of rows."""
     for impl, loss in first_losses.items():
-        if not impl.packed and abs(loss - reference) > LOSS_TOLERANCE:
-            raise SystemExit(f"{impl.name}: first loss {loss:.7f} differs from HF's {reference:.7f}; not timing it")
+        reference = next(
+            (other, value) for other, value in first_losses.items() if other.library == "hf" and other.packed == impl.packed
+        )
+        if abs(loss - reference[1]) > LOSS_TOLERANCE:
+            raise SystemExit(f"{impl.name}: first loss {loss:.7f} differs from {reference[0].name}'s {reference[1]:.7f}")
 
 
 def measure(
@@ -279,7 +293,8 @@ def table_rows(results: list[Result], roofline: float) -> list[list[str]]:
     for result in results:
         hf_best = max(
             other.tokens_per_s for other in results
-            if other.implementation.library == "hf" and (other.config, other.seq_len) == (result.config, result.seq_len)
+            if other.implementation.library == "hf" and other.implementation.packed == result.implementation.packed
+            and (other.config, other.seq_len) == (result.config, result.seq_len)
         )  # fmt: skip
         rows.append([
             result.config,
@@ -307,7 +322,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (the first checks the losses)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per implementation (median reported)")
     parser.add_argument("--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)")
-    parser.add_argument("--skip-packed", action="store_true", help="leave out `longctx varlen` on packed rows")
+    parser.add_argument("--skip-packed", action="store_true", help="leave out the packed, document-masked rows")
     parser.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
     parser.add_argument("--threads", type=int, default=0, help="torch threads for the timed steps (0 = torch's default)")
     args = parser.parse_args()
@@ -318,12 +333,13 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    tune_cpu_allocator()  # as `longctx pretrain` does; every implementation runs in this process
     if args.threads:
         torch.set_num_threads(args.threads)
     implementations = [Implementation("hf", attention) for attention in args.hf_attention]
     implementations += [Implementation("longctx", "sdpa"), Implementation("longctx", "varlen")]
     if not args.skip_packed:
-        implementations.append(Implementation("longctx", "varlen", packed=True))
+        implementations += [Implementation("hf", "sdpa", packed=True), Implementation("longctx", "varlen", packed=True)]
     document_lengths = stdlib_document_lengths()
     load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
     roofline_samples = [measure_cpu_gemm_flops()]

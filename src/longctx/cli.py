@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from longctx import config as config_module
+from longctx.runtime import tune_cpu_allocator
 
 
 def _split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tune_cpu_allocator()  # reuse freed activation memory (runtime.py: 12% of a CPU training step)
     try:
         return args.run(args)
     except (config_module.ConfigError, FileNotFoundError, ValueError, KeyError) as error:
