@@ -1,9 +1,20 @@
 """Prefill and per-token decode time of every position method vs plain RoPE on CPU.
 
     .venv/bin/python benchmarks/position_methods.py [--lengths 1024 4096] [--layers 1]
-        [--repeats 7] [--threads 0] [--clock wall|cpu]
+        [--repeats 7] [--threads 0] [--clock wall|cpu] [--level attention model]
 
-Setting, per sequence length T:
+Two levels, each its own table:
+
+- `attention`: the attention operation alone (below), where a method's extra work shows
+  undiluted;
+- `model`: the `tiny` model (4 layers, d_model 256, 8.1M parameters, max_position = T,
+  seeded random weights) as NIAH runs it: prefill = `Llama.forward` over the T-token
+  prompt into a fresh KV cache with `last_logits_only`; decode = one more token through
+  that cache (the cache is rewound one position before every timed step). This is the
+  setting of the STRING paper's efficiency test (Appendix A.3: inference time of
+  Llama 3.1 8B with and without StRing).
+
+Attention-level setting, per sequence length T:
 
 - the `tiny` preset's attention shapes (8 query heads, 4 key/value heads, head_dim 32),
   float32, batch 1, one document of T tokens (the NIAH setting); the training length is
@@ -20,11 +31,12 @@ Setting, per sequence length T:
   keys rotated (`rotate_keys`); rerope/self_extend/dca cache them un-rotated and rotate
   what they read every step, as their rewritten key positions require.
 
-Times are the best of `--repeats` rounds (decode: 5x as many) after a warm-up; each round
-times every method once, in turn, so that load changes on a shared machine hit all
-methods alike. `--clock cpu` measures process CPU time instead of wall time: use it with
-`--threads 1` on a machine that other jobs share. Before timing, every method's decoding
-of the last token must match the last row of its prefill (1e-4).
+glibc malloc is tuned as the CLI does it (`runtime.py`). Times are the best of
+`--repeats` rounds (decode: 5x as many) after a warm-up; each round times every method
+once, in turn, so that load changes on a shared machine hit all methods alike. `--clock
+cpu` measures process CPU time instead of wall time: use it with `--threads 1` on a
+machine that other jobs share. Before timing, every method's decoding of the last token
+must match the last row of its prefill (1e-4; at model level, the last logits).
 """
 
 from __future__ import annotations
@@ -35,8 +47,9 @@ from collections.abc import Callable
 
 import torch
 
-from longctx.model.llama import ModelConfig
+from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
+from longctx.runtime import tune_cpu_allocator
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
 SEED = 0
@@ -86,6 +99,25 @@ def decode_op(method: PositionMethod, q, k, v, positions, layers: int = 1) -> Ca
     return step
 
 
+def model_ops(model: Llama, method: PositionMethod, input_ids: torch.Tensor) -> tuple[Callable, Callable]:
+    """(prefill, decode) of the whole model; decode reuses a cache holding the first T - 1
+    tokens, rewound one position before each step."""
+    seq_len = input_ids.shape[1]
+
+    def prefill() -> torch.Tensor:
+        cache = model.new_kv_cache(1, seq_len)
+        return model(input_ids, kv_cache=cache, position_method=method, last_logits_only=True)[:, -1]
+
+    cache = model.new_kv_cache(1, seq_len)
+    model(input_ids[:, :-1], kv_cache=cache, position_method=method, last_logits_only=True)
+
+    def decode() -> torch.Tensor:
+        cache.length, cache.next_position = seq_len - 1, cache.next_position.new_full((1,), seq_len - 1)
+        return model(input_ids[:, -1:], kv_cache=cache, position_method=method)[:, -1]
+
+    return prefill, decode
+
+
 def best_times(ops: dict[str, Callable[[], object]], repeats: int, clock: Callable[[], float]) -> dict[str, float]:
     """Best ms per op; each round runs every op once (after one warm-up round)."""
     for op in ops.values():
@@ -99,44 +131,50 @@ def best_times(ops: dict[str, Callable[[], object]], repeats: int, clock: Callab
     return {name: min(values) * 1e3 for name, values in times.items()}
 
 
-def measure(seq_len: int, args: argparse.Namespace, clock: Callable[[], float]) -> list[list[str]]:
-    q, k, v, positions = make_inputs(seq_len)
+@torch.no_grad()
+def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[[], float]) -> list[list[str]]:
     methods = {name: build(name, seq_len) for name in METHODS}
-    with torch.no_grad():
-        for name, method in methods.items():
-            last_row = prefill_op(method, q, k, v, positions)()[:, -1]
-            decoded = decode_op(method, q, k, v, positions)()[:, 0]
-            difference = (last_row - decoded).abs().max().item()
-            if difference >= TOLERANCE:
-                raise SystemExit(f"{name}: decoding differs from prefill by {difference:.2e} at T={seq_len}; not timing it")
-        prefill = best_times(
-            {n: prefill_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}, args.repeats, clock
-        )
-        decode = best_times(
-            {n: decode_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}, args.repeats * 5, clock
-        )
+    if level == "attention":
+        q, k, v, positions = make_inputs(seq_len)
+        prefill_ops = {n: prefill_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}
+        decode_ops = {n: decode_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}
+        checks = {n: (prefill_op(m, q, k, v, positions)()[:, -1], decode_op(m, q, k, v, positions)()[:, 0]) for n, m in methods.items()}
+    else:
+        torch.manual_seed(SEED)
+        model = Llama(ModelConfig.from_preset("tiny", max_position=seq_len)).eval()
+        input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(SEED))
+        ops = {n: model_ops(model, m, input_ids) for n, m in methods.items()}
+        prefill_ops = {n: prefill for n, (prefill, _) in ops.items()}
+        decode_ops = {n: decode for n, (_, decode) in ops.items()}
+        checks = {n: (prefill(), decode()) for n, (prefill, decode) in ops.items()}
+    for name, (last_row, decoded) in checks.items():
+        difference = (last_row - decoded).abs().max().item()
+        if difference >= TOLERANCE:
+            raise SystemExit(f"{name}: decoding differs from prefill by {difference:.2e} at T={seq_len}; not timing it")
+    prefill = best_times(prefill_ops, args.repeats, clock)
+    decode = best_times(decode_ops, args.repeats * 5, clock)
     rows = []
     for name, method in methods.items():
         params = ", ".join(
             f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in method.params.items()
         )
         rows.append([
-            str(seq_len), name, params or "-",
+            level, str(seq_len), name, params or "-",
             f"{prefill[name]:.1f}", f"{prefill[name] / prefill['rope']:.2f}x",
             f"{decode[name]:.3f}", f"{decode[name] / decode['rope']:.2f}x",
         ])  # fmt: skip
     for phase, times in (("prefill", prefill), ("decode", decode)):
         ratio = times["string"] / times["rope"]
         verdict = "meets" if ratio <= GOALS[phase] else "misses"
-        print(f"T={seq_len}: StRing {phase} {ratio:.2f}x plain RoPE ({verdict} the {GOALS[phase]}x goal)", flush=True)
+        print(f"{level} T={seq_len}: StRing {phase} {ratio:.2f}x plain RoPE ({verdict} the {GOALS[phase]}x goal)", flush=True)
     return rows
 
 
-COLUMNS = ("T", "method", "parameters", "prefill ms", "vs rope", "decode ms/token", "vs rope")
+COLUMNS = ("level", "T", "method", "parameters", "prefill ms", "vs rope", "decode ms/token", "vs rope")
 
 
 def markdown_table(rows: list[list[str]]) -> str:
-    lines = [COLUMNS, ("---:", "---", "---", "---:", "---:", "---:", "---:"), *rows]
+    lines = [COLUMNS, ("---", "---:", "---", "---", "---:", "---:", "---:", "---:"), *rows]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
@@ -147,11 +185,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); best reported")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or this process's CPU time")
+    parser.add_argument("--level", nargs="+", choices=("attention", "model"), default=["attention", "model"], help="what is timed")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    tune_cpu_allocator()  # as `longctx niah` does
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.clock == "wall" else time.process_time
@@ -161,8 +201,9 @@ def main() -> None:
         flush=True,
     )
     rows = []
-    for seq_len in args.lengths:
-        rows += measure(seq_len, args, clock)
+    for level in args.level:
+        for seq_len in args.lengths:
+            rows += measure(seq_len, level, args, clock)
     print()
     print(markdown_table(rows))
 

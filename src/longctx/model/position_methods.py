@@ -74,16 +74,13 @@ differ from the model's) and attend with `keys_rotated=True`; rerope, self_exten
 rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keeps
 *un-rotated* keys and every step rotates the keys it reads (Self-Extend and DCA: all).
 
-Measured (benchmarks/position_methods.py --threads 1 --clock cpu: tiny-preset heads, one
-document, setup + one layer, best of 7; +-15% run to run on a shared machine): StRing
-prefill vs plain RoPE (varlen) 1.5x at T=1024 and 1.0x at T=4096; at T=1024 the bq-key
-strip where the two passes meet, scored under both rotations, adds T*bq key-rows to
-T^2/2 (~1/3 more kernel work at bq=256), and smaller blocks lose as much to the
-kernel's ~0.6 ms fixed cost per 256-query call. StRing decoding 1.3x (T=1024) and 1.0x
-(T=4096). The baselines that rewrite key positions: prefill 1.6-1.9x / 1.05x, decoding
-2.4-2.9x (they rotate keys every step). With 2 threads on a machine other jobs load,
-the many kernel calls wait on each other's threads and multi-pass methods look 3-6x
-slower; single-threaded wall time agrees with CPU time.
+Measured (benchmarks/position_methods.py, docs/benchmarks.md; 2 threads, `tiny` shapes):
+the `tiny` model with StRing vs plain RoPE, prefill 1.1-1.2x and decoding 1.0-1.1x at
+T=1024 and 4096 (the STRING paper's A.3 setting); the attention operation alone, StRing
+prefill 1.7x (T=1024) and 1.3x (T=4096). torch's CPU kernel computes causal squares of up
+to 512 keys in full, so one causal call is hard to beat by two passes; flash-attn, which
+skips masked 128-key tiles, shows no slowdown on GPU. The baselines that rewrite key
+positions decode at 1.5-1.7x (model) as they rotate every key they read at every step.
 """
 
 from __future__ import annotations
@@ -977,32 +974,26 @@ def _block_pass(q, k, v, pass_plan: PassPlan, block_size: int, scale: float):
 
 
 def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
-    """One query per row: each pass covers one contiguous key range, so its scores are one
-    small matmul, and a single softmax over all passes' scores (in fp32) is their
-    log-sum-exp merge without materialising per-pass outputs. Keys are rotated only in
-    the ranges a pass reads (ReRoPE's window, say, rather than the whole cache)."""
+    """One query per row: each pass covers one contiguous key range, so a row takes one
+    kernel call per pass over exactly that range, merged as everywhere else. Keys are
+    rotated only in the ranges a pass reads (ReRoPE's window, say, rather than the whole
+    cache). Decoding is dominated by op count: a kernel call costs ~50 us here, scoring by
+    hand (matmul, softmax, matmul per pass) cost 1.5x as much."""
     batch, _, heads, dim = queries[0].shape
-    kv_heads = v.shape[2]
-    compute = torch.promote_types(v.dtype, torch.float32)
     ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist())) for p in plan.passes]
     out = torch.empty(batch, 1, heads, dim, dtype=v.dtype, device=v.device)
     for b in range(batch):
-        scores, values = [], []
-        for pass_plan, q_rot, pass_ranges in zip(plan.passes, queries, ranges):
+        parts = []
+        for pass_plan, query, pass_ranges in zip(plan.passes, queries, ranges):
             start, last = pass_ranges[b]
             if last < start:
                 continue
-            query = q_rot[b, 0].view(kv_heads, -1, dim).to(compute)  # [Hkv, G, D]: head h uses key head h // G
-            key = k[b : b + 1, start : last + 1]
+            keys = k[b : b + 1, start : last + 1]
             rotation = plan.key_rotations[pass_plan.key_rotation]
             if rotation is not None:
-                key = apply_rotary(key, *(t[b : b + 1, start : last + 1] for t in rotation))
-            key = key[0].to(compute)
-            scores.append(torch.matmul(query, key.permute(1, 2, 0)) * scale)  # [Hkv, G, n]
-            values.append(v[b, start : last + 1].to(compute).transpose(0, 1))  # [Hkv, n, D]
-        weights = torch.cat(scores, dim=-1).softmax(dim=-1).split([s.shape[-1] for s in scores], dim=-1)
-        result = sum(torch.matmul(w, value) for w, value in zip(weights, values))
-        out[b, 0] = result.reshape(heads, dim).to(v.dtype)
+                keys = apply_rotary(keys, *(t[b : b + 1, start : last + 1] for t in rotation))
+            parts.append(_kernel(query[b : b + 1], keys, v[b : b + 1, start : last + 1], scale))
+        out[b] = _merge(parts)[0][0].to(v.dtype)
     return out
 
 
