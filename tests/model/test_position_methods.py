@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from longctx.model import position_methods
+from longctx.model import attention_passes
 from longctx.model.attention import attention
 from longctx.model.llama import ConfigError, ModelConfig
 from longctx.model.position_methods import (
@@ -236,14 +236,14 @@ def test_long_documents_with_batched_blocks_match_reference(name, band_block, mo
     positions, docs = reset_position_ids([250, 70]), packed_document_ids([250, 70])
     q, k, v = random_qkv(1, 320, 320, heads=2, kv_heads=1, dim=8)
     calls = []
-    kernel = position_methods._kernel
+    kernel = attention_passes._kernel
 
     def recording_kernel(q, k, v, scale, *, causal=False, allowed=None):
         calls.append((q.shape[0], causal, allowed is None))
         return kernel(q, k, v, scale, causal=causal, allowed=allowed)
 
-    monkeypatch.setattr(position_methods, "_kernel", recording_kernel)
-    monkeypatch.setattr(position_methods, "BAND_BLOCK", band_block)
+    monkeypatch.setattr(attention_passes, "_kernel", recording_kernel)
+    monkeypatch.setattr(attention_passes, "BAND_BLOCK", band_block)
     plan = method.plan(positions, docs, block_size=16, dtype=q.dtype)
     got = method(q, k, v, plan)
     expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
@@ -500,7 +500,7 @@ def test_flash_layout_matches_torch_path_with_documented_kernel_semantics(name, 
 
 def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
     """Off CPU the torch path scores explicitly; both kernels agree, GQA and masks included."""
-    from longctx.model.position_methods import _attend_math
+    from longctx.model.attention_passes import _attend_math
 
     q, k, v = torch.randn(1, 4, 9, DIM), torch.randn(1, 2, 13, DIM), torch.randn(1, 2, 13, DIM)
     bias = torch.zeros(9, 13).masked_fill(torch.rand(9, 13) < 0.4, -math.inf)

@@ -32,7 +32,8 @@ from longctx.model.attention import BACKENDS, AttentionMask, attention, build_ma
 from longctx.model.rope import ROPE_SCALING_TYPES, RopeScaling, RotaryEmbedding, apply_rotary
 
 if TYPE_CHECKING:  # position_methods imports this module
-    from longctx.model.position_methods import PositionMethod, PositionPlan
+    from longctx.model.attention_passes import PositionPlan
+    from longctx.model.position_methods import PositionMethod
 
 
 class ConfigError(ValueError):
