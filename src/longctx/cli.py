@@ -8,6 +8,7 @@
     longctx niah-table runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt --methods rope,string
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
+    longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
 `${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
@@ -161,6 +162,20 @@ def cmd_fi(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import shlex
+
+    from longctx.sweep import load_sweep, plan, run
+
+    sweep = load_sweep(args.sweep)
+    points = plan(sweep, args.count, args.seed)
+    if args.dry_run:
+        for point in points:
+            print(f"[{point.index}] {shlex.join(point.command)}")
+        return 0
+    return run(sweep, points, args.summary or sweep.default_summary(), keep_going=args.keep_going)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longctx", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -214,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("out_dir", help="output directory (config.json + model.safetensors)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     export.set_defaults(run=cmd_export_hf)
+
+    sweep = commands.add_parser("sweep", help="run a W&B sweep YAML's grid or random search here, without a W&B server")
+    sweep.add_argument("sweep", metavar="SWEEP.yaml", help="a W&B sweep file (sweeps/*.yaml)")
+    sweep.add_argument("--count", type=int, help="run at most N points (required for method: random)")
+    sweep.add_argument("--seed", type=int, default=0, help="random search seed")
+    sweep.add_argument("--dry-run", action="store_true", help="print the numbered commands, run nothing")
+    sweep.add_argument("--keep-going", action="store_true", help="run the remaining points after a failure")
+    sweep.add_argument("--summary", default="", help="JSON-lines results (default runs/sweeps/NAME/summary.jsonl)")
+    sweep.set_defaults(run=cmd_sweep)
     return parser
 
 

@@ -1,0 +1,426 @@
+"""Serverless local sweep runner: a W&B sweep YAML's grid or random search, no W&B server.
+
+    longctx sweep sweeps/probe_window_cpu.yaml --dry-run          # the numbered commands only
+    longctx sweep sweeps/probe_window_cpu.yaml                    # run the 4 grid points in turn
+    longctx sweep sweeps/skipalign.yaml --count 6 --keep-going    # first 6 points, past failures
+    longctx sweep SWEEP.yaml --count 20 --seed 1                  # method: random, 20 draws
+
+    from longctx.sweep import load_sweep, plan, run
+    sweep = load_sweep("sweeps/probe_window_cpu.yaml")
+    exit_code = run(sweep, plan(sweep), sweep.default_summary())
+
+This module owns reading the sweep YAML (every error names the file and the key at
+fault), turning its `parameters` into points, expanding `command` into one argv per
+point, and running the points one after another. It mirrors what `wandb sweep` +
+`wandb agent` do with the same file:
+
+- `method: grid` is the cartesian product of the parameters in the YAML's order (the
+  last parameter varies fastest); `value`/`values`, and `int_uniform`/`q_uniform` (every
+  integer / multiple of q in [min, max]) are enumerable. `--count N` keeps the first N.
+- `method: random` draws `--count` points (the agent's `--count`; W&B's own random search
+  never ends) from `random.Random(--seed)`, parameter by parameter in YAML order, so a
+  seed gives the same points on every machine. Specs as W&B defines them: `value`,
+  `values` (uniform choice, or weighted by `probabilities`), and `distribution:`
+  constant | categorical | uniform | int_uniform (max inclusive) | log_uniform_values
+  (uniform in log space) | q_uniform (round(X / q) * q), with `min`/`max`/`q`. A spec
+  with only `min`/`max` is int_uniform when both are integers, else uniform, as W&B infers.
+- `command` macros expand as the agent expands them: `${args}` -> `--key=value`,
+  `${args_no_hyphens}` -> `key=value`, `${args_json}` -> one JSON argument,
+  `${args_no_equals}`, `${args_no_boolean_flags}`, `${args_append_hydra}`,
+  `${args_override_hydra}`, `${program}` -> the `program` key, `${envvar:NAME}` -> $NAME,
+  and no `command` means `${env} ${interpreter} ${program} ${args}`. Each run gets
+  WANDB_RUN_GROUP=<sweep name> (the YAML's `name`, else the file stem) so W&B groups its
+  runs, and LONGCTX_SWEEP_POINT=<index>.
+
+Deliberate differences: `${interpreter}` is the running interpreter (`sys.executable`,
+the venv's python) rather than W&B's literal `python`, so the venv need not be active;
+`${env}` (W&B: /usr/bin/env, which only runs the next word) is dropped; values are written
+as OmegaConf reads them back (booleans `true`/`false`, None `null`, lists and dicts as
+JSON) where the agent writes Python's str() (`True`, `['a']`); q_uniform draws are kept
+inside [min, max] (W&B's rounding can step one q outside when min or max is not a
+multiple of q); a whole-word macro W&B does not define (`${typo}`) is an error, where the
+agent silently drops it. Not done: `bayes` (its Gaussian process lives on the W&B server:
+use `wandb sweep` + `wandb agent`), `early_terminate` and `run_cap` (accepted and
+ignored: every point runs to its end), nested `parameters`, the distributions of other
+families (normal, beta, log_uniform in exponent space, ...), `${args_json_file}`, and
+parallel agents: points run one at a time, each as a fresh subprocess. That costs the
+child's start-up per point (importing torch + Lightning: ~7.5 s on a 2-core CPU box), which
+is small next to a training run and buys isolation (CUDA state, Lightning globals and
+memory are released between points).
+
+Each point's output streams to the console. The runner stops at the first failing point
+unless `--keep-going` is given, and appends one JSON line per point (index, arguments,
+command, returncode, seconds, signal) to `runs/sweeps/<name>/summary.jsonl` (or
+`--summary`). Ctrl-C / SIGTERM is forwarded to the running child's process group (the
+child runs in its own group, as under the agent, so a terminal Ctrl-C reaches it once),
+the child is waited for and recorded, and the sweep stops. Exit status: 0 when every run
+succeeded, 1 when a run failed, 128 + signal number when interrupted (the CLI adds 2 for
+an invalid sweep file).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["Parameter", "Point", "Sweep", "SweepError", "expand_command", "format_value", "load_sweep", "plan", "run"]
+
+IGNORED_KEYS = ("program", "metric", "name", "description", "project", "entity", "early_terminate", "run_cap")
+"""Top-level W&B keys accepted and not acted on (`program` and `name` are read when used)."""
+METHODS = ("grid", "random")
+DEFAULT_COMMAND = ("${env}", "${interpreter}", "${program}", "${args}")
+"""W&B's command when the YAML has none."""
+DISTRIBUTION_KEYS = {
+    "constant": ("value",),
+    "categorical": ("values", "probabilities"),
+    "uniform": ("min", "max"),
+    "int_uniform": ("min", "max"),
+    "log_uniform_values": ("min", "max"),
+    "q_uniform": ("min", "max", "q"),
+}
+"""Supported distributions and the spec keys each reads (besides `distribution`)."""
+ARGUMENT_MACROS = {
+    "args": lambda key, value: [f"--{key}={format_value(value)}"],
+    "args_no_hyphens": lambda key, value: [f"{key}={format_value(value)}"],
+    "args_no_equals": lambda key, value: [f"--{key}", format_value(value)],
+    "args_no_boolean_flags": lambda key, value: (
+        ([f"--{key}"] if value else []) if isinstance(value, bool) else [f"--{key}={format_value(value)}"]
+    ),
+    "args_append_hydra": lambda key, value: [f"+{key}={format_value(value)}"],
+    "args_override_hydra": lambda key, value: [f"++{key}={format_value(value)}"],
+}
+"""Per-argument macros: each (key, value) becomes these command words."""
+MACROS = (*ARGUMENT_MACROS, "args_json", "env", "interpreter", "program")
+_WHOLE_MACRO = re.compile(r"\$\{([^}]*)\}")
+_ENVVAR = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")  # W&B's pattern: upper case names only
+_FLOAT_SLACK = 1e-9  # in units of q: 0.3 / 0.1 is 2.9999999999999996, still the multiple k = 3
+
+
+class SweepError(ValueError):
+    """An invalid sweep file; the message names the file and the key at fault."""
+
+    def __init__(self, path: str | Path, key: str, message: str):
+        super().__init__(f"{path}: {key}: {message}")
+        self.path = str(path)
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One entry of `parameters`: a distribution and what it reads."""
+
+    name: str
+    distribution: str
+    values: tuple[Any, ...] = ()
+    """constant: the one value; categorical: the choices."""
+    probabilities: tuple[float, ...] | None = None
+    min: float = 0
+    max: float = 0
+    q: float = 1
+
+    def grid(self) -> list[Any]:
+        """Every value a grid search visits; ValueError for a continuous distribution."""
+        if self.distribution in ("constant", "categorical"):
+            return list(self.values)
+        if self.distribution == "int_uniform":
+            return list(range(int(self.min), int(self.max) + 1))
+        if self.distribution == "q_uniform":
+            low, high = self._q_range()
+            return [self._q_value(k) for k in range(low, high + 1)]
+        raise ValueError(f"distribution {self.distribution} has no finite set of values for a grid search")
+
+    def draw(self, rng: random.Random) -> Any:
+        """One random-search value."""
+        if self.distribution == "constant":
+            return self.values[0]
+        if self.distribution == "categorical":
+            if self.probabilities is None:
+                return rng.choice(self.values)
+            return rng.choices(self.values, weights=self.probabilities)[0]
+        if self.distribution == "uniform":
+            return rng.uniform(self.min, self.max)
+        if self.distribution == "int_uniform":
+            return rng.randint(int(self.min), int(self.max))
+        if self.distribution == "log_uniform_values":
+            return math.exp(rng.uniform(math.log(self.min), math.log(self.max)))
+        low, high = self._q_range()  # q_uniform
+        return self._q_value(min(max(round(rng.uniform(self.min, self.max) / self.q), low), high))
+
+    def _q_range(self) -> tuple[int, int]:
+        """The multiples k*q inside [min, max], as (first k, last k)."""
+        return (math.ceil(self.min / self.q - _FLOAT_SLACK), math.floor(self.max / self.q + _FLOAT_SLACK))
+
+    def _q_value(self, k: int) -> int | float:
+        if all(isinstance(x, int) for x in (self.min, self.max, self.q)):
+            return k * int(self.q)
+        return round(k * self.q, 12)  # 3 * 0.1 is 0.30000000000000004
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A parsed sweep YAML."""
+
+    path: Path
+    name: str
+    """The YAML's `name`, else the file's stem: the W&B run group and the summary folder."""
+    method: str
+    parameters: tuple[Parameter, ...]
+    command: tuple[str, ...]
+    program: str | None
+
+    def default_summary(self) -> Path:
+        return Path("runs/sweeps") / re.sub(r"[^\w.-]+", "_", self.name) / "summary.jsonl"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: its index, its arguments and the argv that runs it."""
+
+    index: int
+    arguments: dict[str, Any]
+    command: list[str]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a W&B sweep YAML; SweepError names the key at fault."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise SweepError(path, "(file)", f"not valid YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise SweepError(path, "(file)", "must be a mapping with method, parameters and command")
+    for key in document:
+        if key not in (*IGNORED_KEYS, "method", "parameters", "command"):
+            raise SweepError(path, str(key), f"unknown sweep key (known: method, parameters, command, {', '.join(IGNORED_KEYS)})")
+
+    method = document.get("method")
+    if method == "bayes":
+        raise SweepError(path, "method", "bayes search needs the W&B server's model: run it with "
+                         f"`wandb sweep {path}` and `wandb agent ENTITY/PROJECT/SWEEP_ID`")
+    if method not in METHODS:
+        raise SweepError(path, "method", f"must be grid or random (or bayes, through W&B), got {method!r}")
+
+    specs = document.get("parameters")
+    if not isinstance(specs, dict) or not specs:
+        raise SweepError(path, "parameters", "missing: a mapping of config key -> value/values/distribution")
+    parameters = tuple(_parse_parameter(path, str(name), spec) for name, spec in specs.items())
+    if method == "grid":
+        for parameter in parameters:
+            if parameter.distribution not in ("constant", "categorical", "int_uniform", "q_uniform"):
+                raise SweepError(path, f"parameters.{parameter.name}", f"a grid search needs value, values, int_uniform "
+                                 f"or q_uniform; {parameter.distribution} is continuous (use method: random)")
+
+    command = document.get("command") or list(DEFAULT_COMMAND)  # W&B: a missing or empty command is the default
+    if not isinstance(command, list) or any(isinstance(word, (dict, list)) for word in command):
+        raise SweepError(path, "command", "must be a list of words")
+    command = [str(word) for word in command]
+    for i, word in enumerate(command):
+        whole = _WHOLE_MACRO.fullmatch(word)
+        if whole and not _ENVVAR.fullmatch(word) and whole.group(1) not in MACROS:
+            supported = ", ".join("${" + m + "}" for m in MACROS)
+            raise SweepError(path, f"command[{i}]", f"unknown macro {word} (supported: {supported}, ${{envvar:NAME}})")
+    program = document.get("program")
+    if "${program}" in command and not program:
+        raise SweepError(path, "program", "missing, but the command uses ${program}")
+    name = str(document.get("name") or path.stem)
+    return Sweep(path, name, method, parameters, tuple(command), None if program is None else str(program))
+
+
+def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
+    key = f"parameters.{name}"
+    if not isinstance(spec, dict):
+        raise SweepError(path, key, "must be a mapping with value, values, or min/max and a distribution")
+    if "parameters" in spec:
+        raise SweepError(path, f"{key}.parameters", "nested parameters are not supported by the local runner")
+    distribution = spec.get("distribution")
+    if distribution is None:
+        if "value" in spec:
+            distribution = "constant"
+        elif "values" in spec:
+            distribution = "categorical"
+        elif "min" in spec and "max" in spec:
+            distribution = "int_uniform" if _is_int(spec["min"]) and _is_int(spec["max"]) else "uniform"
+        else:
+            raise SweepError(path, key, "needs value, values, or min and max (with an optional distribution)")
+    if distribution not in DISTRIBUTION_KEYS:
+        raise SweepError(path, f"{key}.distribution",
+                         f"{distribution!r} is not supported (supported: {', '.join(DISTRIBUTION_KEYS)})")
+    used = DISTRIBUTION_KEYS[distribution]
+    for field in spec:
+        if field != "distribution" and field not in used:
+            raise SweepError(path, f"{key}.{field}", f"not used by a {distribution} parameter (it reads {', '.join(used)})")
+    for field in used:
+        if field not in spec and field not in ("probabilities", "q"):
+            raise SweepError(path, f"{key}.{field}", f"missing (a {distribution} parameter reads {', '.join(used)})")
+
+    if distribution == "constant":
+        return Parameter(name, distribution, values=(spec["value"],))
+    if distribution == "categorical":
+        values = spec["values"]
+        if not isinstance(values, list) or not values:
+            raise SweepError(path, f"{key}.values", f"must be a non-empty list, got {values!r}")
+        probabilities = spec.get("probabilities")
+        if probabilities is not None:
+            if (not isinstance(probabilities, list) or len(probabilities) != len(values)
+                    or not all(_is_number(p) and p >= 0 for p in probabilities)):
+                raise SweepError(path, f"{key}.probabilities", f"must be {len(values)} numbers >= 0, one per value")
+            if not math.isclose(sum(probabilities), 1.0, abs_tol=1e-6):
+                raise SweepError(path, f"{key}.probabilities", f"must sum to 1, got {sum(probabilities)}")
+            probabilities = tuple(float(p) for p in probabilities)
+        return Parameter(name, distribution, values=tuple(values), probabilities=probabilities)
+
+    low, high, q = spec["min"], spec["max"], spec.get("q", 1)
+    for field, number in (("min", low), ("max", high), ("q", q)):
+        if not _is_number(number):
+            raise SweepError(path, f"{key}.{field}", f"must be a number, got {number!r}")
+    if low > high:
+        raise SweepError(path, f"{key}.min", f"min {low} > max {high}")
+    if distribution == "int_uniform" and not (_is_int(low) and _is_int(high)):
+        raise SweepError(path, f"{key}.min", f"int_uniform needs integer min and max, got {low!r} and {high!r}")
+    if distribution == "log_uniform_values" and low <= 0:
+        raise SweepError(path, f"{key}.min", f"log_uniform_values needs min > 0, got {low!r}")
+    parameter = Parameter(name, distribution, min=low, max=high, q=q)
+    if distribution == "q_uniform":
+        if q <= 0:
+            raise SweepError(path, f"{key}.q", f"must be > 0, got {q!r}")
+        first, last = parameter._q_range()
+        if first > last:
+            raise SweepError(path, f"{key}.q", f"no multiple of q={q} lies in [min, max] = [{low}, {high}]")
+    return parameter
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
+    """The sweep's points: the grid (its first `count`), or `count` seeded random draws."""
+    if count is not None and count < 1:
+        raise ValueError(f"--count must be >= 1, got {count}")
+    if sweep.method == "grid":
+        product = itertools.product(*(parameter.grid() for parameter in sweep.parameters))
+        combos = list(itertools.islice(product, count))
+        arguments = [{p.name: value for p, value in zip(sweep.parameters, combo)} for combo in combos]
+    else:
+        if count is None:
+            raise SweepError(sweep.path, "method", "a random search never ends by itself: give --count N")
+        rng = random.Random(seed)
+        arguments = [{p.name: p.draw(rng) for p in sweep.parameters} for _ in range(count)]
+    return [Point(i, args, expand_command(sweep, args)) for i, args in enumerate(arguments)]
+
+
+def format_value(value: Any) -> str:
+    """A value as a command-line word OmegaConf reads back: true/false, null, JSON lists."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def expand_command(sweep: Sweep, arguments: dict[str, Any]) -> list[str]:
+    """The argv a W&B agent would build for these arguments (see the module docstring)."""
+    words: list[str] = []
+    for word in sweep.command:
+        whole = _WHOLE_MACRO.fullmatch(word)
+        macro = whole.group(1) if whole else None
+        if macro in ARGUMENT_MACROS:
+            words += [w for key, value in arguments.items() for w in ARGUMENT_MACROS[macro](key, value)]
+        elif macro == "args_json":
+            words.append(json.dumps(arguments, default=str))
+        elif macro == "interpreter":
+            words.append(sys.executable)
+        elif macro == "program":
+            words.append(str(sweep.program))
+        elif macro != "env":
+            words.append(_ENVVAR.sub(lambda m: os.environ.get(m.group(1), m.group(1)), word))
+    return words
+
+
+def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool = False) -> int:
+    """Run the points in turn, appending each result to `summary` (JSON lines).
+
+    Returns 0 when every run succeeded, 1 when one failed, 128 + signal number when a
+    SIGINT/SIGTERM stopped the sweep.
+    """
+    summary = Path(summary)
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for n, point in enumerate(points, 1):
+        print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}", flush=True)
+        env = {**os.environ, "WANDB_RUN_GROUP": sweep.name, "LONGCTX_SWEEP_POINT": str(point.index)}
+        start = time.monotonic()
+        returncode, signum = _run_forwarding_signals(point.command, env)
+        seconds = time.monotonic() - start
+        record = {"index": point.index, "arguments": point.arguments, "command": point.command,
+                  "returncode": returncode, "seconds": round(seconds, 3),
+                  "signal": None if signum is None else signal.Signals(signum).name}
+        with summary.open("a") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+        print(f"== {sweep.name} point {point.index}: exit {returncode} after {seconds:.1f} s", flush=True)
+        if signum is not None:
+            print(f"== {sweep.name}: stopped by {signal.Signals(signum).name}; summary in {summary}", flush=True)
+            return 128 + signum
+        if returncode != 0:
+            failed += 1
+            if not keep_going:
+                left = len(points) - n
+                print(f"== {sweep.name}: stopped at the failing point {point.index} ({left} not run; --keep-going runs "
+                      f"them); summary in {summary}", flush=True)
+                return 1
+    print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
+    return 0 if failed == 0 else 1
+
+
+def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
+    """Run `command` in its own process group, forwarding SIGINT/SIGTERM to that group.
+
+    Returns the child's return code and the last signal forwarded (None if none).
+    """
+    received: list[int] = []
+    child: subprocess.Popen | None = None
+
+    def forward(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        if child is not None:
+            try:
+                os.killpg(child.pid, signum)
+            except ProcessLookupError:  # already exited and reaped
+                pass
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # Its own process group (as under `wandb agent`): a terminal Ctrl-C reaches the runner
+        # only, and the runner forwards it once. stdin is closed so a read cannot block the child.
+        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, process_group=0)
+        if received:  # signalled before the child existed
+            os.killpg(child.pid, received[-1])
+        returncode = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return returncode, received[-1] if received else None
