@@ -27,17 +27,26 @@ def test_every_grid_point_is_a_valid_config(path):
     command = sweep["command"]
     assert command[:4] == ["${env}", "${interpreter}", "-m", "longctx"] and command[-1] == "${args_no_hyphens}"
     assert command[4] in ("pretrain", "sft", "niah")
-    files = command[6:-1] if command[4] == "niah" else command[5:-1]  # niah takes the checkpoint first
+    items = command[6:-1] if command[4] == "niah" else command[5:-1]  # niah takes the checkpoint first
+    files = [item for item in items if "=" not in item]
+    fixed = [item for item in items if "=" in item]  # per-point output dirs, interpolating the point's values
     points = grid(sweep)
     assert points
+    out_dirs = set()
     for args in points:
-        config = load(files, args)
+        config = load(files, fixed + args)
         for arg in args:
             key, value = arg.split("=")
-            target = config
-            for part in key.split("."):
-                target = getattr(target, part)
-            assert str(target).lower() == value.lower()
+            assert str(attribute(config, key)).lower() == value.lower()
+        out_key = "eval.out_dir" if command[4] == "niah" else "train.out_dir"
+        out_dirs.add(attribute(config, out_key))
+    assert len(out_dirs) == len(points)  # no two points write to the same run directory
+
+
+def attribute(config, dotted_key: str):
+    for part in dotted_key.split("."):
+        config = getattr(config, part)
+    return config
 
 
 def test_probe_grid_keeps_tokens_per_step():

@@ -107,7 +107,8 @@ def cmd_niah(args: argparse.Namespace) -> int:
     model = load_model(args.checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack)
     print(format_search(result))
-    numbers, figure = write_result(result, args.out, f"{args.checkpoint} ({cfg.eval.position_method.name})")
+    out_dir = args.out or cfg.eval.out_dir
+    numbers, figure = write_result(result, out_dir, f"{args.checkpoint} ({cfg.eval.position_method.name})")
     log_to_wandb(result, cfg, figure, job="niah")
     print(f"wrote {numbers} and {figure}")
     return 0
@@ -203,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     niah = commands.add_parser("niah", help="effective context length by the 4-needle NIAH test")
     niah.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
-    niah.add_argument("--out", default="runs/niah", help="where niah.json and the heatmap PNG go")
+    niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
     niah.set_defaults(run=cmd_niah)
 
     table = commands.add_parser("niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models")

@@ -267,6 +267,10 @@ class EvalConfig:
     """Most prompt tokens per forward when decoding tests in batches."""
     niah_seed: int = 0
     """Needle values and depths; the same seed gives the same tests."""
+    out_dir: str = "runs/niah"
+    """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
+    gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`
+    (OmegaConf interpolation, resolved after all overrides)."""
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default. Decoding the tiny model is
     dominated by per-op overhead: on a loaded 2-core machine 1 thread was 3x faster."""
