@@ -101,14 +101,15 @@ def _evaluation_setup(items: list[str]):
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import evaluate, format_search, log_to_wandb, write_result
+    from longctx.probes.niah_eval import evaluate, format_search, log_to_wandb, method_settings, write_result
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items)
     model = load_model(args.checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
-    numbers, figure = write_result(result, out_dir, f"{args.checkpoint} ({cfg.eval.position_method.name})")
+    title = f"{args.checkpoint} ({cfg.eval.position_method.name})"
+    numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
     log_to_wandb(result, cfg, figure, job="niah")
     print(f"wrote {numbers} and {figure}")
     return 0

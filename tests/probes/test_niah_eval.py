@@ -46,10 +46,21 @@ def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, t
     assert "effective length: 0" in capsys.readouterr().out
 
 
-def test_niah_command_with_string(checkpoint, haystack_file, tmp_path):
-    args = [*eval_args(haystack_file), "eval.position_method.name=string", "eval.position_method.string.local_window=16"]
-    assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "niah.json").read_text())["per_length"]
+def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(checkpoint, haystack_file, tmp_path):
+    """eval.out_dir interpolates the point's settings (as sweeps/string_ablation.yaml does),
+    and niah.json records the method, so the ablation loader needs no directory names."""
+    from longctx.analysis.niah import load_niah
+
+    out_dir = f"eval.out_dir={tmp_path}/W${{eval.position_method.string.local_window}}"
+    args = [*eval_args(haystack_file), "eval.position_method.name=string", "eval.position_method.string.local_window=16",
+            "eval.position_method.string.shift_ratio=0.25", out_dir]
+    assert main(["niah", str(checkpoint), *args]) == 0
+    written = json.loads((tmp_path / "W16" / "niah.json").read_text())
+    assert written["per_length"]
+    assert written["position_method"]["name"] == "string" and written["position_method"]["local_window"] == 16
+    assert written["position_method"]["resolved"] == {"shift": 64, "local_window": 16, "compat": "paper"}  # 0.25 * 256
+    row = load_niah(tmp_path).results.iloc[0]
+    assert (row["method"], row["local_window"], row["shift_ratio"]) == ("string", 16, 0.25)
 
 
 def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):

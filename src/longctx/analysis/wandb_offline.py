@@ -5,7 +5,12 @@ version 0) followed by a LevelDB-style log — 32 KiB blocks of records, each
 `crc32c (4) | length (2, little-endian) | type (1)` + payload, where type FULL=1 is a whole
 record and FIRST=2 / MIDDLE=3 / LAST=4 are pieces of one spanning blocks. Every payload is
 a `wandb.proto.wandb_internal_pb2.Record`; history rows are `Record.history.item`
-(key, value_json). This reader needs no W&B server and no `wandb sync`.
+(key, value_json); `Record.run` carries the run's id, name and job type and `Record.config`
+its config. This reader needs no W&B server and no `wandb sync`.
+
+    read_history(".../wandb/offline-run-*/")   # [{"train/loss": ..., "trainer/global_step": ...}, ...]
+    read_run(".../wandb/offline-run-*/")       # {"run_id", "name", "project", "job_type", "config"}
+    job_type(".../wandb/offline-run-*/")       # "" for training runs, "niah" for `longctx niah`
 """
 
 from __future__ import annotations
@@ -68,11 +73,48 @@ def read_history(path: str | Path) -> list[dict]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
         if record.WhichOneof("record_type") == "history":
-            rows.append({
-                ".".join(item.nested_key) if item.nested_key else item.key: json.loads(item.value_json)
-                for item in record.history.item
-            })
+            rows.append({_item_key(item): json.loads(item.value_json) for item in record.history.item})
     return rows
+
+
+def _item_key(item) -> str:
+    return ".".join(item.nested_key) if item.nested_key else item.key
+
+
+def read_run(path: str | Path) -> dict:
+    """Who the run is: `run_id`, `name`, `project`, `job_type` (empty for training runs,
+    "niah" for `longctx niah` evaluations) and `config` (the logged config as plain JSON
+    values, later config records applied over earlier ones)."""
+    path = Path(path)
+    if path.is_dir():
+        path = run_file(path)
+    info = {"run_id": "", "name": "", "project": "", "job_type": "", "config": {}}
+    for payload in _payloads(path.read_bytes(), path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run = record.run
+            info.update(run_id=run.run_id, name=run.display_name, project=run.project, job_type=run.job_type)
+            info["config"].update({_item_key(item): json.loads(item.value_json) for item in run.config.update})
+        elif kind == "config":
+            info["config"].update({_item_key(item): json.loads(item.value_json) for item in record.config.update})
+            for item in record.config.remove:
+                info["config"].pop(_item_key(item), None)
+    return info
+
+
+def job_type(path: str | Path) -> str:
+    """The run's job type, read from its first `run` record (without scanning the whole log)."""
+    path = Path(path)
+    if path.is_dir():
+        path = run_file(path)
+    for payload in _payloads(path.read_bytes(), path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        if record.WhichOneof("record_type") == "run":
+            return record.run.job_type
+    return ""
 
 
 def offline_runs(save_dir: str | Path) -> list[Path]:

@@ -83,12 +83,26 @@ def evaluate(
         model.train(was_training)
 
 
-def write_result(result: EffectiveLengthResult, out_dir: str | Path, title: str) -> tuple[Path, Path]:
+def write_result(
+    result: EffectiveLengthResult, out_dir: str | Path, title: str, position_method: dict | None = None
+) -> tuple[Path, Path]:
+    """niah.json (+ `position_method`, the settings evaluated, when given) and the heatmap."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     numbers = out_dir / "niah.json"
-    numbers.write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    data = result.to_dict() if position_method is None else {**result.to_dict(), "position_method": position_method}
+    numbers.write_text(json.dumps(data, indent=1) + "\n")
     return numbers, plot_heatmap(result, out_dir / "niah_heatmap.png", title=title)
+
+
+def method_settings(config: ExperimentConfig, model: Llama) -> dict:
+    """The evaluated position method as niah.json records it: its name, its config section
+    as set (StRing's shift_ratio, say) and the parameters it resolved to for the evaluated
+    model (its training length is the checkpoint's max_position, as in `evaluate`)."""
+    method = config.eval.position_method
+    section = getattr(method, method.name, None)
+    return {"name": method.name, **(vars(section) if section is not None else {}),
+            "resolved": method.resolved(model.config.max_position)}
 
 
 def format_search(result: EffectiveLengthResult) -> str:

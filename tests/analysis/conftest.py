@@ -1,0 +1,87 @@
+"""One tiny real pretraining run (f(i) and NIAH probes on, W&B offline) and a small StRing
+W x S ablation on its checkpoint, shared by the analysis tests (built once per session)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from longctx.data.corpus import embedded_documents
+from tests.train.helpers import STEPS, make_workspace, overrides
+
+WINDOW = 256
+"""The 512-token BPE spells the NIAH prompt in ~150 tokens: lengths below it are skipped."""
+ABLATION = [(8, 0.25), (8, 0.5), (16, 0.25), (16, 0.5)]
+"""StRing (local_window W, shift_ratio S) points of the fixture's Figure 7."""
+
+EVAL = {
+    "eval.niah_step": 64,
+    "eval.niah_tests_per_length": 2,
+    "eval.niah_max_new_tokens": 8,
+}
+
+
+def _eval_overrides(haystack: Path) -> dict:
+    return {**EVAL, "eval.niah_haystack": haystack}
+
+
+def _pretrain(workspace: Path, haystack: Path, out: Path) -> None:
+    args = overrides(workspace, out, **{
+        "model.max_position": WINDOW, "data.window": WINDOW, "train.global_batch_tokens": 2 * WINDOW,
+        "probe.niah_every_steps": 3, "probe.niah_tests_per_length": 2,
+        **_eval_overrides(haystack),
+    })
+    env = dict(os.environ, WANDB_SILENT="true", OMP_NUM_THREADS="1")
+    env.pop("WANDB_API_KEY", None)
+    done = subprocess.run([sys.executable, "-m", "longctx", "pretrain", *args], env=env, check=False,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> Path:
+    """What `longctx niah CKPT eval.position_method...=... --out DIR` writes, for rope and a
+    W x S grid of StRing, through the same functions; one point is also logged to W&B offline."""
+    from longctx.config import load
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.model.checkpoint import load_model
+    from longctx.probes.niah_eval import evaluate, load_haystack, log_to_wandb, write_result
+
+    base = [f"{key}={value}" for key, value in {
+        **_eval_overrides(haystack), "data.tokenizer": workspace / "tokenizer.json",
+        "model.max_position": WINDOW, "data.window": WINDOW, "log.wandb_mode": "offline",
+        "train.out_dir": out / "fixture-wandb",
+    }.items()]
+    tokenizer = load_tokenizer(str(workspace / "tokenizer.json"))
+    model = load_model(checkpoint)
+    config = load([], base)
+    haystack_tokens = load_haystack(config, tokenizer)
+    points = [("name=rope", ["eval.position_method.name=rope"])] + [
+        (f"name=string,local_window={w},shift_ratio={s}",
+         ["eval.position_method.name=string", f"eval.position_method.string.local_window={w}",
+          f"eval.position_method.string.shift_ratio={s}"])
+        for w, s in ABLATION
+    ]
+    for name, extra in points:
+        config = load([], [*base, *extra])
+        result = evaluate(model, config, tokenizer, haystack_tokens)
+        _, heatmap = write_result(result, out / "fixture" / name, name)
+        if name.endswith(f"local_window={ABLATION[0][0]},shift_ratio={ABLATION[0][1]}"):
+            log_to_wandb(result, config, heatmap, job="niah")
+    return out
+
+
+@pytest.fixture(scope="session")
+def fixture_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("analysis")
+    (root / "workspace").mkdir()
+    workspace = make_workspace(root / "workspace")
+    haystack = root / "haystack.txt"
+    haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))))
+    run = root / "runs" / "tiny"
+    _pretrain(workspace, haystack, run)
+    ablation = _ablation(workspace, haystack, run / "checkpoints" / "last.ckpt", root / "ablation")
+    return SimpleNamespace(root=root, workspace=workspace, run=run, ablation=ablation, steps=STEPS,
+                           wandb_eval=ablation / "fixture-wandb")
