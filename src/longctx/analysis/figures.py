@@ -88,12 +88,7 @@ def plot_fi_growth(growth: pd.DataFrame, title: str = "f(i) growth during traini
         for position, points in rows.groupby("position", sort=False):
             axis.plot(points["tokens_seen"], points["count"], LINE_STYLES[index % len(LINE_STYLES)], marker=".",
                       color=POSITION_COLORS.get(position), label=f"{run}: f({position})")
-    if growth.empty:
-        _no_data(axis, "no f(i) snapshot")
-    elif (growth["count"] > 0).any():
-        axis.set_yscale("log")
-    axis.set_xlabel("tokens seen")
-    axis.set_ylabel("trained pairs f(i)")
+    _count_axes(axis, growth, "tokens seen", "trained pairs f(i)")
     return _finish(figure, axis, title)
 
 
@@ -105,13 +100,18 @@ def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position fr
         at = rows["step"].max() if step is None else step
         curve = rows[rows["step"] == at]
         axis.plot(curve["distance"], curve["count"], label=f"{run} (step {at})")
-    if fi.empty:
-        _no_data(axis, "no f(i) snapshot")
-    elif (fi["count"] > 0).any():
-        axis.set_yscale("log")
-    axis.set_xlabel("relative position i")
-    axis.set_ylabel("f(i)")
+    _count_axes(axis, fi, "relative position i", "f(i)")
     return _finish(figure, axis, title)
+
+
+def _count_axes(axis, frame: pd.DataFrame, xlabel: str, ylabel: str) -> None:
+    """Labels, and a log y axis for pair counts (or a note when there is no snapshot)."""
+    if frame.empty:
+        _no_data(axis, "no f(i) snapshot")
+    elif (frame["count"] > 0).any():
+        axis.set_yscale("log")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
 
 
 def plot_effective_length_vs_tokens(table: pd.DataFrame,
