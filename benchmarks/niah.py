@@ -23,12 +23,12 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    scoring included. A random-init model finds no needle, so its effective length is 0.
 
 The host's load average is printed: other processes on a 2-core machine slow torch's
-thread pool a lot. Measured on the 2-core dev VM (Xeon, torch 2.14.1, other jobs running,
-load average 3.5-5.7), `tiny`, defaults:
+thread pool a lot. Measured on the 2-core dev VM (torch 2.14.1, load average 0.9-1.7),
+`tiny`, defaults (docs/benchmarks.md):
 
     threads  speedup vs recompute (L=256 / 512)   full search (8 lengths x 50 tests)
-    1        23.9x / 26.9x                         123.5 s
-    2        15.7x (L=512)                         420.2 s
+    1        27.6x / 43.1x                         56.3 s
+    2        23.4x / 23.9x                         32.1 s
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
 from longctx.probes.effective_length import EffectiveLengthConfig, LlamaGenerator, plot_heatmap, search_effective_length
+from longctx.runtime import tune_cpu_allocator
 
 
 WIDTHS = (6, 13, 14, 14, 19, 9)
@@ -101,6 +102,7 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
 
 
 def main() -> None:
+    tune_cpu_allocator()  # as `longctx niah` does
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--checkpoint", help="a trained model (.safetensors / .ckpt / HF dir) instead of a random one")

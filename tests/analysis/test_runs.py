@@ -66,13 +66,14 @@ def test_wandb_fallback_matches_metrics_jsonl_of_the_same_run(fixture_run):
     from_metrics = load_history(fixture_run.run, prefer="metrics")
     from_wandb = load_history(fixture_run.run, prefer="wandb")
     assert sorted(from_metrics["step"].unique()) == list(range(1, fixture_run.steps + 1))
+    # metrics.jsonl holds train/*, perf/* and the probes' scalars, all of them in W&B too
+    assert {"train/loss", "fi/f@L/4", "fi/tokens_seen", "niah/effective_length"} <= set(from_metrics["metric"])
     shared = from_wandb[from_wandb["metric"].isin(set(from_metrics["metric"]))].reset_index(drop=True)
-    assert set(shared["metric"]) == set(from_metrics["metric"])  # train/* and perf/* are in both
+    assert set(shared["metric"]) == set(from_metrics["metric"])
     pd.testing.assert_frame_equal(shared, from_metrics)
-    # auto: metrics.jsonl plus what only W&B has (the probe scalars)
+    # auto: metrics.jsonl plus whatever only W&B has
     auto = load_history(fixture_run.run)
     only_wandb = from_wandb[~from_wandb["metric"].isin(set(from_metrics["metric"]))]
-    assert {"fi/f@L/4", "fi/tokens_seen", "niah/effective_length"} <= set(only_wandb["metric"])
     expected = pd.concat([from_metrics, only_wandb]).sort_values(["run", "metric", "step"], kind="stable",
                                                                   ignore_index=True)
     pd.testing.assert_frame_equal(auto, expected)

@@ -46,7 +46,7 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> str:
 
 def losses(out_dir: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return {row["step"]: row["train/loss"] for row in rows}
+    return {row["step"]: row["train/loss"] for row in rows if "train/loss" in row}  # not the probes' rows
 
 
 def free_port() -> int:
@@ -92,6 +92,14 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     fi_rows = [row for row in read_history(offline_runs(reference)[0]) if "fi/f@L/4" in row]
     assert [row["trainer/global_step"] for row in fi_rows] == [2, 4, 6]
     assert fi_rows[-1]["fi/tokens_seen"] == STEPS * 512
+    # the run directory is self-contained: metrics.jsonl holds the same f(i) scalars
+    lines = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]
+    file_rows = [row for row in lines if "fi/f@L/4" in row]
+    assert [row["step"] for row in file_rows] == [2, 4, 6]
+    for logged, written in zip(fi_rows, file_rows):
+        assert {key: value for key, value in written.items() if key != "step"} == {
+            key: value for key, value in logged.items() if key.startswith("fi/") and key in written}
+        assert set(written) - {"step"} == {key for key in logged if key.startswith("fi/") and "curve" not in key}
     tables = [row for row in read_history(offline_runs(reference)[0]) if "fi/curve_table.path" in row]
     assert len(tables) == 3 and tables[-1]["fi/curve_table._type"] == "table-file"
 

@@ -169,8 +169,9 @@ class TrainingSpeed(L.Callback):
 
 
 class MetricsFile(L.Callback):
-    """Appends each logged optimizer step's metrics to a JSON-lines file (rank 0), so runs
-    can be compared and analysed without W&B."""
+    """Appends each logged optimizer step's train/* and perf/* metrics to a JSON-lines file
+    (rank 0), so runs can be compared and analysed without W&B; the f(i) and NIAH probes
+    append theirs (`append_metrics`)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -184,6 +185,14 @@ class MetricsFile(L.Callback):
         if not trainer.is_global_zero or step == self._last_step:
             return
         self._last_step = step
-        row = {"step": step, **{k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}}
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_metrics(self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))})
+
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def append_metrics(path: Path, step: int, metrics: dict) -> None:
+    """One JSON line {"step": step, metric: value, ...} appended to a run's metrics file;
+    the probe callbacks add their own line for the steps they measure (rank 0 only)."""
+    with path.open("a") as handle:
+        handle.write(json.dumps({"step": step, **{key: float(value) for key, value in metrics.items()}}) + "\n")

@@ -27,6 +27,7 @@ import lightning as L
 import numpy as np
 
 from longctx.probes.position_frequency import PositionFrequency
+from longctx.train.callbacks import METRICS_FILE, append_metrics
 
 MAX_TABLE_ROWS = 10_000
 
@@ -52,9 +53,12 @@ class PositionFrequencyCallback(L.Callback):
             self.log_counts(trainer, self.counts.all_reduce())
 
     def log_counts(self, trainer: L.Trainer, total: PositionFrequency) -> None:
-        if not trainer.is_global_zero or not trainer.loggers:
+        if not trainer.is_global_zero:
             return
         metrics = total.summary(self.window)
+        append_metrics(self.out_dir / METRICS_FILE, trainer.global_step, metrics)
+        if not trainer.loggers:
+            return
         curve = _line_plot(total)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)

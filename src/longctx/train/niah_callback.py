@@ -26,6 +26,7 @@ from longctx.config import ExperimentConfig
 from longctx.data.niah import Haystack
 from longctx.data.tokenizer import Tokenizer
 from longctx.probes.niah_eval import evaluate, search_settings, write_result
+from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 
 
@@ -54,6 +55,7 @@ class EffectiveLengthCallback(L.Callback):
         metrics = {"niah/effective_length": float(result.effective_length)}
         if total is not None and 0 < result.effective_length <= len(total.relative):
             metrics["niah/f_at_effective_length"] = float(total.relative[result.effective_length - 1])
+        append_metrics(self.out_dir / METRICS_FILE, step, metrics)
         _, heatmap = write_result(result, self.out_dir / "niah" / f"step-{step:07d}", f"step {step}")
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)

@@ -31,7 +31,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
-from longctx.train.callbacks import LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
+from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.logging import make_wandb_logger
 from longctx.train.module import LanguageModelModule
@@ -167,7 +167,7 @@ def fit(
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
-        MetricsFile(out_dir / "metrics.jsonl"),
+        MetricsFile(out_dir / METRICS_FILE),
     ]
     if config.probe.fi:
         callbacks.append(PositionFrequencyCallback(
