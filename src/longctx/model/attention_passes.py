@@ -404,7 +404,8 @@ def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document]
         reaching_start = doc.keys if farthest is None else min(doc.keys, farthest)
         if first < reaching_start:
             rows = query(first, reaching_start)[None]
-            parts = [_squeeze(_kernel(rows, *_unsqueeze(key_value(first - nearest, reaching_start - nearest)), scale, causal=True))]
+            diagonal = _unsqueeze(key_value(first - nearest, reaching_start - nearest))
+            parts = [_squeeze(_kernel(rows, *diagonal, scale, causal=True))]
             if first > nearest:  # chunked prefill: the keys before the chunk, seen by all its queries
                 parts.append(_squeeze(_kernel(rows, *_unsqueeze(key_value(0, first - nearest)), scale)))
             write(first, _merge(parts))
@@ -421,9 +422,9 @@ def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document]
             block_out, block_lse = _kernel(rows, *windows, scale, allowed=block_mask)
             write(start, (block_out.flatten(0, 1), block_lse.flatten(0, 1)))
         if end < doc.keys:
-            first_key = end - farthest
+            tail_keys = _unsqueeze(key_value(end - farthest, doc.keys - nearest))
             allowed = _window_mask(doc.keys - end, farthest - nearest + 1, q.device)
-            write(end, _squeeze(_kernel(query(end, doc.keys)[None], *_unsqueeze(key_value(first_key, doc.keys - nearest)), scale, allowed=allowed)))
+            write(end, _squeeze(_kernel(query(end, doc.keys)[None], *tail_keys, scale, allowed=allowed)))
     return out, lse
 
 
