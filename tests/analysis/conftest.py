@@ -85,3 +85,38 @@ def fixture_run(tmp_path_factory):
     ablation = _ablation(workspace, haystack, run / "checkpoints" / "last.ckpt", root / "ablation")
     return SimpleNamespace(root=root, workspace=workspace, run=run, ablation=ablation, steps=STEPS,
                            wandb_eval=ablation / "fixture-wandb")
+
+
+SFT_WINDOW = 128
+"""The original window of the SFT fixture: the base model's and the SFT rows' length."""
+SFT_VARIANTS = {
+    "normal": {},
+    "skipalign": {"sft.strategy": "outer", "sft.extended_length": 4 * SFT_WINDOW, "sft.rope_extension": "ntk"},
+}
+
+
+@pytest.fixture(scope="session")
+def sft_runs(tmp_path_factory):
+    """A tiny pretrained model and two short `longctx sft` runs of it (normal and skipalign,
+    f(i) probe on, NIAH after SFT, W&B disabled), as tests/train/test_sft.py makes them."""
+    from longctx.cli import main
+    from tests.train.test_sft import sft_args
+
+    root = tmp_path_factory.mktemp("skipalign")
+    (root / "workspace").mkdir()
+    workspace = make_workspace(root / "workspace")
+    base = root / "base"
+    assert main(["pretrain", *overrides(workspace, base, **{
+        "train.max_steps": 2, "probe.fi": "false", "data.window": SFT_WINDOW, "model.max_position": SFT_WINDOW,
+        "log.wandb_mode": "disabled"})]) == 0
+    haystack = root / "haystack.txt"
+    haystack.write_text("The grass is green. The sky is blue. " * 400)
+    niah = {"sft.niah_after": "true", "eval.niah_haystack": haystack, "eval.niah_task": "paper",
+            "eval.niah_step": SFT_WINDOW, "eval.niah_tests_per_length": 1, "eval.niah_max_new_tokens": 4}
+    runs = {}
+    for variant, extra in SFT_VARIANTS.items():
+        runs[variant] = root / "runs" / variant
+        args = sft_args(workspace, base / "checkpoints" / "last.ckpt", runs[variant],
+                        **{"sft.variant": variant, **niah, **extra})
+        assert main(["sft", *args]) == 0
+    return SimpleNamespace(root=root, runs=runs, window=SFT_WINDOW)

@@ -4,6 +4,8 @@
     fig = figures.plot_history(history, "train/loss", x="train/tokens_seen")     # loss curves
     fig = figures.plot_fi_growth(fi_growth(fi))                  # f at L/4, L/2, 3L/4 vs tokens
     fig = figures.plot_fi(fi)                                    # Fig. 3: f(i) of each run's last snapshot
+    fig = figures.plot_fi(fi, window=512)                        # SkipAlign Fig. 2: the original window marked
+    fig = figures.plot_pass_rate(frames.per_length, window=512)  # SkipAlign Fig. 3: NIAH within / beyond it
     fig = figures.plot_effective_length_vs_tokens(table)         # Fig. 2a
     fig = figures.plot_effective_length_vs_frequency(table)      # Fig. 2b
     fig = figures.plot_ablation(ablation_grid(results))          # Fig. 7: StRing W x S
@@ -92,15 +94,42 @@ def plot_fi_growth(growth: pd.DataFrame, title: str = "f(i) growth during traini
     return _finish(figure, axis, title)
 
 
-def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position frequency f(i)") -> Figure:
+def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position frequency f(i)",
+            window: int | None = None) -> Figure:
     """f(i) against relative position i for each run's snapshot at `step` (default: its last), log y
-    (STRING Figure 3: the same tokens at different training lengths)."""
+    (STRING Figure 3: the same tokens at different training lengths). `window`: a dashed vertical
+    line at the original training window (SkipAlign Figure 2: SFT pairs beyond it come from skips)."""
     figure, axis = new_figure()
     for run, rows in fi.groupby("run", sort=False):
         at = rows["step"].max() if step is None else step
         curve = rows[rows["step"] == at]
         axis.plot(curve["distance"], curve["count"], label=f"{run} (step {at})")
     _count_axes(axis, fi, "relative position i", "f(i)")
+    _mark_window(axis, window)
+    return _finish(figure, axis, title)
+
+
+def _mark_window(axis, window: int | None) -> None:
+    if window:
+        axis.axvline(window, color="gray", linestyle="--", linewidth=1, label=f"original window ({window})")
+
+
+def plot_pass_rate(per_length: pd.DataFrame, window: int | None = None,
+                   title: str = "NIAH pass rate by length") -> Figure:
+    """NIAH pass rate (Wilson interval shaded) against context length, one line per run, from
+    `niah.load_niah(...).per_length`; `window` marks the original window (SkipAlign Figure 3:
+    retrieval within and beyond it)."""
+    figure, axis = new_figure()
+    for run, rows in per_length.groupby("run", sort=False):
+        rows = rows.sort_values("length")
+        line, = axis.plot(rows["length"], rows["rate"], marker="o", label=run)
+        axis.fill_between(rows["length"], rows["wilson_low"], rows["wilson_high"], color=line.get_color(), alpha=0.15)
+    if per_length.empty:
+        _no_data(axis, "no NIAH result")
+    _mark_window(axis, window)
+    axis.set_ylim(-0.05, 1.05)
+    axis.set_xlabel("context length (tokens)")
+    axis.set_ylabel("pass rate")
     return _finish(figure, axis, title)
 
 

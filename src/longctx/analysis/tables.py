@@ -5,6 +5,8 @@
     ablation_grid(frames.results)           # Fig. 7: local_window (rows) x shift_ratio (columns) of StRing
     table1(frames.results)                  # Table 1: NIAH accuracy at L, methods (rows) x models (columns)
     table1_markdown(frames.results)         # the same through probes.niah_eval.format_table (+ Table 4 depths)
+    sft_settings(runs)                      # SkipAlign: variant, strategy, p, window, extended_length per SFT run
+    beyond_window_table(fi, 512, fi_snapshots(runs))  # SkipAlign Fig. 2 in numbers: pairs beyond the window
 
 Figure 2 pairs each effective-length probe of a run with what training had consumed when
 it ran: (a) tokens seen, (b) f(L_eff - 1), the trained pairs at the largest relative
@@ -15,6 +17,12 @@ Tokens seen at a probe step come from `train/tokens_seen` of that step; where th
 did not log it (W&B with log.every_steps > 1) it is step x tokens per step (the run's
 `train/tokens_seen / step`, constant by construction: train.global_batch_tokens).
 
+SkipAlign Figure 2 is f(i) of the SFT rows (response-token queries): Normal-SFT keeps every
+pair inside the original window (`data.window`, the rows' length); SkipAlign moves a p%
+share of them beyond it, up to `sft.extended_length`. `beyond_window_table` counts that
+share in each run's last f(i) snapshot, pairs past the snapshot's last bin (`overflow`)
+included when the `fi_snapshots` frame is given.
+
 Table 1 and Figure 7 read evaluations of finished checkpoints: results with a training
 `step` (in-training probes) are left out. A cell with two evaluations is an error naming
 both, so nothing is averaged silently: select with `results[...]` first.
@@ -23,6 +31,7 @@ both, so nothing is averaged silently: select with `results[...]` first.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -108,3 +117,50 @@ def table1_markdown(results: pd.DataFrame) -> str:
         for model in accuracy.columns
     }
     return format_table(nested, list(accuracy.index))
+
+
+SFT_SETTINGS = ["variant", "strategy", "p", "p_scope", "extended_length", "rope_extension"]
+
+
+def sft_settings(run_dirs) -> pd.DataFrame:
+    """One row per SFT run directory (a list or a {label: dir} mapping): run, window (the
+    config's `data.window`, the original window of the rows), the `sft.*` settings of
+    SFT_SETTINGS and init, from `checkpoints/last.ckpt`'s hyper_parameters["experiment"]."""
+    import torch
+
+    from longctx.analysis.runs import label_sources
+
+    rows = []
+    for label, run_dir in label_sources(run_dirs).items():
+        path = Path(run_dir) / "checkpoints" / "last.ckpt"
+        if not path.is_file():
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its SFT config from")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        experiment = (checkpoint.get("hyper_parameters") or {}).get("experiment")
+        if not isinstance(experiment, dict) or "sft" not in experiment:
+            raise ValueError(f"{path}: hyper_parameters['experiment'] holds no sft section (not a `longctx sft` run)")
+        sft = experiment["sft"]
+        rows.append({"run": label, "window": int(experiment["data"]["window"]),
+                     **{key: sft.get(key) for key in SFT_SETTINGS}, "init": experiment.get("init")})
+    return pd.DataFrame(rows, columns=["run", "window", *SFT_SETTINGS, "init"])
+
+
+def beyond_window_table(fi: pd.DataFrame, window: int | dict, snapshots: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per run (its last f(i) snapshot): run, step, window, pairs (all trained pairs),
+    beyond (pairs at relative distance >= window), fraction_beyond, max_distance (the largest
+    distance with a pair). `window`: one for all runs or {run: window}; `snapshots`
+    (`fi.fi_snapshots`) adds each snapshot's overflow to pairs and beyond."""
+    overflow = {} if snapshots is None else {(r.run, r.step): r.overflow for r in snapshots.itertuples()}
+    rows = []
+    for run, frame in fi.groupby("run", sort=False):
+        step = int(frame["step"].max())
+        last = frame[frame["step"] == step]
+        limit = int(window[run] if isinstance(window, dict) else window)
+        extra = int(overflow.get((run, step), 0))
+        pairs = int(last["count"].sum()) + extra
+        beyond = int(last.loc[last["distance"] >= limit, "count"].sum()) + extra
+        used = last.loc[last["count"] > 0, "distance"]
+        rows.append({"run": run, "step": step, "window": limit, "pairs": pairs, "beyond": beyond,
+                     "fraction_beyond": beyond / pairs if pairs else math.nan,
+                     "max_distance": int(used.max()) if len(used) else -1})
+    return pd.DataFrame(rows, columns=["run", "step", "window", "pairs", "beyond", "fraction_beyond", "max_distance"])
