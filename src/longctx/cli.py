@@ -8,6 +8,7 @@
     longctx niah-table runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt --methods rope,string
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
+    longctx merge runs/base/checkpoints/last.ckpt runs/replay/checkpoints/last.ckpt --out merged.safetensors
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
@@ -35,6 +36,17 @@ def cmd_config(args: argparse.Namespace) -> int:
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
     sys.stdout.write(config_module.to_yaml(cfg))
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from longctx.model.merge import merge_checkpoints, save_merged
+
+    result = merge_checkpoints(args.checkpoints, args.weights, args.config_from)
+    out = save_merged(result, args.out)
+    for field, values in result.differing_fields.items():
+        print(f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints)))
+    print(f"wrote {out} (config from {result.config_source})")
     return 0
 
 
@@ -225,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     fi.add_argument("--target-length", type=int, default=0, help="the transform's target length (default 4 x window)")
     fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
     fi.set_defaults(run=cmd_fi)
+
+    merge = commands.add_parser("merge", help="LongRecipe model merging: a weighted average of checkpoints (Eq. 7)")
+    merge.add_argument("checkpoints", nargs="+", help="two or more checkpoints (.safetensors, .ckpt, HF directories)")
+    merge.add_argument("--weights", type=float, nargs="+", help="one per checkpoint, summing to 1 (default: equal)")
+    merge.add_argument("--config-from", type=int, default=-1,
+                       help="index of the checkpoint whose config (max_position, RoPE) the result keeps (default: last)")
+    merge.add_argument("--out", required=True, help="output .safetensors file")
+    merge.set_defaults(run=cmd_merge)
 
     export = commands.add_parser("export-hf", help="write a checkpoint as a Hugging Face LlamaForCausalLM directory")
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
