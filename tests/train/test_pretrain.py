@@ -194,3 +194,19 @@ def test_torchrun_world_size_mismatch_is_a_clear_error(workspace, tmp_path, monk
     with pytest.raises(ValueError, match="train.devices=8 but torchrun launched 2"):
         world_size_from_environment(config)
     assert world_size_from_environment(load([], [])).num_nodes == 2
+
+
+def test_init_continues_from_a_checkpoint_at_a_longer_window(workspace, reference, tmp_path, capsys):
+    """init=CKPT starts from its weights (context extension: max_position and the window
+    double, RoPE base changes, shapes stay): the first step's loss is the trained model's,
+    far below a fresh model's; a checkpoint of another architecture is a clear error."""
+    trained = reference / "checkpoints" / "last.ckpt"
+    extended = {"model.max_position": 128, "data.window": 128, "model.rope_base": 40000.0,
+                "train.global_batch_tokens": 1024, "train.max_steps": 1, "probe.fi": False}
+    fresh, continued = tmp_path / "fresh", tmp_path / "continued"
+    assert main(["pretrain", *overrides(workspace, fresh, **extended)]) == 0
+    assert main(["pretrain", *overrides(workspace, continued, **extended), f"init={trained}"]) == 0
+    assert losses(continued)[1] < losses(fresh)[1] - 0.3  # the reference run learnt > 0.3 nats in 6 steps
+    wider = overrides(workspace, tmp_path / "wider", **{**extended, "model.d_ff": 512})
+    assert main(["pretrain", *wider, f"init={trained}"]) == 2
+    assert "init: " in (error := capsys.readouterr().err) and "d_ff: 256 vs 512" in error

@@ -371,6 +371,17 @@ class Llama(nn.Module):
         return logits
 
 
+SHAPE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
+"""ModelConfig fields that fix parameter shapes. Weights move between configs that agree on
+these (continued pretraining at a longer window, a new RoPE base, model merging)."""
+
+
+def shape_mismatches(config: ModelConfig, other: ModelConfig) -> list[str]:
+    """'field: a vs b' for every shape-defining field on which the two configs differ."""
+    return [f"{field}: {getattr(config, field)} vs {getattr(other, field)}"
+            for field in SHAPE_FIELDS if getattr(config, field) != getattr(other, field)]
+
+
 def config_dict(config: ModelConfig) -> dict:
     """A plain dict of the config (safe for JSON, YAML and weights-only checkpoints)."""
     return dataclasses.asdict(config)

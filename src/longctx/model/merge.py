@@ -29,10 +29,8 @@ from pathlib import Path
 import torch
 
 from longctx.model.checkpoint import load_model, save_model
-from longctx.model.llama import Llama, config_dict
+from longctx.model.llama import SHAPE_FIELDS, Llama, config_dict
 
-SHAPE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
-"""ModelConfig fields that fix parameter shapes: they must agree across merged models."""
 WEIGHT_SUM_TOLERANCE = 1e-6
 
 

@@ -29,7 +29,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-from longctx.config import ExperimentConfig
+from longctx.config import ConfigError, ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.frequency_callback import PositionFrequencyCallback
@@ -134,11 +134,29 @@ class PackedDataModule(L.LightningDataModule):
 
 
 def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokenizer) -> L.Trainer:
-    """Train on prepared `sources` [(path, weight)]; returns the finished Trainer."""
+    """Train on prepared `sources` [(path, weight)]; returns the finished Trainer. With
+    `init=CKPT` the run continues from that checkpoint's weights under `model` (which may
+    change max_position and RoPE, as context extension does, but not the shapes)."""
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
     datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step)
-    return fit(config, datamodule, fi_window=config.data.window, tokenizer=tokenizer)
+    initial_state = initial_weights(config) if config.init else None
+    return fit(config, datamodule, fi_window=config.data.window, initial_state=initial_state, tokenizer=tokenizer)
+
+
+def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
+    """The `init` checkpoint's weights, checked to fit `config.model`."""
+    from longctx.model.checkpoint import load_model
+    from longctx.model.llama import shape_mismatches
+
+    base = load_model(config.init)
+    mismatches = shape_mismatches(base.config, config.model)
+    if mismatches:
+        raise ConfigError(
+            "init", f"{config.init} does not fit model.* ({'; '.join(mismatches)}: checkpoint vs config); "
+            "set the model preset/fields to the checkpoint's architecture (max_position and RoPE may differ)",
+        )
+    return base.state_dict()
 
 
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
