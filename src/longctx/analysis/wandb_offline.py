@@ -63,18 +63,24 @@ def run_file(run_dir: str | Path) -> Path:
     return files[0]
 
 
-def read_history(path: str | Path) -> list[dict]:
-    """Every logged history row of a run (`.wandb` file or run directory), as dicts."""
+def records(path: str | Path) -> Iterator[wandb_internal_pb2.Record]:
+    """The parsed records of a run (`.wandb` file or run directory), in log order."""
     path = Path(path)
     if path.is_dir():
         path = run_file(path)
-    rows = []
     for payload in _payloads(path.read_bytes(), path):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({_item_key(item): json.loads(item.value_json) for item in record.history.item})
-    return rows
+        yield record
+
+
+def read_history(path: str | Path) -> list[dict]:
+    """Every logged history row of a run (`.wandb` file or run directory), as dicts."""
+    return [
+        {_item_key(item): json.loads(item.value_json) for item in record.history.item}
+        for record in records(path)
+        if record.WhichOneof("record_type") == "history"
+    ]
 
 
 def _item_key(item) -> str:
@@ -85,13 +91,8 @@ def read_run(path: str | Path) -> dict:
     """Who the run is: `run_id`, `name`, `project`, `job_type` (empty for training runs,
     "niah" for `longctx niah` evaluations) and `config` (the logged config as plain JSON
     values, later config records applied over earlier ones)."""
-    path = Path(path)
-    if path.is_dir():
-        path = run_file(path)
     info = {"run_id": "", "name": "", "project": "", "job_type": "", "config": {}}
-    for payload in _payloads(path.read_bytes(), path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
+    for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run = record.run
@@ -106,12 +107,7 @@ def read_run(path: str | Path) -> dict:
 
 def job_type(path: str | Path) -> str:
     """The run's job type, read from its first `run` record (without scanning the whole log)."""
-    path = Path(path)
-    if path.is_dir():
-        path = run_file(path)
-    for payload in _payloads(path.read_bytes(), path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
+    for record in records(path):
         if record.WhichOneof("record_type") == "run":
             return record.run.job_type
     return ""
