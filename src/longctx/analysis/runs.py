@@ -10,10 +10,11 @@ This module owns reading the scalar history of a run from wherever it was logged
 putting it on one step axis. A source is
 
 - a run directory (`train.out_dir` of `longctx pretrain` / `sft`): its `metrics.jsonl`
-  (written by `train.callbacks.MetricsFile`: `train/*` and `perf/*` at every optimizer
-  step) is preferred; the metrics it does not record — the probe scalars `fi/*` and
-  `niah/*`, which the probe callbacks log to W&B only — come from the run's offline W&B
-  files (`wandb/offline-run-*/run-*.wandb`, read by `wandb_offline`, no server). With no
+  (`train/*` and `perf/*` at every optimizer step from `train.callbacks.MetricsFile`, and
+  the probes' `fi/*` and `niah/*` rows at the steps they measure) is preferred; metrics it
+  does not record — the probe scalars of runs made before the probes wrote there, say —
+  come from the run's offline W&B files (`wandb/offline-run-*/run-*.wandb`, read by
+  `wandb_offline`, no server). With no
   `metrics.jsonl` every metric comes from W&B; with neither the directory is an error.
   W&B runs whose job type is an evaluation (`longctx niah` logs with job_type "niah"
   into `train.out_dir`) are not part of the training history and are skipped.

@@ -479,8 +479,8 @@ def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor
     """One query per row: each pass covers one contiguous key range, so a row takes one
     kernel call per pass over exactly that range, merged as everywhere else. Keys are
     rotated only in the ranges a pass reads (ReRoPE's window, say, rather than the whole
-    cache). Decoding is dominated by op count: a kernel call costs ~50 us here, scoring by
-    hand (matmul, softmax, matmul per pass) cost 1.5x as much."""
+    cache). Scoring by hand (matmul, softmax, matmul per pass) ran as fast (StRing at
+    T=1024: 0.37 vs 0.38 ms per step); the kernel keeps one code path with prefill."""
     batch, _, heads, dim = queries[0].shape
     ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist())) for p in plan.passes]
     out = torch.empty(batch, 1, heads, dim, dtype=v.dtype, device=v.device)
