@@ -219,6 +219,7 @@ def make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend, 
     rotated_at = torch.stack([p.query_positions(query_positions) for p in method.passes])
     query_cos, query_sin = cos_sin(method.rotary, rotated_at, dtype)
     segments = _flash_segments(document_ids, q_len) if flash else None
+    by_documents = not flash and q_len > 1 and any(p.band is not None for p in method.passes)  # `_band_pass`
     passes = []
     for attention_pass, cos, sin in zip(method.passes, query_cos, query_sin):
         nearest, farthest = attention_pass.distances(query_positions)
@@ -232,7 +233,7 @@ def make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend, 
     return PositionPlan(
         "flash" if flash else "torch", q_len, document_ids, keys_rotated, block_size, passes, key_rotations, query_scale,
         flash_queries=segments.queries if flash else None,
-        documents=[] if flash or q_len == 1 else _documents(document_ids, q_len),
+        documents=_documents(document_ids, q_len) if by_documents else [],
     )  # fmt: skip
 
 
