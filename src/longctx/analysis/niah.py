@@ -47,7 +47,7 @@ import pandas as pd
 
 from longctx.analysis import wandb_offline
 from longctx.analysis.runs import expand
-from longctx.probes.effective_length import EffectiveLengthConfig, EffectiveLengthResult, LengthResult
+from longctx.probes.effective_length import EffectiveLengthResult
 
 NIAH_FILE = "niah.json"
 LENGTH_COLUMNS = ["length", "tests", "passed", "rate", "wilson_low", "wilson_high", "recall"]
@@ -102,18 +102,8 @@ def read_result_dict(path: str | Path) -> dict:
 def niah_result(path: str | Path) -> EffectiveLengthResult:
     """The EffectiveLengthResult a niah.json was written from (None -> NaN), e.g. for
     `probes.effective_length.plot_heatmap` or `probes.niah_eval.peak_failure_depth`."""
-    data = read_result_dict(path)
-    fields = {f.name for f in dataclasses.fields(LengthResult)}
     try:
-        return EffectiveLengthResult(
-            effective_length=int(data["effective_length"]),
-            per_length=[LengthResult(**{k: v for k, v in row.items() if k in fields}) for row in data["per_length"]],
-            depth_edges=list(data["depth_edges"]),
-            depth_recall=[math.nan if v is None else v for v in data["depth_recall"]],
-            heatmap=np.array([[math.nan if v is None else v for v in row] for row in data["heatmap"]], dtype=float),
-            skipped_lengths=list(data.get("skipped_lengths", [])),
-            config=EffectiveLengthConfig(**data["config"]),
-        )
+        return EffectiveLengthResult.from_dict(read_result_dict(path))
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{path} is not a complete NIAH result: {error}") from None
 

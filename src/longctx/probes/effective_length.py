@@ -203,6 +203,25 @@ class EffectiveLengthResult:
             "config": dataclasses.asdict(self.config),
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> EffectiveLengthResult:
+        """The inverse of `to_dict` (None -> NaN; derived `lengths` and unknown keys ignored).
+        Raises KeyError/TypeError/ValueError on an incomplete dict."""
+        fields = {f.name for f in dataclasses.fields(LengthResult)}
+
+        def nan(values):
+            return [math.nan if v is None else v for v in values]
+
+        return cls(
+            effective_length=int(data["effective_length"]),
+            per_length=[LengthResult(**{k: v for k, v in row.items() if k in fields}) for row in data["per_length"]],
+            depth_edges=list(data["depth_edges"]),
+            depth_recall=nan(data["depth_recall"]),
+            heatmap=np.array([nan(row) for row in data["heatmap"]], dtype=float),
+            skipped_lengths=list(data.get("skipped_lengths", [])),
+            config=EffectiveLengthConfig(**data["config"]),
+        )
+
 
 def wilson_interval(successes: int, trials: int, z: float = WILSON_Z) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (see the module docstring); (0, 1) for 0 trials."""
