@@ -28,16 +28,10 @@ import numpy as np
 import pandas as pd
 
 from longctx.analysis.runs import Sources, label_sources
+from longctx.probes.position_frequency import SUMMARY_POSITIONS
 
 SNAPSHOT = re.compile(r"^fi-step-(\d+)\.npz$")
 REQUIRED = ("relative", "overflow", "tokens_seen")
-GROWTH_POSITIONS = {
-    "L/4": lambda L: L // 4,
-    "L/2": lambda L: L // 2,
-    "3L/4": lambda L: 3 * L // 4,
-    "L-1": lambda L: L - 1,
-}
-"""The distances of the `fi/f@...` scalars (PositionFrequency.summary), for window L."""
 
 
 def snapshot_files(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -117,15 +111,15 @@ def fi_snapshots(sources: Sources) -> pd.DataFrame:
 
 def fi_growth(fi: pd.DataFrame, positions: tuple[str, ...] = ("L/4", "L/2", "3L/4")) -> pd.DataFrame:
     """Columns run, step, tokens_seen, position (label), distance, count: f at the
-    `positions` (keys of GROWTH_POSITIONS) of each snapshot, L = that run's bin count."""
-    unknown = [p for p in positions if p not in GROWTH_POSITIONS]
+    `positions` (keys of SUMMARY_POSITIONS) of each snapshot, L = that run's bin count."""
+    unknown = [p for p in positions if p not in SUMMARY_POSITIONS]
     if unknown:
-        raise ValueError(f"unknown positions {unknown}; choose from {list(GROWTH_POSITIONS)}")
+        raise ValueError(f"unknown positions {unknown}; choose from {list(SUMMARY_POSITIONS)}")
     windows = fi.groupby(["run", "step"])["distance"].max() + 1
     rows = []
     for (run, step), window in windows.items():
         for label in positions:
-            rows.append({"run": run, "step": step, "position": label, "distance": GROWTH_POSITIONS[label](int(window))})
+            rows.append({"run": run, "step": step, "position": label, "distance": SUMMARY_POSITIONS[label](int(window))})
     wanted = pd.DataFrame(rows, columns=["run", "step", "position", "distance"])
     growth = wanted.merge(fi, on=["run", "step", "distance"], how="left")
     return growth[["run", "step", "tokens_seen", "position", "distance", "count"]]

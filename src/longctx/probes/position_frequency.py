@@ -466,10 +466,7 @@ class PositionFrequency:
         total = int(f.sum() + self.overflow)
         at_least_half = int(f[(window + 1) // 2 :].sum() + self.overflow)  # d >= L/2 for integer d
         return {
-            "fi/f@L/4": int(f[window // 4]),
-            "fi/f@L/2": int(f[window // 2]),
-            "fi/f@3L/4": int(f[3 * window // 4]),
-            "fi/f@L-1": int(f[window - 1]),
+            **{f"fi/f@{label}": int(f[distance(window)]) for label, distance in SUMMARY_POSITIONS.items()},
             "fi/share_ge_half": at_least_half / total if total else math.nan,
             "fi/tokens_seen": int(self.tokens_seen),
         }
@@ -477,6 +474,15 @@ class PositionFrequency:
     def downsample(self, max_rows: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
         """(d, f(d)) of the relative counts at <= max_rows points, for a line plot."""
         return downsample(self.relative, max_rows)
+
+
+SUMMARY_POSITIONS = {
+    "L/4": lambda window: window // 4,
+    "L/2": lambda window: window // 2,
+    "3L/4": lambda window: 3 * window // 4,
+    "L-1": lambda window: window - 1,
+}
+"""The distances d whose f(d) `PositionFrequency.summary` logs as `fi/f@<label>`, for window L."""
 
 
 def downsample(counts: torch.Tensor, max_rows: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
