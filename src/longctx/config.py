@@ -247,7 +247,7 @@ class EvalConfig:
 
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
-    self_extend | dca | string) and each method's parameters (model/position_methods.py)."""
+    self_extend | dca | string) and each method's parameters (model/position_methods/)."""
     niah_task: str = "paper"
     """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
     ruler-multiquery | helmet-json-kv (data/niah.py)."""
