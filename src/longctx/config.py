@@ -257,6 +257,9 @@ class EvalConfig:
     """Effective-length search grows the context by this many tokens (STRING §3)."""
     niah_max_length: int = 0
     """Largest context tried; 0 = model.max_position."""
+    niah_lengths: list[int] = field(default_factory=list)
+    """Evaluate exactly these context lengths, each in full (no stop-at-first-failure
+    search; long-context sweeps need it); empty = the search. `longctx niah --lengths`."""
     niah_tests_per_length: int = 50
     """4-needle tests per context length (500 in the paper)."""
     pass_threshold: float = 0.5
@@ -271,6 +274,9 @@ class EvalConfig:
     """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
     gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`
     (OmegaConf interpolation, resolved after all overrides)."""
+    device: str = "auto"
+    """auto | cpu | cuda: where `longctx niah` runs (auto = cuda when available). On CUDA the
+    model runs in bf16 (autocast), on CPU in fp32."""
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default. Decoding the tiny model is
     dominated by per-op overhead: on a loaded 2-core machine 1 thread was 3x faster."""
@@ -285,6 +291,11 @@ class EvalConfig:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
         if self.niah_max_length < 0:
             raise ConfigError("eval.niah_max_length", f"must be >= 0, got {self.niah_max_length}")
+        bad = [length for length in self.niah_lengths if not isinstance(length, int) or length < 1]
+        if bad:
+            raise ConfigError("eval.niah_lengths", f"must be positive integers, got {bad}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
         if not 0 < self.pass_threshold <= 1:
             raise ConfigError("eval.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
 
