@@ -47,7 +47,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
+from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
+
 DEFAULT_BLOCK_SIZE = 256
 SHORT_DOCUMENT = 256
 """varlen: documents shorter than this share masked calls (one call per document costs a
