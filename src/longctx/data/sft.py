@@ -80,7 +80,7 @@ import numpy as np
 import torch
 
 from longctx.errors import DataError
-from longctx.data.packing import IGNORE_INDEX
+from longctx.batch import IGNORE_INDEX
 from longctx.data.positions import INSTRUCTION, P_SCOPES, RESPONSE, STRATEGIES, skipalign_position_ids
 from longctx.data.tokenizer import Tokenizer
 from longctx.probes.position_frequency import Histogram, relative_position_counts

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from longctx.config import ExperimentConfig, as_dict
-from longctx.data.packing import IGNORE_INDEX
+from longctx.batch import IGNORE_INDEX
 from longctx.model.config import config_dict
 from longctx.model.llama import Llama
 
