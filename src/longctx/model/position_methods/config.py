@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from longctx.model.llama import ConfigError
+from longctx.errors import ConfigError
 
 POSITION_METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")
 BASELINE_TRAINING_FRACTION = 2 / 3

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from longctx.model.attention import document_segments
+from longctx.batch import document_segments
 from longctx.model.position_methods.plan import UNBOUNDED, PassPlan, PositionPlan
 from longctx.model.position_methods.plan import merge as _merge
 from longctx.model.rope import apply_rotary

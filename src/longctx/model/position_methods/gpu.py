@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from longctx.model.attention import document_segments
+from longctx.batch import cu_seqlens, document_segments
 from longctx.model.flash import varlen_flash
 from longctx.model.position_methods.plan import PositionPlan, merge
 
@@ -61,8 +61,7 @@ class VarlenLayout:
 def varlen_layout(document_ids: torch.Tensor, q_len: int, bands: list[tuple[int, int | None]]) -> VarlenLayout:
     """Per-batch layout for passes with the given (nearest, farthest) bands."""
     starts, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    cu_q = torch.nn.functional.pad(q_lengths.cumsum(0), (1, 0)).to(torch.int32)
-    queries = VarlenQueries(cu_q, int(q_lengths.max()))
+    queries = VarlenQueries(cu_seqlens(q_lengths), int(q_lengths.max()))
     return VarlenLayout(queries, [_cut_keys(starts, k_lengths, nearest) for nearest, _ in bands])
 
 
@@ -73,8 +72,7 @@ def _cut_keys(starts: torch.Tensor, k_lengths: torch.Tensor, nearest: int) -> Va
     first = torch.repeat_interleave(starts, kept, output_size=total)
     before = torch.repeat_interleave(kept.cumsum(0) - kept, kept, output_size=total)
     key_index = first + torch.arange(total, device=kept.device) - before
-    cu_k = torch.nn.functional.pad(kept.cumsum(0), (1, 0)).to(torch.int32)
-    return VarlenKeys(cu_k, key_index, int(kept.max()))
+    return VarlenKeys(cu_seqlens(kept), key_index, int(kept.max()))
 
 
 def varlen_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):

@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
-from longctx.model.llama import ModelConfig
+from longctx.model.config import ModelConfig
 from longctx.model.position_methods import cpu, gpu
 from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.plan import (

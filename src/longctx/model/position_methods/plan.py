@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from longctx.batch import document_start_index
 from longctx.model.attention import AttentionMask
 from longctx.model.rope import RotaryEmbedding, rotation_dtype
 
@@ -143,9 +144,7 @@ def document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> t
             "position methods need position_ids that increase by 1 inside each document; "
             f"row {row} goes {int(position_ids[row, index])} -> {int(position_ids[row, index + 1])} at key index {index + 1}"
         )
-    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
-    is_start = torch.nn.functional.pad(~same_document, (1, 0), value=True)
-    return torch.where(is_start, index, 0).cummax(dim=1).values
+    return document_start_index(document_ids)
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan) -> None:
