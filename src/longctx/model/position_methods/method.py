@@ -63,7 +63,8 @@ from torch import nn
 
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
 from longctx.model.config import ModelConfig
-from longctx.model.position_methods import cpu, gpu
+from longctx.model.position_methods.cpu import block_spans, torch_layout, torch_passes
+from longctx.model.position_methods.gpu import varlen_layout, varlen_passes
 from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.plan import (
     UNBOUNDED,
@@ -223,13 +224,13 @@ class PositionMethod(nn.Module):
             nearest, farthest = attention_pass.distances(query_positions)
             upper = query_index - nearest
             lower = torch.maximum(document_start, query_index - farthest)
-            blocks = [] if varlen else cpu.block_spans(attention_pass.band, lower, upper, block_size, kv_len)
+            blocks = [] if varlen else block_spans(attention_pass.band, lower, upper, block_size, kv_len)
             index = key_rotation(attention_pass.key_positions)
             passes.append(PassPlan(attention_pass.band, cos, sin, index, lower, upper, blocks))
         if varlen:
-            layout = gpu.varlen_layout(document_ids, q_len, bands)
+            layout = varlen_layout(document_ids, q_len, bands)
         else:
-            layout = cpu.torch_layout(document_ids, q_len, block_size, any(band is not None for band in bands))
+            layout = torch_layout(document_ids, q_len, block_size, any(band is not None for band in bands))
         return plan_of(layout, passes)
 
     def prepare(
@@ -269,8 +270,8 @@ class PositionMethod(nn.Module):
         ]
         if plan.backend == "flash":
             keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-            return gpu.varlen_passes(queries, keys, v, plan, scale)
-        return cpu.torch_passes(queries, k, v, plan, scale)
+            return varlen_passes(queries, keys, v, plan, scale)
+        return torch_passes(queries, k, v, plan, scale)
 
     def attend(
         self,
