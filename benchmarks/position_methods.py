@@ -40,8 +40,8 @@ must match the last row of its prefill (1e-4; at model level, the last logits).
 
 `--device cuda` (on CPU too with `--device cpu --portable`): the model level only, with
 `--preset` (default tinyllama-1.1b; 22 layers, d_model 2048) in bf16 on CUDA, attention
-backend `auto` (flash: the band passes of position_methods/gpu.py for string, rerope and
-self_extend; DCA uses the pure-torch kernels), one document of T tokens, training length
+backend `auto` (flash: the passes of position_methods/gpu.py for string, rerope,
+self_extend and dca), one document of T tokens, training length
 T. Reports prefill and decode-step ms (median of --repeats, CUDA-synchronised), their
 ratio to plain RoPE, and the prefill's peak MiB above the weights (device_timing.py).
 Decoding must match the prefill's last logits to 5% of their range (bf16).

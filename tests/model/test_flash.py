@@ -13,11 +13,13 @@ from longctx.model import attention as attention_module
 from longctx.model.attention import attention, resolve_backend
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama, ModelConfig
-from longctx.model.position_methods import rerope_method, self_extend_method, string_method
+from longctx.model.position_methods import dca_method, rerope_method, self_extend_method, string_method
+from longctx.model.position_methods import gpu as passes_gpu
 from tests.helpers import packed_document_ids
 from tests.model import varlen_stand_in
 from tests.model.test_position_methods import (
     REPO_STRING_ATTENTION_FACTOR,
+    dca_relative,
     dense_reference,
     plain_frequencies,
     random_qkv,
@@ -94,6 +96,8 @@ BAND_METHODS = {
         lambda: rerope_method(rotary(), 7, 16), rerope_relative(7), 1.0, lambda m: max(1.0, math.log(m + 1) / math.log(16)),
     ),
     "self_extend": (lambda: self_extend_method(rotary(), 8, 3), self_extend_relative(8, 3), 1.0, None),
+    "dca": (lambda: dca_method(rotary(), 9, 4), dca_relative(9, 4), 1.0, None),
+    "dca-full-window": (lambda: dca_method(rotary(), 6, 6), dca_relative(6, 6), 1.0, None),
 }  # fmt: skip
 
 
@@ -101,8 +105,11 @@ BAND_METHODS = {
 @pytest.mark.parametrize("name", list(BAND_METHODS))
 def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, name, monkeypatch):
     """Prefill, chunked prefill and one-token decoding with a cache of (rotated, where the
-    method allows) keys: packed documents shorter and longer than the shift, GQA."""
+    method allows) keys: packed documents shorter and longer than the shift, GQA; the
+    second row's positions start at 5 (DCA's chunks follow positions, not indices); DCA's
+    earlier-chunks segments split over several calls."""
     varlen_stand_in.install(monkeypatch, version)
+    monkeypatch.setattr(passes_gpu, "KEYS_PER_CALL", 40)
     calls = []
     kernel = varlen_stand_in.STAND_INS[version]
 
@@ -115,6 +122,7 @@ def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, nam
     make, relative, score_factor, query_factor = BAND_METHODS[name]
     method = make()
     positions, docs = two_rows([19, 1, 4, 12], 36)
+    positions[1] += 5
     q, k, v = random_qkv(2, 36, 36)
     expected = dense_reference(
         q, k, v, positions, docs, relative, plain_frequencies(), score_factor=score_factor, query_factor=query_factor

@@ -41,9 +41,9 @@ extrapolate by L / L' = 1.5) is `baseline_protocol(name, L)`; config fields left
 take its values.
 
 Kernels: pure torch on any device (cpu.py, the CPU default) and the varlen FlashAttention
-kernel on CUDA (gpu.py, attention backend `flash`) for methods whose passes are fixed
-distance bands (string, rerope, self_extend); rope/ntk/yarn call `attention()` with the
-chosen backend. DCA's chunk passes have no fixed band and always use cpu.py's kernels.
+kernel on CUDA (gpu.py, attention backend `flash`): string, rerope and self_extend as
+fixed distance bands, dca as whole-chunk segments; rope/ntk/yarn call `attention()` with
+the chosen backend.
 
 KV cache contract: methods with `caches_rotated_keys` (rope, ntk, yarn, string) rotate
 every key once at its own position with `rotate_keys` (the method's own RoPE: ntk/yarn
@@ -168,7 +168,7 @@ class PositionMethod(nn.Module):
         queries (the last q_len keys; default all). keys_rotated: k will arrive rotated
         at its own positions (from `rotate_keys`). dtype: the dtype of q/k (rotations are
         computed in `rotation_dtype(dtype)`). backend: `attention()`'s backend; `flash`
-        (or `auto` on CUDA) runs band passes on the varlen kernel (gpu.py).
+        (or `auto` on CUDA) runs band and chunk passes on the varlen kernel (gpu.py).
         """
         if position_ids.dim() != 2:
             raise ValueError(f"position_ids must be [batch, keys], got shape {tuple(position_ids.shape)}")
@@ -211,11 +211,11 @@ class PositionMethod(nn.Module):
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
             layout = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
-            return plan_of(layout, [PassPlan(only.band, cos, sin, index, empty, empty, [])])
+            return plan_of(layout, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
 
         document_start = document_starts(position_ids, document_ids)[:, offset:]
         bands = [p.band for p in self.passes]
-        varlen = resolve_backend(backend, device, dtype) == "flash" and None not in bands
+        varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in self.passes)
         query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
         rotated_at = torch.stack([p.query_positions(query_positions) for p in self.passes])
         query_cos, query_sin = cos_sin(self.rotary, rotated_at, dtype)
@@ -226,9 +226,9 @@ class PositionMethod(nn.Module):
             lower = torch.maximum(document_start, query_index - farthest)
             blocks = [] if varlen else block_spans(attention_pass.band, lower, upper, block_size, kv_len)
             index = key_rotation(attention_pass.key_positions)
-            passes.append(PassPlan(attention_pass.band, cos, sin, index, lower, upper, blocks))
+            passes.append(PassPlan(attention_pass.band, attention_pass.chunk, cos, sin, index, lower, upper, blocks))
         if varlen:
-            layout = varlen_layout(document_ids, q_len, bands)
+            layout = varlen_layout(position_ids, document_ids, q_len, self.passes)
         else:
             layout = torch_layout(document_ids, q_len, block_size, any(band is not None for band in bands))
         return plan_of(layout, passes)
@@ -396,9 +396,9 @@ def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> P
         return in_chunk(p) + s + 1, torch.full_like(p, UNBOUNDED)
 
     passes = [
-        AttentionPass("intra", intra, in_chunk, in_chunk),
-        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk),
-        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk),
+        AttentionPass("intra", intra, in_chunk, in_chunk, chunk=(s, 0)),
+        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk, chunk=(s, 1)),
+        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk, chunk=(s, 2)),
     ]
     params = {"chunk_size": chunk_size, "local_window": local_window}
     return PositionMethod("dca", rotary, passes, params=params)

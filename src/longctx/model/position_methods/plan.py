@@ -51,7 +51,11 @@ class AttentionPass:
     key_positions: PositionMap | None = None
     """Key positions -> their RoPE index; None = their own position (cache-friendly)."""
     band: tuple[int, int | None] | None = None
-    """(nearest, farthest or None) when the same for every query: the flash path needs it."""
+    """(nearest, farthest or None) when the same for every query (varlen kernel: a band)."""
+    chunk: tuple[int, int] | None = None
+    """(chunk size s, relation) when the pass covers whole position chunks [k s, (k+1) s)
+    relative to the query's chunk c: relation 0 = chunk c up to the query, 1 = chunk
+    c - 1, 2 = chunks 0 .. c - 2 (DCA; varlen kernel: one segment per query chunk)."""
 
 
 def band_pass(
@@ -73,6 +77,8 @@ class PassPlan:
 
     band: tuple[int, int | None] | None
     """The pass's fixed distance band, if it has one (AttentionPass.band)."""
+    chunk: tuple[int, int] | None
+    """The pass's chunk relation, if it has one (AttentionPass.chunk)."""
     query_cos: torch.Tensor
     """[B, Tq, D] cos of the queries' rotation in this pass (rotation dtype)."""
     query_sin: torch.Tensor
