@@ -124,6 +124,10 @@ class TrainConfig:
     """Recompute each block's activations in backward (memory for ~30% more compute)."""
     compile: bool = False
     """torch.compile each transformer block."""
+    loss_chunk_tokens: int = 0
+    """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
+    recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
+    at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
 
 
     def validate(self, data: DataConfig) -> None:
@@ -146,6 +150,8 @@ class TrainConfig:
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
         _positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
+        if self.loss_chunk_tokens < 0:
+            raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
         tokens_per_micro_batch = data.window * self.micro_batch_size
         if self.global_batch_tokens % tokens_per_micro_batch:
             raise ConfigError(

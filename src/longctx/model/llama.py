@@ -30,6 +30,7 @@ from torch.utils.checkpoint import checkpoint
 from longctx.errors import ConfigError
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
 from longctx.model.config import PRESETS, SHAPE_FIELDS, ModelConfig, config_dict, shape_mismatches
+from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
 
@@ -210,9 +211,14 @@ class Llama(nn.Module):
         attention_backend: str | None = None,
         position_method: PositionsProvider | None = None,
         last_logits_only: bool = False,
+        labels: torch.Tensor | None = None,
+        loss_chunk_tokens: int = 0,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
         [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
+        With `labels` [B, T]: instead of logits, the summed next-token cross-entropy over
+        labelled tokens, in chunks of `loss_chunk_tokens` tokens (0 = one chunk) that never
+        hold [tokens, vocab] fp32 logits at once (model/loss.py).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
         position_ids continue each row from the cache, missing document_ids continue each
@@ -261,6 +267,9 @@ class Llama(nn.Module):
                 x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
                 x = block(x, positions, kv_cache)
+        if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
+            hidden = self.norm(x).flatten(0, 1)
+            return chunked_cross_entropy(hidden, self.output, labels.flatten(), loss_chunk_tokens or hidden.shape[0])
         if last_logits_only:
             x = x[:, -1:]
         logits = self.output(self.norm(x))
