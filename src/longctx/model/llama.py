@@ -33,7 +33,6 @@ from longctx.model.config import PRESETS, SHAPE_FIELDS, ModelConfig, config_dict
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
-
 # ModelConfig and its helpers moved to longctx.model.config; these names stay importable here.
 __all__ = [
     "PRESETS", "SHAPE_FIELDS", "ConfigError", "KVCache", "Llama", "ModelConfig", "config_dict", "shape_mismatches",

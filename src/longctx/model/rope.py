@@ -28,7 +28,6 @@ so exported weights need no permutation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 

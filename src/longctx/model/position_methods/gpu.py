@@ -34,7 +34,6 @@ from longctx.batch import cu_seqlens, document_segments
 from longctx.model.flash import varlen_flash
 from longctx.model.position_methods.plan import PositionPlan, merge
 
-
 KEYS_PER_CALL = 1 << 21
 """Most gathered keys per kernel call of a chunk pass (DCA's earlier-chunks relation)."""
 

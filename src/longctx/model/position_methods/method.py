@@ -63,9 +63,9 @@ from torch import nn
 
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
 from longctx.model.config import ModelConfig
+from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.cpu import block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import varlen_layout, varlen_passes
-from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.plan import (
     UNBOUNDED,
     AttentionPass,
