@@ -68,7 +68,10 @@ def test_model_trains_under_bf16_with_every_backend(backend, precision):
     reference_model = Llama(ModelConfig.from_preset("debug", max_position=256, init_std=0.05)).to(CUDA)
     lengths = [100, 156]
     ids = torch.randint(0, 8192, (1, 256), device=CUDA)
-    options = dict(position_ids=reset_position_ids(lengths).to(CUDA), document_ids=packed_document_ids(lengths).to(CUDA))
+    options = {
+        "position_ids": reset_position_ids(lengths).to(CUDA),
+        "document_ids": packed_document_ids(lengths).to(CUDA),
+    }
     reference = reference_model(ids, attention_backend="sdpa", **options)
     reference.float().logsumexp(-1).mean().backward()
     model = Llama(reference_model.config).to(CUDA)
@@ -151,7 +154,7 @@ def test_pretrain_20_steps_on_cuda_resumes_to_the_same_losses(tmp_path):
     step_10 = first / "checkpoints" / "step-0000010.ckpt"
     assert step_10.exists(), sorted(p.name for p in (first / "checkpoints").iterdir())
     second = tmp_path / "second"
-    finish(launch(overrides(workspace, second, **cuda) + [f"train.resume={step_10}"]), timeout=900)
+    finish(launch([*overrides(workspace, second, **cuda), f"train.resume={step_10}"]), timeout=900)
     expected, resumed = losses(first), losses(second)
     assert sorted(expected) == list(range(1, 21))
     for step in range(11, 21):
@@ -162,7 +165,7 @@ def test_niah_runs_on_cuda_in_bf16_at_given_lengths(tmp_path):
     from longctx.data.corpus import embedded_documents
 
     haystack = tmp_path / "haystack.txt"
-    haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))))
+    haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)), strict=False)))
     checkpoint = tmp_path / "model.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
     args = [f"eval.niah_haystack={haystack}", "eval.niah_tests_per_length=2", "eval.niah_max_new_tokens=8",
@@ -172,4 +175,3 @@ def test_niah_runs_on_cuda_in_bf16_at_given_lengths(tmp_path):
     result = json.loads((tmp_path / "niah.json").read_text())
     assert result["lengths"] == [128, 384]
     assert [row["tests"] for row in result["per_length"]] == [2, 2]
-

@@ -14,7 +14,11 @@ from tests.helpers import packed_document_ids, reset_position_ids
 
 def record_dtypes(monkeypatch) -> list:
     seen = []
-    for module, name in ((attention_module, "_sdpa_attention"), (attention_module, "_varlen_attention"), (passes_cpu, "_kernel")):
+    for module, name in (
+        (attention_module, "_sdpa_attention"),
+        (attention_module, "_varlen_attention"),
+        (passes_cpu, "_kernel"),
+    ):
         original = getattr(module, name)
 
         def recording(q, k, v, *args, _original=original, **kwargs):
@@ -41,10 +45,10 @@ def test_kernels_get_one_dtype_and_match_fp32(precision, backend, method_name, m
     method = METHODS[method_name](model)
     lengths = [20, 28]
     ids = torch.randint(0, 8192, (1, 48))
-    options = dict(
-        position_ids=reset_position_ids(lengths), document_ids=packed_document_ids(lengths),
-        attention_backend=backend, position_method=method,
-    )  # fmt: skip
+    options = {
+        "position_ids": reset_position_ids(lengths), "document_ids": packed_document_ids(lengths),
+        "attention_backend": backend, "position_method": method,
+    }  # fmt: skip
     with torch.no_grad():
         reference = model(ids, **options)
         seen = record_dtypes(monkeypatch)

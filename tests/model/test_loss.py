@@ -15,7 +15,9 @@ def loss_and_grads(model, ids, labels, options, chunk_tokens):
     model.zero_grad(set_to_none=True)
     if chunk_tokens is None:
         logits = model(ids, **options)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        loss = F.cross_entropy(
+            logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
     else:
         loss = model(ids, labels=labels, loss_chunk_tokens=chunk_tokens, **options)
     loss.backward()
@@ -30,7 +32,10 @@ def test_chunked_loss_matches_plain_loss_and_gradients(chunk_tokens):
     labels = torch.randint(0, 8192, (2, 32))
     labels[0, :5] = IGNORE_INDEX
     labels[1, -3:] = IGNORE_INDEX
-    options = dict(position_ids=reset_position_ids(lengths, batch=2), document_ids=packed_document_ids(lengths, batch=2))
+    options = {
+        "position_ids": reset_position_ids(lengths, batch=2),
+        "document_ids": packed_document_ids(lengths, batch=2),
+    }
     expected_loss, expected_grads = loss_and_grads(model, ids, labels, options, None)
     loss, grads = loss_and_grads(model, ids, labels, options, chunk_tokens)
     torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=0)  # both fp32 (logits are upcast to fp32)

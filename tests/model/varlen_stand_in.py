@@ -65,7 +65,9 @@ def varlen_attn_2_14(
     return _varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, return_aux, scale, window_size, enable_gqa)
 
 
-def varlen_attn_2_11(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+def varlen_attn_2_11(
+    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+):
     return _varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, return_aux, scale, window_size, False)
 
 

@@ -71,7 +71,9 @@ def varlen_flash(
         )
     parameters = _parameters(varlen)
     if "window_size" not in parameters:
-        raise RuntimeError(f"torch {torch.__version__}'s varlen_attn has no window_size; the flash path needs torch >= 2.11")
+        raise RuntimeError(
+            f"torch {torch.__version__}'s varlen_attn has no window_size; the flash path needs torch >= 2.11"
+        )
     options = {"scale": scale, "window_size": window}
     if k.shape[1] != q.shape[1]:
         if "enable_gqa" in parameters:

@@ -28,7 +28,9 @@ def chunked_cross_entropy(
     if chunk_tokens <= 0:
         raise ValueError(f"chunk_tokens must be > 0, got {chunk_tokens}")
     if hidden.shape[:-1] != labels.shape or hidden.dim() != 2:
-        raise ValueError(f"hidden {tuple(hidden.shape)} must be [N, d] with labels [N], got labels {tuple(labels.shape)}")
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} must be [N, d] with labels [N], got labels {tuple(labels.shape)}"
+        )
 
     def chunk_loss(chunk: torch.Tensor, chunk_labels: torch.Tensor) -> torch.Tensor:
         logits = head(chunk).float()

@@ -20,8 +20,6 @@ REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
 """cos/sin multiplier of the authors' released StRing code (compat='repo')."""
 
 
-
-
 @dataclass
 class StringConfig:
     """StRing (STRING §4.1). Paper: S = L/3, W = 128 for every model (Figure 7 ablation:
@@ -158,7 +156,8 @@ def _resolve_string(config: StringConfig, training_length: int, prefix: str) -> 
     shift = config.shift or round(config.shift_ratio * training_length)
     if shift <= 0:
         raise ConfigError(
-            f"{prefix}.shift_ratio", f"gives shift S = round({config.shift_ratio} * {training_length}) = {shift}; S must be > 0"
+            f"{prefix}.shift_ratio",
+            f"gives shift S = round({config.shift_ratio} * {training_length}) = {shift}; S must be > 0",
         )
     if not 0 <= config.local_window < shift:
         raise ConfigError(

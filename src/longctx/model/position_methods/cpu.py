@@ -55,6 +55,7 @@ def block_spans(pass_band, lower: torch.Tensor, upper: torch.Tensor, block_size:
         return []
     return _block_spans(lower, upper, block_size, kv_len)
 
+
 @dataclass(frozen=True)
 class KeySpans:
     """The keys one query block attends in one pass, as key-index ranges [start, end)."""
@@ -88,12 +89,17 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     has_empty = (valid & ~covered).any(-1)
     columns = (first, end, common_first, common_end, has_empty, covered.any(-1))
     return [
-        [_spans(*block, kv_len) if block[-1] else None for block in zip(*(column.tolist() for column in row))]
-        for row in zip(*columns)
+        [
+            _spans(*block, kv_len) if block[-1] else None
+            for block in zip(*(column.tolist() for column in row), strict=True)
+        ]
+        for row in zip(*columns, strict=True)
     ]
 
 
-def _spans(first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool, kv_len: int) -> KeySpans:
+def _spans(
+    first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool, kv_len: int
+) -> KeySpans:
     bulk_len = max(common_end - common_first, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
     if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
@@ -113,7 +119,6 @@ def _widen(start: int, end: int, kv_len: int, *, down: bool = True, up: bool = T
     return start - below, end + above
 
 
-
 def torch_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
     """Attention output [B, Tq, H, D] of a multi-pass plan from each pass's rotated
     queries [B, Tq, H, D] and the keys (rotated by each pass's key rotation here unless
@@ -122,8 +127,6 @@ def torch_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, 
         return _decode_passes(queries, k, v, plan, scale)
     keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
     return _torch_passes(queries, keys, v, plan, scale)
-
-
 
 
 class _Document(NamedTuple):
@@ -142,15 +145,17 @@ def _documents(document_ids: torch.Tensor, q_len: int) -> list[_Document]:
     kv_len = document_ids.shape[1]
     return [
         _Document(start // kv_len, start % kv_len, keys, queries)
-        for start, keys, queries in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist())
+        for start, keys, queries in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist(), strict=True)
         if queries > 0
     ]
 
 
-def _torch_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
+def _torch_passes(
+    queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float
+):
     """Every pass's output and log-sum-exp over all queries, then one merge across passes."""
     parts = []
-    for pass_plan, query in zip(plan.passes, queries):
+    for pass_plan, query in zip(plan.passes, queries, strict=True):
         key = keys[pass_plan.key_rotation]
         if pass_plan.band is not None:
             parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
@@ -191,13 +196,15 @@ def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document]
     for doc in documents:
         query_base = doc.key_start - offset  # index in q of the document's position 0
 
-        def query(i: int, j: int) -> torch.Tensor:  # the queries with document index in [i, j)
-            return q[doc.row, query_base + i : query_base + j]
+        def query(i: int, j: int, doc: _Document = doc, query_base: int = query_base) -> torch.Tensor:
+            return q[doc.row, query_base + i : query_base + j]  # the queries with document index in [i, j)
 
-        def key_value(i: int, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        def key_value(i: int, j: int, doc: _Document = doc) -> tuple[torch.Tensor, torch.Tensor]:
             return k[doc.row, doc.key_start + i : doc.key_start + j], v[doc.row, doc.key_start + i : doc.key_start + j]
 
-        def write(i: int, result: tuple[torch.Tensor, torch.Tensor]) -> None:
+        def write(
+            i: int, result: tuple[torch.Tensor, torch.Tensor], doc: _Document = doc, query_base: int = query_base
+        ) -> None:
             rows = slice(query_base + i, query_base + i + result[0].shape[0])
             out[doc.row, rows], lse[doc.row, rows] = result
 
@@ -267,13 +274,17 @@ def _block_pass(q, k, v, pass_plan: PassPlan, block_size: int, scale: float):
             if spans.bulk is not None:
                 start, end = spans.bulk
                 empty = upper < lower if spans.has_empty_rows else None
-                parts.append(_empty_rows(_squeeze(_kernel(query, key[None, start:end], value[None, start:end], scale)), empty))
+                parts.append(
+                    _empty_rows(_squeeze(_kernel(query, key[None, start:end], value[None, start:end], scale)), empty)
+                )
             if spans.masked:
                 key_index = torch.cat([torch.arange(start, end, device=v.device) for start, end in spans.masked])
                 allowed = (key_index >= lower[:, None]) & (key_index <= upper[:, None])
                 empty = _covered_count(lower, upper, spans.masked) == 0
                 masked_k, masked_v = _gather_ranges(key, spans.masked), _gather_ranges(value, spans.masked)
-                parts.append(_empty_rows(_squeeze(_kernel(query, masked_k[None], masked_v[None], scale, allowed=allowed)), empty))
+                parts.append(
+                    _empty_rows(_squeeze(_kernel(query, masked_k[None], masked_v[None], scale, allowed=allowed)), empty)
+                )
             out[b, rows], lse[b, rows] = _merge(parts)
     return out, lse
 
@@ -285,11 +296,11 @@ def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor
     cache). Scoring by hand (matmul, softmax, matmul per pass) ran as fast (StRing at
     T=1024: 0.37 vs 0.38 ms per step); the kernel keeps one code path with prefill."""
     batch, _, heads, dim = queries[0].shape
-    ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist())) for p in plan.passes]
+    ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist(), strict=True)) for p in plan.passes]
     out = torch.empty(batch, 1, heads, dim, dtype=v.dtype, device=v.device)
     for b in range(batch):
         parts = []
-        for pass_plan, query, pass_ranges in zip(plan.passes, queries, ranges):
+        for pass_plan, query, pass_ranges in zip(plan.passes, queries, ranges, strict=True):
             start, last = pass_ranges[b]
             if last < start:
                 continue
@@ -306,7 +317,9 @@ def _covered_count(lower: torch.Tensor, upper: torch.Tensor, ranges: tuple[tuple
     """For each query, how many keys of the index ranges [start, end) lie in [lower, upper]."""
     count = torch.zeros_like(lower)
     for start, end in ranges:
-        count += (torch.minimum(upper, torch.full_like(upper, end - 1)) - torch.clamp(lower, min=start) + 1).clamp(min=0)
+        count += (torch.minimum(upper, torch.full_like(upper, end - 1)) - torch.clamp(lower, min=start) + 1).clamp(
+            min=0
+        )
     return count
 
 
@@ -314,6 +327,7 @@ def _gather_ranges(x: torch.Tensor, ranges: tuple[tuple[int, int], ...]) -> torc
     if len(ranges) == 1:
         return x[ranges[0][0] : ranges[0][1]]
     return torch.cat([x[start:end] for start, end in ranges])
+
 
 def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tensor | None = None):
     """Softmax attention of q [N, Tq, H, D] over k/v [N, Tk, Hkv, D] (query head h reads
@@ -335,7 +349,9 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     return out.transpose(1, 2).to(merge_dtype), lse.transpose(1, 2).to(merge_dtype)
 
 
-def _empty_rows(result: tuple[torch.Tensor, torch.Tensor], empty: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _empty_rows(
+    result: tuple[torch.Tensor, torch.Tensor], empty: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Output 0 and log-sum-exp -inf for the queries flagged in `empty` [Tq] (they saw
     only masked keys, which the kernel does not report)."""
     out, lse = result

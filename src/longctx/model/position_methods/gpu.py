@@ -93,7 +93,9 @@ def _chunk_calls(position_ids, starts, k_lengths, q_lengths, q_len: int, chunk: 
     kv_len = position_ids.shape[1]
     first_positions = position_ids.flatten()[starts]
     segments = []  # (query flat start, query count, key flat start, key count)
-    for start, keys, queries, p0 in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist(), first_positions.tolist(), strict=True):
+    for start, keys, queries, p0 in zip(
+        starts.tolist(), k_lengths.tolist(), q_lengths.tolist(), first_positions.tolist(), strict=True
+    ):
         if queries == 0:
             continue
         row, local = divmod(start, kv_len)
@@ -101,11 +103,17 @@ def _chunk_calls(position_ids, starts, k_lengths, q_lengths, q_len: int, chunk: 
         for c in range((p0 + keys - queries) // size, (p0 + keys - 1) // size + 1):
             low, high = max(0, c * size - p0), min(keys, (c + 1) * size - p0)
             query_low = max(keys - queries, low)
-            key_range = {0: (low, high), 1: (max(0, (c - 1) * size - p0), low), 2: (0, max(0, (c - 1) * size - p0))}[relation]
+            key_range = {0: (low, high), 1: (max(0, (c - 1) * size - p0), low), 2: (0, max(0, (c - 1) * size - p0))}[
+                relation
+            ]
             if key_range[1] > key_range[0]:
-                segments.append((query_base + query_low, high - query_low, start + key_range[0], key_range[1] - key_range[0]))
+                segments.append(
+                    (query_base + query_low, high - query_low, start + key_range[0], key_range[1] - key_range[0])
+                )
     window = (-1, 0) if relation == 0 else (-1, -1)
-    calls, group, group_keys = [], [], 0
+    calls: list[VarlenCall] = []
+    group: list[tuple[int, int, int, int]] = []
+    group_keys = 0
     for segment in segments:
         if group and group_keys + segment[3] > KEYS_PER_CALL:
             calls.append(_gathered_call(group, window, position_ids.device))
@@ -121,18 +129,28 @@ def _gathered_call(segments: list[tuple[int, int, int, int]], window: tuple[int,
     def ranges(first: list[int], count: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = torch.tensor(count, device=device)
         total = sum(count)
-        base = torch.repeat_interleave(torch.tensor(first, device=device) - (lengths.cumsum(0) - lengths), lengths, output_size=total)
+        base = torch.repeat_interleave(
+            torch.tensor(first, device=device) - (lengths.cumsum(0) - lengths), lengths, output_size=total
+        )
         return base + torch.arange(total, device=device), lengths
 
     query_first, query_count, key_first, key_count = (list(column) for column in zip(*segments, strict=True))
     query_index, query_lengths = ranges(query_first, query_count)
     key_index, key_lengths = ranges(key_first, key_count)
     return VarlenCall(
-        query_index, cu_seqlens(query_lengths), max(query_count), key_index, cu_seqlens(key_lengths), max(key_count), window
+        query_index,
+        cu_seqlens(query_lengths),
+        max(query_count),
+        key_index,
+        cu_seqlens(key_lengths),
+        max(key_count),
+        window,
     )
 
 
-def varlen_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float):
+def varlen_passes(
+    queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float
+):
     """Attention output [B, Tq, H, D] of a band/chunk-pass plan: the passes' kernel calls, merged."""
     layout: VarlenLayout = plan.layout
     batch, q_len, heads, dim = queries[0].shape
@@ -154,9 +172,9 @@ def varlen_passes(queries: list[torch.Tensor], keys: list[torch.Tensor], v: torc
                 call.cu_seqlens_q, call.cu_seqlens_k, call.max_seqlen_q, call.max_seqlen_k,
                 scale=scale, window=call.window, lse=True,
             )  # fmt: skip
-            if call_lse.shape != (heads, call_out.shape[0]):
+            if call_lse is None or call_lse.shape != (heads, call_out.shape[0]):
                 raise RuntimeError(
-                    f"the varlen kernel returned a log-sum-exp of shape {tuple(call_lse.shape)}, expected "
+                    f"the varlen kernel returned a log-sum-exp of shape {getattr(call_lse, 'shape', None)}, expected "
                     f"{(heads, call_out.shape[0])} (flash-attn >= 2.5 or torch >= 2.11)"
                 )
             call_lse = call_lse.transpose(0, 1).to(merge_dtype)

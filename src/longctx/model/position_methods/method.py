@@ -64,8 +64,8 @@ from torch import nn
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
 from longctx.model.config import ModelConfig
 from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
-from longctx.model.position_methods.cpu import block_spans, torch_layout, torch_passes
-from longctx.model.position_methods.gpu import varlen_layout, varlen_passes
+from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
+from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
     UNBOUNDED,
     AttentionPass,
@@ -148,7 +148,9 @@ class PositionMethod(nn.Module):
     def rotate_keys(self, k: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """k [B, T, Hkv, D] rotated at its own positions [B, T] by this method's RoPE."""
         if not self.caches_rotated_keys:
-            raise ValueError(f"position method {self.name!r} rotates keys at rewritten positions; cache them un-rotated")
+            raise ValueError(
+                f"position method {self.name!r} rotates keys at rewritten positions; cache them un-rotated"
+            )
         return apply_rotary(k, *cos_sin(self.rotary, position_ids, k.dtype))
 
     def plan(
@@ -190,15 +192,16 @@ class PositionMethod(nn.Module):
         offset = kv_len - q_len
         query_positions = position_ids[:, offset:]
         compute = rotation_dtype(dtype)
-        query_scale = None if self.query_scale is None else self.query_scale(query_positions).to(compute)
+        scale_queries = self.query_scale
+        query_scale = None if scale_queries is None else scale_queries(query_positions).to(compute)
         key_maps: list[PositionMap | None] = []
         key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None] = []
 
         def key_rotation(key_map: PositionMap | None) -> int:
             if key_map not in key_maps:
                 key_maps.append(key_map)
+                at = position_ids if key_map is None else key_map(position_ids)
                 own = key_map is None
-                at = position_ids if own else key_map(position_ids)
                 key_rotations.append(None if own and keys_rotated else cos_sin(self.rotary, at, dtype))
             return key_maps.index(key_map)
 
@@ -210,8 +213,8 @@ class PositionMethod(nn.Module):
             cos, sin = cos_sin(self.rotary, only.query_positions(query_positions), dtype)
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
-            layout = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
-            return plan_of(layout, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
+            single = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
+            return plan_of(single, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
 
         document_start = document_starts(position_ids, document_ids)[:, offset:]
         bands = [p.band for p in self.passes]
@@ -227,6 +230,7 @@ class PositionMethod(nn.Module):
             blocks = [] if varlen else block_spans(attention_pass.band, lower, upper, block_size, kv_len)
             index = key_rotation(attention_pass.key_positions)
             passes.append(PassPlan(attention_pass.band, attention_pass.chunk, cos, sin, index, lower, upper, blocks))
+        layout: VarlenLayout | TorchLayout
         if varlen:
             layout = varlen_layout(position_ids, document_ids, q_len, self.passes)
         else:
@@ -246,11 +250,18 @@ class PositionMethod(nn.Module):
         """The model's positions-provider hook (llama.PositionsProvider): plan once per
         forward for queries at `position_ids` [B, Tq] and all keys (cache + new)."""
         plan = self.plan(
-            key_position_ids, key_document_ids, q_len, keys_rotated=self.caches_rotated_keys, backend=backend, dtype=dtype
+            key_position_ids,
+            key_document_ids,
+            q_len,
+            keys_rotated=self.caches_rotated_keys,
+            backend=backend,
+            dtype=dtype,
         )
         return MethodPositions(self, plan, position_ids)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None):
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None
+    ):
         """Attention output [B, Tq, H, D] from un-rotated q (and k unless the plan says rotated).
         Rotations run in `rotation_dtype(q.dtype)`; every kernel gets q/k/v in q's dtype."""
         check_inputs(q, k, v, plan)
@@ -261,16 +272,18 @@ class PositionMethod(nn.Module):
             wide = wide * plan.query_scale[:, :, None, None]
         if plan.mask is not None:
             only = plan.passes[0]
-            keys = k if plan.keys_rotated else apply_rotary(k, *plan.key_rotations[0])
+            rotation = plan.key_rotations[0]  # None: the keys arrive rotated
+            keys = k if rotation is None else apply_rotary(k, *rotation)
             query = apply_rotary(wide, only.query_cos, only.query_sin).to(dtype)
             return attention(query, keys, v, mask=plan.mask, scale=scale)
         swapped = rotate_half(wide)  # shared by every pass's rotation
         queries = [
-            torch.addcmul(wide * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]).to(dtype) for p in plan.passes
+            torch.addcmul(wide * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]).to(dtype)
+            for p in plan.passes
         ]
         if plan.backend == "flash":
-            keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-            return varlen_passes(queries, keys, v, plan, scale)
+            rotated = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
+            return varlen_passes(queries, rotated, v, plan, scale)
         return torch_passes(queries, k, v, plan, scale)
 
     def attend(
@@ -319,11 +332,18 @@ def yarn_method(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
     rotary = RotaryEmbedding(head_dim, base, scaling, training_length)
-    params = {"factor": factor, "original_max_position": original_max_position, "beta_fast": beta_fast, "beta_slow": beta_slow}
+    params = {
+        "factor": factor,
+        "original_max_position": original_max_position,
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+    }
     return rope_method(rotary, "yarn", params)
 
 
-def string_method(rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper") -> PositionMethod:
+def string_method(
+    rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper"
+) -> PositionMethod:
     """StRing (STRING Eq. 4) with shift S and local window W; see the module docstring."""
     if shift <= 0:
         raise ValueError(f"StRing shift S must be > 0, got {shift}")
@@ -363,7 +383,9 @@ def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = 
 def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size: int) -> PositionMethod:
     """Self-Extend: exact below neighbor_window, grouped (floor-divided by group_size) beyond."""
     if neighbor_window <= 0 or group_size <= 0:
-        raise ValueError(f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}")
+        raise ValueError(
+            f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}"
+        )
     offset = neighbor_window - neighbor_window // group_size
     passes = [
         band_pass("neighbor", 0, neighbor_window - 1, _own),
@@ -380,7 +402,9 @@ def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size
 def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> PositionMethod:
     """Dual Chunk Attention with chunk size s and local window w (c = s + w)."""
     if chunk_size <= 0 or not 0 < local_window <= chunk_size:
-        raise ValueError(f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}")
+        raise ValueError(
+            f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}"
+        )
     s, last = chunk_size, chunk_size + local_window - 1
 
     def in_chunk(p: torch.Tensor) -> torch.Tensor:
@@ -451,8 +475,17 @@ def string_attention(
     position_ids/document_ids [B, Tk] describe the keys (queries are the last Tq); RoPE
     is `rope_base` with `rope_scaling` (max_position: the context that scaling is
     relative to, default Tk)."""
-    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(q.device)
+    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(
+        q.device
+    )
     method = string_method(rotary, shift, local_window, compat)
     return method.attend(
-        q, k, v, position_ids=position_ids, document_ids=document_ids, backend=backend, scale=scale, block_size=block_size
+        q,
+        k,
+        v,
+        position_ids=position_ids,
+        document_ids=document_ids,
+        backend=backend,
+        scale=scale,
+        block_size=block_size,
     )

@@ -59,7 +59,11 @@ class AttentionPass:
 
 
 def band_pass(
-    name: str, nearest: int, farthest: int | None, query_positions: PositionMap, key_positions: PositionMap | None = None
+    name: str,
+    nearest: int,
+    farthest: int | None,
+    query_positions: PositionMap,
+    key_positions: PositionMap | None = None,
 ) -> AttentionPass:
     """A pass covering the same distances [nearest, farthest] for every query."""
 
@@ -68,7 +72,6 @@ def band_pass(
         return torch.full_like(positions, nearest), torch.full_like(positions, far)
 
     return AttentionPass(name, distances, query_positions, key_positions, (nearest, farthest))
-
 
 
 @dataclass
@@ -155,7 +158,9 @@ def document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> t
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan) -> None:
     if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[2] % k.shape[2]:
         raise ValueError(
             f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple"
@@ -165,7 +170,6 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Positi
             f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
-
 
 
 def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
