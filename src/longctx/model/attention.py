@@ -369,12 +369,13 @@ class _FlashSegments:
     cu_seqlens_k: torch.Tensor
     max_q: int
     max_k: int
+    kernel: flash.VarlenKernel
 
 
 def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _FlashSegments:
     _, k_lengths, q_lengths = document_segments(document_ids, q_len)
     max_q, max_k = torch.stack([q_lengths.max(), k_lengths.max()]).tolist()
-    return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k)
+    return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k, flash.resolve_kernel())
 
 
 def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
@@ -390,6 +391,7 @@ def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor
         seg.max_k,
         scale=scale,
         window=flash.CAUSAL,
+        kernel=seg.kernel,
     )
     return out.reshape(batch, q_len, heads, dim)
 

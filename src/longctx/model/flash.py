@@ -24,11 +24,13 @@ would synchronise the host with the GPU on every layer).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,6 +40,36 @@ CAUSAL = (-1, 0)
 def available() -> bool:
     """True if some varlen flash kernel can be called (CUDA still required to run it)."""
     return _flash_attn() is not None or _torch_varlen() is not None
+
+
+@dataclass(frozen=True)
+class VarlenKernel:
+    """The kernel chosen for a batch: resolved once when the batch is planned (outside any
+    compiled region), then called by every layer without import or signature lookups."""
+
+    function: Callable[..., Any]
+    flash_attn: bool
+    """flash-attn's calling convention; else torch's varlen_attn."""
+    enable_gqa: bool
+    """torch: the kernel takes GQA itself (2.14); else k/v are expanded (2.11)."""
+
+
+def resolve_kernel() -> VarlenKernel:
+    """flash-attn's kernel when installed, else torch's varlen_attn (module docstring)."""
+    flash_attn = _flash_attn()
+    if flash_attn is not None:
+        return VarlenKernel(flash_attn.flash_attn_varlen_func, flash_attn=True, enable_gqa=True)
+    varlen = _torch_varlen()
+    if varlen is None:
+        raise RuntimeError(
+            "attention backend 'flash' needs flash-attn or torch.nn.attention.varlen (torch >= 2.10); neither imports"
+        )
+    parameters = inspect.signature(varlen).parameters
+    if "window_size" not in parameters:
+        raise RuntimeError(
+            f"torch {torch.__version__}'s varlen_attn has no window_size; the flash path needs torch >= 2.11"
+        )
+    return VarlenKernel(varlen, flash_attn=False, enable_gqa="enable_gqa" in parameters)
 
 
 def varlen_flash(
@@ -52,31 +84,23 @@ def varlen_flash(
     scale: float,
     window: tuple[int, int] = CAUSAL,
     lse: bool = False,
+    kernel: VarlenKernel | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """See the module docstring; returns (out, lse or None)."""
+    """See the module docstring; returns (out, lse or None). `kernel`: from `resolve_kernel`
+    at plan time (None = resolve now)."""
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"varlen flash attention needs one dtype for q/k/v, got {q.dtype}, {k.dtype}, {v.dtype}")
-    flash_attn = _flash_attn()
-    if flash_attn is not None:
-        result = flash_attn.flash_attn_varlen_func(
+    kernel = kernel or resolve_kernel()
+    if kernel.flash_attn:
+        result = kernel.function(
             q, k, v,
             cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
             softmax_scale=scale, causal=window[1] == 0, window_size=window, return_attn_probs=lse,
         )  # fmt: skip
         return (result[0], result[1]) if lse else (result, None)
-    varlen = _torch_varlen()
-    if varlen is None:
-        raise RuntimeError(
-            "attention backend 'flash' needs flash-attn or torch.nn.attention.varlen (torch >= 2.10); neither imports"
-        )
-    parameters = _parameters(varlen)
-    if "window_size" not in parameters:
-        raise RuntimeError(
-            f"torch {torch.__version__}'s varlen_attn has no window_size; the flash path needs torch >= 2.11"
-        )
-    options = {"scale": scale, "window_size": window}
+    options: dict[str, Any] = {"scale": scale, "window_size": window}
     if k.shape[1] != q.shape[1]:
-        if "enable_gqa" in parameters:
+        if kernel.enable_gqa:
             options["enable_gqa"] = True
         else:
             group = q.shape[1] // k.shape[1]
@@ -84,9 +108,11 @@ def varlen_flash(
     if lse:
         from torch.nn.attention.varlen import AuxRequest
 
-        out, log_sum_exp = varlen(q, k, v, cu_q, cu_k, max_q, max_k, return_aux=AuxRequest(lse=True), **options)
+        out, log_sum_exp = kernel.function(
+            q, k, v, cu_q, cu_k, max_q, max_k, return_aux=AuxRequest(lse=True), **options
+        )
         return out, log_sum_exp
-    return varlen(q, k, v, cu_q, cu_k, max_q, max_k, **options), None
+    return kernel.function(q, k, v, cu_q, cu_k, max_q, max_k, **options), None
 
 
 def _flash_attn():
@@ -103,8 +129,3 @@ def _torch_varlen():
     except ImportError:
         return None
     return getattr(module, "varlen_attn", None)
-
-
-@functools.lru_cache(maxsize=8)
-def _parameters(function) -> frozenset[str]:
-    return frozenset(inspect.signature(function).parameters)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from longctx.batch import cu_seqlens, document_segments
-from longctx.model.flash import varlen_flash
+from longctx.model.flash import VarlenKernel, resolve_kernel, varlen_flash
 from longctx.model.position_methods.plan import PositionPlan, merge
 
 KEYS_PER_CALL = 1 << 21
@@ -59,6 +59,8 @@ class VarlenLayout:
     """The varlen kernel's view of a batch: each pass's calls."""
 
     calls: list[list[VarlenCall]]
+    kernel: VarlenKernel
+    """Chosen once per batch (model/flash.py)."""
     backend: str = "flash"
 
 
@@ -71,7 +73,7 @@ def varlen_layout(position_ids: torch.Tensor, document_ids: torch.Tensor, q_len:
             calls.append([_band_call(starts, k_lengths, q_lengths, attention_pass.band)])
         else:
             calls.append(_chunk_calls(position_ids, starts, k_lengths, q_lengths, q_len, attention_pass.chunk))
-    return VarlenLayout(calls)
+    return VarlenLayout(calls, resolve_kernel())
 
 
 def _band_call(starts, k_lengths, q_lengths, band: tuple[int, int | None]) -> VarlenCall:
@@ -170,7 +172,7 @@ def varlen_passes(
             call_out, call_lse = varlen_flash(
                 call_q, flat_k[call.key_index], flat_v[call.key_index],
                 call.cu_seqlens_q, call.cu_seqlens_k, call.max_seqlen_q, call.max_seqlen_k,
-                scale=scale, window=call.window, lse=True,
+                scale=scale, window=call.window, lse=True, kernel=layout.kernel,
             )  # fmt: skip
             if call_lse is None or call_lse.shape != (heads, call_out.shape[0]):
                 raise RuntimeError(
