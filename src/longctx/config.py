@@ -4,7 +4,8 @@
     cfg.model.n_layers, cfg.data.window, cfg.train.lr
 
 Sources merge left to right (later wins): the model preset named by `model.preset`, then
-each YAML file, then each override. A YAML file may start with `inherit: [other.yaml]`
+each YAML file, then each override. The override `inherit=FILE.yaml` layers a whole file at
+its place among the overrides (how a W&B sweep grids over recipe files). A YAML file may start with `inherit: [other.yaml]`
 (paths relative to that file) to layer itself on other files. Files named without a
 directory that does not exist are looked up under `experiments/`.
 
@@ -419,7 +420,12 @@ class _Source:
 def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentConfig:
     """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
     sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
-    sources += [_read_override(text) for text in overrides]
+    for text in overrides:
+        key, _, value = text.partition("=")
+        if key.strip() == "inherit":  # a whole YAML file at this place in the order (sweep grids over recipes)
+            sources += _read_yaml(Path(value.strip()), chain=())
+        else:
+            sources.append(_read_override(text))
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
