@@ -45,6 +45,7 @@ from longctx.data.packing import LENGTHS_FILE, PackedSource
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
 from longctx.data.sentences import sentence_end_table, sentence_lengths
 from longctx.data.tokenizer import Tokenizer
+from longctx.errors import DataError
 from longctx.model.llama import Llama
 
 CLASSES = ("digit", "punct", "word", "space", "other")
@@ -148,7 +149,7 @@ def score_samples(base: Llama, extended: Llama, data: str | Path, *, samples: in
     of the dataset's stream (documents in stored order, as one causal sequence)."""
     stream = PackedSource(data, seed=0, shuffle=False)
     if samples * length > stream.epoch_tokens:
-        raise ValueError(f"{data} holds {stream.epoch_tokens} tokens; {samples} samples x {length} tokens need more "
+        raise DataError(f"{data} holds {stream.epoch_tokens} tokens; {samples} samples x {length} tokens need more "
                          "(lower --samples or --length)")
     base, extended = base.to(device).eval(), extended.to(device).eval()
     observed, magnitudes = [], []
@@ -194,7 +195,7 @@ def write_selection(data: str | Path, out: str | Path, tokenizer: Tokenizer, anc
         if len(kept):
             selected.append(np.append(kept, manifest["eos_id"]).astype(np.int32))
     if not selected:
-        raise ValueError(f"no sentence of {data} holds a token of the anchor classes {anchor_classes}")
+        raise DataError(f"no sentence of {data} holds a token of the anchor classes {anchor_classes}")
     optimize(fn=_Identity(), inputs=selected, output_dir=str(out), chunk_bytes="64MB", num_workers=1,
              verbose=False, start_method="fork")
     lengths = np.asarray([len(item) for item in selected], dtype=np.int64)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from longctx.data.tokenizer import Tokenizer
+from longctx.errors import DataError
 
 DEFAULT_DELIMITERS = ".!?\n"
 """LongRecipe Algorithm 1, line 6."""
@@ -38,7 +39,7 @@ def sentence_lengths(tokens: np.ndarray, ends_sentence: np.ndarray) -> np.ndarra
     if tokens.ndim != 1 or len(tokens) == 0:
         raise ValueError(f"tokens must be a non-empty 1-D array, got shape {tokens.shape}")
     if tokens.min() < 0 or tokens.max() >= len(ends_sentence):
-        raise ValueError(
+        raise DataError(
             f"token ids must lie in [0, {len(ends_sentence)}) (the sentence table's vocabulary), "
             f"got [{int(tokens.min())}, {int(tokens.max())}]"
         )

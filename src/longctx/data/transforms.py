@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from longctx.batch import document_start_mask
 from longctx.data.positions import longrecipe_position_ids, pose_position_ids, randpos_position_ids
 from longctx.data.sentences import sentence_lengths
 
@@ -68,9 +69,8 @@ class PositionTransform:
     def apply(self, row: dict[str, torch.Tensor], row_index: int) -> dict[str, torch.Tensor]:
         """A contract row (tensors [T]) with its position ids transformed per document."""
         tokens = row["input_ids"].numpy()
-        documents = row["document_ids"].numpy()
-        starts = np.flatnonzero(np.diff(documents, prepend=documents[0] - 1))
-        ends = np.append(starts[1:], len(documents))
+        starts = np.flatnonzero(document_start_mask(row["document_ids"][None])[0].numpy())
+        ends = np.append(starts[1:], len(tokens))
         positions = np.empty(len(tokens), dtype=np.int64)
         for document, (start, end) in enumerate(zip(starts, ends)):
             rng = np.random.default_rng([self.seed, RNG_TAG, row_index, document])
