@@ -33,7 +33,7 @@ from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "LongRecipeConfig", "PoseConfig", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "LongRecipeConfig", "PoseConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
 
 
 @dataclass

@@ -11,7 +11,11 @@ import torch
 
 from longctx import config as config_module
 from longctx.data.packing import PackedRows, PackedSource, contract_from_blocks
-from longctx.data.positions import longrecipe_position_ids, pose_position_ids, randpos_position_ids
+from longctx.data.positions import (
+    longrecipe_position_ids,
+    pose_position_ids,
+    randpos_position_ids,
+)
 from longctx.data.sentences import sentence_lengths
 from longctx.data.transforms import PositionTransform
 from longctx.probes.position_frequency import relative_position_counts
@@ -25,9 +29,9 @@ def check_ids(ids, n, target_length, from_zero=True):
     need not start at 0)."""
     assert ids.dtype == np.int64 and ids.shape == (n,)
     assert (ids[0] == 0 or not from_zero) and 0 <= ids[0] and ids[-1] < target_length
-    for a, b in zip(ids[:-1], ids[1:]):
+    for a, b in itertools.pairwise(ids):
         assert b > a
-    skipped = sum(int(b - a - 1) for a, b in zip(ids[:-1], ids[1:]))
+    skipped = sum(int(b - a - 1) for a, b in itertools.pairwise(ids))
     assert skipped <= target_length - n  # the budget of free ids
 
 

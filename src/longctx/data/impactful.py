@@ -101,7 +101,7 @@ class Analysis:
     anchors: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"fraction": self.fraction, "score": self.score, "scored_tokens": int(len(self.tokens)),
+        return {"fraction": self.fraction, "score": self.score, "scored_tokens": len(self.tokens),
                 "threshold": self.threshold, "classes": self.classes, "top_tokens": self.top_tokens,
                 "anchor_classes": self.anchors}
 
@@ -112,7 +112,7 @@ def analyse(tokens: np.ndarray, deltas: np.ndarray, tokenizer: Tokenizer, fracti
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     magnitudes = np.abs(np.asarray(deltas, dtype=np.float64))
-    keep = max(1, int(round(fraction * len(magnitudes))))
+    keep = max(1, round(fraction * len(magnitudes)))
     order = np.argsort(-magnitudes, kind="stable")
     selected = np.zeros(len(magnitudes), dtype=bool)
     selected[order[:keep]] = True

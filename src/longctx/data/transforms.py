@@ -27,7 +27,11 @@ import numpy as np
 import torch
 
 from longctx.batch import document_start_mask
-from longctx.data.positions import longrecipe_position_ids, pose_position_ids, randpos_position_ids
+from longctx.data.positions import (
+    longrecipe_position_ids,
+    pose_position_ids,
+    randpos_position_ids,
+)
 from longctx.data.sentences import sentence_lengths
 
 METHODS = ("none", "pose", "randpos", "longrecipe")
