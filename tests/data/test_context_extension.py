@@ -277,3 +277,10 @@ def test_target_length_defaults_to_the_final_max_position_and_long_share_sets_th
     assert cfg.data.target_length == 2048
     cfg = config_module.load([], ["data.mixture=[{path: a, weight: 1}, {path: b, weight: 1}]", "data.long_share=0.6"])
     assert cfg.data.source_weights() == [0.6, 0.4]
+
+
+def test_sft_refuses_a_pretraining_position_transform(tmp_path, capsys):
+    from longctx.cli import main
+
+    assert main(["sft", "init=missing.ckpt", "data.position_transform=pose", f"train.out_dir={tmp_path}"]) == 2
+    assert "data.position_transform" in capsys.readouterr().err

@@ -136,3 +136,10 @@ def test_cli_logits_method_writes_the_report_and_the_anchor_selection(workspace,
     assert sum(row["selected"] for row in report["classes"].values()) == round(0.2 * 126)
     assert report["selection"]["anchor_classes"] == ["digit"]
     kept_sentences_come_from_the_source(workspace, out, lambda s: any(c.isdigit() for c in s))
+
+
+def test_cli_names_the_dataset_when_it_is_too_short_for_the_samples(workspace, tmp_path, capsys):
+    assert main(["impactful-tokens", str(workspace / "base.safetensors"), str(workspace / "extended.safetensors"),
+                 str(workspace / "data"), "--out", str(tmp_path / "x"), "--samples", "100000",
+                 "--tokenizer", str(workspace / "tokenizer.json")]) == 2
+    assert f"{workspace / 'data'} holds" in capsys.readouterr().err
