@@ -284,3 +284,22 @@ def test_sft_refuses_a_pretraining_position_transform(tmp_path, capsys):
 
     assert main(["sft", "init=missing.ckpt", "data.position_transform=pose", f"train.out_dir={tmp_path}"]) == 2
     assert "data.position_transform" in capsys.readouterr().err
+
+
+def test_longrecipe_stage_configs_load_and_stage_2_anneals_to_zero():
+    from pathlib import Path
+
+    from longctx.train.module import learning_rate
+
+    configs = {path.stem: config_module.load([path]) for path in Path("experiments/longrecipe").glob("*.yaml")}
+    assert configs["stage1"].data.position_transform == "longrecipe"
+    assert configs["stage1"].data.path == "data/longrecipe-selected"
+    replay = configs["stage2_replay"]
+    assert replay.data.position_transform == "none" and replay.data.mixture and replay.train.min_lr == 0
+    assert replay.train.max_steps == configs["stage1"].train.max_steps // 10
+    train = replay.train
+    last = learning_rate(train.max_steps, warmup=train.warmup_steps, total=train.max_steps, peak=train.lr,
+                         floor=train.min_lr, shape=train.schedule)
+    assert last == 0.0
+    assert configs["prolong_mix"].data.source_weights() == [0.6, 0.4]
+    assert configs["prolong_mix"].model.rope_base == 40000.0
