@@ -48,14 +48,14 @@ class DataSource:
 
 @dataclass
 class PoseConfig:
-    """PoSE (Zhu et al. 2023 §3.2, Eq. 3-4): chunked position skipping (data/positions.py)."""
+    """PoSE (Zhu et al. 2023 §3.2): chunked position skipping (data/positions.py)."""
 
     chunks: int = 2
     """N: chunks per document, each with its own skipping bias (documents shorter than N
     tokens use one chunk per token)."""
     compat: str = "paper"
     """paper (chunk lengths a uniform random composition) | repo (the authors' code:
-    chunk 0 ~ U{1, ceil(n/2)}; needs chunks=2). Content skipping (Eq. 5) is not applied."""
+    chunk 0 ~ U{1, ceil(n/2)}; needs chunks=2). Content skipping is not applied."""
 
 
 @dataclass

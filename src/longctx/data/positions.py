@@ -34,10 +34,10 @@ eps <= p; the two differ on a set of measure zero), so p = 0 never skips and p =
 does. On a single-turn sample (instruction, response) `inner` and `all` draw the same ids
 and `outer` leaves them contiguous, i.e. Normal-SFT.
 
-PoSE (Zhu et al. 2023, §3.2, Eq. 3-4). n tokens are trained as if they sat in a target
+PoSE (Zhu et al. 2023, §3.2). n tokens are trained as if they sat in a target
 window Lt: they are cut into N chunks c_0..c_{N-1} of lengths l_0..l_{N-1} (sum n); chunk i
-keeps consecutive ids starting at st_i + u_i, with st_i = l_0 + ... + l_{i-1} (Eq. 3) and
-the skipping bias drawn as u_i ~ U{u_{i-1}, ..., Lt - n}, u_0 = 0 (Eq. 4: u_i >= u_{i-1}
+keeps consecutive ids starting at st_i + u_i, with st_i = l_0 + ... + l_{i-1} and
+the skipping bias drawn as u_i ~ U{u_{i-1}, ..., Lt - n}, u_0 = 0 (u_i >= u_{i-1}
 keeps chunks from overlapping; the last id is n - 1 + u_{N-1} <= Lt - 1). Chunk lengths,
 two readings:
 
@@ -49,8 +49,8 @@ two readings:
                     of what is left, l_i ~ U{1, ceil(r_i / (N - i))}, r_i the tokens left,
                     which is the code's rule at N = 2.
 
-The code also skips content (Eq. 5: chunk 1's tokens come from later in a document longer
-than the window). Rows of the packed stream hold every stream token exactly once, so the
+PoSE also skips content (chunk 1's tokens come from later in a document longer than the
+window). Rows of the packed stream hold every stream token exactly once, so the
 training pipeline applies the position part only (docs/context_extension.md). Biases of
 neighbouring chunks can coincide (no skip), with probability about 1 / (Lt - n) per boundary.
 
@@ -62,7 +62,8 @@ LongRecipe PIT (Hu et al. 2024, §4.2 and Appendix C, Algorithm 1). A sample of 
 split into sentences s_1..s_N (on `. ! ? \\n`, data/sentences.py); each sentence keeps
 consecutive ids, s_1 starts at 0 and the later sentences land on N - 1 distinct random slots
 of a target-length canvas (Eq. 6: pos(s_i) = pos(s_{i-1}) + |s_{i-1}| + g(s_i), a random
-gap g >= 0). To keep every id below Lt, each sentence is one slot of a canvas of
+gap g >= 0; the printed Eq. 6 adds a further + 1, which contradicts its own "when M = 0
+the position indices of the two segments will be continuous", so g = 0 is contiguous here). To keep every id below Lt, each sentence is one slot of a canvas of
 C = Lt - n + N slots: sentence k > 1 sits on slot p_k, the N - 1 slots a uniform draw
 without replacement from {1, ..., C - 1}, sorted, so
 
