@@ -105,6 +105,22 @@ class DataConfig:
             return [self.long_share, 1.0 - self.long_share]
         return [source.weight for source in self.mixture]
 
+    def _check_target_length(self, model: ModelConfig) -> None:
+        if self.target_length < self.window:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} is shorter than data.window={self.window}: the transformed ids of a "
+                "window-token row must fit below the target length",
+                ("data.window",),
+            )
+        if self.target_length > model.max_position:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} exceeds model.max_position={model.max_position}: set model.max_position "
+                "to the extended window",
+                ("model.max_position",),
+            )
+
     def validate(self, model: ModelConfig) -> None:
         _positive_int("data.window", self.window)
         if self.mixture and self.path:
@@ -123,20 +139,8 @@ class DataConfig:
             )
         _choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
         _positive_int("data.target_length", self.target_length)
-        if self.target_length < self.window:
-            raise ConfigError(
-                "data.target_length",
-                f"{self.target_length} is shorter than data.window={self.window}: the transformed ids of a "
-                "window-token row must fit below the target length",
-                ("data.window",),
-            )
-        if self.target_length > model.max_position:
-            raise ConfigError(
-                "data.target_length",
-                f"{self.target_length} exceeds model.max_position={model.max_position}: set model.max_position "
-                "to the extended window",
-                ("model.max_position",),
-            )
+        if self.position_transform != "none":  # target_length matters only to a transform
+            self._check_target_length(model)
         _positive_int("data.pose.chunks", self.pose.chunks)
         _choice("data.pose.compat", self.pose.compat, ("paper", "repo"))
         if self.pose.compat == "repo" and self.pose.chunks != 2:

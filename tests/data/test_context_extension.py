@@ -258,8 +258,8 @@ def test_resumed_and_two_rank_runs_draw_the_same_transformed_ids(tmp_path, metho
     ("overrides", "key"),
     [
         (["data.position_transform=rope"], "data.position_transform"),
-        (["data.window=256", "data.target_length=128"], "data.target_length"),
-        (["data.target_length=4096"], "data.target_length"),
+        (["data.position_transform=pose", "data.window=256", "data.target_length=128"], "data.target_length"),
+        (["data.position_transform=longrecipe", "data.target_length=4096"], "data.target_length"),
         (["data.pose.compat=repo", "data.pose.chunks=3"], "data.pose.chunks"),
         (["data.pose.skip=3"], "data.pose.skip"),
         (["data.longrecipe.compat=official"], "data.longrecipe.compat"),
