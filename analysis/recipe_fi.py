@@ -19,23 +19,42 @@ tokenizer = load_tokenizer("bpe-8192")
 data = str(embedded_dataset_dir(tokenizer))
 TOKENS, TARGET = 409_600, 2048
 rows_out = []
-for name, overrides in [("full_length", ["data.window=2048", "data.position_transform=none"]),
-                        ("pose (N=2)", ["data.position_transform=pose"]),
-                        ("pose (repo)", ["data.position_transform=pose", "data.pose.compat=repo"]),
-                        ("randpos", ["data.position_transform=randpos"]),
-                        ("longrecipe", ["data.position_transform=longrecipe"]),
-                        ("longrecipe (repo)", ["data.position_transform=longrecipe", "data.longrecipe.compat=repo"])]:
-    cfg = load(["experiments/longrecipe/extend.yaml"], overrides + ["init=''"])
+for name, overrides in [
+    ("full_length", ["data.window=2048", "data.position_transform=none"]),
+    ("pose (N=2)", ["data.position_transform=pose"]),
+    ("pose (repo)", ["data.position_transform=pose", "data.pose.compat=repo"]),
+    ("randpos", ["data.position_transform=randpos"]),
+    ("longrecipe", ["data.position_transform=longrecipe"]),
+    ("longrecipe (repo)", ["data.position_transform=longrecipe", "data.longrecipe.compat=repo"]),
+]:
+    cfg = load(["experiments/longrecipe/extend.yaml"], [*overrides, "init=''"])
     window = cfg.data.window
-    rows = PackedRows([PackedSource(data, seed=cfg.data.seed)], [1.0], window=window, eos_id=tokenizer.eos_id,
-                      doc_mask=True, transform=position_transform(cfg, tokenizer))
+    rows = PackedRows(
+        [PackedSource(data, seed=cfg.data.seed)],
+        [1.0],
+        window=window,
+        eos_id=tokenizer.eos_id,
+        doc_mask=True,
+        transform=position_transform(cfg, tokenizer),
+    )
     counts = PositionFrequency(TARGET, max_position=TARGET)
-    for row, _ in zip(rows, range(TOKENS // window)):
+    for row, _ in zip(rows, range(TOKENS // window), strict=False):
         counts.update({k: v[None] for k, v in row.items()})
     f = counts.relative.numpy().astype(np.int64)
     total = int(f.sum())
-    rows_out.append((name, window, total, f[1], f[512:].sum() / total, int(np.flatnonzero(f).max()),
-                     f[TARGET // 4], f[TARGET // 2], f[3 * TARGET // 4]))
+    rows_out.append(
+        (
+            name,
+            window,
+            total,
+            f[1],
+            f[512:].sum() / total,
+            int(np.flatnonzero(f).max()),
+            f[TARGET // 4],
+            f[TARGET // 2],
+            f[3 * TARGET // 4],
+        )
+    )
     print(rows_out[-1], flush=True)
 print("| recipe | L_c | pairs | f(1) | share at d >= 512 | max d | f(512) | f(1024) | f(1536) |")
 print("|---|---|---|---|---|---|---|---|---|")

@@ -28,7 +28,7 @@ def check_ids(ids, n, target_length, from_zero=True):
     """The invariants every transform promises, checked element by element (RandPos ids
     need not start at 0)."""
     assert ids.dtype == np.int64 and ids.shape == (n,)
-    assert (ids[0] == 0 or not from_zero) and 0 <= ids[0] and ids[-1] < target_length
+    assert (ids[0] == 0 or not from_zero) and ids[0] >= 0 and ids[-1] < target_length
     for a, b in itertools.pairwise(ids):
         assert b > a
     skipped = sum(int(b - a - 1) for a, b in itertools.pairwise(ids))
@@ -41,7 +41,7 @@ def random_sentences(rng, most=8, longest=6):
 
 def sentence_spans(lengths):
     starts = np.cumsum([0, *lengths[:-1]])
-    return [(int(s), int(s + n)) for s, n in zip(starts, lengths)]
+    return [(int(s), int(s + n)) for s, n in zip(starts, lengths, strict=False)]
 
 
 # --- the pure functions, many seeds --------------------------------------------------------
@@ -106,7 +106,7 @@ def test_longrecipe_repo_invariants_over_many_seeds():
         ids = longrecipe_position_ids(lengths, target_length, rng, "repo", context)
         check_ids(ids, context, target_length)
         head = next((t for t in range(context) if ids[t] != t), context)
-        assert 1 <= head or context == 1
+        assert head >= 1 or context == 1
         for start, end in sentence_spans(lengths):
             start, end = max(start, head), min(end, context)
             if start < end:
@@ -133,7 +133,10 @@ def test_longrecipe_paper_draws_every_placement_of_algorithm_1_equally_often():
     ("call", "message"),
     [
         (lambda r: longrecipe_position_ids([3, 4], 6, r), "target_length=6 is shorter"),
-        (lambda r: longrecipe_position_ids([3, 9], 20, r, "repo", 5), r"sentence_lengths\[1\]=9 is longer than context_length=5"),
+        (
+            lambda r: longrecipe_position_ids([3, 9], 20, r, "repo", 5),
+            r"sentence_lengths\[1\]=9 is longer than context_length=5",
+        ),
         (lambda r: longrecipe_position_ids([3, 4], 20, r, "paper", 5), "compat='paper' places exactly"),
         (lambda r: longrecipe_position_ids([3, 0], 20, r), r"sentence_lengths\[1\] is 0"),
         (lambda r: longrecipe_position_ids([3], 20, r, "bogus"), "compat must be one of"),
@@ -237,9 +240,18 @@ def test_resumed_and_two_rank_runs_draw_the_same_transformed_ids(tmp_path, metho
     transform = PositionTransform(method, 64, seed=3, ends_sentence=ends)
 
     def rows_of(rank, world, start=0, count=8):
-        rows = PackedRows([PackedSource(tmp_path, seed=9)], [1.0], window=16, eos_id=EOS, doc_mask=True,
-                          rank=rank, world_size=world, start_row=start, transform=transform)
-        return [row["position_ids"] for row, _ in zip(rows, range(count))]
+        rows = PackedRows(
+            [PackedSource(tmp_path, seed=9)],
+            [1.0],
+            window=16,
+            eos_id=EOS,
+            doc_mask=True,
+            rank=rank,
+            world_size=world,
+            start_row=start,
+            transform=transform,
+        )
+        return [row["position_ids"] for row, _ in zip(rows, range(count), strict=False)]
 
     single = rows_of(0, 1, count=16)
     assert any(int(ids.max()) >= 16 for ids in single)  # the ids really reach beyond the window
@@ -298,8 +310,14 @@ def test_longrecipe_stage_configs_load_and_stage_2_anneals_to_zero():
     assert replay.data.position_transform == "none" and replay.data.mixture and replay.train.min_lr == 0
     assert replay.train.max_steps == configs["stage1"].train.max_steps // 10
     train = replay.train
-    last = learning_rate(train.max_steps, warmup=train.warmup_steps, total=train.max_steps, peak=train.lr,
-                         floor=train.min_lr, shape=train.schedule)
+    last = learning_rate(
+        train.max_steps,
+        warmup=train.warmup_steps,
+        total=train.max_steps,
+        peak=train.lr,
+        floor=train.min_lr,
+        shape=train.schedule,
+    )
     assert last == 0.0
     assert configs["prolong_mix"].data.source_weights() == [0.6, 0.4]
     assert configs["prolong_mix"].model.rope_base == 40000.0

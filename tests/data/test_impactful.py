@@ -55,7 +55,17 @@ def test_score_differences_match_a_prefix_by_prefix_two_model_computation(score)
 
 def test_token_classes_by_hand():
     assert [token_class(t) for t in ["12", " 7", "a1", ".", " ,", '."', " the", "\n\n", " ", "é"]] == [
-        "digit", "digit", "digit", "punct", "punct", "punct", "word", "space", "space", "word"]
+        "digit",
+        "digit",
+        "digit",
+        "punct",
+        "punct",
+        "punct",
+        "word",
+        "space",
+        "space",
+        "word",
+    ]
 
 
 class _Vocabulary:
@@ -90,7 +100,7 @@ def test_analysis_keeps_the_top_fraction_and_counts_classes_by_brute_force():
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("impactful")
-    texts = [doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))]
+    texts = [doc.text for _, doc in zip(range(30), embedded_documents(("prose",)), strict=False)]
     texts[0] = "In 1999 there were 42 cats. Nobody counted the dogs! Why 7? " + texts[0]
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
@@ -118,9 +128,25 @@ def kept_sentences_come_from_the_source(workspace, out, must_hold):
 
 def test_cli_digits_method_keeps_exactly_the_sentences_with_digits(workspace, tmp_path):
     out = tmp_path / "digits"
-    assert main(["impactful-tokens", str(workspace / "base.safetensors"), str(workspace / "extended.safetensors"),
-                 str(workspace / "data"), "--out", str(out), "--method", "digits", "--keep-other", "0",
-                 "--tokenizer", str(workspace / "tokenizer.json")]) == 0
+    assert (
+        main(
+            [
+                "impactful-tokens",
+                str(workspace / "base.safetensors"),
+                str(workspace / "extended.safetensors"),
+                str(workspace / "data"),
+                "--out",
+                str(out),
+                "--method",
+                "digits",
+                "--keep-other",
+                "0",
+                "--tokenizer",
+                str(workspace / "tokenizer.json"),
+            ]
+        )
+        == 0
+    )
     written = kept_sentences_come_from_the_source(workspace, out, lambda s: any(c.isdigit() for c in s))
     tokenizer = load_tokenizer(str(workspace / "tokenizer.json"))
     assert tokenizer.decode(written[0][:-1].tolist()).startswith("In 1999 there were 42 cats. Why 7?")
@@ -128,9 +154,25 @@ def test_cli_digits_method_keeps_exactly_the_sentences_with_digits(workspace, tm
 
 def test_cli_logits_method_writes_the_report_and_the_anchor_selection(workspace, tmp_path):
     out = tmp_path / "logits"
-    assert main(["impactful-tokens", str(workspace / "base.safetensors"), str(workspace / "extended.safetensors"),
-                 str(workspace / "data"), "--out", str(out), "--samples", "2", "--anchor-classes", "digit",
-                 "--tokenizer", str(workspace / "tokenizer.json")]) == 0
+    assert (
+        main(
+            [
+                "impactful-tokens",
+                str(workspace / "base.safetensors"),
+                str(workspace / "extended.safetensors"),
+                str(workspace / "data"),
+                "--out",
+                str(out),
+                "--samples",
+                "2",
+                "--anchor-classes",
+                "digit",
+                "--tokenizer",
+                str(workspace / "tokenizer.json"),
+            ]
+        )
+        == 0
+    )
     report = json.loads((out / REPORT_FILE).read_text())
     assert report["length"] == 64 and report["scored_tokens"] == 2 * 63
     assert sum(row["selected"] for row in report["classes"].values()) == round(0.2 * 126)
@@ -139,7 +181,21 @@ def test_cli_logits_method_writes_the_report_and_the_anchor_selection(workspace,
 
 
 def test_cli_names_the_dataset_when_it_is_too_short_for_the_samples(workspace, tmp_path, capsys):
-    assert main(["impactful-tokens", str(workspace / "base.safetensors"), str(workspace / "extended.safetensors"),
-                 str(workspace / "data"), "--out", str(tmp_path / "x"), "--samples", "100000",
-                 "--tokenizer", str(workspace / "tokenizer.json")]) == 2
+    assert (
+        main(
+            [
+                "impactful-tokens",
+                str(workspace / "base.safetensors"),
+                str(workspace / "extended.safetensors"),
+                str(workspace / "data"),
+                "--out",
+                str(tmp_path / "x"),
+                "--samples",
+                "100000",
+                "--tokenizer",
+                str(workspace / "tokenizer.json"),
+            ]
+        )
+        == 2
+    )
     assert f"{workspace / 'data'} holds" in capsys.readouterr().err

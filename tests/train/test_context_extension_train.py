@@ -17,11 +17,19 @@ def test_transformed_pretraining_counts_fi_up_to_the_target_length(workspace, tm
     torch.set_num_threads(1)
     try:
         out = tmp_path / method
-        args = overrides(workspace, out, **{
-            "data.position_transform": method, "model.max_position": 256, "data.target_length": 256,
-            "train.max_steps": 3, "train.checkpoint_every_steps": 3, "probe.fi_every_steps": 3,
-            "log.wandb_mode": "disabled",
-        })
+        args = overrides(
+            workspace,
+            out,
+            **{
+                "data.position_transform": method,
+                "model.max_position": 256,
+                "data.target_length": 256,
+                "train.max_steps": 3,
+                "train.checkpoint_every_steps": 3,
+                "probe.fi_every_steps": 3,
+                "log.wandb_mode": "disabled",
+            },
+        )
         assert main(["pretrain", *args]) == 0
     finally:
         torch.set_num_threads(threads)

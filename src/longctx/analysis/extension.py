@@ -20,8 +20,18 @@ import pandas as pd
 from longctx.analysis.runs import label_sources
 from longctx.analysis.tables import beyond_window_table
 
-SETTINGS = ["position_transform", "window", "target_length", "pose_chunks", "pose_compat", "longrecipe_compat",
-            "long_share", "rope_base", "data", "init"]
+SETTINGS = [
+    "position_transform",
+    "window",
+    "target_length",
+    "pose_chunks",
+    "pose_compat",
+    "longrecipe_compat",
+    "long_share",
+    "rope_base",
+    "data",
+    "init",
+]
 
 
 def extension_settings(run_dirs) -> pd.DataFrame:
@@ -40,29 +50,42 @@ def extension_settings(run_dirs) -> pd.DataFrame:
             raise ValueError(f"{path}: hyper_parameters['experiment'] holds no data section")
         data = experiment["data"]
         transform = data.get("position_transform", "none")
-        rows.append({
-            "run": label, "position_transform": transform, "window": int(data["window"]),
-            "target_length": int(data.get("target_length") or experiment["model"]["max_position"]),
-            "pose_chunks": (data.get("pose") or {}).get("chunks") if transform == "pose" else None,
-            "pose_compat": (data.get("pose") or {}).get("compat") if transform == "pose" else None,
-            "longrecipe_compat": (data.get("longrecipe") or {}).get("compat") if transform == "longrecipe" else None,
-            "long_share": data.get("long_share", 0.0), "rope_base": experiment["model"]["rope_base"],
-            "data": data.get("path") or ",".join(s["path"] for s in data.get("mixture") or []) or "embedded",
-            "init": experiment.get("init"),
-        })
+        rows.append(
+            {
+                "run": label,
+                "position_transform": transform,
+                "window": int(data["window"]),
+                "target_length": int(data.get("target_length") or experiment["model"]["max_position"]),
+                "pose_chunks": (data.get("pose") or {}).get("chunks") if transform == "pose" else None,
+                "pose_compat": (data.get("pose") or {}).get("compat") if transform == "pose" else None,
+                "longrecipe_compat": (data.get("longrecipe") or {}).get("compat")
+                if transform == "longrecipe"
+                else None,
+                "long_share": data.get("long_share", 0.0),
+                "rope_base": experiment["model"]["rope_base"],
+                "data": data.get("path") or ",".join(s["path"] for s in data.get("mixture") or []) or "embedded",
+                "init": experiment.get("init"),
+            }
+        )
     return pd.DataFrame(rows, columns=["run", *SETTINGS])
 
 
-def extension_table(settings: pd.DataFrame, fi: pd.DataFrame, snapshots: pd.DataFrame | None = None,
-                    effective: pd.DataFrame | None = None) -> pd.DataFrame:
+def extension_table(
+    settings: pd.DataFrame,
+    fi: pd.DataFrame,
+    snapshots: pd.DataFrame | None = None,
+    effective: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per run: its recipe, tokens seen, pairs, the share of pairs at distance >=
     data.window, the largest trained distance, and the last / best NIAH effective length
     (`tables.effective_length_table`; NaN without probes)."""
-    windows = dict(zip(settings["run"], settings["window"]))
+    windows = dict(zip(settings["run"], settings["window"], strict=False))
     beyond = beyond_window_table(fi, windows, snapshots).rename(
-        columns={"beyond": "pairs_beyond_window", "fraction_beyond": "share_beyond_window"})
+        columns={"beyond": "pairs_beyond_window", "fraction_beyond": "share_beyond_window"}
+    )
     tokens = fi.groupby("run", sort=False).apply(
-        lambda rows: int(rows.loc[rows["step"] == rows["step"].max(), "tokens_seen"].iloc[0]), include_groups=False)
+        lambda rows: int(rows.loc[rows["step"] == rows["step"].max(), "tokens_seen"].iloc[0]), include_groups=False
+    )
     beyond["tokens_seen"] = beyond["run"].map(tokens)
     last, best = {}, {}
     if effective is not None:
@@ -72,13 +95,26 @@ def extension_table(settings: pd.DataFrame, fi: pd.DataFrame, snapshots: pd.Data
     beyond["effective_length"] = beyond["run"].map(lambda run: last.get(run, math.nan))
     beyond["best_effective_length"] = beyond["run"].map(lambda run: best.get(run, math.nan))
     table = settings[["run", "position_transform", "target_length"]].merge(beyond, on="run", how="right")
-    return table[["run", "position_transform", "window", "target_length", "tokens_seen", "pairs",
-                  "pairs_beyond_window", "share_beyond_window", "max_distance", "effective_length",
-                  "best_effective_length"]]
+    return table[
+        [
+            "run",
+            "position_transform",
+            "window",
+            "target_length",
+            "tokens_seen",
+            "pairs",
+            "pairs_beyond_window",
+            "share_beyond_window",
+            "max_distance",
+            "effective_length",
+            "best_effective_length",
+        ]
+    ]
 
 
 def markdown(table: pd.DataFrame) -> str:
     """A pipe table of the frame (floats to 3 significant digits; no tabulate dependency)."""
+
     def cell(value) -> str:
         if isinstance(value, float):
             return "nan" if math.isnan(value) else f"{value:.3g}"

@@ -101,13 +101,20 @@ class Analysis:
     anchors: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"fraction": self.fraction, "score": self.score, "scored_tokens": len(self.tokens),
-                "threshold": self.threshold, "classes": self.classes, "top_tokens": self.top_tokens,
-                "anchor_classes": self.anchors}
+        return {
+            "fraction": self.fraction,
+            "score": self.score,
+            "scored_tokens": len(self.tokens),
+            "threshold": self.threshold,
+            "classes": self.classes,
+            "top_tokens": self.top_tokens,
+            "anchor_classes": self.anchors,
+        }
 
 
-def analyse(tokens: np.ndarray, deltas: np.ndarray, tokenizer: Tokenizer, fraction: float, score: str,
-            top: int = 30) -> Analysis:
+def analyse(
+    tokens: np.ndarray, deltas: np.ndarray, tokenizer: Tokenizer, fraction: float, score: str, top: int = 30
+) -> Analysis:
     """Keep the top `fraction` of occurrences by |delta|; class shares, lifts, Delta(t) per type."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
@@ -116,8 +123,9 @@ def analyse(tokens: np.ndarray, deltas: np.ndarray, tokenizer: Tokenizer, fracti
     order = np.argsort(-magnitudes, kind="stable")
     selected = np.zeros(len(magnitudes), dtype=bool)
     selected[order[:keep]] = True
-    analysis = Analysis(fraction, score, np.asarray(tokens), magnitudes.astype(np.float32),
-                        threshold=float(magnitudes[order[keep - 1]]))
+    analysis = Analysis(
+        fraction, score, np.asarray(tokens), magnitudes.astype(np.float32), threshold=float(magnitudes[order[keep - 1]])
+    )
 
     texts = {int(t): tokenizer.decode([int(t)]) for t in np.unique(tokens)}
     kinds = np.asarray([token_class(texts[int(t)]) for t in tokens])
@@ -126,31 +134,43 @@ def analyse(tokens: np.ndarray, deltas: np.ndarray, tokenizer: Tokenizer, fracti
         share_all = float(in_class.mean())
         share_selected = float(in_class[selected].mean())
         analysis.classes[kind] = {
-            "tokens": int(in_class.sum()), "selected": int((in_class & selected).sum()),
-            "share_all": share_all, "share_selected": share_selected,
+            "tokens": int(in_class.sum()),
+            "selected": int((in_class & selected).sum()),
+            "share_all": share_all,
+            "share_selected": share_selected,
             "lift": share_selected / share_all if share_all else 0.0,
             "delta_sum": float(magnitudes[in_class].sum()),
         }
     analysis.anchors = [kind for kind in CLASSES if analysis.classes[kind]["lift"] > 1.0]
 
-    delta_by_type = Counter()
+    delta_by_type: Counter[int] = Counter()
     selected_by_type = Counter(int(t) for t in np.asarray(tokens)[selected])
-    for token, magnitude in zip(np.asarray(tokens).tolist(), magnitudes.tolist()):
+    for token, magnitude in zip(np.asarray(tokens).tolist(), magnitudes.tolist(), strict=False):
         delta_by_type[token] += magnitude
     for token, total in delta_by_type.most_common(top):
-        analysis.top_tokens.append({"token": token, "text": texts[token], "class": token_class(texts[token]),
-                                    "delta_sum": total, "selected": selected_by_type[token]})
+        analysis.top_tokens.append(
+            {
+                "token": token,
+                "text": texts[token],
+                "class": token_class(texts[token]),
+                "delta_sum": total,
+                "selected": selected_by_type[token],
+            }
+        )
     return analysis
 
 
-def score_samples(base: Llama, extended: Llama, data: str | Path, *, samples: int, length: int, score: str,
-                  device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+def score_samples(
+    base: Llama, extended: Llama, data: str | Path, *, samples: int, length: int, score: str, device: str = "cpu"
+) -> tuple[np.ndarray, np.ndarray]:
     """Observed tokens and their |delta| over `samples` consecutive `length`-token stretches
     of the dataset's stream (documents in stored order, as one causal sequence)."""
     stream = PackedSource(data, seed=0, shuffle=False)
     if samples * length > stream.epoch_tokens:
-        raise DataError(f"{data} holds {stream.epoch_tokens} tokens; {samples} samples x {length} tokens need more "
-                         "(lower --samples or --length)")
+        raise DataError(
+            f"{data} holds {stream.epoch_tokens} tokens; {samples} samples x {length} tokens need more "
+            "(lower --samples or --length)"
+        )
     base, extended = base.to(device).eval(), extended.to(device).eval()
     observed, magnitudes = [], []
     for sample in range(samples):
@@ -165,8 +185,9 @@ class _Identity:
         return item
 
 
-def select_sentences(document: np.ndarray, ends_sentence: np.ndarray, keep_sentence, rng: np.random.Generator,
-                     keep_other: float) -> np.ndarray:
+def select_sentences(
+    document: np.ndarray, ends_sentence: np.ndarray, keep_sentence, rng: np.random.Generator, keep_other: float
+) -> np.ndarray:
     """The document's sentences that `keep_sentence` accepts (others kept with probability
     `keep_other`), concatenated; int32, without EOS."""
     pieces = np.split(document, np.cumsum(sentence_lengths(document, ends_sentence))[:-1])
@@ -174,8 +195,16 @@ def select_sentences(document: np.ndarray, ends_sentence: np.ndarray, keep_sente
     return np.concatenate(kept).astype(np.int32) if kept else np.zeros(0, dtype=np.int32)
 
 
-def write_selection(data: str | Path, out: str | Path, tokenizer: Tokenizer, anchor_classes: list[str], *,
-                    keep_other: float, seed: int, report: dict) -> dict:
+def write_selection(
+    data: str | Path,
+    out: str | Path,
+    tokenizer: Tokenizer,
+    anchor_classes: list[str],
+    *,
+    keep_other: float,
+    seed: int,
+    report: dict,
+) -> dict:
     """Filter every document of `data` to its anchor sentences; write a prepared dataset."""
     manifest = check_dataset(data, tokenizer)
     out = Path(out)
@@ -196,16 +225,34 @@ def write_selection(data: str | Path, out: str | Path, tokenizer: Tokenizer, anc
             selected.append(np.append(kept, manifest["eos_id"]).astype(np.int32))
     if not selected:
         raise DataError(f"no sentence of {data} holds a token of the anchor classes {anchor_classes}")
-    optimize(fn=_Identity(), inputs=selected, output_dir=str(out), chunk_bytes="64MB", num_workers=1,
-             verbose=False, start_method="fork")
+    optimize(
+        fn=_Identity(),
+        inputs=selected,
+        output_dir=str(out),
+        chunk_bytes="64MB",
+        num_workers=1,
+        verbose=False,
+        start_method="fork",
+    )
     lengths = np.asarray([len(item) for item in selected], dtype=np.int64)
     np.save(out / LENGTHS_FILE, lengths)
-    selection = {"documents_in": len(documents), "documents_out": len(selected), "tokens_in": tokens_in,
-                 "tokens_out": int(lengths.sum() - len(lengths)), "anchor_classes": anchor_classes,
-                 "keep_other": keep_other}
+    selection = {
+        "documents_in": len(documents),
+        "documents_out": len(selected),
+        "tokens_in": tokens_in,
+        "tokens_out": int(lengths.sum() - len(lengths)),
+        "anchor_classes": anchor_classes,
+        "keep_other": keep_other,
+    }
     written = {key: manifest[key] for key in ("tokenizer", "tokenizer_fingerprint", "eos_id", "vocab_size")}
-    written.update(source=f"impactful-tokens:{data}", documents=len(selected), tokens=int(lengths.sum()),
-                   rejected={}, rejected_items=[], complete=True)
+    written.update(
+        source=f"impactful-tokens:{data}",
+        documents=len(selected),
+        tokens=int(lengths.sum()),
+        rejected={},
+        rejected_items=[],
+        complete=True,
+    )
     (out / MANIFEST_FILE).write_text(json.dumps(written, indent=2) + "\n")
     (out / REPORT_FILE).write_text(json.dumps({**report, "selection": selection}, indent=2) + "\n")
     return selection
@@ -217,9 +264,13 @@ def format_report(report: dict) -> str:
     if "classes" in report:
         lines += ["| class | tokens | share (all) | share (top) | lift | sum abs(delta) |", "|---|---|---|---|---|---|"]
         for kind, row in report["classes"].items():
-            lines.append(f"| {kind} | {row['tokens']} | {row['share_all']:.3f} | {row['share_selected']:.3f} | "
-                         f"{row['lift']:.2f} | {row['delta_sum']:.2f} |")
+            lines.append(
+                f"| {kind} | {row['tokens']} | {row['share_all']:.3f} | {row['share_selected']:.3f} | "
+                f"{row['lift']:.2f} | {row['delta_sum']:.2f} |"
+            )
         lines += ["", "| token | class | Delta(t) | in top |", "|---|---|---|---|"]
-        lines += [f"| {json.dumps(row['text']).replace('|', chr(92) + '|')} | {row['class']} | {row['delta_sum']:.2f} | {row['selected']} |"
-                  for row in report["top_tokens"][:15]]
+        lines += [
+            f"| {json.dumps(row['text']).replace('|', chr(92) + '|')} | {row['class']} | {row['delta_sum']:.2f} | {row['selected']} |"
+            for row in report["top_tokens"][:15]
+        ]
     return "\n".join(lines)

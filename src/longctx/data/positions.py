@@ -175,7 +175,7 @@ def pose_position_ids(
 
 
 def longrecipe_position_ids(
-    sentence_lengths: Sequence[int],
+    sentence_lengths: Sequence[int] | np.ndarray,
     target_length: int,
     rng: np.random.Generator,
     compat: str = "paper",
@@ -249,7 +249,7 @@ def _may_skip(before: str, after: str, strategy: str) -> bool:
 # --- input checks ---------------------------------------------------------------------
 
 
-def _block_lengths(block_lengths: Sequence[int], name: str = "block_lengths") -> np.ndarray:
+def _block_lengths(block_lengths: Sequence[int] | np.ndarray, name: str = "block_lengths") -> np.ndarray:
     lengths = np.asarray(block_lengths)
     if lengths.ndim != 1 or len(lengths) == 0 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"{name} must be a non-empty sequence of ints, got {block_lengths!r}")

@@ -67,6 +67,7 @@ class PositionTransform:
             return pose_position_ids(n, self.target_length, rng, min(self.pose_chunks, n), self.pose_compat)
         if self.method == "randpos":
             return randpos_position_ids(n, self.target_length, rng)
+        assert self.ends_sentence is not None  # checked in __post_init__
         lengths = sentence_lengths(tokens, self.ends_sentence)
         return longrecipe_position_ids(lengths, self.target_length, rng, self.longrecipe_compat)
 
@@ -76,7 +77,7 @@ class PositionTransform:
         starts = np.flatnonzero(document_start_mask(row["document_ids"][None])[0].numpy())
         ends = np.append(starts[1:], len(tokens))
         positions = np.empty(len(tokens), dtype=np.int64)
-        for document, (start, end) in enumerate(zip(starts, ends)):
+        for document, (start, end) in enumerate(zip(starts, ends, strict=False)):
             rng = np.random.default_rng([self.seed, RNG_TAG, row_index, document])
             positions[start:end] = self.document_ids(tokens[start:end], rng)
         return {**row, "position_ids": torch.from_numpy(positions)}
