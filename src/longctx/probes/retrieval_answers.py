@@ -7,7 +7,6 @@ the retrieval source (data/retrieval.py, another seed than training's) that fit 
 window, one teacher-forced forward gives, over the digit tokens of every answer,
 
     answer_loss     mean cross-entropy (nats/token); ln 10 = 2.30 is "digits at chance"
-    digit_accuracy  share of digit tokens the argmax predicts
     value_exact     share of answers whose every digit is predicted
 
 `value_exact` by needle-question distance is the miniature's Fig. 4: where retrieval fails.
