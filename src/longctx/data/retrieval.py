@@ -41,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from longctx.data.corpus import Document, embedded_documents
-from longctx.model.llama import ConfigError
+from longctx.errors import ConfigError, DataError
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -217,7 +217,7 @@ def retrieval_report(distances: np.ndarray, windows: Sequence[int]) -> dict[str,
     that probability over all pairs; `median`/`p90`/`max` describe the raw distances.
     """
     if len(distances) == 0:
-        raise ValueError("no needle-question pairs to report on (queries=0 and list_query=false?)")
+        raise DataError("no needle-question pairs to report on (queries=0 and list_query=false?)")
     distances = np.asarray(distances, dtype=np.float64)
     report = {
         "pairs": int(len(distances)),

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from longctx.config import DataSource, ExperimentConfig
+from longctx.errors import ConfigError
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
@@ -67,8 +68,8 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
     """[(directory, weight)] for training, each checked against the tokenizer."""
     data = config.data
     if tokenizer.vocab_size > config.model.vocab_size:
-        raise ValueError(
-            f"data.tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is "
+        raise ConfigError(
+            "data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is "
             f"{config.model.vocab_size}"
         )
     if data.mixture:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
+from longctx.errors import DataError
 
 HELD_OUT_SEED_OFFSET = 1_000_003
 """Held-out documents use seed config.seed + this: never a training document."""
@@ -54,7 +55,7 @@ def answer_metrics(model, tokenizer, config: RetrievalConfig, window: int, docum
             exact.append(bool((predicted.argmax(-1) == targets).all()))
             distances.append(start - fact_starts[fact])
     if not exact:
-        raise ValueError(f"no held-out retrieval document fits in window={window}; lower filler_max")
+        raise DataError(f"no held-out retrieval document fits in window={window}; lower filler_max")
     exact_arr, dist_arr = np.asarray(exact), np.asarray(distances)
     result = {
         "answer_loss": float(np.mean(losses)),
