@@ -88,3 +88,14 @@ def test_summary_round_trip_and_markdown(tmp_path):
     assert body["meta"] == {"config": "cpu"} and body["findings"]["string_beats_rope"]["numbers"]["rope"] == [1, 10]
     table = findings_markdown(findings).splitlines()
     assert table[0] == "| finding | verdict | why |" and len(table) == 4 and "**holds**" in table[2]
+
+
+def test_far_near_counts_by_hand():
+    from longctx.analysis.replication_report import far_near_counts
+
+    # 2 lengths x 5 tests x 4 needles = 40 needles over 4 bands = 10 per band
+    result = {"depth_recall": [0.1, 0.3, 0.8, None], "depth_edges": [0.0, 0.25, 0.5, 0.75, 1.0],
+              "per_length": [{"tests": 5}, {"tests": 5}]}
+    far, near = far_near_counts(result)
+    assert far == (4, 20)  # (0.1 + 0.3) x 10 of 2 bands x 10
+    assert near == (8, 10)  # the empty band (no needle fell there) is left out
