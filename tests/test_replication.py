@@ -45,7 +45,7 @@ def test_finding1_holds_fails_and_is_inconclusive_without_retrieval():
     assert effective_length_grows({128: 128, 256: 64, 512: 192}, some).verdict == FAILS
     assert effective_length_grows({128: 64, 256: 64, 512: 64}, some).verdict == FAILS
     none = {w: rows(0, 0, 0) for w in effective}
-    finding = effective_length_grows({w: 0 for w in effective}, none)
+    finding = effective_length_grows(dict.fromkeys(effective, 0), none)
     assert finding.verdict == INCONCLUSIVE and "0/90" in finding.why
     assert effective_length_grows({128: 64, 256: 128}, some).verdict == INCONCLUSIVE
 
@@ -94,8 +94,11 @@ def test_far_near_counts_by_hand():
     from longctx.analysis.replication_report import far_near_counts
 
     # 2 lengths x 5 tests x 4 needles = 40 needles over 4 bands = 10 per band
-    result = {"depth_recall": [0.1, 0.3, 0.8, None], "depth_edges": [0.0, 0.25, 0.5, 0.75, 1.0],
-              "per_length": [{"tests": 5}, {"tests": 5}]}
+    result = {
+        "depth_recall": [0.1, 0.3, 0.8, None],
+        "depth_edges": [0.0, 0.25, 0.5, 0.75, 1.0],
+        "per_length": [{"tests": 5}, {"tests": 5}],
+    }
     far, near = far_near_counts(result)
     assert far == (4, 20)  # (0.1 + 0.3) x 10 of 2 bands x 10
     assert near == (8, 10)  # the empty band (no needle fell there) is left out

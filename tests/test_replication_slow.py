@@ -29,8 +29,26 @@ def test_replication_verdicts_hold(tmp_path, scale):
     shutil.copytree(REPOSITORY / "sweeps", tmp_path / "sweeps")
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(REPOSITORY / "src")}
     for suffix in ("", "_table1", "_sft"):
-        subprocess.run([sys.executable, "-m", "longctx", "sweep", f"sweeps/replicate_{scale}{suffix}.yaml",
-                        "--keep-going"], cwd=tmp_path, env=env, check=suffix == "")
-    subprocess.run([sys.executable, "-m", "longctx.analysis.replication_report", f"runs/replicate_{scale}",
-                    "--docs", "docs", "--name", scale, "--no-notebooks"], cwd=tmp_path, env=env, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "longctx", "sweep", f"sweeps/replicate_{scale}{suffix}.yaml", "--keep-going"],
+            cwd=tmp_path,
+            env=env,
+            check=suffix == "",
+        )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longctx.analysis.replication_report",
+            f"runs/replicate_{scale}",
+            "--docs",
+            "docs",
+            "--name",
+            scale,
+            "--no-notebooks",
+        ],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
     assert read_verdicts(tmp_path / "docs" / f"replication_summary_{scale}.json") == read_verdicts(committed)

@@ -1,6 +1,6 @@
 """Answer loss of a checkpoint on held-out retrieval documents (the recipe search's probe).
 
-    python experiments/replicate/answer_metrics.py CKPT experiments/replicate/cpu_base.yaml [key=value ...]
+python experiments/replicate/answer_metrics.py CKPT experiments/replicate/cpu_base.yaml [key=value ...]
 """
 
 import json
@@ -17,6 +17,7 @@ torch.set_num_threads(2)
 checkpoint, *items = sys.argv[1:]
 config = load([i for i in items if "=" not in i], [i for i in items if "=" in i])
 source = next(s for s in config.data.mixture if s.kind == "retrieval")
-metrics = answer_metrics(load_model(checkpoint), load_tokenizer(config.data.tokenizer), source.retrieval,
-                         config.data.window, documents=32)
+metrics = answer_metrics(
+    load_model(checkpoint), load_tokenizer(config.data.tokenizer), source.retrieval, config.data.window, documents=32
+)
 print(json.dumps(metrics))

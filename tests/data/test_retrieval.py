@@ -36,9 +36,9 @@ def test_offsets_point_at_the_values_and_every_value_is_answered():
         doc = make_document(config, index, FILLER)
         assert len(set(doc.values)) == 3 and all(len(v) == 4 and v[0] != "0" for v in doc.values)
         for i, offset in enumerate(doc.fact_offsets):
-            assert doc.text[offset:offset + 4] == doc.values[i]
+            assert doc.text[offset : offset + 4] == doc.values[i]
         for fact, offset in doc.answer_offsets:
-            assert doc.text[offset:offset + 4] == doc.values[fact]
+            assert doc.text[offset : offset + 4] == doc.values[fact]
             assert offset > doc.fact_offsets[fact]
         # 2 single queries + the list query (3 answers), all values listed in order of appearance
         assert len(doc.answer_offsets) == 5
@@ -65,7 +65,7 @@ def test_text_is_disjoint_from_the_niah_tasks():
         # no 4-word run of a retrieval template appears in any NIAH template
         tokens = re.findall(r"[a-z]+", lowered)
         for i in range(len(tokens) - 3):
-            assert " ".join(tokens[i:i + 4]) not in niah_text
+            assert " ".join(tokens[i : i + 4]) not in niah_text
     config = RetrievalConfig(documents=50, filler_max=3)
     for doc in retrieval_documents(config):
         numbers = re.findall(r"\b\d+\b", doc.text.split("\n", 1)[1].split("How many")[0])

@@ -23,8 +23,6 @@ import re
 import time
 from pathlib import Path
 
-import numpy as np
-
 from longctx.analysis.fi import read_snapshot, snapshot_files
 from longctx.replication import (
     Finding,
@@ -41,11 +39,18 @@ from longctx.replication import (
 
 NOTEBOOKS = {
     "string_figures.ipynb": lambda root, figures, window: {
-        "LONGCTX_RUNS": str(root / "pretrain" / "*"), "LONGCTX_FIGURES": str(figures), "LONGCTX_WINDOW": str(window)},
+        "LONGCTX_RUNS": str(root / "pretrain" / "*"),
+        "LONGCTX_FIGURES": str(figures),
+        "LONGCTX_WINDOW": str(window),
+    },
     "string_ablation.ipynb": lambda root, figures, window: {
-        "LONGCTX_NIAH": str(root / "table1"), "LONGCTX_FIGURES": str(figures)},
+        "LONGCTX_NIAH": str(root / "table1"),
+        "LONGCTX_FIGURES": str(figures),
+    },
     "skipalign.ipynb": lambda root, figures, window: {
-        "LONGCTX_SFT_RUNS": str(root / "sft" / "*"), "LONGCTX_FIGURES": str(figures)},
+        "LONGCTX_SFT_RUNS": str(root / "sft" / "*"),
+        "LONGCTX_FIGURES": str(figures),
+    },
 }
 
 
@@ -80,9 +85,9 @@ def far_near_counts(result: dict, needles_per_test: int = 4) -> tuple[tuple[int,
     recall, edges = result["depth_recall"], result["depth_edges"]
     needles = sum(r["tests"] for r in result["per_length"]) * needles_per_test
     per_band = needles / len(recall)
-    far = [r for r, low in zip(recall, edges[:-1]) if low < 0.5 and r is not None]
-    near = [r for r, low in zip(recall, edges[:-1]) if low >= 0.5 and r is not None]
-    count = lambda bands: (int(round(sum(bands) * per_band)), int(round(len(bands) * per_band)))  # noqa: E731
+    far = [r for r, low in zip(recall, edges[:-1], strict=True) if low < 0.5 and r is not None]
+    near = [r for r, low in zip(recall, edges[:-1], strict=True) if low >= 0.5 and r is not None]
+    count = lambda bands: (round(sum(bands) * per_band), round(len(bands) * per_band))  # noqa: E731
     return count(far), count(near)
 
 
@@ -100,22 +105,39 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
         failures_far_from_question(*far_near_counts(probes[largest][1])),
         effective_below_window(largest, effective[largest], rows[largest], threshold),
     ]
-    table1 = {p.name.removeprefix("name="): _read(p / "niah.json") for p in (root / "table1").glob("name=*")
-              if (p / "niah.json").exists()}
+    table1 = {
+        p.name.removeprefix("name="): _read(p / "niah.json")
+        for p in (root / "table1").glob("name=*")
+        if (p / "niah.json").exists()
+    }
 
     def at_window(method: str) -> tuple[int, int]:
         row = [r for r in _rows(table1[method]) if r.length == largest] if method in table1 else []
         return (row[0].passed, row[0].tests) if row else (0, 0)
 
     findings.append(string_beats_rope(at_window("rope"), at_window("string"), largest))
-    sft = {v: _read(root / "sft" / v / "niah_after_sft" / "niah.json") for v in ("normal", "skipalign")
-           if (root / "sft" / v / "niah_after_sft" / "niah.json").exists()}
+    sft = {
+        v: _read(root / "sft" / v / "niah_after_sft" / "niah.json")
+        for v in ("normal", "skipalign")
+        if (root / "sft" / v / "niah_after_sft" / "niah.json").exists()
+    }
     if len(sft) == 2:
-        findings.append(skipalign_beyond_window(sft["normal"]["effective_length"], sft["skipalign"]["effective_length"],
-                                                largest, _rows(sft["normal"]), _rows(sft["skipalign"])))
-    meta = {"root": str(root), "windows": sorted(runs), "probe_steps": {w: p[0] for w, p in probes.items()},
-            "table1": {m: list(at_window(m)) for m in sorted(table1)},
-            "per_length": {w: [[r.length, r.passed, r.tests] for r in rows[w]] for w in rows}}
+        findings.append(
+            skipalign_beyond_window(
+                sft["normal"]["effective_length"],
+                sft["skipalign"]["effective_length"],
+                largest,
+                _rows(sft["normal"]),
+                _rows(sft["skipalign"]),
+            )
+        )
+    meta = {
+        "root": str(root),
+        "windows": sorted(runs),
+        "probe_steps": {w: p[0] for w, p in probes.items()},
+        "table1": {m: list(at_window(m)) for m in sorted(table1)},
+        "per_length": {w: [[r.length, r.passed, r.tests] for r in rows[w]] for w in rows},
+    }
     return findings, meta
 
 
@@ -135,8 +157,9 @@ def run_notebooks(root: Path, figures: Path, window: int, executed: Path) -> dic
         notebook = nbformat.read(repository / "analysis" / name, as_version=4)
         start = time.monotonic()
         try:
-            NotebookClient(notebook, timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(repository)}}).execute()
+            NotebookClient(
+                notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(repository)}}
+            ).execute()
             status[name] = f"ok ({time.monotonic() - start:.0f} s)"
         except Exception as error:  # reported in the docs: a failing notebook is a finding about the chain
             status[name] = f"failed: {type(error).__name__}: {str(error).strip().splitlines()[-1][:200]}"
@@ -147,11 +170,16 @@ def run_notebooks(root: Path, figures: Path, window: int, executed: Path) -> dic
     return status
 
 
-def results_block(name: str, findings: list[Finding], meta: dict, notebooks: dict[str, str],
-                  figures: list[str]) -> str:
-    lines = [f"<!-- results:begin {name} -->", f"### Results: {name} (generated by `make replicate`)", "",
-             findings_markdown(findings), "", "NIAH pass per tested length at each window's last probe "
-             "(length: passed/tests, Wilson 95%):", ""]
+def results_block(name: str, findings: list[Finding], meta: dict, notebooks: dict[str, str], figures: list[str]) -> str:
+    lines = [
+        f"<!-- results:begin {name} -->",
+        f"### Results: {name} (generated by `make replicate`)",
+        "",
+        findings_markdown(findings),
+        "",
+        "NIAH pass per tested length at each window's last probe (length: passed/tests, Wilson 95%):",
+        "",
+    ]
     from longctx.replication import wilson
 
     for window, rows in meta["per_length"].items():
@@ -184,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     figures.mkdir(parents=True, exist_ok=True)
     window = max(meta["windows"])
     notebooks = {} if args.no_notebooks else run_notebooks(args.root, figures, window, args.root / "notebooks")
-    summary = write_summary(findings, args.docs / f"replication_summary_{args.name}.json", {**meta, "notebooks": notebooks})
+    summary = write_summary(
+        findings, args.docs / f"replication_summary_{args.name}.json", {**meta, "notebooks": notebooks}
+    )
     pngs = sorted(str(p.relative_to(args.docs)) for p in figures.glob("*.png"))
     write_docs(args.docs, args.name, results_block(args.name, findings, meta, notebooks, pngs))
     print(findings_markdown(findings))

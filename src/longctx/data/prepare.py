@@ -20,17 +20,17 @@ differs from the configured tokenizer's.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from litdata import StreamingDataset, optimize
 
 from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, open_source
-from longctx.errors import DataError
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
+from longctx.errors import DataError
 
 MANIFEST_FILE = "prepare.json"
 

@@ -92,10 +92,12 @@ class RetrievalConfig:
             raise ConfigError(
                 f"{key}.value_digits",
                 f"{self.value_digits} is a NIAH needle length (6: STRING, 7: RULER); "
-                "training on it would leak the evaluation's number format"
+                "training on it would leak the evaluation's number format",
             )
         if self.queries == 0 and not self.list_query:
-            raise ConfigError(f"{key}.queries", "0 with list_query=false asks nothing; the source would teach no retrieval")
+            raise ConfigError(
+                f"{key}.queries", "0 with list_query=false asks nothing; the source would teach no retrieval"
+            )
 
 
 @lru_cache(maxsize=1)
@@ -113,8 +115,12 @@ def filler_sentences() -> tuple[str, ...]:
 
 def _pseudo_word(rng: np.random.Generator) -> str:
     syllables = int(rng.integers(2, 4))
-    return "".join(_CONSONANTS[rng.integers(len(_CONSONANTS))] + _VOWELS[rng.integers(len(_VOWELS))]
-                   for _ in range(syllables)) + _CONSONANTS[rng.integers(len(_CONSONANTS))]
+    return (
+        "".join(
+            _CONSONANTS[rng.integers(len(_CONSONANTS))] + _VOWELS[rng.integers(len(_VOWELS))] for _ in range(syllables)
+        )
+        + _CONSONANTS[rng.integers(len(_CONSONANTS))]
+    )
 
 
 def _distinct(draw, count: int) -> list[str]:
@@ -144,7 +150,7 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
     filler = filler_sentences() if filler is None else filler
     rng = np.random.default_rng([config.seed, index])
     low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
-    n_filler = int(math.floor(math.exp(rng.uniform(low, high)))) - 1 if high > low else config.filler_min
+    n_filler = math.floor(math.exp(rng.uniform(low, high))) - 1 if high > low else config.filler_min
     n_filler = min(max(n_filler, config.filler_min), config.filler_max)
     keys = _distinct(lambda: _pseudo_word(rng), config.facts)
     first = 10 ** (config.value_digits - 1)
@@ -203,7 +209,7 @@ def answer_distances(tokenizer, config: RetrievalConfig, count: int = 2000) -> n
         prefixes = [doc.text[:offset] for offset in doc.fact_offsets]
         prefixes += [doc.text[:offset] for _, offset in doc.answer_offsets]
         lengths = [len(ids) for ids in tokenizer.encode_batch(prefixes)]
-        facts, answers = lengths[: len(doc.fact_offsets)], lengths[len(doc.fact_offsets):]
+        facts, answers = lengths[: len(doc.fact_offsets)], lengths[len(doc.fact_offsets) :]
         distances += [answers[j] - facts[fact] for j, (fact, _) in enumerate(doc.answer_offsets)]
     return np.asarray(distances, dtype=np.int64)
 
@@ -220,7 +226,7 @@ def retrieval_report(distances: np.ndarray, windows: Sequence[int]) -> dict[str,
         raise DataError("no needle-question pairs to report on (queries=0 and list_query=false?)")
     distances = np.asarray(distances, dtype=np.float64)
     report = {
-        "pairs": int(len(distances)),
+        "pairs": len(distances),
         "median": float(np.median(distances)),
         "p90": float(np.percentile(distances, 90)),
         "max": float(distances.max()),

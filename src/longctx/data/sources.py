@@ -20,10 +20,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from longctx.config import DataSource, ExperimentConfig
-from longctx.errors import ConfigError
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
+from longctx.errors import ConfigError
 
 WAIT_FOR_PREPARE_S = 3600
 

@@ -14,6 +14,7 @@ window, one teacher-forced forward gives, over the digit tokens of every answer,
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -29,8 +30,14 @@ HELD_OUT_SEED_OFFSET = 1_000_003
 
 
 @torch.no_grad()
-def answer_metrics(model, tokenizer, config: RetrievalConfig, window: int, documents: int = 64,
-                   distance_bins: tuple[int, ...] = (0, 64, 128, 256, 512, 1024, 2048, 4096)) -> dict[str, float]:
+def answer_metrics(
+    model,
+    tokenizer,
+    config: RetrievalConfig,
+    window: int,
+    documents: int = 64,
+    distance_bins: tuple[int, ...] = (0, 64, 128, 256, 512, 1024, 2048, 4096),
+) -> dict[str, float]:
     """Teacher-forced answer metrics over `documents` held-out documents no longer than `window`."""
     held_out = replace(config, seed=config.seed + HELD_OUT_SEED_OFFSET)
     filler = filler_sentences()
@@ -49,8 +56,8 @@ def answer_metrics(model, tokenizer, config: RetrievalConfig, window: int, docum
         for fact, offset in doc.answer_offsets:
             start = len(tokenizer.encode(doc.text[:offset]))
             span = len(tokenizer.encode(doc.values[fact]))
-            targets = torch.tensor(ids[start:start + span])
-            predicted = log_probs[start - 1:start + span - 1]
+            targets = torch.tensor(ids[start : start + span])
+            predicted = log_probs[start - 1 : start + span - 1]
             losses += (-predicted.gather(1, targets[:, None])[:, 0]).tolist()
             exact.append(bool((predicted.argmax(-1) == targets).all()))
             distances.append(start - fact_starts[fact])
@@ -61,9 +68,9 @@ def answer_metrics(model, tokenizer, config: RetrievalConfig, window: int, docum
         "answer_loss": float(np.mean(losses)),
         "digit_chance_loss": math.log(10),
         "value_exact": float(exact_arr.mean()),
-        "answers": int(len(exact)),
+        "answers": len(exact),
     }
-    for low, high in zip(distance_bins[:-1], distance_bins[1:]):
+    for low, high in itertools.pairwise(distance_bins):
         inside = (dist_arr >= low) & (dist_arr < high)
         if inside.any():
             result[f"value_exact_{low}_{high}"] = float(exact_arr[inside].mean())
