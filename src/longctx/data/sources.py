@@ -74,13 +74,13 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
         )
     if data.mixture:
         sources = []
-        for source in data.mixture:
+        for source, weight in zip(data.mixture, data.source_weights(), strict=True):
             path = source.path
             if source.kind == "retrieval":
                 directory = Path(path) if path else retrieval_dataset_dir(source, tokenizer)
                 _prepare_once(directory, tokenizer, data.tokenizer, source)
                 path = str(directory)
-            sources.append((path, source.weight))
+            sources.append((path, weight))
     elif data.path:
         sources = [(data.path, 1.0)]
     else:
