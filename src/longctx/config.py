@@ -27,6 +27,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from longctx.data.retrieval import RetrievalConfig
 from longctx.errors import ConfigError
 from longctx.model.config import ModelConfig
 from longctx.model.position_methods import PositionMethodConfig
@@ -38,12 +39,18 @@ __all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentC
 
 @dataclass
 class DataSource:
-    """One prepared dataset in a weighted mixture."""
+    """One dataset in a weighted mixture: prepared by `longctx prepare`, or generated."""
 
     path: str = ""
-    """A directory written by `longctx prepare` (local or s3://...)."""
+    """kind=prepared: a directory written by `longctx prepare` (local or s3://...).
+    kind=retrieval: where to write the generated dataset; '' = a cache directory keyed by
+    the `retrieval` settings and the tokenizer."""
     weight: float = 1.0
     """Share of rows drawn from this source (normalised over the mixture)."""
+    kind: str = "prepared"
+    """prepared | retrieval (generated key->value documents, data/retrieval.py, DESIGN §13)."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """kind=retrieval: how the documents are generated (ignored otherwise)."""
 
 
 @dataclass
@@ -126,7 +133,10 @@ class DataConfig:
         if self.mixture and self.path:
             raise ConfigError("data.path", "set either data.path or data.mixture, not both", ("data.mixture",))
         for i, source in enumerate(self.mixture):
-            if not source.path:
+            _choice(f"data.mixture.{i}.kind", source.kind, ("prepared", "retrieval"))
+            if source.kind == "retrieval":
+                source.retrieval.validate(f"data.mixture.{i}.retrieval")
+            elif not source.path:
                 raise ConfigError(f"data.mixture.{i}.path", "is empty")
             if source.weight <= 0:
                 raise ConfigError(f"data.mixture.{i}.weight", f"must be > 0, got {source.weight}")
