@@ -26,17 +26,21 @@ reproduce a 1-GPU run. Here global row k is the same row in every run with the s
 and rank r of W takes rows k = r, r + W, r + 2W, ...: each optimizer step consumes the
 same G rows at any world size (micro-batch x accumulation x world = G). Documents are
 shuffled in groups (group order permuted, documents permuted inside a group) to keep reads
-local to a few litdata chunks at a time. Several sources mix by smooth weighted
-round-robin (exact proportions at every prefix, no sampling noise), e.g. ProLong's 60%
-long / 40% short. The whole loader state is the number of global rows consumed, so
-resuming at optimizer step s starts at row s * G: no loader state can be lost or double
-counted, whatever the world size of the resumed run.
+local to a few litdata chunks at a time. Several sources mix in a fixed interleaving
+(`Mixture`: within one row of the exact proportions at every prefix, no sampling noise),
+e.g. ProLong's 60% long / 40% short. The whole loader state is the number of global rows
+consumed, so resuming at optimizer step s starts at row s * G: no loader state can be lost
+or double counted, whatever the world size of the resumed run. Both the mixture and the
+token stream are closed-form in the row index (the mixture in O(sources), a source's
+epoch and document by one permutation and a binary search), so a resume seeks to its row
+instead of replaying the rows before it.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,20 +133,40 @@ def _grouped_permutation(n: int, group_size: int, rng: np.random.Generator) -> n
     return np.concatenate([rng.permutation(groups[g]) for g in rng.permutation(len(groups))])
 
 
-def weighted_round_robin(weights: list[float]) -> Iterator[int]:
-    """Endless source indices in exact proportion to `weights` (smooth weighted round-robin:
-    every source earns its weight each turn, the one with most credit is picked and pays 1)."""
-    if not weights or any(w <= 0 for w in weights):
-        raise ValueError(f"mixture weights must be positive, got {weights}")
-    total = sum(weights)
-    shares = [w / total for w in weights]
-    credit = [0.0] * len(shares)
-    while True:
-        for i, share in enumerate(shares):
-            credit[i] += share
-        chosen = max(range(len(credit)), key=credit.__getitem__)
-        credit[chosen] -= 1.0
-        yield chosen
+class Mixture:
+    """Which source global row k comes from, and which of that source's rows it is, in
+    O(number of sources) time for any k: resuming at step s seeks to row s * G directly.
+
+    Source i takes its share of the rows the sources before it left over,
+    q_i = w_i / (w_i + ... + w_last). Of the first n rows that reach source i, it takes
+
+        c_i(n) = floor(n q_i + 1/2)
+
+    (Bresenham's line): row n of that level is source i's row c_i(n) exactly when
+    c_i(n + 1) > c_i(n), otherwise it is row n - c_i(n) of the next level. Each count stays
+    within one row of n x w_i / sum(w) at every prefix. For two sources this is the smooth
+    weighted round-robin (each source earns its share per row, the richest is picked, ties
+    to the first) in exact arithmetic. Weights are read as exact decimal fractions (0.6 is
+    3/5), so the order is the same on every machine and at every step.
+    """
+
+    def __init__(self, weights: list[float]):
+        if not weights or any(not w > 0 for w in weights):
+            raise ValueError(f"mixture weights must be positive, got {weights}")
+        exact = [Fraction(str(float(w))) for w in weights]
+        self._levels = []  # (numerator, denominator) of q_i for every source but the last
+        for i in range(len(exact) - 1):
+            share = exact[i] / sum(exact[i:])
+            self._levels.append((share.numerator, share.denominator))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(source, row within that source) of global row `index`."""
+        for source, (num, den) in enumerate(self._levels):
+            taken = (2 * index * num + den) // (2 * den)
+            if (2 * (index + 1) * num + den) // (2 * den) > taken:
+                return source, taken
+            index -= taken
+        return len(self._levels), index
 
 
 class PackedRows(torch.utils.data.IterableDataset):
@@ -168,18 +192,18 @@ class PackedRows(torch.utils.data.IterableDataset):
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         if len(sources) != len(weights):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
+        Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
-        """(global row index, source, row index within that source) for this rank."""
-        rows_taken = [0] * len(self.sources)
-        for index, source in enumerate(weighted_round_robin(self.weights)):
-            row = rows_taken[source]
-            rows_taken[source] += 1
-            if index >= self.start_row and index % self.world_size == self.rank:
-                yield index, source, row
+        """(global row index, source, row index within that source) for this rank, from the
+        first of its rows at or after `start_row` (a seek, not a replay of earlier rows)."""
+        mixture = Mixture(self.weights)
+        first = self.start_row + (self.rank - self.start_row) % self.world_size
+        for index in itertools.count(first, self.world_size):
+            yield index, *mixture.locate(index)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
