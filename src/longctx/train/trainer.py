@@ -32,6 +32,7 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from longctx.config import ConfigError, ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
+from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.logging import make_wandb_logger
 from longctx.train.module import LanguageModelModule
@@ -208,6 +209,7 @@ def fit(
         accumulate_grad_batches=accumulation,
         logger=make_wandb_logger(config) or False,
         callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
         log_every_n_steps=config.log.every_steps,
         use_distributed_sampler=False,
         num_sanity_val_steps=0,
