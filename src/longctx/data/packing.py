@@ -1,7 +1,9 @@
 """Packed training rows in the batch contract (DESIGN §3), in a world-size-invariant order.
 
 A prepared dataset (`longctx prepare`) is a litdata directory with one item per document
-(its tokens followed by EOS) plus `lengths.npy`, the token count of every item. Each epoch
+(its tokens followed by EOS) plus `lengths.npy`, the token count of every item; local, or
+an object-store prefix (`s3://bucket/data`) read through litdata's storage layer
+(`data/storage.py`). Each epoch
 shuffles the documents (seeded) and lays them end to end into one token stream; epochs
 follow each other, so the stream is endless. Rows are consecutive, non-overlapping blocks
 of `window + 1` stream tokens: the blocks partition the stream, so every token of every
@@ -38,6 +40,7 @@ instead of replaying the rows before it.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 from fractions import Fraction
@@ -47,6 +50,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from litdata import StreamingDataset
+
+from longctx.data import storage
 
 LENGTHS_FILE = "lengths.npy"
 IGNORE_INDEX = -100
@@ -80,14 +85,14 @@ class PackedSource:
     """One prepared dataset read as an endless, per-epoch shuffled stream of tokens."""
 
     def __init__(self, path: str | Path, seed: int, shuffle: bool = True, group_size: int = 1024):
-        local = "://" not in str(path)
-        if local and not (Path(path) / "index.json").exists():
-            raise FileNotFoundError(f"{path} is not a prepared dataset (no index.json); run `longctx prepare` first")
-        if local and not (Path(path) / LENGTHS_FILE).exists():
-            raise FileNotFoundError(f"{Path(path) / LENGTHS_FILE} is missing; re-run `longctx prepare` on this dataset")
         self.path = str(path)
+        if not storage.exists(storage.join(self.path, "index.json")):
+            raise FileNotFoundError(f"{self.path} is not a prepared dataset (no index.json); run `longctx prepare` first")
+        lengths_file = storage.join(self.path, LENGTHS_FILE)
+        if not storage.exists(lengths_file):
+            raise FileNotFoundError(f"{lengths_file} is missing; re-run `longctx prepare` on this dataset")
         self.documents = StreamingDataset(self.path, shuffle=False)
-        self.lengths = np.load(Path(path) / LENGTHS_FILE).astype(np.int64)
+        self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
         # All items, not len(): under torch.distributed, len() counts this rank's share only.
         items = sum(end - start for start, end in self.documents.region_of_interest)
         if len(self.lengths) != items:

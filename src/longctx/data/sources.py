@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from longctx.config import ExperimentConfig
+from longctx.data import storage
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
 
@@ -51,8 +52,7 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
         _prepare_once(directory, tokenizer, data.tokenizer)
         sources = [(str(directory), 1.0)]
     for path, _ in sources:
-        if "://" not in path and not Path(path).exists():
+        if not storage.is_remote(path) and not Path(path).exists():
             raise FileNotFoundError(f"data directory {path} does not exist; run `longctx prepare SOURCE {path}`")
-        if "://" not in path:
-            check_dataset(path, tokenizer)
+        check_dataset(path, tokenizer)
     return sources
