@@ -43,8 +43,8 @@ from __future__ import annotations
 import io
 import itertools
 import math
-from fractions import Fraction
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
