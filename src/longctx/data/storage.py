@@ -5,7 +5,9 @@ litdata streams a dataset's chunks from any of these; the side files beside them
 storage providers (`litdata.streaming.fs_provider`: boto3 for S3 and R2, google-cloud-storage
 for GCS), so one set of credentials and one endpoint setting serve both. An S3-compatible
 store (MinIO, Ceph, ...) is reached with boto3's standard environment: `AWS_ENDPOINT_URL`,
-`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`.
+`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`. The endpoint must speak
+https: litdata moves chunks with obstore where it is installed, and builds its client
+without `allow_http`.
 
 Paths are strings: `pathlib.Path("s3://b/x")` collapses the `//` into `s3:/b/x`.
 """
