@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from longctx.probes.dataset_fi import relative_distance_histogram
+from longctx.batch import check_batch
 from longctx.data.packing import IGNORE_INDEX
 from longctx.data.sft import (
     SFTDataError,
@@ -20,7 +22,6 @@ from longctx.data.sft import (
     embedded_conversations,
     load_sft_samples,
     read_conversations,
-    relative_distance_histogram,
     tokenize_conversations,
 )
 from longctx.data.tokenizer import EOS_TOKEN, load_tokenizer
@@ -261,6 +262,13 @@ def test_normal_rows_hold_one_sample_then_padding_in_its_own_document(samples, t
 
 
 @pytest.mark.parametrize("variant", ["normal", "skipalign"])
+def test_rows_keep_the_batch_contract(samples, tokenizer, variant):
+    for pack in (False, True):
+        rows = SFTRows(samples, variant=variant, window=1024, pad_id=tokenizer.pad_id, pack=pack, extended_length=5000)
+        check_batch({key: torch.stack([rows[i][key] for i in range(len(rows))]) for key in rows[0]})
+
+
+@pytest.mark.parametrize("variant", ["normal", "skipalign"])
 def test_document_packing_keeps_every_sample_whole_in_its_own_document(samples, tokenizer, variant):
     window = 1024
     rows = SFTRows(samples, variant=variant, window=window, pad_id=tokenizer.pad_id, pack=True, extended_length=5000)
@@ -286,6 +294,7 @@ def test_packed_sft_rows_are_k_tokens_attend_across_samples_and_lose_nothing(sam
     total = sum(len(s) for s in samples)
     assert len(rows) == -(-total // k) and rows.position_limit == k
     batch = {key: torch.stack([rows[i][key] for i in range(len(rows))]) for key in rows[0]}
+    check_batch(batch)
     assert batch["input_ids"].shape == (len(rows), k)
     full = slice(0, len(rows) - 1)
     assert (batch["position_ids"][full] == torch.arange(k)).all() and (batch["document_ids"][full] == 0).all()
@@ -411,3 +420,10 @@ def test_skipalign_moves_distances_beyond_the_sample_length_and_normal_sft_does_
     f_skip = relative_distance_histogram((skip[i] for i in range(len(skip))), 8000)
     assert f_normal.counts[longest:].sum() == 0 and f_skip.counts[longest:].sum() > 0
     assert f_normal.counts.sum() == f_skip.counts.sum() and int(f_skip.overflow) == 0  # same pairs, moved
+
+
+def test_the_moved_histogram_names_its_new_home():
+    import longctx.data.sft
+
+    with pytest.raises(AttributeError, match="moved to longctx.probes.dataset_fi.relative_distance_histogram"):
+        longctx.data.sft.relative_distance_histogram  # noqa: B018

@@ -3,9 +3,8 @@
 A prepared dataset (`longctx prepare`) is a litdata directory with one item per document
 (its tokens followed by EOS) plus `lengths.npy`, the token count of every item; local, or
 an object-store prefix (`s3://bucket/data`) read through litdata's storage layer
-(`data/storage.py`). Each epoch
-shuffles the documents (seeded) and lays them end to end into one token stream; epochs
-follow each other, so the stream is endless. Rows are consecutive, non-overlapping blocks
+(`data/storage.py`). Each epoch shuffles the documents (seeded) and lays them end to end
+into one token stream; epochs follow each other, so the stream is endless. Rows are consecutive, non-overlapping blocks
 of `window + 1` stream tokens: the blocks partition the stream, so every token of every
 document appears exactly once per epoch, and nothing is lost at chunk or row edges (a
 document cut by a row boundary continues at the start of the next row; litdata's own
@@ -51,10 +50,10 @@ import numpy as np
 import torch
 from litdata import StreamingDataset
 
+from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 
 LENGTHS_FILE = "lengths.npy"
-IGNORE_INDEX = -100
 
 
 def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
@@ -75,9 +74,8 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     starts_here[:, 1:] = is_eos[:, :-1]
     document_ids = starts_here.long().cumsum(dim=1) - 1
     index = torch.arange(window).expand(batch, window)
-    document_start = torch.where(starts_here, index, torch.zeros_like(index)).cummax(dim=1).values
     labels[is_eos] = IGNORE_INDEX
-    return {"input_ids": input_ids, "labels": labels, "position_ids": index - document_start,
+    return {"input_ids": input_ids, "labels": labels, "position_ids": index - document_start_index(document_ids),
             "document_ids": document_ids}
 
 

@@ -28,7 +28,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from longctx.data.tokenizer import Tokenizer
-from longctx.model.llama import Llama, ModelConfig
+from longctx.errors import CheckpointError
+from longctx.model.config import ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 
 CONFIG_FILE = "config.json"
@@ -94,7 +96,7 @@ def hf_config(config: ModelConfig) -> dict:
             "original_max_position_embeddings": original,
         }
     else:
-        raise ValueError(f"cannot export rope scaling type {scaling.type!r}")
+        raise CheckpointError(f"cannot export rope scaling type {scaling.type!r}")
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -141,7 +143,7 @@ def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = Non
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:
         if tokenizer.vocab_size > model.config.vocab_size:
-            raise ValueError(
+            raise CheckpointError(
                 f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens, the model's vocab_size is "
                 f"{model.config.vocab_size}: not the tokenizer this model was trained with"
             )
@@ -185,18 +187,18 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
     """Map an HF Llama config.json dict to a ModelConfig, refusing what the model cannot
     represent (the weights would load and the logits silently differ)."""
     if hf.get("model_type") != "llama":
-        raise ValueError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
+        raise CheckpointError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
     for field, meaning in UNSUPPORTED.items():
         if hf.get(field):
-            raise ValueError(f"{source}: {field}={json.dumps(hf[field])} is not supported (longctx models have no {meaning})")
+            raise CheckpointError(f"{source}: {field}={json.dumps(hf[field])} is not supported (longctx models have no {meaning})")
     activation = hf.get("hidden_act", "silu")
     if activation not in ("silu", "swish"):
-        raise ValueError(f"{source}: hidden_act={activation!r} is not supported (longctx models use SwiGLU with silu)")
+        raise CheckpointError(f"{source}: hidden_act={activation!r} is not supported (longctx models use SwiGLU with silu)")
     if hf.get("pretraining_tp", 1) != 1:
-        raise ValueError(f"{source}: pretraining_tp={hf['pretraining_tp']} is not supported (only 1)")
+        raise CheckpointError(f"{source}: pretraining_tp={hf['pretraining_tp']} is not supported (only 1)")
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
     if head_dim * hf["num_attention_heads"] != hf["hidden_size"]:
-        raise ValueError(f"{source}: head_dim {head_dim} x heads != hidden_size {hf['hidden_size']}")
+        raise CheckpointError(f"{source}: head_dim {head_dim} x heads != hidden_size {hf['hidden_size']}")
     if "longctx_rope_scaling" in hf:
         base = hf["longctx_rope_base"]
         scaling = RopeScaling(**hf["longctx_rope_scaling"])
@@ -226,7 +228,7 @@ def _scaling_from_hf(rope: dict | None, where: str) -> RopeScaling:
         return RopeScaling()
     for key in ("mscale", "mscale_all_dim"):  # DeepSeek's YaRN variant
         if rope.get(key):
-            raise ValueError(f"{where}.{key}={rope[key]} is not supported (YaRN without mscale only)")
+            raise CheckpointError(f"{where}.{key}={rope[key]} is not supported (YaRN without mscale only)")
     original = rope.get("original_max_position_embeddings", 0)
     if kind == "linear":
         return RopeScaling("linear", factor=rope["factor"])
@@ -247,7 +249,7 @@ def _scaling_from_hf(rope: dict | None, where: str) -> RopeScaling:
             low_freq_factor=rope["low_freq_factor"],
             high_freq_factor=rope["high_freq_factor"],
         )
-    raise ValueError(f"{where}.rope_type={kind!r} is not supported (default, linear, yarn, llama3)")
+    raise CheckpointError(f"{where}.rope_type={kind!r} is not supported (default, linear, yarn, llama3)")
 
 
 def import_hf(directory: str | Path) -> Llama:
@@ -268,12 +270,12 @@ def import_hf(directory: str | Path) -> Llama:
     for name, ours in model.state_dict().items():
         key = hf_name(name)
         if key not in hf_tensors:
-            raise KeyError(f"{directory}: tensor {key} (for {name}) is missing")
+            raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
         if hf_tensors[key].shape != ours.shape:
-            raise ValueError(f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}")
+            raise CheckpointError(f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}")
         state[name] = hf_tensors.pop(key)
     unused = [k for k in hf_tensors if not k.endswith("rotary_emb.inv_freq")]
     if unused:
-        raise ValueError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
+        raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
     model.load_state_dict(state)
     return model

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from longctx.config import ExperimentConfig, as_dict
-from longctx.data.packing import IGNORE_INDEX
-from longctx.model.llama import Llama, config_dict
+from longctx.batch import IGNORE_INDEX
+from longctx.model.config import config_dict
+from longctx.model.llama import Llama
 
 
 def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:
