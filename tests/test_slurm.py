@@ -48,14 +48,24 @@ def cluster(tmp_path):
         (bin_dir / name).chmod(0o755)
     (tmp_path / "trainer.py").write_text(FAKE_TRAINER)
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
-    env.update(PATH=f"{bin_dir}:{env['PATH']}", RECORD=str(record), FAKE_PYTHON=sys.executable,
-               FAKE_TRAINER=str(tmp_path / "trainer.py"))
+    env.update(
+        PATH=f"{bin_dir}:{env['PATH']}",
+        RECORD=str(record),
+        FAKE_PYTHON=sys.executable,
+        FAKE_TRAINER=str(tmp_path / "trainer.py"),
+    )
     return work, record, env
 
 
 def _job_env(env: dict, **extra) -> dict:
-    return {**env, "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_NNODES": "2",
-            "SLURM_CPUS_PER_TASK": "64", **extra}
+    return {
+        **env,
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "node-[a-b]",
+        "SLURM_NNODES": "2",
+        "SLURM_CPUS_PER_TASK": "64",
+        **extra,
+    }
 
 
 def _wait_for(path: Path, seconds: float = 20) -> None:
@@ -67,12 +77,24 @@ def _wait_for(path: Path, seconds: float = 20) -> None:
 
 def test_outside_a_job_it_creates_the_log_directory_and_submits_itself(cluster):
     work, record, env = cluster
-    done = subprocess.run(["bash", str(SCRIPT), "--nodes=4", "--time=1:00:00", "exp.yaml", "train.max_steps=9"],
-                          cwd=work, env=env, check=False, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--nodes=4", "--time=1:00:00", "exp.yaml", "train.max_steps=9"],
+        cwd=work,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert (work / "runs" / "slurm").is_dir()
     assert (record / "sbatch.args").read_text().splitlines() == [
-        "--output=runs/slurm/%x-%j.out", "--nodes=4", "--time=1:00:00", str(SCRIPT), "exp.yaml", "train.max_steps=9",
+        "--output=runs/slurm/%x-%j.out",
+        "--nodes=4",
+        "--time=1:00:00",
+        str(SCRIPT),
+        "exp.yaml",
+        "train.max_steps=9",
     ]
 
 
@@ -84,8 +106,15 @@ def test_header_asks_for_the_warning_signal_and_no_log_path_sbatch_cannot_open()
 
 def test_the_job_runs_one_torchrun_per_node_with_its_cpus(cluster):
     work, record, env = cluster
-    done = subprocess.run(["bash", str(SCRIPT), "exp.yaml", "train.max_steps=9"], cwd=work, check=False,
-                          env=_job_env(env, TRAIN_SECONDS="0"), capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "exp.yaml", "train.max_steps=9"],
+        cwd=work,
+        check=False,
+        env=_job_env(env, TRAIN_SECONDS="0"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     srun_args = (record / "srun.args").read_text().splitlines()
     assert srun_args[:2] == ["--kill-on-bad-exit=1", "--cpus-per-task=64"] and srun_args[2] == "torchrun"
@@ -98,8 +127,14 @@ def test_the_job_runs_one_torchrun_per_node_with_its_cpus(cluster):
 
 def test_sigterm_to_the_batch_shell_reaches_the_trainer(cluster):
     work, record, env = cluster
-    batch = subprocess.Popen(["bash", str(SCRIPT), "exp.yaml"], cwd=work, env=_job_env(env),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    batch = subprocess.Popen(
+        ["bash", str(SCRIPT), "exp.yaml"],
+        cwd=work,
+        env=_job_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for(record / "trainer.ready")
         batch.send_signal(signal.SIGTERM)  # what --signal=B:TERM@120 does

@@ -32,8 +32,14 @@ _WRITE_RUN = textwrap.dedent(f"""
 def offline_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wandb-truncation")
     env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
-    done = subprocess.run([sys.executable, "-c", _WRITE_RUN, str(root)], check=False, env=dict(env, WANDB_SILENT="true"),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITE_RUN, str(root)],
+        check=False,
+        env=dict(env, WANDB_SILENT="true"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = root.glob("wandb/offline-run-*")
     return run_dir
@@ -73,8 +79,9 @@ def test_the_whole_log_reads_cleanly(offline_run):
     assert log_end(path).dropped == 0
 
 
-@pytest.mark.parametrize("row, where", [(5, "summary"), (5, "history"), (SPANNING_ROW, "spanning"),
-                                        (ROWS - 1, "history")])
+@pytest.mark.parametrize(
+    "row, where", [(5, "summary"), (5, "history"), (SPANNING_ROW, "spanning"), (ROWS - 1, "history")]
+)
 def test_a_log_cut_inside_a_row_gives_the_rows_before_it(offline_run, tmp_path, row, where):
     data = run_file(offline_run).read_bytes()
     full = _read_quietly(run_file(offline_run))

@@ -27,8 +27,12 @@ def s3_bucket():
     server.start()
     host, port = server.get_host_and_port()
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        for key, value in {
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
             patch.setenv(key, value)
         # litdata moves chunks with obstore when installed, whose client refuses plain http
         # (litdata passes no allow_http); a local server has no TLS, so litdata takes its
@@ -45,7 +49,7 @@ def s3_bucket():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("object-store")
-    texts = [doc.text for _, doc in zip(range(40), embedded_documents(("prose",)))]
+    texts = [doc.text for _, doc in zip(range(40), embedded_documents(("prose",)), strict=False)]
     (root / "corpus.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")
     prepare(str(root / "corpus.jsonl"), root / "local", str(root / "tokenizer.json"), verbose=False)
@@ -73,8 +77,10 @@ def test_prepare_writes_every_file_to_the_bucket(remote_dataset, corpus):
     import boto3
 
     bucket, prefix = remote_dataset.removeprefix("s3://").split("/", 1)
-    keys = {item["Key"].removeprefix(prefix + "/")
-            for item in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
+    keys = {
+        item["Key"].removeprefix(prefix + "/")
+        for item in boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+    }
     assert {"index.json", LENGTHS_FILE, "prepare.json"} <= keys
     local, remote = read_manifest(corpus / "local"), read_manifest(remote_dataset)
     assert remote["complete"] and remote["tokens"] == local["tokens"] and remote["documents"] == local["documents"]
@@ -97,11 +103,20 @@ def test_a_missing_remote_dataset_is_named(s3_bucket):
 def test_pretrain_streams_from_the_bucket(remote_dataset, corpus, tmp_path):
     out = tmp_path / "run"
     args = {
-        "model.preset": "debug", "model.vocab_size": 512, "model.max_position": 64,
-        "model.attention_backend": "varlen", "data.path": remote_dataset,
-        "data.tokenizer": corpus / "tokenizer.json", "data.window": 64, "train.micro_batch_size": 2,
-        "train.global_batch_tokens": 256, "train.max_steps": 2, "train.warmup_steps": 1,
-        "train.out_dir": out, "log.wandb_mode": "disabled", "probe.fi": False,
+        "model.preset": "debug",
+        "model.vocab_size": 512,
+        "model.max_position": 64,
+        "model.attention_backend": "varlen",
+        "data.path": remote_dataset,
+        "data.tokenizer": corpus / "tokenizer.json",
+        "data.window": 64,
+        "train.micro_batch_size": 2,
+        "train.global_batch_tokens": 256,
+        "train.max_steps": 2,
+        "train.warmup_steps": 1,
+        "train.out_dir": out,
+        "log.wandb_mode": "disabled",
+        "probe.fi": False,
     }
     assert main(["pretrain", *(f"{key}={value}" for key, value in args.items())]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

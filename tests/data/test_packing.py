@@ -13,10 +13,10 @@ from longctx.batch import check_batch
 from longctx.data.packing import (
     IGNORE_INDEX,
     LENGTHS_FILE,
+    Mixture,
     PackedRows,
     PackedSource,
     contract_from_blocks,
-    Mixture,
     tokens_per_step,
 )
 
@@ -150,7 +150,7 @@ def smooth_round_robin(weights, count):
     shares = [Fraction(str(w)) / sum(Fraction(str(v)) for v in weights) for w in weights]
     credit, taken, out = [Fraction(0)] * len(shares), [0] * len(shares), []
     for _ in range(count):
-        credit = [c + share for c, share in zip(credit, shares)]
+        credit = [c + share for c, share in zip(credit, shares, strict=True)]
         chosen = max(range(len(credit)), key=credit.__getitem__)
         credit[chosen] -= 1
         out.append((chosen, taken[chosen]))
@@ -172,7 +172,7 @@ def test_mixture_rows_are_consecutive_and_within_one_row_of_the_shares(weights):
         source, row = mixture.locate(k)
         assert row == taken[source]  # every source's rows in order, none skipped or repeated
         taken[source] += 1
-        for count, weight in zip(taken, weights):
+        for count, weight in zip(taken, weights, strict=True):
             assert abs(count - (k + 1) * weight / sum(weights)) < 1
 
 

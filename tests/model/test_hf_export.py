@@ -21,7 +21,7 @@ TEXT = "The river ran past the old mill, and 123456 was the number on the door."
 
 @pytest.fixture(scope="module")
 def bpe_file(tmp_path_factory):
-    texts = [doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))]
+    texts = [doc.text for _, doc in zip(range(30), embedded_documents(("prose",)), strict=False)]
     path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"
     train_bpe(texts, vocab_size=512, path=path)
     return path
@@ -46,7 +46,7 @@ def _make_eos_the_kth_greedy_token(model: Llama, prompt: torch.Tensor, eos_id: i
         weight = model.output.weight
         weight[[eos_id, before[k]]] = weight[[before[k], eos_id]]
     after = greedy_generate_recompute(model, prompt, k + 1)[0].tolist()
-    assert after == before[:k] + [eos_id]  # the reference continuation: k tokens, then EOS
+    assert after == [*before[:k], eos_id]  # the reference continuation: k tokens, then EOS
     return after
 
 
@@ -63,11 +63,13 @@ def test_auto_classes_load_the_export_and_generate_until_eos(tokenizer, tmp_path
 
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert (hf_model.generation_config.eos_token_id, hf_model.generation_config.pad_token_id) == (
-        tokenizer.eos_id, tokenizer.pad_id)
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+    )
     inputs = hf_tokenizer(TEXT, return_tensors="pt")
     with torch.no_grad():
         generated = hf_model.generate(**inputs, max_new_tokens=30, do_sample=False)
-    assert generated[0, len(prompt_ids):].tolist() == expected  # stopped at EOS, not after 30 tokens
+    assert generated[0, len(prompt_ids) :].tolist() == expected  # stopped at EOS, not after 30 tokens
 
 
 def test_cli_exports_the_tokenizer_the_checkpoint_was_trained_with(bpe_file, tokenizer, tmp_path, capsys):
@@ -81,7 +83,10 @@ def test_cli_exports_the_tokenizer_the_checkpoint_was_trained_with(bpe_file, tok
     assert "generation_config.json" in capsys.readouterr().out
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (config["eos_token_id"], config["pad_token_id"], config["bos_token_id"]) == (
-        tokenizer.eos_id, tokenizer.pad_id, None)
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+        None,
+    )
     assert json.loads((tmp_path / "hf" / "tokenizer.json").read_text()) == json.loads(bpe_file.read_text())
 
 
@@ -91,17 +96,27 @@ def test_cli_refuses_a_tokenizer_larger_than_the_model(bpe_file, tmp_path, capsy
     assert "has 512 tokens, the model's vocab_size is 256" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("hidden_act", "gelu", "hidden_act='gelu' is not supported"),
-    ("attention_bias", True, "attention_bias=true is not supported"),
-    ("mlp_bias", True, "mlp_bias=true is not supported"),
-    ("tie_word_embeddings", True, "tie_word_embeddings=true is not supported"),
-    ("pretraining_tp", 2, "pretraining_tp=2 is not supported"),
-    ("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "rope_scaling.rope_type='dynamic' is not supported"),
-    ("rope_scaling", {"rope_type": "longrope", "factor": 2.0}, "rope_scaling.rope_type='longrope' is not supported"),
-    ("rope_scaling", {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7, "original_max_position_embeddings": 64},
-     "rope_scaling.mscale=0.7 is not supported"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("hidden_act", "gelu", "hidden_act='gelu' is not supported"),
+        ("attention_bias", True, "attention_bias=true is not supported"),
+        ("mlp_bias", True, "mlp_bias=true is not supported"),
+        ("tie_word_embeddings", True, "tie_word_embeddings=true is not supported"),
+        ("pretraining_tp", 2, "pretraining_tp=2 is not supported"),
+        ("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}, "rope_scaling.rope_type='dynamic' is not supported"),
+        (
+            "rope_scaling",
+            {"rope_type": "longrope", "factor": 2.0},
+            "rope_scaling.rope_type='longrope' is not supported",
+        ),
+        (
+            "rope_scaling",
+            {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7, "original_max_position_embeddings": 64},
+            "rope_scaling.mscale=0.7 is not supported",
+        ),
+    ],
+)
 def test_import_refuses_what_it_cannot_represent(tmp_path, field, value, message):
     export_hf(_model(), tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())

@@ -112,11 +112,24 @@ def _losses(out_dir: Path) -> dict[int, float]:
 def test_a_writer_killed_mid_checkpoint_leaves_a_good_last_ckpt_and_resumes(workspace, tmp_path):
     steps = 4
     run = tmp_path / "run"
-    args = overrides(workspace, run, **{"train.max_steps": steps, "train.checkpoint_every_steps": 1,
-                                        "probe.fi": False, "log.wandb_mode": "disabled"})
+    args = overrides(
+        workspace,
+        run,
+        **{
+            "train.max_steps": steps,
+            "train.checkpoint_every_steps": 1,
+            "probe.fi": False,
+            "log.wandb_mode": "disabled",
+        },
+    )
     marker = tmp_path / "stalled"
-    writer = subprocess.Popen([sys.executable, "-c", _STALLING_TRAINER, str(marker), *args], env=_environment(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _STALLING_TRAINER, str(marker), *args],
+        env=_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not marker.exists():
@@ -135,18 +148,36 @@ def test_a_writer_killed_mid_checkpoint_leaves_a_good_last_ckpt_and_resumes(work
     for path in checkpoints.glob("*.ckpt"):
         torch.load(path, map_location="cpu", weights_only=True)  # every file under its final name is whole
 
-    resumed = subprocess.run([sys.executable, "-m", "longctx", "pretrain", *args, "train.resume=auto"],
-                             env=_environment(), check=False, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "longctx", "pretrain", *args, "train.resume=auto"],
+        env=_environment(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     final = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
     assert final["global_step"] == steps
     assert not list(checkpoints.glob(".*.tmp-*"))  # the killed writer's temporary is gone
 
     reference = tmp_path / "reference"
-    uninterrupted = subprocess.run([sys.executable, "-m", "longctx", "pretrain",
-                                    *overrides(workspace, reference, **{"train.max_steps": steps, "probe.fi": False,
-                                                                        "log.wandb_mode": "disabled"})],
-                                   env=_environment(), check=False, capture_output=True, text=True, timeout=300)
+    uninterrupted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longctx",
+            "pretrain",
+            *overrides(
+                workspace, reference, **{"train.max_steps": steps, "probe.fi": False, "log.wandb_mode": "disabled"}
+            ),
+        ],
+        env=_environment(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     resumed_losses, expected = _losses(run), _losses(reference)
     for step in range(2, steps + 1):  # steps 2.. ran after the resume from step 1

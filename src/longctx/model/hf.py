@@ -223,7 +223,8 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
 
 
 def _scaling_from_hf(rope: dict | None, where: str) -> RopeScaling:
-    kind = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+    rope = rope or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
         return RopeScaling()
     for key in ("mscale", "mscale_all_dim"):  # DeepSeek's YaRN variant
