@@ -226,7 +226,8 @@ def relative_distance_histogram(
 
 def _batches(rows: Iterable[Mapping[str, torch.Tensor]], size: int) -> Iterable[dict[str, torch.Tensor]]:
     """[B, T] dicts of the keys f(d) reads: [B, T] rows as they are, [T] rows stacked `size` at a time."""
-    keys, pending = ("position_ids", "document_ids", "labels"), []
+    keys = ("position_ids", "document_ids", "labels")
+    pending: list[Mapping[str, torch.Tensor]] = []
     for row in rows:
         if row["position_ids"].dim() == 2:
             yield {key: row[key] for key in keys}

@@ -42,7 +42,7 @@ Derivations: docs/fi_counting.md; timings: docs/benchmarks.md (`benchmarks/posit
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -93,7 +93,7 @@ def _check_bins(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _to_cpu(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+def _to_cpu(*tensors: torch.Tensor | None) -> tuple[Any, ...]:
     """Counting runs on the CPU: its sizes depend on the data, so on a GPU every step of it
     would wait for the device; one copy of the [B, T] ids waits once."""
     return tuple(None if tensor is None else tensor.detach().to("cpu") for tensor in tensors)

@@ -74,11 +74,12 @@ def read_conversations(path: str | Path, on_bad_sample: str, report: SFTReport) 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SFT data {str(path)!r} is not a file (give a JSONL path or {EMBEDDED!r})")
-    conversations = []
+    conversations: list[list[dict]] = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
+            problem: str | None
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:

@@ -145,9 +145,10 @@ class SFTRows(torch.utils.data.Dataset):
         return {key: torch.from_numpy(value) for key, value in row.items()}
 
 
-def _next_fit(lengths: Sequence[int], order: Sequence[int], window: int) -> list[list[int]]:
+def _next_fit(lengths: Sequence[int], order: Sequence[int] | np.ndarray, window: int) -> list[list[int]]:
     """Sample indices `order` (of these lengths) laid into rows of `window` tokens in order."""
-    rows, room = [], 0
+    rows: list[list[int]] = []
+    room = 0
     for length, index in zip(lengths, order):
         if length > room:
             rows.append([])

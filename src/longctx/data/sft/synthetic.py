@@ -53,11 +53,13 @@ def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
 
 def _facts(rng: np.random.Generator, count: int) -> list[tuple[str, str, str]]:
     """`count` (statement, question, answer) facts about distinct keys."""
-    facts, keys = [], set()
+    facts: list[tuple[str, str, str]] = []
+    keys: set[tuple[str, ...]] = set()
     while len(facts) < count:
         kind = int(rng.integers(3))
         if kind == 0:
             color, thing, code = _pick(rng, _COLORS), _pick(rng, _OBJECTS), int(rng.integers(1000, 10000))
+            key: tuple[str, ...]
             key, statement = ("code", color, thing), f"The code of the {color} {thing} is {code}."
             question = f"What is the code of the {color} {thing}?"
         elif kind == 1:
