@@ -61,7 +61,7 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
 
     model = load_model(args.checkpoint)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint)
+    spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint, model.config.vocab_size)
     tokenizer = None if spec == "none" else load_tokenizer(spec)
     out = export_hf(model, args.out_dir, dtype=dtype, tokenizer=tokenizer)
     files = "config.json and model.safetensors" if tokenizer is None else (
@@ -72,18 +72,25 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_tokenizer(path: str) -> str:
-    """data.tokenizer of the run that wrote a Lightning checkpoint; else the config default."""
+def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
+    """data.tokenizer of the run that wrote a Lightning checkpoint; for files that do not
+    record one, the default tokenizer when the vocabulary size is its own."""
     import torch
 
     from longctx.config import DataConfig
+    from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
 
     if path.endswith((".ckpt", ".pt")):
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         experiment = (checkpoint.get("hyper_parameters") or {}).get("experiment") or {}
         if (experiment.get("data") or {}).get("tokenizer"):
             return experiment["data"]["tokenizer"]
-    return DataConfig.tokenizer
+    if vocab_size == DEFAULT_VOCAB_SIZE:
+        return DataConfig.tokenizer
+    raise ValueError(
+        f"export-hf: {path} does not record its tokenizer and its vocab_size {vocab_size} is not that of "
+        f"{DataConfig.tokenizer}; pass --tokenizer SPEC (or --tokenizer none for the weights only)"
+    )
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

@@ -126,3 +126,11 @@ def test_import_refuses_what_it_cannot_represent(tmp_path, field, value, message
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=f"config.json: {message}".replace("(", r"\(").replace(".", r"\.")):
         import_hf(tmp_path)
+
+
+def test_cli_asks_for_the_tokenizer_when_the_file_does_not_record_it(tmp_path, capsys):
+    save_model(Llama(ModelConfig.from_preset("debug", vocab_size=300)), tmp_path / "m.safetensors")
+    assert main(["export-hf", str(tmp_path / "m.safetensors"), str(tmp_path / "hf")]) == 2
+    assert "does not record its tokenizer" in capsys.readouterr().err
+    assert main(["export-hf", str(tmp_path / "m.safetensors"), str(tmp_path / "hf"), "--tokenizer", "none"]) == 0
+    assert "no tokenizer written" in capsys.readouterr().out
