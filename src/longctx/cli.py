@@ -79,6 +79,7 @@ def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
 
     from longctx.config import DataConfig
     from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
+    from longctx.errors import CheckpointError
 
     if path.endswith((".ckpt", ".pt")):
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -87,7 +88,7 @@ def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
             return experiment["data"]["tokenizer"]
     if vocab_size == DEFAULT_VOCAB_SIZE:
         return DataConfig.tokenizer
-    raise ValueError(
+    raise CheckpointError(
         f"export-hf: {path} does not record its tokenizer and its vocab_size {vocab_size} is not that of "
         f"{DataConfig.tokenizer}; pass --tokenizer SPEC (or --tokenizer none for the weights only)"
     )
