@@ -4,7 +4,8 @@
     cfg.model.n_layers, cfg.data.window, cfg.train.lr
 
 Sources merge left to right (later wins): the model preset named by `model.preset`, then
-each YAML file, then each override. A YAML file may start with `inherit: [other.yaml]`
+each YAML file, then each override. The override `inherit=FILE.yaml` layers a whole file at
+its place among the overrides (how a W&B sweep grids over recipe files). A YAML file may start with `inherit: [other.yaml]`
 (paths relative to that file) to layer itself on other files. Files named without a
 directory that does not exist are looked up under `experiments/`.
 
@@ -32,7 +33,7 @@ from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "LongRecipeConfig", "PoseConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
 
 
 @dataclass
@@ -43,6 +44,29 @@ class DataSource:
     """A directory written by `longctx prepare` (local or s3://...)."""
     weight: float = 1.0
     """Share of rows drawn from this source (normalised over the mixture)."""
+
+
+@dataclass
+class PoseConfig:
+    """PoSE (Zhu et al. 2023 §3.2): chunked position skipping (data/positions.py)."""
+
+    chunks: int = 2
+    """N: chunks per document, each with its own skipping bias (documents shorter than N
+    tokens use one chunk per token)."""
+    compat: str = "paper"
+    """paper (chunk lengths a uniform random composition) | repo (the authors' code:
+    chunk 0 ~ U{1, ceil(n/2)}; needs chunks=2). Content skipping is not applied."""
+
+
+@dataclass
+class LongRecipeConfig:
+    """LongRecipe position index transformation (§4.2, Algorithm 1; data/positions.py)."""
+
+    compat: str = "paper"
+    """paper (Algorithm 1 on the trained tokens) | repo (the authors' preprocessing: a
+    contiguous head of U{1, (n+1)/2} tokens, the rest on the sentence canvas)."""
+    delimiters: str = ".!?\n"
+    """A token whose text holds any of these characters ends a sentence."""
 
 
 @dataclass
@@ -60,7 +84,42 @@ class DataConfig:
     doc_mask: bool = True
     """True: positions reset and attention confined per document. False: plain causal row."""
     seed: int = 1234
-    """Shuffling and packing seed."""
+    """Shuffling, packing and position-transform seed."""
+    long_share: float = 0.0
+    """ProLong-style long/short mix: 0 = the data.mixture weights as written; in (0, 1) the
+    mixture must list two sources, [long, short], and the first gets this share of rows
+    (ProLong: 0.6)."""
+    position_transform: str = "none"
+    """Context extension by position ids (data/transforms.py): none | pose | randpos |
+    longrecipe. Rows of `window` tokens get ids spread over [0, target_length)."""
+    target_length: int = 0
+    """L_t, the extended window the transformed ids reach; 0 = model.max_position."""
+    pose: PoseConfig = field(default_factory=PoseConfig)
+    """position_transform=pose parameters."""
+    longrecipe: LongRecipeConfig = field(default_factory=LongRecipeConfig)
+    """position_transform=longrecipe parameters."""
+
+    def source_weights(self) -> list[float]:
+        """Row share of each data.mixture source (long_share applied)."""
+        if self.long_share:
+            return [self.long_share, 1.0 - self.long_share]
+        return [source.weight for source in self.mixture]
+
+    def _check_target_length(self, model: ModelConfig) -> None:
+        if self.target_length < self.window:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} is shorter than data.window={self.window}: the transformed ids of a "
+                "window-token row must fit below the target length",
+                ("data.window",),
+            )
+        if self.target_length > model.max_position:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} exceeds model.max_position={model.max_position}: set model.max_position "
+                "to the extended window",
+                ("model.max_position",),
+            )
 
     def validate(self, model: ModelConfig) -> None:
         _positive_int("data.window", self.window)
@@ -78,6 +137,26 @@ class DataConfig:
                 "(the context the model is configured for) or shorten the window",
                 ("model.max_position",),
             )
+        _choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
+        _positive_int("data.target_length", self.target_length)
+        if self.position_transform != "none":  # target_length matters only to a transform
+            self._check_target_length(model)
+        _positive_int("data.pose.chunks", self.pose.chunks)
+        _choice("data.pose.compat", self.pose.compat, ("paper", "repo"))
+        if self.pose.compat == "repo" and self.pose.chunks != 2:
+            raise ConfigError("data.pose.chunks", f"compat=repo is the authors' two-chunk code, got {self.pose.chunks}",
+                              ("data.pose.compat",))
+        if self.pose.chunks > self.window:
+            raise ConfigError("data.pose.chunks", f"{self.pose.chunks} chunks do not fit a {self.window}-token row")
+        _choice("data.longrecipe.compat", self.longrecipe.compat, ("paper", "repo"))
+        if not self.longrecipe.delimiters:
+            raise ConfigError("data.longrecipe.delimiters", "is empty: at least one character must end a sentence")
+        if self.long_share:
+            if not 0 < self.long_share < 1:
+                raise ConfigError("data.long_share", f"must be in (0, 1) or 0 (off), got {self.long_share}")
+            if len(self.mixture) != 2:
+                raise ConfigError("data.long_share", f"needs data.mixture = [long, short], got {len(self.mixture)} sources",
+                                  ("data.mixture",))
 
 
 @dataclass
@@ -306,6 +385,8 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.data.window == 0:
             self.data.window = self.model.max_position
+        if self.data.target_length == 0:
+            self.data.target_length = self.model.max_position
         self.validate()
 
     def validate(self) -> None:
@@ -344,7 +425,12 @@ class _Source:
 def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentConfig:
     """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
     sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
-    sources += [_read_override(text) for text in overrides]
+    for text in overrides:
+        key, _, value = text.partition("=")
+        if key.strip() == "inherit":  # a whole YAML file at this place in the order (sweep grids over recipes)
+            sources += _read_yaml(Path(value.strip()), chain=())
+        else:
+            sources.append(_read_override(text))
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
@@ -358,6 +444,7 @@ def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentC
         base = ExperimentConfig(model=ModelConfig.from_preset(preset))
     except ConfigError as error:
         raise _located(error, locations) from None
+    base.data.target_length = 0  # resolved by __post_init__ against the final model.max_position
 
     merged: DictConfig = OmegaConf.structured(base)
     for source in sources:

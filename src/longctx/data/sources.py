@@ -45,7 +45,7 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
             f"{config.model.vocab_size}"
         )
     if data.mixture:
-        sources = [(source.path, source.weight) for source in data.mixture]
+        sources = [(source.path, weight) for source, weight in zip(data.mixture, data.source_weights(), strict=True)]
     elif data.path:
         sources = [(data.path, 1.0)]
     else:
