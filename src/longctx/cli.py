@@ -176,10 +176,18 @@ def _evaluation_setup(items: list[str]):
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import evaluate, format_search, log_to_wandb, method_settings, write_result
+    from longctx.probes.niah_eval import (
+        evaluate,
+        evaluation_device,
+        format_search,
+        log_to_wandb,
+        method_settings,
+        write_result,
+    )
 
-    cfg, tokenizer, haystack = _evaluation_setup(args.items)
-    model = load_model(args.checkpoint)
+    items = [*args.items, f"eval.niah_lengths=[{args.lengths}]"] if args.lengths else args.items
+    cfg, tokenizer, haystack = _evaluation_setup(items)
+    model = load_model(args.checkpoint).to(evaluation_device(cfg))
     result = evaluate(model, cfg, tokenizer, haystack)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
@@ -281,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
     niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
+    niah.add_argument(
+        "--lengths", default="", help="comma-separated context lengths to evaluate in full, no search (eval.niah_lengths)"
+    )
     niah.set_defaults(run=cmd_niah)
 
     table = commands.add_parser("niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models")

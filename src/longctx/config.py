@@ -203,6 +203,10 @@ class TrainConfig:
     """Recompute each block's activations in backward (memory for ~30% more compute)."""
     compile: bool = False
     """torch.compile each transformer block."""
+    loss_chunk_tokens: int = 0
+    """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
+    recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
+    at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
 
 
     def validate(self, data: DataConfig) -> None:
@@ -225,6 +229,8 @@ class TrainConfig:
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
         _positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
+        if self.loss_chunk_tokens < 0:
+            raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
         tokens_per_micro_batch = data.window * self.micro_batch_size
         if self.global_batch_tokens % tokens_per_micro_batch:
             raise ConfigError(
@@ -327,7 +333,7 @@ class EvalConfig:
 
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
-    self_extend | dca | string) and each method's parameters (model/position_methods.py)."""
+    self_extend | dca | string) and each method's parameters (model/position_methods/)."""
     niah_task: str = "paper"
     """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
     ruler-multiquery | helmet-json-kv (data/niah.py)."""
@@ -337,6 +343,9 @@ class EvalConfig:
     """Effective-length search grows the context by this many tokens (STRING §3)."""
     niah_max_length: int = 0
     """Largest context tried; 0 = model.max_position."""
+    niah_lengths: list[int] = field(default_factory=list)
+    """Evaluate exactly these context lengths, each in full (no stop-at-first-failure
+    search; long-context sweeps need it); empty = the search. `longctx niah --lengths`."""
     niah_tests_per_length: int = 50
     """4-needle tests per context length (500 in the paper)."""
     pass_threshold: float = 0.5
@@ -351,6 +360,9 @@ class EvalConfig:
     """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
     gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`
     (OmegaConf interpolation, resolved after all overrides)."""
+    device: str = "auto"
+    """auto | cpu | cuda: where `longctx niah` runs (auto = cuda when available). On CUDA the
+    model runs in bf16 (autocast), on CPU in fp32."""
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default. Decoding the tiny model is
     dominated by per-op overhead: on a loaded 2-core machine 1 thread was 3x faster."""
@@ -365,6 +377,11 @@ class EvalConfig:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
         if self.niah_max_length < 0:
             raise ConfigError("eval.niah_max_length", f"must be >= 0, got {self.niah_max_length}")
+        bad = [length for length in self.niah_lengths if not isinstance(length, int) or length < 1]
+        if bad:
+            raise ConfigError("eval.niah_lengths", f"must be positive integers, got {bad}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
         if not 0 < self.pass_threshold <= 1:
             raise ConfigError("eval.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
 
