@@ -4,11 +4,12 @@ A prepared dataset (`longctx prepare`) is a litdata directory with one item per 
 (its tokens followed by EOS) plus `lengths.npy`, the token count of every item; local, or
 an object-store prefix (`s3://bucket/data`) read through litdata's storage layer
 (`data/storage.py`). Each epoch shuffles the documents (seeded) and lays them end to end
-into one token stream; epochs follow each other, so the stream is endless. Rows are consecutive, non-overlapping blocks
-of `window + 1` stream tokens: the blocks partition the stream, so every token of every
-document appears exactly once per epoch, and nothing is lost at chunk or row edges (a
-document cut by a row boundary continues at the start of the next row; litdata's own
-`TokensLoader` blocks would drop up to `window` tokens at every chunk edge).
+into one token stream; epochs follow each other, so the stream is endless. Rows are
+consecutive, non-overlapping blocks of `window + 1` stream tokens: the blocks partition the
+stream, so every token of every document appears exactly once per epoch, and nothing is
+lost at chunk or row edges (a document cut by a row boundary continues at the start of the
+next row; litdata's own `TokensLoader` blocks would drop up to `window` tokens at every
+chunk edge).
 
 A block x[0..T] becomes one row of the contract:
 
@@ -51,11 +52,8 @@ import torch
 from litdata import StreamingDataset
 
 from longctx.batch import IGNORE_INDEX, document_start_index
-<<<<<<< HEAD
 from longctx.data import storage
-=======
 from longctx.data.transforms import PositionTransform
->>>>>>> main
 
 LENGTHS_FILE = "lengths.npy"
 
