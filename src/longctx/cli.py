@@ -87,14 +87,43 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
 def cmd_export_hf(args: argparse.Namespace) -> int:
     import torch
 
+    from longctx.data.tokenizer import load_tokenizer
     from longctx.model.checkpoint import load_model
     from longctx.model.hf import export_hf
 
     model = load_model(args.checkpoint)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    out = export_hf(model, args.out_dir, dtype=dtype)
-    print(f"wrote {out}/config.json and {out}/model.safetensors ({model.config.num_parameters() / 1e6:.1f}M parameters)")
+    spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint, model.config.vocab_size)
+    tokenizer = None if spec == "none" else load_tokenizer(spec)
+    out = export_hf(model, args.out_dir, dtype=dtype, tokenizer=tokenizer)
+    files = "config.json and model.safetensors" if tokenizer is None else (
+        f"config.json, generation_config.json, model.safetensors and tokenizer {tokenizer.name}")
+    print(f"wrote {files} to {out} ({model.config.num_parameters() / 1e6:.1f}M parameters)")
+    if tokenizer is None:
+        print("note: no tokenizer written (--tokenizer none): AutoTokenizer cannot load this directory")
     return 0
+
+
+def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
+    """data.tokenizer of the run that wrote a Lightning checkpoint; for files that do not
+    record one, the default tokenizer when the vocabulary size is its own."""
+    import torch
+
+    from longctx.config import DataConfig
+    from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
+    from longctx.errors import CheckpointError
+
+    if path.endswith((".ckpt", ".pt")):
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        experiment = (checkpoint.get("hyper_parameters") or {}).get("experiment") or {}
+        if (experiment.get("data") or {}).get("tokenizer"):
+            return experiment["data"]["tokenizer"]
+    if vocab_size == DEFAULT_VOCAB_SIZE:
+        return DataConfig.tokenizer
+    raise CheckpointError(
+        f"export-hf: {path} does not record its tokenizer and its vocab_size {vocab_size} is not that of "
+        f"{DataConfig.tokenizer}; pass --tokenizer SPEC (or --tokenizer none for the weights only)"
+    )
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -314,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
     export.add_argument("out_dir", help="output directory (config.json + model.safetensors)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.add_argument("--tokenizer", default="",
+                        help="tokenizer spec to write beside the weights (default: the checkpoint's data.tokenizer, "
+                             "else bpe-8192); 'none' writes the weights only")
     export.set_defaults(run=cmd_export_hf)
 
     sweep = commands.add_parser("sweep", help="run a W&B sweep YAML's grid or random search here, without a W&B server")

@@ -1,5 +1,9 @@
 """Packing: the batch contract, exact coverage of the token stream, world-size invariance."""
 
+import signal
+from contextlib import contextmanager
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -9,11 +13,11 @@ from longctx.batch import check_batch
 from longctx.data.packing import (
     IGNORE_INDEX,
     LENGTHS_FILE,
+    Mixture,
     PackedRows,
     PackedSource,
     contract_from_blocks,
     tokens_per_step,
-    weighted_round_robin,
 )
 
 EOS = 0
@@ -140,15 +144,42 @@ def test_ranks_partition_the_global_row_sequence(tmp_path):
         assert torch.equal(resumed[k], single[global_row])
 
 
-def test_weighted_round_robin_is_exact_at_every_prefix():
-    picks = []
-    for pick in weighted_round_robin([0.6, 0.4]):
-        picks.append(pick)
-        if len(picks) == 1000:
-            break
-    for n in (5, 10, 100, 1000):
-        share = picks[:n].count(0) / n
-        assert abs(share - 0.6) <= 1 / n + 1e-9
+def smooth_round_robin(weights, count):
+    """Reference: smooth weighted round-robin in exact arithmetic, replayed row by row
+    (every source earns its share, the one with most credit is picked and pays 1)."""
+    shares = [Fraction(str(w)) / sum(Fraction(str(v)) for v in weights) for w in weights]
+    credit, taken, out = [Fraction(0)] * len(shares), [0] * len(shares), []
+    for _ in range(count):
+        credit = [c + share for c, share in zip(credit, shares, strict=True)]
+        chosen = max(range(len(credit)), key=credit.__getitem__)
+        credit[chosen] -= 1
+        out.append((chosen, taken[chosen]))
+        taken[chosen] += 1
+    return out
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.4], [1.0, 1.0], [3.0, 2.0], [0.7, 0.3], [0.05, 0.95]])
+def test_two_source_mixture_is_the_smooth_round_robin(weights):
+    mixture = Mixture(weights)
+    assert [mixture.locate(k) for k in range(3000)] == smooth_round_robin(weights, 3000)
+
+
+@pytest.mark.parametrize("weights", [[0.5, 0.3, 0.2], [1.0, 7.0, 2.0, 0.25]])
+def test_mixture_rows_are_consecutive_and_within_one_row_of_the_shares(weights):
+    mixture = Mixture(weights)
+    taken = [0] * len(weights)
+    for k in range(4000):
+        source, row = mixture.locate(k)
+        assert row == taken[source]  # every source's rows in order, none skipped or repeated
+        taken[source] += 1
+        for count, weight in zip(taken, weights, strict=True):
+            assert abs(count - (k + 1) * weight / sum(weights)) < 1
+
+
+def test_mixture_rejects_bad_weights():
+    for weights in ([], [1.0, 0.0], [1.0, -2.0], [float("nan")]):
+        with pytest.raises(ValueError, match="mixture weights must be positive"):
+            Mixture(weights)
 
 
 def test_mixture_draws_rows_from_both_sources(tmp_path):
@@ -183,3 +214,65 @@ def test_impossible_batch_for_the_world_size():
 def test_missing_or_unprepared_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="no index.json"):
         PackedSource(tmp_path / "nothing", seed=0)
+
+
+def _rows(sources, weights, start, count, rank=0, world=1):
+    rows = PackedRows(sources, weights, window=16, eos_id=EOS, doc_mask=True, rank=rank, world_size=world,
+                      start_row=start)
+    out = []
+    for row in rows:
+        out.append(row["input_ids"])
+        if len(out) == count:
+            return out
+
+
+def _mixture_dirs(tmp_path, count):
+    dirs = []
+    for i in range(count):
+        directory = tmp_path / f"source{i}"
+        directory.mkdir()
+        write_token_dataset(directory, [d + 1000 * i * (d != EOS) for d in random_documents(15, seed=i)])
+        dirs.append(directory)
+    return dirs
+
+
+def test_resuming_gives_the_rows_of_an_uninterrupted_run(tmp_path):
+    dirs = _mixture_dirs(tmp_path, 3)
+    weights = [0.5, 0.3, 0.2]
+    uninterrupted = _rows([PackedSource(d, seed=i) for i, d in enumerate(dirs)], weights, 0, 1200)
+    for rank, world, start in ((0, 1, 997), (1, 2, 1001), (2, 3, 640)):
+        resumed = _rows([PackedSource(d, seed=i) for i, d in enumerate(dirs)], weights, start, 20, rank, world)
+        first = start + (rank - start) % world
+        for k, row in enumerate(resumed):
+            assert torch.equal(row, uninterrupted[first + k * world])
+
+
+@contextmanager
+def _deadline(seconds):
+    """Turn a hang (a replay of 10^15 rows) into a failure."""
+    def expire(*_):
+        raise TimeoutError(f"took more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_resuming_at_a_huge_step_seeks_instead_of_replaying(tmp_path):
+    dirs = _mixture_dirs(tmp_path, 2)
+    sources = [PackedSource(d, seed=i) for i, d in enumerate(dirs)]
+    # 3:2 repeats every 5 rows: source 0, 1, 0, 1, 0 (the reference replays one period)
+    period = smooth_round_robin([3.0, 2.0], 5)
+    start = 10**15 + 3
+    with _deadline(20):
+        resumed = _rows(sources, [3.0, 2.0], start, 6, rank=1, world=2)
+    first = start + (1 - start) % 2
+    for k, row in enumerate(resumed):
+        index = first + 2 * k
+        source, within_period = period[index % 5]
+        source_row = (index // 5) * (3 if source == 0 else 2) + within_period
+        expected = sources[source].read(source_row * 17, 17)[:-1]
+        assert torch.equal(row, expected)

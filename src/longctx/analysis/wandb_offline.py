@@ -2,11 +2,15 @@
 
 wandb 0.31 writes each run as `run-<id>.wandb`: a 7-byte header (":W&B", magic 0xBEE1,
 version 0) followed by a LevelDB-style log — 32 KiB blocks of records, each
-`crc32c (4) | length (2, little-endian) | type (1)` + payload, where type FULL=1 is a whole
-record and FIRST=2 / MIDDLE=3 / LAST=4 are pieces of one spanning blocks. Every payload is
+`crc32 (4) | length (2, little-endian) | type (1)` + payload (the checksum is zlib's CRC-32
+of type + payload), where type FULL=1 is a whole record and FIRST=2 / MIDDLE=3 / LAST=4 are
+pieces of one spanning blocks. Every payload is
 a `wandb.proto.wandb_internal_pb2.Record`; history rows are `Record.history.item`
 (key, value_json); `Record.run` carries the run's id, name and job type and `Record.config`
-its config. This reader needs no W&B server and no `wandb sync`.
+its config. This reader needs no W&B server and no `wandb sync`. A log that ends
+mid-record (a killed or still-running run) or in damaged bytes is read up to its last
+complete record, with a `TruncatedLogWarning` that says how many bytes were dropped
+(`log_end` returns the same without the warning).
 
     read_history(".../wandb/offline-run-*/")   # [{"train/loss": ..., "trainer/global_step": ...}, ...]
     read_run(".../wandb/offline-run-*/")       # {"run_id", "name", "project", "job_type", "config"}
@@ -17,7 +21,10 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2
@@ -28,31 +35,76 @@ RECORD_HEADER_SIZE = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def _payloads(data: bytes, source: Path) -> Iterator[bytes]:
+class TruncatedLogWarning(UserWarning):
+    """A `.wandb` file ends mid-record or in damaged bytes; its complete records were read."""
+
+
+@dataclass
+class LogEnd:
+    """Where reading a `.wandb` file stopped: `complete` bytes hold whole, checksummed
+    records; the `dropped` bytes after them (a killed or still-running writer's partial
+    record, or a damaged tail) were not read, for the `reason` given."""
+
+    size: int = 0
+    complete: int = 0
+    reason: str = ""
+
+    @property
+    def dropped(self) -> int:
+        return self.size - self.complete
+
+
+def _payloads(data: bytes, source: Path, end: LogEnd) -> Iterator[bytes]:
+    """Whole record payloads up to the last complete, checksummed one; fills `end`.
+
+    A record is taken only once its bytes are all there and its checksum
+    (zlib CRC-32 of type byte + payload, as W&B writes it) matches; a record spanning
+    blocks only once its LAST piece is. Reading stops at the first piece that fails.
+    """
     if not data.startswith(HEADER):
         raise ValueError(f"{source} is not a W&B transaction log (bad header)")
-    offset, pending = len(HEADER), b""
-    while offset + RECORD_HEADER_SIZE <= len(data):
+    end.size = len(data)
+    offset = end.complete = len(HEADER)
+    pending: bytes | None = None
+    while offset < len(data):
         left_in_block = BLOCK_SIZE - offset % BLOCK_SIZE
         if left_in_block < RECORD_HEADER_SIZE:  # block trailer padding
-            offset += left_in_block
-            continue
-        length, kind = struct.unpack_from("<HB", data, offset + 4)
-        payload = data[offset + RECORD_HEADER_SIZE : offset + RECORD_HEADER_SIZE + length]
-        offset += RECORD_HEADER_SIZE + length
-        if kind == 0 and length == 0:  # zero fill at the end of a block
-            continue
-        if kind == FULL:
-            yield payload
-        elif kind == FIRST:
-            pending = payload
-        elif kind == MIDDLE:
-            pending += payload
-        elif kind == LAST:
-            yield pending + payload
-            pending = b""
+            offset = min(offset + left_in_block, len(data))
         else:
-            raise ValueError(f"{source}: unknown record type {kind} at byte {offset}")
+            if offset + RECORD_HEADER_SIZE > len(data):
+                end.reason = f"ends inside the record header at byte {offset}"
+                return
+            checksum, length, kind = struct.unpack_from("<IHB", data, offset)
+            if checksum == length == kind == 0:  # zero fill at the end of a block
+                offset += RECORD_HEADER_SIZE
+                continue
+            payload = data[offset + RECORD_HEADER_SIZE : offset + RECORD_HEADER_SIZE + length]
+            if RECORD_HEADER_SIZE + length > left_in_block:
+                end.reason = f"the record at byte {offset} claims {length} bytes, more than its block holds"
+                return
+            if len(payload) < length:
+                end.reason = f"ends inside the record at byte {offset} ({len(payload)} of {length} bytes)"
+                return
+            if zlib.crc32(bytes([kind]) + payload) != checksum:
+                end.reason = f"checksum mismatch in the record at byte {offset}"
+                return
+            if kind == FULL and pending is None:
+                yield payload
+            elif kind == FIRST and pending is None:
+                pending = payload
+            elif kind == MIDDLE and pending is not None:
+                pending += payload
+            elif kind == LAST and pending is not None:
+                yield pending + payload
+                pending = None
+            else:
+                end.reason = f"unexpected record type {kind} at byte {offset}"
+                return
+            offset += RECORD_HEADER_SIZE + length
+        if pending is None:
+            end.complete = offset
+    if pending is not None:
+        end.reason = f"ends inside a record spanning blocks (started before byte {end.complete + 1})"
 
 
 def run_file(run_dir: str | Path) -> Path:
@@ -63,15 +115,37 @@ def run_file(run_dir: str | Path) -> Path:
     return files[0]
 
 
-def records(path: str | Path) -> Iterator[wandb_internal_pb2.Record]:
-    """The parsed records of a run (`.wandb` file or run directory), in log order."""
+def records(path: str | Path, end: LogEnd | None = None) -> Iterator[wandb_internal_pb2.Record]:
+    """The parsed records of a run (`.wandb` file or run directory), in log order.
+
+    A file that ends mid-record or in damaged bytes is read up to its last complete
+    record; a `TruncatedLogWarning` says how many bytes were dropped (also left in `end`).
+    """
     path = Path(path)
     if path.is_dir():
         path = run_file(path)
-    for payload in _payloads(path.read_bytes(), path):
+    end = LogEnd() if end is None else end
+    for payload in _payloads(path.read_bytes(), path, end):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)
         yield record
+    if end.dropped:
+        warnings.warn(
+            f"{path}: read {end.complete} of {end.size} bytes, dropped the last {end.dropped} ({end.reason})",
+            TruncatedLogWarning,
+            stacklevel=2,
+        )
+
+
+def log_end(path: str | Path) -> LogEnd:
+    """Scan a run's log and say where its complete records end (no warning)."""
+    path = Path(path)
+    if path.is_dir():
+        path = run_file(path)
+    end = LogEnd()
+    for _ in _payloads(path.read_bytes(), path, end):
+        pass
+    return end
 
 
 def read_history(path: str | Path) -> list[dict]:

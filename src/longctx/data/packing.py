@@ -1,13 +1,15 @@
 """Packed training rows in the batch contract (DESIGN §3), in a world-size-invariant order.
 
 A prepared dataset (`longctx prepare`) is a litdata directory with one item per document
-(its tokens followed by EOS) plus `lengths.npy`, the token count of every item. Each epoch
-shuffles the documents (seeded) and lays them end to end into one token stream; epochs
-follow each other, so the stream is endless. Rows are consecutive, non-overlapping blocks
-of `window + 1` stream tokens: the blocks partition the stream, so every token of every
-document appears exactly once per epoch, and nothing is lost at chunk or row edges (a
-document cut by a row boundary continues at the start of the next row; litdata's own
-`TokensLoader` blocks would drop up to `window` tokens at every chunk edge).
+(its tokens followed by EOS) plus `lengths.npy`, the token count of every item; local, or
+an object-store prefix (`s3://bucket/data`) read through litdata's storage layer
+(`data/storage.py`). Each epoch shuffles the documents (seeded) and lays them end to end
+into one token stream; epochs follow each other, so the stream is endless. Rows are
+consecutive, non-overlapping blocks of `window + 1` stream tokens: the blocks partition the
+stream, so every token of every document appears exactly once per epoch, and nothing is
+lost at chunk or row edges (a document cut by a row boundary continues at the start of the
+next row; litdata's own `TokensLoader` blocks would drop up to `window` tokens at every
+chunk edge).
 
 A block x[0..T] becomes one row of the contract:
 
@@ -26,18 +28,23 @@ reproduce a 1-GPU run. Here global row k is the same row in every run with the s
 and rank r of W takes rows k = r, r + W, r + 2W, ...: each optimizer step consumes the
 same G rows at any world size (micro-batch x accumulation x world = G). Documents are
 shuffled in groups (group order permuted, documents permuted inside a group) to keep reads
-local to a few litdata chunks at a time. Several sources mix by smooth weighted
-round-robin (exact proportions at every prefix, no sampling noise), e.g. ProLong's 60%
-long / 40% short. The whole loader state is the number of global rows consumed, so
-resuming at optimizer step s starts at row s * G: no loader state can be lost or double
-counted, whatever the world size of the resumed run.
+local to a few litdata chunks at a time. Several sources mix in a fixed interleaving
+(`Mixture`: within one row of the exact proportions at every prefix, no sampling noise),
+e.g. ProLong's 60% long / 40% short. The whole loader state is the number of global rows
+consumed, so resuming at optimizer step s starts at row s * G: no loader state can be lost
+or double counted, whatever the world size of the resumed run. Both the mixture and the
+token stream are closed-form in the row index (the mixture in O(sources), a source's
+epoch and document by one permutation and a binary search), so a resume seeks to its row
+instead of replaying the rows before it.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +52,7 @@ import torch
 from litdata import StreamingDataset
 
 from longctx.batch import IGNORE_INDEX, document_start_index
+from longctx.data import storage
 from longctx.data.transforms import PositionTransform
 
 LENGTHS_FILE = "lengths.npy"
@@ -77,14 +85,14 @@ class PackedSource:
     """One prepared dataset read as an endless, per-epoch shuffled stream of tokens."""
 
     def __init__(self, path: str | Path, seed: int, shuffle: bool = True, group_size: int = 1024):
-        local = "://" not in str(path)
-        if local and not (Path(path) / "index.json").exists():
-            raise FileNotFoundError(f"{path} is not a prepared dataset (no index.json); run `longctx prepare` first")
-        if local and not (Path(path) / LENGTHS_FILE).exists():
-            raise FileNotFoundError(f"{Path(path) / LENGTHS_FILE} is missing; re-run `longctx prepare` on this dataset")
         self.path = str(path)
+        if not storage.exists(storage.join(self.path, "index.json")):
+            raise FileNotFoundError(f"{self.path} is not a prepared dataset (no index.json); run `longctx prepare` first")
+        lengths_file = storage.join(self.path, LENGTHS_FILE)
+        if not storage.exists(lengths_file):
+            raise FileNotFoundError(f"{lengths_file} is missing; re-run `longctx prepare` on this dataset")
         self.documents = StreamingDataset(self.path, shuffle=False)
-        self.lengths = np.load(Path(path) / LENGTHS_FILE).astype(np.int64)
+        self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
         # All items, not len(): under torch.distributed, len() counts this rank's share only.
         items = sum(end - start for start, end in self.documents.region_of_interest)
         if len(self.lengths) != items:
@@ -130,20 +138,40 @@ def _grouped_permutation(n: int, group_size: int, rng: np.random.Generator) -> n
     return np.concatenate([rng.permutation(groups[g]) for g in rng.permutation(len(groups))])
 
 
-def weighted_round_robin(weights: list[float]) -> Iterator[int]:
-    """Endless source indices in exact proportion to `weights` (smooth weighted round-robin:
-    every source earns its weight each turn, the one with most credit is picked and pays 1)."""
-    if not weights or any(w <= 0 for w in weights):
-        raise ValueError(f"mixture weights must be positive, got {weights}")
-    total = sum(weights)
-    shares = [w / total for w in weights]
-    credit = [0.0] * len(shares)
-    while True:
-        for i, share in enumerate(shares):
-            credit[i] += share
-        chosen = max(range(len(credit)), key=credit.__getitem__)
-        credit[chosen] -= 1.0
-        yield chosen
+class Mixture:
+    """Which source global row k comes from, and which of that source's rows it is, in
+    O(number of sources) time for any k: resuming at step s seeks to row s * G directly.
+
+    Source i takes its share of the rows the sources before it left over,
+    q_i = w_i / (w_i + ... + w_last). Of the first n rows that reach source i, it takes
+
+        c_i(n) = floor(n q_i + 1/2)
+
+    (Bresenham's line): row n of that level is source i's row c_i(n) exactly when
+    c_i(n + 1) > c_i(n), otherwise it is row n - c_i(n) of the next level. Each count stays
+    within one row of n x w_i / sum(w) at every prefix. For two sources this is the smooth
+    weighted round-robin (each source earns its share per row, the richest is picked, ties
+    to the first) in exact arithmetic. Weights are read as exact decimal fractions (0.6 is
+    3/5), so the order is the same on every machine and at every step.
+    """
+
+    def __init__(self, weights: list[float]):
+        if not weights or any(not w > 0 for w in weights):
+            raise ValueError(f"mixture weights must be positive, got {weights}")
+        exact = [Fraction(str(float(w))) for w in weights]
+        self._levels = []  # (numerator, denominator) of q_i for every source but the last
+        for i in range(len(exact) - 1):
+            share = exact[i] / sum(exact[i:])
+            self._levels.append((share.numerator, share.denominator))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(source, row within that source) of global row `index`."""
+        for source, (num, den) in enumerate(self._levels):
+            taken = (2 * index * num + den) // (2 * den)
+            if (2 * (index + 1) * num + den) // (2 * den) > taken:
+                return source, taken
+            index -= taken
+        return len(self._levels), index
 
 
 class PackedRows(torch.utils.data.IterableDataset):
@@ -172,19 +200,19 @@ class PackedRows(torch.utils.data.IterableDataset):
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         if len(sources) != len(weights):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
+        Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
         self.transform = transform
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
-        """(global row index, source, row index within that source) for this rank."""
-        rows_taken = [0] * len(self.sources)
-        for index, source in enumerate(weighted_round_robin(self.weights)):
-            row = rows_taken[source]
-            rows_taken[source] += 1
-            if index >= self.start_row and index % self.world_size == self.rank:
-                yield index, source, row
+        """(global row index, source, row index within that source) for this rank, from the
+        first of its rows at or after `start_row` (a seek, not a replay of earlier rows)."""
+        mixture = Mixture(self.weights)
+        first = self.start_row + (self.rank - self.start_row) % self.world_size
+        for index in itertools.count(first, self.world_size):
+            yield index, *mixture.locate(index)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1

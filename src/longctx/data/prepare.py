@@ -10,6 +10,10 @@ chunks and index.json the directory holds
     prepare.json   the manifest: source, tokenizer name and fingerprint, EOS id, counts,
                    rejected items with reasons, the document-length report
 
+The output may be an object-store prefix (`longctx prepare corpus.jsonl s3://bucket/data`):
+litdata uploads the chunks and the side files go through the same storage layer
+(`data/storage.py`).
+
 A document that cannot be used (undecodable file, bad JSON line, missing/empty text) is
 counted in the manifest and printed, never dropped silently. The run is resumable:
 litdata's `use_checkpoint` keeps per-worker progress, and a directory whose manifest says
@@ -19,6 +23,7 @@ differs from the configured tokenizer's.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from pathlib import Path
 import numpy as np
 from litdata import StreamingDataset, optimize
 
+from longctx.data import storage
 from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, open_source
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
@@ -56,22 +62,23 @@ def _worker_tokenizer(spec: str) -> Tokenizer:
 
 
 def read_manifest(directory: str | Path) -> dict | None:
-    path = Path(directory) / MANIFEST_FILE
-    if not path.exists():
+    path = storage.join(directory, MANIFEST_FILE)
+    if not storage.exists(path):
         return None
-    return json.loads(path.read_text())
+    return json.loads(storage.read_bytes(path))
 
 
 def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_workers: int = 1,
             chunk_bytes: str = "64MB", verbose: bool = True, documents: Iterable[Document] | None = None,
             extra: dict | None = None) -> dict:
-    """Tokenise `source` (see corpus.open_source) into `output_dir`; returns the manifest.
+    """Tokenise `source` (see corpus.open_source) into `output_dir` (a local directory or an
+    object-store prefix such as `s3://bucket/data`); returns the manifest.
 
     `documents`, when given, replaces `open_source(source)` (generated sources such as
     data/retrieval.py; `source` then only names them in the manifest); `extra` is merged
     into the manifest (a generated source's settings and its own report).
     """
-    output_dir = Path(output_dir)
+    output_dir = str(output_dir) if storage.is_remote(output_dir) else Path(output_dir)
     manifest = read_manifest(output_dir)
     tokenizer = load_tokenizer(tokenizer_spec)
     if manifest is not None and manifest.get("complete"):
@@ -97,7 +104,9 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
     )
     written = StreamingDataset(str(output_dir), shuffle=False)
     lengths = np.asarray([len(written[i]) for i in range(len(written))], dtype=np.int64)
-    np.save(output_dir / LENGTHS_FILE, lengths)
+    buffer = io.BytesIO()
+    np.save(buffer, lengths)
+    storage.write_bytes(storage.join(output_dir, LENGTHS_FILE), buffer.getvalue())
     manifest = {
         "source": source or "embedded",
         "tokenizer": tokenizer.name,
@@ -112,7 +121,7 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
         **(extra or {}),
         "complete": True,
     }
-    (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    storage.write_bytes(storage.join(output_dir, MANIFEST_FILE), (json.dumps(manifest, indent=2) + "\n").encode())
     if verbose:
         print(format_length_report(manifest["lengths"]))
         print(f"prepare: wrote {manifest['tokens']:,} tokens in {manifest['documents']:,} documents to {output_dir}")

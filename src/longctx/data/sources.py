@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from longctx.config import DataSource, ExperimentConfig
+from longctx.data import storage
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
@@ -88,8 +89,7 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
         _prepare_once(directory, tokenizer, data.tokenizer)
         sources = [(str(directory), 1.0)]
     for path, _ in sources:
-        if "://" not in path and not Path(path).exists():
+        if not storage.is_remote(path) and not Path(path).exists():
             raise FileNotFoundError(f"data directory {path} does not exist; run `longctx prepare SOURCE {path}`")
-        if "://" not in path:
-            check_dataset(path, tokenizer)
+        check_dataset(path, tokenizer)
     return sources

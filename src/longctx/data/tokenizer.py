@@ -150,6 +150,21 @@ class Tokenizer:
             return self._backend.decode(list(ids), skip_special_tokens=False)
         return self._backend.decode(list(ids))
 
+    def token(self, token_id: int) -> str:
+        """The spelling of one id (special tokens included)."""
+        if self._hf:
+            return self._backend.id_to_token(token_id)
+        return self._backend.decode_single_token_bytes(token_id).decode("utf-8", errors="replace")
+
+    @property
+    def hf_tokenizer(self) -> tokenizers.Tokenizer:
+        """The Hugging Face `tokenizers.Tokenizer` behind this one (what tokenizer.json holds)."""
+        if not self._hf:
+            raise TokenizerError(
+                f"tokenizer {self.name!r} is a tiktoken encoding, which has no Hugging Face tokenizer.json form"
+            )
+        return self._backend
+
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, eos_id={self.eos_id}, bos_id={self.bos_id})"
 

@@ -11,6 +11,11 @@ RoPE scaling is written in the `rope_theta` + `rope_scaling` form that transform
 5.x and vLLM all read. HF has no static NTK-aware type; NTK scaling *is* a larger base
 (base * factor^(d/(d-2))), so it is exported as that `rope_theta`, exact for any reader.
 The original settings are kept under `longctx_rope_scaling` so `import_hf` restores them.
+
+`export-hf` also writes the run's tokenizer (tokenizer.json + tokenizer_config.json) and the
+bos/eos/pad ids (config.json, generation_config.json), so `AutoTokenizer` loads the
+directory and `generate()` stops at EOS. `import_hf` refuses configs our Llama cannot
+represent (another activation, biases, tied embeddings, other RoPE types), naming the field.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from longctx.data.tokenizer import Tokenizer
 from longctx.errors import CheckpointError
 from longctx.model.config import ModelConfig
 from longctx.model.llama import Llama
@@ -29,6 +35,9 @@ from longctx.model.rope import RopeScaling
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
 
 _LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -114,8 +123,15 @@ def hf_config(config: ModelConfig) -> dict:
     }
 
 
-def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
-    """Write `model` as an HF LlamaForCausalLM directory; returns the directory."""
+def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = None,
+              tokenizer: Tokenizer | None = None) -> Path:
+    """Write `model` as an HF LlamaForCausalLM directory; returns the directory.
+
+    With `tokenizer`, the directory is complete for `AutoTokenizer` + `AutoModelForCausalLM`
+    + `generate()`: tokenizer.json and tokenizer_config.json, the bos/eos/pad ids in
+    config.json and generation_config.json (without them transformers falls back to
+    Llama's eos id 2, an ordinary token of our vocabularies, and generation never stops).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -125,17 +141,61 @@ def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = Non
     config = hf_config(model.config)
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    if tokenizer is not None:
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise CheckpointError(
+                f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens, the model's vocab_size is "
+                f"{model.config.vocab_size}: not the tokenizer this model was trained with"
+            )
+        special_ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+        config.update(special_ids)
+        _write_tokenizer(tokenizer, out, model.config.max_position)
+        (out / GENERATION_CONFIG_FILE).write_text(json.dumps(special_ids, indent=2) + "\n")
     save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return out
 
 
+def _write_tokenizer(tokenizer: Tokenizer, out: Path, max_position: int) -> None:
+    """tokenizer.json (the HF `tokenizers` definition) and the tokenizer_config.json that
+    `AutoTokenizer` reads: the special tokens by spelling, no BOS/EOS added on encode (as
+    `Tokenizer.encode`), the model's context as `model_max_length`."""
+    tokenizer.hf_tokenizer.save(str(out / TOKENIZER_FILE))
+    spelled = {name: None if token_id is None else tokenizer.token(token_id)
+               for name, token_id in (("bos_token", tokenizer.bos_id), ("eos_token", tokenizer.eos_id),
+                                      ("pad_token", tokenizer.pad_id))}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **spelled,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "model_max_length": max_position,
+        "clean_up_tokenization_spaces": False,
+    }
+    (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+
+UNSUPPORTED = {
+    "tie_word_embeddings": "tied input and output embeddings",
+    "attention_bias": "biases in the attention projections",
+    "mlp_bias": "biases in the MLP projections",
+}
+"""config.json fields that must be false: our Llama has untied embeddings and no biases."""
+
+
 def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
-    """Map an HF Llama config.json dict to a ModelConfig."""
+    """Map an HF Llama config.json dict to a ModelConfig, refusing what the model cannot
+    represent (the weights would load and the logits silently differ)."""
     if hf.get("model_type") != "llama":
         raise CheckpointError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
-    if hf.get("tie_word_embeddings"):
-        raise CheckpointError(f"{source}: tied embeddings are not supported (tie_word_embeddings=true)")
+    for field, meaning in UNSUPPORTED.items():
+        if hf.get(field):
+            raise CheckpointError(f"{source}: {field}={json.dumps(hf[field])} is not supported (longctx models have no {meaning})")
+    activation = hf.get("hidden_act", "silu")
+    if activation not in ("silu", "swish"):
+        raise CheckpointError(f"{source}: hidden_act={activation!r} is not supported (longctx models use SwiGLU with silu)")
+    if hf.get("pretraining_tp", 1) != 1:
+        raise CheckpointError(f"{source}: pretraining_tp={hf['pretraining_tp']} is not supported (only 1)")
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
     if head_dim * hf["num_attention_heads"] != hf["hidden_size"]:
         raise CheckpointError(f"{source}: head_dim {head_dim} x heads != hidden_size {hf['hidden_size']}")
@@ -144,7 +204,8 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
         scaling = RopeScaling(**hf["longctx_rope_scaling"])
     else:
         base = hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-        scaling = _scaling_from_hf(hf.get("rope_scaling") or hf.get("rope_parameters"), source)
+        field = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
+        scaling = _scaling_from_hf(hf.get(field), f"{source}: {field}")
     return ModelConfig(
         preset=hf.get("longctx_preset", "debug"),
         vocab_size=hf["vocab_size"],
@@ -161,10 +222,14 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
     )
 
 
-def _scaling_from_hf(rope: dict | None, source: str) -> RopeScaling:
-    kind = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+def _scaling_from_hf(rope: dict | None, where: str) -> RopeScaling:
+    rope = rope or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
     if kind == "default":
         return RopeScaling()
+    for key in ("mscale", "mscale_all_dim"):  # DeepSeek's YaRN variant
+        if rope.get(key):
+            raise CheckpointError(f"{where}.{key}={rope[key]} is not supported (YaRN without mscale only)")
     original = rope.get("original_max_position_embeddings", 0)
     if kind == "linear":
         return RopeScaling("linear", factor=rope["factor"])
@@ -185,7 +250,7 @@ def _scaling_from_hf(rope: dict | None, source: str) -> RopeScaling:
             low_freq_factor=rope["low_freq_factor"],
             high_freq_factor=rope["high_freq_factor"],
         )
-    raise CheckpointError(f"{source}: rope type {kind!r} is not supported (none, linear, yarn, llama3)")
+    raise CheckpointError(f"{where}.rope_type={kind!r} is not supported (default, linear, yarn, llama3)")
 
 
 def import_hf(directory: str | Path) -> Llama:

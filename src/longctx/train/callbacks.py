@@ -14,7 +14,6 @@ so CPU MFU says how close training runs to what matrix multiplication alone can 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from functools import cache
@@ -87,8 +86,8 @@ class LastCheckpoint(L.Callback):
     `every_steps` optimizer steps, when training ends, and on SIGTERM (cluster pre-emption)
     after the current optimizer step, before the run stops.
 
-    Written atomically (to a temporary name, then renamed), so a kill during the write
-    leaves the previous `last.ckpt` intact. The SIGTERM handler is installed when training
+    Written atomically by `checkpoint_io.AtomicCheckpointIO` (temporary name, fsync,
+    rename), so a kill during the write leaves the previous `last.ckpt` intact. The SIGTERM handler is installed when training
     starts and replaces Lightning's, which would stop after the current *micro-batch*: a
     checkpoint taken mid-accumulation would shift every later accumulation boundary on
     resume and break exact reproduction. Ranks agree on the flag with an all-reduce after
@@ -110,10 +109,7 @@ class LastCheckpoint(L.Callback):
         self.received_sigterm = True
 
     def save(self, trainer: L.Trainer) -> None:
-        partial = self.path.with_name(self.path.name + ".partial")
-        trainer.save_checkpoint(str(partial), weights_only=False)  # full state; collective, ends with a barrier
-        if trainer.is_global_zero:
-            os.replace(partial, self.path)
+        trainer.save_checkpoint(str(self.path), weights_only=False)  # full state; collective, ends with a barrier
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:

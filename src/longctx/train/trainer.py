@@ -35,6 +35,7 @@ from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.data.sentences import sentence_end_table
 from longctx.data.transforms import PositionTransform
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
+from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.logging import make_wandb_logger
 from longctx.train.module import LanguageModelModule
@@ -236,6 +237,7 @@ def fit(
         accumulate_grad_batches=accumulation,
         logger=make_wandb_logger(config) or False,
         callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
         log_every_n_steps=config.log.every_steps,
         use_distributed_sampler=False,
         num_sanity_val_steps=0,

@@ -1,0 +1,70 @@
+"""Files of a prepared dataset on local disk or in an object store (`s3://`, `gs://`, `r2://`).
+
+litdata streams a dataset's chunks from any of these; the side files beside them
+(`lengths.npy`, `prepare.json`, `index.json`) go through the same layer, litdata's own
+storage providers (`litdata.streaming.fs_provider`: boto3 for S3 and R2, google-cloud-storage
+for GCS), so one set of credentials and one endpoint setting serve both. An S3-compatible
+store (MinIO, Ceph, ...) is reached with boto3's standard environment: `AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`. The endpoint must speak
+https: litdata moves chunks with obstore where it is installed, and builds its client
+without `allow_http`.
+
+Paths are strings: `pathlib.Path("s3://b/x")` collapses the `//` into `s3:/b/x`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+REMOTE_SCHEMES = ("s3://", "gs://", "r2://")
+
+
+def is_remote(path: str | Path) -> bool:
+    return str(path).startswith(REMOTE_SCHEMES)
+
+
+def join(directory: str | Path, name: str) -> str:
+    """`directory/name` for a local directory or an object-store prefix."""
+    if is_remote(directory):
+        return f"{str(directory).rstrip('/')}/{name}"
+    return str(Path(directory) / name)
+
+
+def _provider(path: str):
+    from litdata.streaming.fs_provider import _get_fs_provider
+
+    return _get_fs_provider(path)
+
+
+def exists(path: str | Path) -> bool:
+    if not is_remote(path):
+        return Path(path).exists()
+    return _provider(str(path)).exists(str(path))
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The whole file; FileNotFoundError naming the path when there is none."""
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    if not exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    with tempfile.TemporaryDirectory(prefix="longctx-") as scratch:
+        local = Path(scratch) / "file"
+        _provider(str(path)).download_file(str(path), str(local))
+        return local.read_bytes()
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write the whole file (an object PUT is atomic; a local file is replaced by rename)."""
+    if not is_remote(path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_bytes(data)
+        temporary.replace(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="longctx-") as scratch:
+        local = Path(scratch) / "file"
+        local.write_bytes(data)
+        _provider(str(path)).upload_file(str(local), str(path))
