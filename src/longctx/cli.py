@@ -19,6 +19,8 @@ message naming the file/key at fault on a configuration error.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -182,6 +184,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from longctx.sweep import load_sweep, plan, run
 
     sweep = load_sweep(args.sweep)
+    for note in sweep.notes:
+        print(f"longctx sweep: note: {note}", file=sys.stderr)
     points = plan(sweep, args.count, args.seed)
     if args.dry_run:
         for point in points:
@@ -271,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     except (config_module.ConfigError, FileNotFoundError, ValueError, KeyError) as error:
         print(f"longctx {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `longctx ... | head`: the reader left; stop quietly, as `yes | head` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush must not fail again
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
