@@ -33,7 +33,8 @@ from longctx.config import ConfigError, ExperimentConfig
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.frequency_callback import PositionFrequencyCallback
-from longctx.train.logging import make_wandb_logger
+from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
+from longctx.train.progress import step_progress_bar
 from longctx.train.module import LanguageModelModule
 
 
@@ -186,6 +187,8 @@ def fit(
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / METRICS_FILE),
+        LogConfig(config),
+        step_progress_bar(),
     ]
     if config.probe.fi:
         callbacks.append(PositionFrequencyCallback(
@@ -198,6 +201,7 @@ def fit(
         if tokenizer is None:
             raise ValueError("probe.niah_every_steps needs the tokenizer")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
+    callbacks += build_callbacks(config)
     trainer = L.Trainer(
         accelerator="auto",
         devices=world.devices,
@@ -206,7 +210,7 @@ def fit(
         precision=resolve_precision(config),
         max_steps=config.train.max_steps,
         accumulate_grad_batches=accumulation,
-        logger=make_wandb_logger(config) or False,
+        logger=build_loggers(config) or False,
         callbacks=callbacks,
         log_every_n_steps=config.log.every_steps,
         use_distributed_sampler=False,
@@ -217,6 +221,7 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
-    if trainer.is_global_zero and isinstance(trainer.logger, WandbLogger):
-        trainer.logger.experiment.finish()  # flush the run files before the command returns
+    for logger in trainer.loggers:
+        if trainer.is_global_zero and isinstance(logger, WandbLogger):
+            logger.experiment.finish()  # flush the run files before the command returns
     return trainer
