@@ -119,12 +119,12 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items)
     model = load_model(args.checkpoint)
-    result = evaluate(model, cfg, tokenizer, haystack)
+    result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
     title = f"{args.checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
-    log_to_wandb(result, cfg, figure, job="niah")
+    log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)
     print(f"wrote {numbers} and {figure}")
     return 0
 
