@@ -50,3 +50,28 @@ def test_export_hf_in_bf16(tmp_path, dtype):
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="pt") as handle:
         assert handle.get_tensor("lm_head.weight").dtype == torch.bfloat16
     assert import_hf(tmp_path / "hf").config.vocab_size == 8192
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """Only bad input (LongctxError, a missing file) becomes a one-line exit 2; an error
+    from a bug in the suite (here a ValueError from deep inside a command) propagates."""
+    import longctx.config
+
+    def broken_loader(paths, overrides):
+        raise ValueError("internal invariant violated")
+
+    monkeypatch.setattr(longctx.config, "load", broken_loader)
+    with pytest.raises(ValueError, match="internal invariant violated"):
+        main(["config"])
+
+
+def test_domain_errors_share_one_base():
+    from longctx.data.corpus import CorpusError
+    from longctx.data.niah import NiahError
+    from longctx.data.sft import SFTDataError
+    from longctx.data.tokenizer import TokenizerError
+    from longctx.errors import CheckpointError, ConfigError, DataError, LongctxError
+    from longctx.sweep import SweepError
+
+    for error in (ConfigError, DataError, CheckpointError, CorpusError, NiahError, SFTDataError, TokenizerError, SweepError):
+        assert issubclass(error, LongctxError) and issubclass(error, ValueError), error

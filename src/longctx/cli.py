@@ -13,7 +13,8 @@
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
 `${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
-message naming the file/key at fault on a configuration error.
+message naming the file/key at fault on bad input (a `LongctxError`: config, data,
+checkpoint, sweep) or a missing file; any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 from longctx import config as config_module
+from longctx.errors import DataError, LongctxError
 from longctx.runtime import tune_cpu_allocator
 
 
@@ -157,7 +159,7 @@ def cmd_fi(args: argparse.Namespace) -> int:
 
         manifest = read_manifest(args.data)
         if manifest is None:
-            raise ValueError(f"--doc-mask counts packed rows and needs a prepared dataset; {args.data} is not one")
+            raise DataError(f"--doc-mask counts packed rows and needs a prepared dataset; {args.data} is not one")
         doc_mask = args.doc_mask == "true"
         result.frequency[f"packed doc_mask={args.doc_mask}"] = packed_rows_fi(
             args.data, args.window, manifest["eos_id"], doc_mask
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_cpu_allocator()  # reuse freed activation memory (runtime.py: 12% of a CPU training step)
     try:
         return args.run(args)
-    except (config_module.ConfigError, FileNotFoundError, ValueError, KeyError) as error:
+    except (LongctxError, FileNotFoundError) as error:
         print(f"longctx {args.command}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `longctx ... | head`: the reader left; stop quietly, as `yes | head` does

@@ -26,7 +26,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from longctx.model.llama import ConfigError, ModelConfig
+from longctx.errors import ConfigError
+from longctx.model.config import ModelConfig
 from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")

@@ -84,6 +84,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from longctx.errors import LongctxError
+
 __all__ = ["Parameter", "Point", "Sweep", "SweepError", "expand_command", "format_value", "load_sweep", "plan", "run"]
 
 USED_KEYS = ("method", "parameters", "command", "program", "name", "project", "entity", "run_cap")
@@ -127,7 +129,7 @@ _ENVVAR = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")  # W&B's pattern: upper case 
 _FLOAT_SLACK = 1e-9  # in units of q: 0.3 / 0.1 is 2.9999999999999996, still the multiple k = 3
 
 
-class SweepError(ValueError):
+class SweepError(LongctxError, ValueError):
     """An invalid sweep file; the message names the file and the key at fault."""
 
     def __init__(self, path: str | Path, key: str, message: str):

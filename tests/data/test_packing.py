@@ -5,6 +5,7 @@ import pytest
 import torch
 from litdata import optimize
 
+from longctx.batch import check_batch
 from longctx.data.packing import (
     IGNORE_INDEX,
     LENGTHS_FILE,
@@ -66,6 +67,7 @@ def test_contract_matches_a_token_by_token_walk(doc_mask):
     blocks[rng.random(blocks.shape) < 0.1] = EOS
     blocks[0, 0] = EOS  # a row that starts with a document end
     contract = contract_from_blocks(blocks, EOS, doc_mask)
+    check_batch(contract)
     for b in range(4):
         inputs, labels, positions, documents = brute_force_contract(blocks[b].tolist(), doc_mask)
         assert contract["input_ids"][b].tolist() == inputs

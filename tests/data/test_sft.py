@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from longctx.batch import check_batch
 from longctx.data.packing import IGNORE_INDEX
 from longctx.data.sft import (
     SFTDataError,
@@ -261,6 +262,13 @@ def test_normal_rows_hold_one_sample_then_padding_in_its_own_document(samples, t
 
 
 @pytest.mark.parametrize("variant", ["normal", "skipalign"])
+def test_rows_keep_the_batch_contract(samples, tokenizer, variant):
+    for pack in (False, True):
+        rows = SFTRows(samples, variant=variant, window=1024, pad_id=tokenizer.pad_id, pack=pack, extended_length=5000)
+        check_batch({key: torch.stack([rows[i][key] for i in range(len(rows))]) for key in rows[0]})
+
+
+@pytest.mark.parametrize("variant", ["normal", "skipalign"])
 def test_document_packing_keeps_every_sample_whole_in_its_own_document(samples, tokenizer, variant):
     window = 1024
     rows = SFTRows(samples, variant=variant, window=window, pad_id=tokenizer.pad_id, pack=True, extended_length=5000)
@@ -286,6 +294,7 @@ def test_packed_sft_rows_are_k_tokens_attend_across_samples_and_lose_nothing(sam
     total = sum(len(s) for s in samples)
     assert len(rows) == -(-total // k) and rows.position_limit == k
     batch = {key: torch.stack([rows[i][key] for i in range(len(rows))]) for key in rows[0]}
+    check_batch(batch)
     assert batch["input_ids"].shape == (len(rows), k)
     full = slice(0, len(rows) - 1)
     assert (batch["position_ids"][full] == torch.arange(k)).all() and (batch["document_ids"][full] == 0).all()

@@ -194,7 +194,7 @@ def test_torchrun_world_size_mismatch_is_a_clear_error(workspace, tmp_path, monk
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("WORLD_SIZE", "4")
     config = load([], ["train.devices=8"])
-    with pytest.raises(ValueError, match="train.devices=8 but torchrun launched 2"):
+    with pytest.raises(ValueError, match="train.devices: 8 but torchrun launched 2"):
         world_size_from_environment(config)
     assert world_size_from_environment(load([], [])).num_nodes == 2
 

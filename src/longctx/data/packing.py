@@ -44,8 +44,9 @@ import numpy as np
 import torch
 from litdata import StreamingDataset
 
+from longctx.batch import IGNORE_INDEX, document_start_index
+
 LENGTHS_FILE = "lengths.npy"
-IGNORE_INDEX = -100
 
 
 def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
@@ -66,9 +67,8 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     starts_here[:, 1:] = is_eos[:, :-1]
     document_ids = starts_here.long().cumsum(dim=1) - 1
     index = torch.arange(window).expand(batch, window)
-    document_start = torch.where(starts_here, index, torch.zeros_like(index)).cummax(dim=1).values
     labels[is_eos] = IGNORE_INDEX
-    return {"input_ids": input_ids, "labels": labels, "position_ids": index - document_start,
+    return {"input_ids": input_ids, "labels": labels, "position_ids": index - document_start_index(document_ids),
             "document_ids": document_ids}
 
 

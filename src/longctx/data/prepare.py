@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from litdata import StreamingDataset, optimize
 
+from longctx.errors import DataError
 from longctx.data.corpus import CorpusReport, format_length_report, length_report, open_source
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
@@ -68,13 +69,13 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
     tokenizer = load_tokenizer(tokenizer_spec)
     if manifest is not None and manifest.get("complete"):
         if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-            raise ValueError(f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory")
+            raise DataError(f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory")
         return manifest
 
     report = CorpusReport()
     texts = [document.text for document in open_source(source, report)]
     if not texts:
-        raise ValueError(f"data source {source!r} yielded no usable document\n{report.summary()}")
+        raise DataError(f"data source {source!r} yielded no usable document\n{report.summary()}")
     if verbose:
         print(f"prepare: {len(texts)} documents from {source or 'embedded'}; {report.summary()}")
     optimize(
@@ -116,7 +117,7 @@ def check_dataset(directory: str | Path, tokenizer: Tokenizer) -> dict:
     if manifest is None or not manifest.get("complete"):
         raise FileNotFoundError(f"{directory} is not a completely prepared dataset (no complete {MANIFEST_FILE}); run `longctx prepare`")
     if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-        raise ValueError(
+        raise DataError(
             f"{directory} was tokenised with {manifest['tokenizer']} (fingerprint {manifest['tokenizer_fingerprint'][:12]}), "
             f"but data.tokenizer is {tokenizer.name} ({tokenizer.fingerprint[:12]})"
         )

@@ -79,7 +79,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longctx.data.packing import IGNORE_INDEX
+from longctx.errors import DataError
+from longctx.batch import IGNORE_INDEX
 from longctx.data.positions import INSTRUCTION, P_SCOPES, RESPONSE, STRATEGIES, skipalign_position_ids
 from longctx.data.tokenizer import Tokenizer
 from longctx.probes.position_frequency import Histogram, relative_position_counts
@@ -96,7 +97,7 @@ _ORDER_STREAM, _POSITION_STREAM = 0, 1
 """Second seed word of the two random streams of SFTRows (sample order, SkipAlign ids)."""
 
 
-class SFTDataError(ValueError):
+class SFTDataError(DataError):
     """An SFT source cannot be read or yields no usable sample."""
 
 

@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from longctx.errors import ConfigError
 from longctx.config import ExperimentConfig
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
@@ -38,8 +39,8 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
     """[(directory, weight)] for training, each checked against the tokenizer."""
     data = config.data
     if tokenizer.vocab_size > config.model.vocab_size:
-        raise ValueError(
-            f"data.tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is "
+        raise ConfigError(
+            "data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is "
             f"{config.model.vocab_size}"
         )
     if data.mixture:

@@ -47,6 +47,7 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from longctx.errors import DataError
 from longctx.data.corpus import CorpusReport, embedded_documents
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ _BPE_SPEC = re.compile(r"bpe-(\d+)")
 _KNOWN_EOS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(DataError):
     """A tokenizer spec cannot be resolved or a tokenizer cannot be built."""
 
 

@@ -47,7 +47,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
+from longctx.batch import cu_seqlens, document_segments, document_start_index
+from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
+
 DEFAULT_BLOCK_SIZE = 256
 SHORT_DOCUMENT = 256
 """varlen: documents shorter than this share masked calls (one call per document costs a
@@ -220,12 +222,7 @@ def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
 
 def _document_starts(document_ids: torch.Tensor) -> list[list[int]]:
     """For each row, the key index where the document of each key position starts."""
-    kv_len = document_ids.shape[1]
-    index = torch.arange(kv_len, device=document_ids.device).expand_as(document_ids)
-    is_start = torch.ones_like(document_ids, dtype=torch.bool)
-    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    starts = torch.where(is_start, index, torch.zeros_like(index)).cummax(dim=1).values
-    return starts.tolist()
+    return document_start_index(document_ids).tolist()
 
 
 def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int) -> torch.Tensor:
@@ -340,29 +337,9 @@ class _Segments:
     q_lengths: list[int]
 
 
-def document_segments(document_ids: torch.Tensor, q_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cut every row at document boundaries, rows laid end to end: (flat index of each
-    document's first key, its key count, its query count). A document's queries are its
-    last positions inside the query window (zero for documents that end before it)."""
-    batch, kv_len = document_ids.shape
-    offset = kv_len - q_len
-    is_start = torch.ones_like(document_ids, dtype=torch.bool)
-    is_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    starts = is_start.flatten().nonzero().flatten()
-    ends = torch.cat([starts[1:], starts.new_tensor([batch * kv_len])])
-    k_lengths = ends - starts
-    local_start = starts % kv_len
-    q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)
-    return starts, k_lengths, q_lengths
-
-
 def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
     _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-
-    def cumulative(lengths: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
-
-    return _Segments(cumulative(k_lengths), cumulative(q_lengths), k_lengths.tolist(), q_lengths.tolist())
+    return _Segments(cu_seqlens(k_lengths), cu_seqlens(q_lengths), k_lengths.tolist(), q_lengths.tolist())
 
 
 def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _Segments:

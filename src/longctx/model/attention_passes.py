@@ -44,7 +44,8 @@ from typing import NamedTuple
 
 import torch
 
-from longctx.model.attention import AttentionMask, build_mask, document_segments, resolve_backend
+from longctx.batch import document_segments, document_start_index
+from longctx.model.attention import AttentionMask, build_mask, resolve_backend
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
 UNBOUNDED = 1 << 40
@@ -163,9 +164,7 @@ def _document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> 
             "position methods need position_ids that increase by 1 inside each document; "
             f"row {row} goes {int(position_ids[row, index])} -> {int(position_ids[row, index + 1])} at key index {index + 1}"
         )
-    index = torch.arange(document_ids.shape[1], device=document_ids.device).expand_as(document_ids)
-    is_start = torch.nn.functional.pad(~same_document, (1, 0), value=True)
-    return torch.where(is_start, index, 0).cummax(dim=1).values
+    return document_start_index(document_ids)
 
 
 def make_plan(method, position_ids, document_ids, q_len, keys_rotated, backend, block_size, dtype) -> PositionPlan:

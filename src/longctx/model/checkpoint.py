@@ -22,7 +22,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from longctx.model.llama import Llama, ModelConfig, config_dict
+from longctx.errors import CheckpointError
+from longctx.model.config import ModelConfig, config_dict
+from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 
 CONFIG_METADATA_KEY = "longctx_model_config"
@@ -42,7 +44,7 @@ def model_config_from_dict(values: dict, source: str) -> ModelConfig:
     try:
         return ModelConfig(**values, rope_scaling=RopeScaling(**scaling))
     except TypeError as error:
-        raise ValueError(f"{source}: model config does not match ModelConfig: {error}") from None
+        raise CheckpointError(f"{source}: model config does not match ModelConfig: {error}") from None
 
 
 def load_model(path: str | Path) -> Llama:
@@ -58,20 +60,20 @@ def load_model(path: str | Path) -> Llama:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
             if CONFIG_METADATA_KEY not in metadata:
-                raise ValueError(f"{path}: no '{CONFIG_METADATA_KEY}' metadata; was it written by longctx save_model?")
+                raise CheckpointError(f"{path}: no '{CONFIG_METADATA_KEY}' metadata; was it written by longctx save_model?")
             config = model_config_from_dict(json.loads(metadata[CONFIG_METADATA_KEY]), str(path))
             state = {name: handle.get_tensor(name) for name in handle.keys()}
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-            raise ValueError(f"{path}: expected a dict with a 'state_dict' entry (a Lightning checkpoint)")
+            raise CheckpointError(f"{path}: expected a dict with a 'state_dict' entry (a Lightning checkpoint)")
         model_values = (checkpoint.get("hyper_parameters") or {}).get("model")
         if not isinstance(model_values, dict):
-            raise ValueError(f"{path}: hyper_parameters['model'] (the model config) is missing")
+            raise CheckpointError(f"{path}: hyper_parameters['model'] (the model config) is missing")
         config = model_config_from_dict(model_values, str(path))
         state = {name.removeprefix("model."): t for name, t in checkpoint["state_dict"].items()}
     model = Llama(config)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise CheckpointError(f"{path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
     return model

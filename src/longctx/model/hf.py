@@ -22,7 +22,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from longctx.model.llama import Llama, ModelConfig
+from longctx.errors import CheckpointError
+from longctx.model.config import ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 
 CONFIG_FILE = "config.json"
@@ -85,7 +87,7 @@ def hf_config(config: ModelConfig) -> dict:
             "original_max_position_embeddings": original,
         }
     else:
-        raise ValueError(f"cannot export rope scaling type {scaling.type!r}")
+        raise CheckpointError(f"cannot export rope scaling type {scaling.type!r}")
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -131,12 +133,12 @@ def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = Non
 def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
     """Map an HF Llama config.json dict to a ModelConfig."""
     if hf.get("model_type") != "llama":
-        raise ValueError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
+        raise CheckpointError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
     if hf.get("tie_word_embeddings"):
-        raise ValueError(f"{source}: tied embeddings are not supported (tie_word_embeddings=true)")
+        raise CheckpointError(f"{source}: tied embeddings are not supported (tie_word_embeddings=true)")
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
     if head_dim * hf["num_attention_heads"] != hf["hidden_size"]:
-        raise ValueError(f"{source}: head_dim {head_dim} x heads != hidden_size {hf['hidden_size']}")
+        raise CheckpointError(f"{source}: head_dim {head_dim} x heads != hidden_size {hf['hidden_size']}")
     if "longctx_rope_scaling" in hf:
         base = hf["longctx_rope_base"]
         scaling = RopeScaling(**hf["longctx_rope_scaling"])
@@ -183,7 +185,7 @@ def _scaling_from_hf(rope: dict | None, source: str) -> RopeScaling:
             low_freq_factor=rope["low_freq_factor"],
             high_freq_factor=rope["high_freq_factor"],
         )
-    raise ValueError(f"{source}: rope type {kind!r} is not supported (none, linear, yarn, llama3)")
+    raise CheckpointError(f"{source}: rope type {kind!r} is not supported (none, linear, yarn, llama3)")
 
 
 def import_hf(directory: str | Path) -> Llama:
@@ -204,12 +206,12 @@ def import_hf(directory: str | Path) -> Llama:
     for name, ours in model.state_dict().items():
         key = hf_name(name)
         if key not in hf_tensors:
-            raise KeyError(f"{directory}: tensor {key} (for {name}) is missing")
+            raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
         if hf_tensors[key].shape != ours.shape:
-            raise ValueError(f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}")
+            raise CheckpointError(f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}")
         state[name] = hf_tensors.pop(key)
     unused = [k for k in hf_tensors if not k.endswith("rotary_emb.inv_freq")]
     if unused:
-        raise ValueError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
+        raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
     model.load_state_dict(state)
     return model

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import torch
 
+from longctx.errors import CheckpointError
 from longctx.model.checkpoint import load_model, save_model
-from longctx.model.llama import SHAPE_FIELDS, Llama, config_dict
+from longctx.model.config import SHAPE_FIELDS, config_dict
+from longctx.model.llama import Llama
 
 WEIGHT_SUM_TOLERANCE = 1e-6
 
@@ -48,22 +50,22 @@ def merge_models(models: dict[str, Llama], weights: list[float], config_from: in
     names = list(models)
     _check_weights(names, weights)
     if not -len(names) <= config_from < len(names):
-        raise ValueError(f"config_from={config_from} is not an index into the {len(names)} checkpoints")
+        raise CheckpointError(f"config_from={config_from} is not an index into the {len(names)} checkpoints")
     configs = [config_dict(model.config) for model in models.values()]
     for field in SHAPE_FIELDS:
         values = [config[field] for config in configs]
         if len(set(values)) > 1:
             listed = ", ".join(f"{value} ({name})" for name, value in zip(names, values))
-            raise ValueError(f"cannot merge models of different shape: {field} is {listed}")
+            raise CheckpointError(f"cannot merge models of different shape: {field} is {listed}")
     states = [model.state_dict() for model in models.values()]
     reference = states[0]
     for name, state in zip(names[1:], states[1:]):
         if state.keys() != reference.keys():
             different = sorted(state.keys() ^ reference.keys())[:5]
-            raise ValueError(f"{name} and {names[0]} hold different parameters: {different}")
+            raise CheckpointError(f"{name} and {names[0]} hold different parameters: {different}")
         for key, tensor in state.items():
             if tensor.shape != reference[key].shape:
-                raise ValueError(
+                raise CheckpointError(
                     f"{key} has shape {tuple(tensor.shape)} in {name} but {tuple(reference[key].shape)} in {names[0]}"
                 )
     differing = {
@@ -86,7 +88,7 @@ def merge_checkpoints(
     """Load each checkpoint (`load_model`: .safetensors, Lightning .ckpt, HF directory) and
     merge them; weights default to the plain average."""
     if len(paths) < 2:
-        raise ValueError(f"merging needs at least two checkpoints, got {len(paths)}")
+        raise CheckpointError(f"merging needs at least two checkpoints, got {len(paths)}")
     weights = [1 / len(paths)] * len(paths) if weights is None else list(weights)
     return merge_models({str(path): load_model(path) for path in paths}, weights, config_from)
 
@@ -97,11 +99,11 @@ def save_merged(result: MergeResult, out: str | Path) -> Path:
 
 def _check_weights(names: list[str], weights: list[float]) -> None:
     if len(names) < 2:
-        raise ValueError(f"merging needs at least two models, got {len(names)}")
+        raise CheckpointError(f"merging needs at least two models, got {len(names)}")
     if len(weights) != len(names):
-        raise ValueError(f"{len(weights)} weights for {len(names)} checkpoints; give one weight per checkpoint")
+        raise CheckpointError(f"{len(weights)} weights for {len(names)} checkpoints; give one weight per checkpoint")
     if not all(math.isfinite(weight) for weight in weights):
-        raise ValueError(f"weights must be finite, got {weights}")
+        raise CheckpointError(f"weights must be finite, got {weights}")
     total = sum(weights)
     if abs(total - 1) > WEIGHT_SUM_TOLERANCE:
-        raise ValueError(f"weights {weights} sum to {total:g}, not 1 (Eq. 7 averages: --weights 0.5 0.5)")
+        raise CheckpointError(f"weights {weights} sum to {total:g}, not 1 (Eq. 7 averages: --weights 0.5 0.5)")

@@ -80,7 +80,8 @@ from longctx.model.attention_passes import (
     cos_sin,
     make_plan,
 )
-from longctx.model.llama import ConfigError, ModelConfig
+from longctx.errors import ConfigError
+from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half
 
 POSITION_METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")

@@ -32,30 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
-ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3")
+from longctx.model.config import ROPE_SCALING_TYPES, RopeScaling
 
-
-@dataclass
-class RopeScaling:
-    """How RoPE frequencies are rescaled for a context longer than pretraining."""
-
-    type: str = "none"
-    """One of none | linear | ntk | yarn | llama3."""
-    factor: float = 1.0
-    """Extension factor: target context / original context."""
-    original_max_position: int = 0
-    """Context length the base model was trained at (yarn, llama3). 0 = model.max_position."""
-    beta_fast: float = 32.0
-    """YaRN: rotations over the original context above which a dimension extrapolates."""
-    beta_slow: float = 1.0
-    """YaRN: rotations over the original context below which a dimension interpolates."""
-    attention_factor: float = 0.0
-    """YaRN: cos/sin multiplier. 0 = the paper's 0.1 * ln(factor) + 1."""
-    low_freq_factor: float = 1.0
-    """llama3: wavelengths above original_max_position / low_freq_factor are interpolated."""
-    high_freq_factor: float = 4.0
-    """llama3: wavelengths below original_max_position / high_freq_factor are kept."""
-
+__all__ = ["ROPE_SCALING_TYPES", "RopeScaling", "RotaryEmbedding", "apply_rotary", "inverse_frequencies"]
 
 def yarn_attention_factor(scaling: RopeScaling) -> float:
     """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""

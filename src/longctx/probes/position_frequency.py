@@ -49,7 +49,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-IGNORE_INDEX = -100
+from longctx.batch import IGNORE_INDEX, document_start_mask
+
 """Label of a token without loss (batch contract): such a token is not a counted query."""
 
 METHODS = ("auto", "runs", "fft")
@@ -314,8 +315,7 @@ def _flat_documents(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row-major flat positions, document-start mask (row starts included) and the id step
     from the previous token; raises if ids do not increase strictly within a document."""
-    document_start = torch.ones_like(document_ids, dtype=torch.bool)
-    document_start[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    document_start = document_start_mask(document_ids)
     step = torch.zeros_like(position_ids)
     step[:, 1:] = position_ids[:, 1:] - position_ids[:, :-1]
     not_increasing = ~document_start & (step <= 0)

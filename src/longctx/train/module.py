@@ -28,9 +28,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
-from longctx.data.packing import IGNORE_INDEX
-from longctx.model.llama import Llama, config_dict
+from longctx.model.config import config_dict
+from longctx.model.llama import Llama
 
 
 def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:

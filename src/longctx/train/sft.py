@@ -28,8 +28,9 @@ from longctx.config import ExperimentConfig
 from longctx.data.packing import GlobalOrderSampler
 from longctx.data.sft import SFTRows, load_sft_samples
 from longctx.data.tokenizer import Tokenizer
+from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
-from longctx.model.llama import ModelConfig
+from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 
@@ -71,15 +72,15 @@ class SFTDataModule(L.LightningDataModule):
 
 def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
     if not config.init:
-        raise ValueError("init: SFT starts from a trained model; pass init=CHECKPOINT")
+        raise ConfigError("init", "SFT starts from a trained model; pass init=CHECKPOINT")
     base = load_model(config.init)
     if tokenizer.vocab_size > base.config.vocab_size:
-        raise ValueError(f"data.tokenizer has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}")
+        raise ConfigError("data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}")
     rows = build_rows(config, tokenizer)
     model_config = extended_model_config(base.config, rows.position_limit, config.sft.rope_extension)
     if rows.position_limit > model_config.max_position:
-        raise ValueError(
-            f"{config.sft.variant} rows use positions up to {rows.position_limit - 1}, beyond the model's "
+        raise ConfigError(
+            "sft.extended_length", f"{config.sft.variant} rows use positions up to {rows.position_limit - 1}, beyond the model's "
             f"max_position={model_config.max_position}; set sft.rope_extension=ntk or lower sft.extended_length"
         )
     world = world_size_from_environment(config)

@@ -29,7 +29,8 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
-from longctx.config import ConfigError, ExperimentConfig
+from longctx.config import ExperimentConfig
+from longctx.errors import CheckpointError, ConfigError
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.frequency_callback import PositionFrequencyCallback
@@ -54,13 +55,13 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
     if "LOCAL_WORLD_SIZE" in os.environ and "WORLD_SIZE" in os.environ:
         local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
         if world % local:
-            raise ValueError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}")
+            raise ConfigError("train.devices", f"torchrun set WORLD_SIZE={world}, not a multiple of LOCAL_WORLD_SIZE={local}")
         found = WorldSize(local, world // local)
         for key, expected in (("devices", found.devices), ("num_nodes", found.num_nodes)):
             value = getattr(train, key)
             if value and value != expected:
-                raise ValueError(
-                    f"train.{key}={value} but torchrun launched {expected} "
+                raise ConfigError(
+                    f"train.{key}", f"{value} but torchrun launched {expected} "
                     f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun"
                 )
         return found
@@ -102,10 +103,10 @@ def verify_checkpoint(path: Path) -> None:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # the zip reader raises several types for damaged files
-        raise ValueError(f"checkpoint {path} is truncated or corrupt and cannot be resumed: {error}") from None
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt and cannot be resumed: {error}") from None
     missing = [key for key in ("state_dict", "global_step", "optimizer_states") if key not in checkpoint]
     if missing:
-        raise ValueError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
+        raise CheckpointError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
 
 
 class PackedDataModule(L.LightningDataModule):
@@ -148,7 +149,7 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
     """The `init` checkpoint's weights, checked to fit `config.model`."""
     from longctx.model.checkpoint import load_model
-    from longctx.model.llama import shape_mismatches
+    from longctx.model.config import shape_mismatches
 
     base = load_model(config.init)
     mismatches = shape_mismatches(base.config, config.model)
@@ -199,7 +200,7 @@ def fit(
         from longctx.train.niah_callback import EffectiveLengthCallback
 
         if tokenizer is None:
-            raise ValueError("probe.niah_every_steps needs the tokenizer")
+            raise ConfigError("probe.niah_every_steps", "needs the tokenizer (data.tokenizer)")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
     callbacks += build_callbacks(config)
     trainer = L.Trainer(

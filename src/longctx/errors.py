@@ -1,0 +1,38 @@
+"""The suite's exceptions.
+
+Everything a user can cause with bad input (a config key, a data file, a checkpoint, a
+sweep file) raises a `LongctxError` whose message names the key, file, line or shape at
+fault. The `longctx` command prints such an error as one line and exits with status 2;
+any other exception is a bug in the suite and keeps its traceback.
+
+The domain errors also subclass `ValueError`, so callers that caught `ValueError` before
+this hierarchy existed keep working.
+"""
+
+from __future__ import annotations
+
+
+class LongctxError(Exception):
+    """Base class of every error caused by the user's input rather than by a bug."""
+
+
+class ConfigError(LongctxError, ValueError):
+    """An invalid configuration value.
+
+    `key` is the dotted config key at fault and `related` the other keys of an impossible
+    combination, so the loader can say where each of them was set (file:line or override).
+    """
+
+    def __init__(self, key: str, message: str, related: tuple[str, ...] = ()):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+        self.related = related
+
+
+class DataError(LongctxError, ValueError):
+    """A data source, prepared dataset or sample cannot be used as it is."""
+
+
+class CheckpointError(LongctxError, ValueError):
+    """A checkpoint or exported model cannot be read, merged or represented."""
