@@ -108,7 +108,8 @@ def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
     args = [*eval_args(haystack_file), f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
             "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",
-            "log.wandb_mode=offline", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1", "probe.fi_every_steps=1"]
+            "log.wandb_mode=offline", "log.every_steps=1", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1",
+            "probe.fi_every_steps=1"]
     assert main(["pretrain", *args]) == 0
     history = read_history(offline_runs(tmp_path / "run")[0])
     # on the step axis of Lightning's own metrics: train/loss of optimizer step k is at k - 1
