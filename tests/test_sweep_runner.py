@@ -83,14 +83,15 @@ def test_skipalign_grid_varies_the_variant_first():
 
 
 def test_grid_order_follows_wandbs_name_sort(tmp_path):
-    """Hand-worked against W&B's engine: Python's sort of the names (upper case and `_`
-    before lower case), constants inside the order, each distinct point once."""
+    """Hand-worked, checked against W&B's engine: Python's sort of the names (upper case and
+    `_` before lower case), constants inside the order, values that hash alike once (at the
+    first one's place, with the last one's value)."""
     path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "command": ["${args}"], "parameters": {
         "b": {"values": [1, 2]}, "a": {"values": ["x", "y"]}, "_c": {"value": 0}, "B": {"values": [7, 7.0]}}})
     points = plan(load_sweep(path))
     assert [list(p.arguments) for p in points] == [["B", "_c", "a", "b"]] * 4
-    assert [p.arguments for p in points] == [{"B": 7, "_c": 0, "a": a, "b": b} for a in "xy" for b in (1, 2)]
-    assert points[1].command == ["--B=7", "--_c=0", "--a=x", "--b=2"]
+    assert [p.arguments for p in points] == [{"B": 7.0, "_c": 0, "a": a, "b": b} for a in "xy" for b in (1, 2)]
+    assert points[1].command == ["--B=7.0", "--_c=0", "--a=x", "--b=2"]
 
 
 def test_run_cap_caps_the_points_like_count(tmp_path):

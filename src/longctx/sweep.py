@@ -16,9 +16,9 @@ point, and running the points one after another. It mirrors what `wandb sweep` +
 
 - `method: grid` is the cartesian product of the parameters in W&B's order: parameter
   names sorted (as W&B's engine sorts them), the last name varying fastest, and each
-  distinct point once. `value`/`values`, `int_uniform` (every integer in [min, max]) and
-  `q_uniform` (W&B's `numpy.arange(min, max, q)`: from min in steps of q, max excluded)
-  are enumerable. `--count N` keeps the first N, `run_cap` caps the points as it caps
+  distinct point once (values that hash alike in W&B, like 7 and 7.0, are one).
+  `value`/`values`, `int_uniform` (every integer in [min, max]) and `q_uniform` (W&B's
+  `numpy.arange(min, max, q)`: from min in steps of q, max excluded) are enumerable. `--count N` keeps the first N, `run_cap` caps the points as it caps
   W&B's runs, and the arguments of each point are in the same sorted order.
 - `method: random` draws `--count` points (the agent's `--count`; W&B's own random search
   never ends) from `random.Random(--seed)`, parameter by parameter in sorted order, so a
@@ -361,8 +361,8 @@ def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
     if sweep.run_cap is not None:
         count = sweep.run_cap if count is None else min(count, sweep.run_cap)
     if sweep.method == "grid":
-        product = itertools.product(*(parameter.grid() for parameter in sweep.parameters))
-        combos = list(itertools.islice(_distinct(product), count))
+        product = itertools.product(*(_distinct(parameter.grid()) for parameter in sweep.parameters))
+        combos = list(itertools.islice(product, count))
         arguments = [{p.name: value for p, value in zip(sweep.parameters, combo)} for combo in combos]
     else:
         if count is None:
@@ -372,16 +372,16 @@ def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
     return [Point(i, args, expand_command(sweep, args)) for i, args in enumerate(arguments)]
 
 
-def _distinct(combos):
-    """Each point once, as W&B's grid dedupes points by a hash of their values (an
-    integer-valued float equals the integer there too: `values: [1, 1.0]` is one point)."""
-    seen = set()
-    for combo in combos:
-        key = json.dumps([int(v) if isinstance(v, float) and v.is_integer() else v for v in combo],
-                         sort_keys=True, default=str)
-        if key not in seen:
-            seen.add(key)
-            yield combo
+def _distinct(values: list[Any]) -> list[Any]:
+    """A grid parameter's values as W&B's engine visits them: it identifies values by a hash
+    of their YAML (an integer-valued float hashes as the integer), visits each hash once at
+    its first place, and passes the last value with that hash (`values: [7, 7.0]` is one
+    point, 7.0)."""
+    by_hash: dict[str, Any] = {}
+    for value in values:
+        normal = int(value) if isinstance(value, float) and value.is_integer() else value
+        by_hash[json.dumps(normal, sort_keys=True, default=str)] = value  # keeps the first place
+    return list(by_hash.values())
 
 
 def format_value(value: Any) -> str:
