@@ -222,7 +222,14 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
-    for logger in trainer.loggers:
-        if trainer.is_global_zero and isinstance(logger, WandbLogger):
-            logger.experiment.finish()  # flush the run files before the command returns
+    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
+        import wandb
+
+        # finish() can return before W&B's service has written the offline `.wandb` log (seen
+        # with wandb 0.31: the header only); teardown waits for the service to exit, so the
+        # run files are complete when the command returns (and a later run starts clean).
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.experiment.finish()
+        wandb.teardown()
     return trainer
