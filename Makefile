@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow test-gpu bench clean
+.PHONY: setup demo test test-slow test-gpu lint format golden bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,20 @@ demo: $(STAMP)
 # The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow" -q; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+
+# ruff (lint + format check) over the code, mypy over src/. `make format` applies ruff's fixes.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks
+
+# Regenerate the golden loss curve after an intended change of the training numerics.
+golden: $(STAMP)
+	$(BIN)/python -m tests.train.test_golden --update
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" -q

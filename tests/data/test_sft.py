@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from longctx.probes.dataset_fi import relative_distance_histogram
 from longctx.batch import check_batch
 from longctx.data.packing import IGNORE_INDEX
 from longctx.data.sft import (
@@ -21,7 +22,6 @@ from longctx.data.sft import (
     embedded_conversations,
     load_sft_samples,
     read_conversations,
-    relative_distance_histogram,
     tokenize_conversations,
 )
 from longctx.data.tokenizer import EOS_TOKEN, load_tokenizer
@@ -420,3 +420,10 @@ def test_skipalign_moves_distances_beyond_the_sample_length_and_normal_sft_does_
     f_skip = relative_distance_histogram((skip[i] for i in range(len(skip))), 8000)
     assert f_normal.counts[longest:].sum() == 0 and f_skip.counts[longest:].sum() > 0
     assert f_normal.counts.sum() == f_skip.counts.sum() and int(f_skip.overflow) == 0  # same pairs, moved
+
+
+def test_the_moved_histogram_names_its_new_home():
+    import longctx.data.sft
+
+    with pytest.raises(AttributeError, match="moved to longctx.probes.dataset_fi.relative_distance_histogram"):
+        longctx.data.sft.relative_distance_histogram  # noqa: B018

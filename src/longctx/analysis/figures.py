@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -38,7 +39,7 @@ POSITION_COLORS = {"L/4": "tab:blue", "L/2": "tab:orange", "3L/4": "tab:green", 
 LINE_STYLES = ["-", "--", ":", "-."]
 
 
-def new_figure(width: float = 6.4, height: float = 4.2) -> tuple[Figure, object]:
+def new_figure(width: float = 6.4, height: float = 4.2) -> tuple[Figure, Axes]:
     figure = Figure(figsize=(width, height))
     FigureCanvasAgg(figure)
     return figure, figure.add_subplot()

@@ -203,7 +203,7 @@ def _run_dir_records(run_dir: Path, prefer: str) -> list[tuple[int, str, float]]
 
 
 def _metrics_records(path: Path) -> list[tuple[int, str, float]]:
-    records = []
+    records: list[tuple[int, str, float]] = []
     lines = path.read_text().splitlines()
     if not any(line.strip() for line in lines):
         raise ValueError(f"{path} is empty: the run logged no optimizer step")
@@ -223,7 +223,7 @@ def _metrics_records(path: Path) -> list[tuple[int, str, float]]:
 
 
 def _wandb_records(rows: Iterable[dict]) -> list[tuple[int, str, float]]:
-    records = []
+    records: list[tuple[int, str, float]] = []
     for row in rows:
         if "trainer/global_step" in row:
             step = int(row["trainer/global_step"]) + 1

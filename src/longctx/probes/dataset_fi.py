@@ -17,7 +17,8 @@ reverse cumulative sums. Figure 1 compares three ways of cutting the same tokens
 
 `packed_rows_fi` counts what training with `data.doc_mask` would actually see, by running
 the f(i) counter over one epoch of packed rows (documents cut at row boundaries).
-`transformed_fi` gives the natural pieces PoSE or RandPos position ids spread over a target
+`relative_distance_histogram` counts the response queries of SFT rows (SkipAlign
+Figure 2: how far each SFT variant's skipped ids reach). `transformed_fi` gives the natural pieces PoSE or RandPos position ids spread over a target
 length Lt > L (DESIGN §9) and counts their pairs exactly: the relative positions such
 training reaches beyond L.
 """
@@ -25,11 +26,14 @@ training reaches beyond L.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from longctx.probes.position_frequency import Histogram, relative_position_counts
 
 DISTRIBUTIONS = ("natural", "uniform", "concatenated")
 
@@ -199,3 +203,44 @@ def write_outputs(result: DatasetFrequency, out_dir: str | Path) -> tuple[Path, 
     numbers = out_dir / f"fi_L{result.window}.json"
     numbers.write_text(json.dumps(result.to_json()) + "\n")
     return numbers, plot_figure1(result, out_dir / f"fi_L{result.window}.png")
+
+
+def relative_distance_histogram(
+    rows: Iterable[Mapping[str, torch.Tensor]], max_distance: int, rows_per_call: int = 256
+) -> Histogram:
+    """f(d) of response queries summed over contract rows ([T] or [B, T] dicts): SkipAlign Figure 2.
+
+    Pairs at d >= max_distance are counted in `overflow`. An `SFTRows` can be passed as it
+    is: its [T] rows are stacked `rows_per_call` at a time, since each counter call has a
+    fixed cost that dominates for short rows.
+    """
+    counts, overflow = torch.zeros(max_distance, dtype=torch.long), torch.zeros((), dtype=torch.long)
+    for batch in _batches(rows, rows_per_call):
+        histogram = relative_position_counts(
+            batch["position_ids"], batch["document_ids"], max_distance, batch["labels"]
+        )
+        counts += histogram.counts
+        overflow += histogram.overflow
+    return Histogram(counts, overflow)
+
+
+def _batches(rows: Iterable[Mapping[str, torch.Tensor]], size: int) -> Iterable[dict[str, torch.Tensor]]:
+    """[B, T] dicts of the keys f(d) reads: [B, T] rows as they are, [T] rows stacked `size` at a time."""
+    keys = ("position_ids", "document_ids", "labels")
+    pending: list[Mapping[str, torch.Tensor]] = []
+    for row in rows:
+        if row["position_ids"].dim() == 2:
+            yield {key: row[key] for key in keys}
+            continue
+        if pending and pending[-1]["position_ids"].shape != row["position_ids"].shape:
+            yield {key: torch.stack([r[key] for r in pending]) for key in keys}
+            pending = []
+        pending.append(row)
+        if len(pending) == size:
+            yield {key: torch.stack([r[key] for r in pending]) for key in keys}
+            pending = []
+    if pending:
+        yield {key: torch.stack([r[key] for r in pending]) for key in keys}
+
+
+# --- embedded dataset -----------------------------------------------------------------

@@ -34,16 +34,15 @@ or runs; details in `relative_position_counts`):
   for contiguous ids; a handful of runs for SkipAlign, PoSE and LongRecipe.
 - fft: cross-correlation of the document's query and key id indicators, O(S log S) for
   an id span S, rounded to integers (float64 error ~1e-9). For RandPos-like ids, whose
-  runs are ~1 token long, the runs method degrades to O(n^2) (2 s for one 4096-token
-  document on one thread) and the FFT takes ~10 ms.
+  runs are ~1 token long, the runs method degrades to O(n^2) and the FFT wins.
 
-Measured by `benchmarks/position_frequency.py`.
+Derivations: docs/fi_counting.md; timings: docs/benchmarks.md (`benchmarks/position_frequency.py`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -94,7 +93,7 @@ def _check_bins(name: str, value: int) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _to_cpu(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+def _to_cpu(*tensors: torch.Tensor | None) -> tuple[Any, ...]:
     """Counting runs on the CPU: its sizes depend on the data, so on a GPU every step of it
     would wait for the device; one copy of the [B, T] ids waits once."""
     return tuple(None if tensor is None else tensor.detach().to("cpu") for tensor in tensors)
@@ -127,40 +126,8 @@ def relative_position_counts(
     S) or `auto`: runs unless its run pairs exceed FFT_COST_RATIO * N log2 N (N = FFT
     length), i.e. only for RandPos-like ids whose runs are a few tokens long.
 
-    Runs, derivation. In one document, cut the tokens into key runs B = maximal runs of
-    consecutive ids {b, ..., b + lb - 1}, and the labelled tokens into query runs A =
-    maximal runs of labelled tokens with consecutive ids {a, ..., a + la - 1}. Every query
-    run lies inside one key run, so two runs are either nested or disjoint. The pairs of
-    (A, B) at distance d (over all integers d, ignoring causality) number
-
-        g(d) = #{x in A, y in B: x - y = d},
-
-    the correlation of two boxes: a trapezoid on [a - (b + lb - 1), a + la - 1 - b]. With
-    s0 = a - (b + lb - 1) it is the convolution of boxes of lengths la and lb shifted to
-    s0, whose generating function is z^s0 (1 - z^la)(1 - z^lb) / (1 - z)^2. So its second
-    difference is four unit impulses,
-
-        +1 at s0,  -1 at s0 + la,  -1 at s0 + lb,  +1 at s0 + la + lb,
-
-    and g = cumsum(cumsum(impulses)). f(d), d >= 0, is the sum of g over all (A, B) of a
-    document: pairs with d < 0 are exactly the keys after their query, which attention
-    never sees. Pairs with B after A (b > a + la - 1) live entirely at d < 0, so only
-    b <= a is enumerated: B before A, or the key run containing A. Those impulses are
-    at s0 + lb >= 1 and s0 + la + lb >= 1, but s0 and s0 + la can be negative (containing
-    run: the part of the trapezoid at d < 0). A unit impulse of weight w at s < 0 adds
-    w (d - s + 1) = w (d + 1) + w (-s) to every f(d), d >= 0: it is binned at 0 (the
-    w (d + 1) part) and the constant -w s is added as +c at index 0 and -c at index 1 of
-    the second difference. Impulses at or beyond max_distance cannot change f below
-    max_distance and share one spare bin. For a query run A in key run j of a document
-    whose first key run is j0, the key runs j0..j pair with it: sum_A (j - j0 + 1) run
-    pairs, one per query run for contiguous ids (O(T) per row).
-
-    FFT. f(d) = sum_x Q(x) K(x - d) with Q, K the indicators of the document's labelled
-    and of all its ids, shifted to start at 0: a cross-correlation, computed as
-    irfft(rfft(Q) * conj(rfft(K))) in float64 with length N >= 2 S (no wrap-around into
-    d < S) and rounded to integers. Float64 FFT correlation errs by about
-    2^-52 log2 N |Q|_2 |K|_2 <= 2^-52 log2 N S (5e-9 for S = 2^20), far below the 0.5
-    that would change a count.
+    Both are exact; the derivation of the runs method (second differences of trapezoids)
+    and the FFT error bound are in docs/fi_counting.md.
 
     The exact total number of pairs is sum over counted queries of (1 + tokens before it
     in its document), so overflow = total - sum(f) for either method.
