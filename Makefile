@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow test-gpu lint format golden bench clean
+.PHONY: setup demo replicate replicate-smoke test test-slow test-gpu lint format golden bench clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,22 @@ $(STAMP): pyproject.toml Makefile
 # The main job: a short `tiny` pretraining on the embedded corpus, W&B offline.
 demo: $(STAMP)
 	$(BIN)/longctx pretrain experiments/pretrain/tiny_512.yaml $(ARGS)
+
+# The miniature replication of STRING's findings at CPU scale (docs/replication.md):
+# pretrain at 3 windows, Table 1 position methods, Normal vs SkipAlign SFT, each through
+# `longctx sweep` (W&B offline), then verdicts, notebooks and docs/replication.md.
+replicate: $(STAMP)
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_cpu.yaml
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_cpu_table1.yaml --keep-going
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_cpu_sft.yaml --keep-going
+	$(BIN)/python -m longctx.analysis.replication_report runs/replicate_cpu --docs docs --name cpu
+
+# The same chain at 10 steps per window: checks that every step runs, decides nothing.
+replicate-smoke: $(STAMP)
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_smoke.yaml
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_smoke_table1.yaml --keep-going
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_smoke_sft.yaml --keep-going
+	$(BIN)/python -m longctx.analysis.replication_report runs/replicate_smoke --docs docs --name smoke
 
 # The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
 test: $(STAMP)
@@ -44,8 +60,10 @@ golden: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" -q
 
+# Every `gpu` test (tests/test_gpu_path.py and the CUDA cases beside the CPU tests). Backend
+# `flash` uses torch's own varlen kernel; flash-attn/xformers (the `gpu` extra, source
+# builds) are used when installed, not required.
 test-gpu: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[gpu]'
 	$(BIN)/python -m pytest -m gpu -q
 
 bench: $(STAMP)

@@ -25,6 +25,14 @@ What it measures, for each sequence length T:
 Before timing, the outputs (and, for `varlen`, the q/k/v gradients) must match `sdpa`
 to 1e-4 max abs difference, or the script aborts.
 
+`--device cuda` (runs on CPU too with `--device cpu --kernels`): every backend of
+`--backends` (default sdpa, flex, flash on CUDA; sdpa, varlen on CPU) on the same packed
+rows at TinyLlama's attention shapes (32 heads, 4 key/value heads, head_dim 64), bf16 on
+CUDA: forward ms (no grad), forward+backward ms, useful TFLOP/s of forward+backward
+(device_timing.py), peak MiB above the inputs. Outputs must match sdpa to 2e-2 (bf16)
+where sdpa's dense mask fits (T <= --check-max); a backend that fails is reported, not
+timed.
+
 Memory (Linux only, `cpu_memory.py`): torch has no allocator statistics on CPU, and its
 CPU tensors are plain malloc/mmap memory, so the peak is read from the kernel. Each
 measurement runs in a fresh spawned process, which first runs the op on a 64-token slice
@@ -53,6 +61,7 @@ from pathlib import Path
 import torch
 
 import cpu_memory
+import device_timing
 from longctx.model.attention import attention, build_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
@@ -244,8 +253,87 @@ def markdown_table(rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
+# --- --device cuda: every backend at TinyLlama shapes ------------------------------------
+
+DEVICE_COLUMNS = ("T", "docs/row", "backend", "fwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s", "vs sdpa", "peak MiB")
+
+
+def device_rows(seq_len: int, document_lengths: list[int], args: argparse.Namespace) -> list[list[str]]:
+    """Rows of the device table for one T (columns DEVICE_COLUMNS)."""
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    document_ids, pieces = pack_rows(document_lengths, seq_len, args.batch)
+    document_ids = document_ids.to(device)
+    generator = torch.Generator(device).manual_seed(SEED)
+
+    def randn(heads: int, grad: bool = True) -> torch.Tensor:
+        shape = (args.batch, seq_len, heads, args.head_dim)
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype).requires_grad_(grad)
+
+    q, k, v, grad_out = randn(args.heads), randn(args.kv_heads), randn(args.kv_heads), randn(args.heads, False)
+
+    def forward(backend: str) -> torch.Tensor:
+        return attention(q, k, v, backend=backend, mask=build_mask(document_ids, seq_len, backend))
+
+    def forward_no_grad(backend: str) -> torch.Tensor:
+        with torch.no_grad():
+            return forward(backend)
+
+    def train(backend: str) -> None:
+        q.grad = k.grad = v.grad = None
+        forward(backend).backward(grad_out)
+
+    reference = forward_no_grad("sdpa") if seq_len <= args.check_max and "sdpa" in args.backends else None
+    working, failed = [], {}
+    for backend in args.backends:
+        try:
+            out = forward_no_grad(backend)
+            train(backend)
+        except Exception as error:  # a backend this machine lacks: report it, time the others
+            failed[backend] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
+            continue
+        if reference is not None and (out.float() - reference.float()).abs().max().item() > 2e-2:
+            failed[backend] = "differs from sdpa"
+            continue
+        working.append(backend)
+    forward_ms = device_timing.interleaved_median_ms({b: functools.partial(forward_no_grad, b) for b in working}, args.repeats, device)
+    train_ms = device_timing.interleaved_median_ms({b: functools.partial(train, b) for b in working}, args.repeats, device)
+    flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
+    rows = []
+    for backend in args.backends:
+        cells = [str(seq_len), f"{len(pieces) / args.batch:.2f}", backend]
+        if backend in failed:
+            rows.append([*cells, failed[backend], "", "", "", ""])
+            continue
+        peak = device_timing.peak_extra_mib(functools.partial(train, backend), device)
+        versus = f"{train_ms['sdpa'] / train_ms[backend]:.2f}x" if "sdpa" in train_ms else ""
+        rows.append([
+            *cells, f"{forward_ms[backend]:.2f}", f"{train_ms[backend]:.2f}", f"{flops / train_ms[backend] / 1e9:.1f}",
+            versus, device_timing.mib(peak),
+        ])  # fmt: skip
+    return rows
+
+
+def device_main(args: argparse.Namespace) -> None:
+    device = torch.device(args.device)
+    if args.backends is None:
+        args.backends = ["sdpa", "flex", "flash"] if device.type == "cuda" else ["sdpa", "varlen"]
+    print(f"{device_timing.device_name(device)}; batch {args.batch}, H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}")
+    document_lengths = stdlib_document_lengths()
+    rows = [row for seq_len in args.lengths for row in device_rows(seq_len, document_lengths, args)]
+    lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
+    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)")
+    parser.add_argument("--kernels", action="store_true", help="the device table on --device cpu (smoke test)")
+    parser.add_argument("--backends", nargs="+", default=None, help="device table: backends to time")
+    parser.add_argument("--heads", type=int, default=32, help="device table: query heads")
+    parser.add_argument("--kv-heads", type=int, default=4, help="device table: key/value heads")
+    parser.add_argument("--head-dim", type=int, default=64, help="device table: head_dim")
+    parser.add_argument("--check-max", type=int, default=16384, help="device table: largest T checked against sdpa")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="sequence lengths T")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median reported)")
     parser.add_argument("--batch", type=int, default=1, help="packed rows per batch")
@@ -255,6 +343,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.device == "cuda" or args.kernels:
+        device_main(args)
+        return
     load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
     document_lengths = stdlib_document_lengths()
     print(

@@ -37,6 +37,14 @@ once, in turn, so that load changes on a shared machine hit all methods alike. `
 cpu` measures process CPU time instead of wall time: use it with `--threads 1` on a
 machine that other jobs share. Before timing, every method's decoding of the last token
 must match the last row of its prefill (1e-4; at model level, the last logits).
+
+`--device cuda` (on CPU too with `--device cpu --portable`): the model level only, with
+`--preset` (default tinyllama-1.1b; 22 layers, d_model 2048) in bf16 on CUDA, attention
+backend `auto` (flash: the passes of position_methods/gpu.py for string, rerope,
+self_extend and dca), one document of T tokens, training length
+T. Reports prefill and decode-step ms (median of --repeats, CUDA-synchronised), their
+ratio to plain RoPE, and the prefill's peak MiB above the weights (device_timing.py).
+Decoding must match the prefill's last logits to 5% of their range (bf16).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from collections.abc import Callable
 
 import torch
 
+import device_timing
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
 from longctx.runtime import tune_cpu_allocator
@@ -58,8 +67,8 @@ METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "str
 GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE (issue 6)
 
 
-def build(name: str, training_length: int) -> PositionMethod:
-    model = ModelConfig.from_preset("tiny", max_position=training_length)
+def build(name: str, training_length: int, preset: str = "tiny") -> PositionMethod:
+    model = ModelConfig.from_preset(preset, max_position=training_length)
     if name == "string-repo":
         return build_position_method(PositionMethodConfig(name="string", string=StringConfig(compat="repo")), model)
     return build_position_method(PositionMethodConfig(name=name), model)
@@ -99,7 +108,7 @@ def decode_op(method: PositionMethod, q, k, v, positions, layers: int = 1) -> Ca
     return step
 
 
-def model_ops(model: Llama, method: PositionMethod, input_ids: torch.Tensor) -> tuple[Callable, Callable]:
+def model_ops(model: Llama, method: PositionMethod | None, input_ids: torch.Tensor) -> tuple[Callable, Callable]:
     """(prefill, decode) of the whole model; decode reuses a cache holding the first T - 1
     tokens, rewound one position before each step."""
     seq_len = input_ids.shape[1]
@@ -171,6 +180,44 @@ def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[
 
 
 COLUMNS = ("level", "T", "method", "parameters", "prefill ms", "vs rope", "decode ms/token", "vs rope")
+DEVICE_COLUMNS = ("T", "method", "prefill ms", "vs rope", "decode ms/token", "vs rope", "prefill peak MiB")
+
+
+@torch.no_grad()
+def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
+    """The `--device` table's rows for one T: the model level in bf16 (CUDA) / fp32 (CPU)."""
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(SEED)
+    model = Llama(ModelConfig.from_preset(args.preset, max_position=seq_len)).to(device, dtype).eval()
+    methods = {name: build(name, seq_len, args.preset).to(device) for name in args.methods}
+    generator = torch.Generator().manual_seed(SEED)
+    input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=generator).to(device)
+    ops = {name: model_ops(model, method, input_ids) for name, method in methods.items()}
+    for name, (prefill, decode) in ops.items():
+        last_row, decoded = prefill().float(), decode().float()
+        if (last_row - decoded).abs().max() > 0.05 * last_row.abs().max():
+            raise SystemExit(f"{name}: decoding differs from prefill at T={seq_len}; not timing it")
+    prefill_ms = device_timing.interleaved_median_ms({n: p for n, (p, _) in ops.items()}, args.repeats, device)
+    decode_ms = device_timing.interleaved_median_ms({n: d for n, (_, d) in ops.items()}, args.repeats * 5, device)
+    rows = []
+    for name, (prefill, _) in ops.items():
+        peak = device_timing.peak_extra_mib(prefill, device)
+        rows.append([
+            str(seq_len), name, f"{prefill_ms[name]:.1f}", f"{prefill_ms[name] / prefill_ms['rope']:.2f}x",
+            f"{decode_ms[name]:.2f}", f"{decode_ms[name] / decode_ms['rope']:.2f}x", device_timing.mib(peak),
+        ])  # fmt: skip
+    return rows
+
+
+def device_main(args: argparse.Namespace) -> None:
+    device = torch.device(args.device)
+    if "rope" not in args.methods:
+        args.methods = ["rope", *args.methods]
+    print(f"{device_timing.device_name(device)}; preset {args.preset}, batch 1, one document", flush=True)
+    rows = [row for seq_len in args.lengths for row in device_rows(seq_len, args)]
+    lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
+    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -186,11 +233,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or this process's CPU time")
     parser.add_argument("--level", nargs="+", choices=("attention", "model"), default=["attention", "model"], help="what is timed")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)")
+    parser.add_argument("--portable", action="store_true", help="the device table on --device cpu (smoke test)")
+    parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="device table: methods")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    if args.device == "cuda" or args.portable:
+        device_main(args)
+        return
     tune_cpu_allocator()  # as `longctx niah` does
     if args.threads:
         torch.set_num_threads(args.threads)

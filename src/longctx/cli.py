@@ -9,6 +9,7 @@
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
     longctx merge runs/base/checkpoints/last.ckpt runs/replay/checkpoints/last.ckpt --out merged.safetensors
+    longctx impactful-tokens base.ckpt extended.ckpt data/long --out data/long-impactful  # LongRecipe §3.1
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
@@ -51,6 +52,37 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for field, values in result.differing_fields.items():
         print(f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints)))
     print(f"wrote {out} (config from {result.config_source})")
+    return 0
+
+
+def cmd_impactful_tokens(args: argparse.Namespace) -> int:
+    from longctx.data import impactful
+    from longctx.data.prepare import read_manifest
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.model.checkpoint import load_model
+
+    manifest = read_manifest(args.data) or {}
+    tokenizer = load_tokenizer(args.tokenizer or manifest.get("tokenizer", "bpe-8192"))
+    if args.method == "digits":
+        report = {"method": "digits"}
+        anchors = ["digit"]
+        keep_other = impactful.DIGITS_KEEP_OTHER if args.keep_other is None else args.keep_other
+    else:
+        base, extended = load_model(args.base), load_model(args.extended)
+        length = args.length or extended.config.max_position
+        tokens, deltas = impactful.score_samples(
+            base, extended, args.data, samples=args.samples, length=length, score=args.score, device=args.device
+        )
+        analysis = impactful.analyse(tokens, deltas, tokenizer, args.fraction, args.score)
+        report = {"method": "logits", "base": args.base, "extended": args.extended, "samples": args.samples,
+                  "length": length, **analysis.to_dict()}
+        anchors = args.anchor_classes.split(",") if args.anchor_classes else analysis.anchors
+        keep_other = args.keep_other or 0.0
+        print(impactful.format_report(report))
+    selection = impactful.write_selection(args.data, args.out, tokenizer, anchors, keep_other=keep_other,
+                                          seed=args.seed, report=report)
+    print(f"anchor classes {anchors}: kept {selection['tokens_out']:,} of {selection['tokens_in']:,} tokens in "
+          f"{selection['documents_out']} documents; wrote {args.out} (report: {args.out}/{impactful.REPORT_FILE})")
     return 0
 
 
@@ -117,10 +149,18 @@ def _evaluation_setup(items: list[str]):
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import evaluate, format_search, log_to_wandb, method_settings, write_result
+    from longctx.probes.niah_eval import (
+        evaluate,
+        evaluation_device,
+        format_search,
+        log_to_wandb,
+        method_settings,
+        write_result,
+    )
 
-    cfg, tokenizer, haystack = _evaluation_setup(args.items)
-    model = load_model(args.checkpoint)
+    items = [*args.items, f"eval.niah_lengths=[{args.lengths}]"] if args.lengths else args.items
+    cfg, tokenizer, haystack = _evaluation_setup(items)
+    model = load_model(args.checkpoint).to(evaluation_device(cfg))
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
@@ -224,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
     niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
+    niah.add_argument(
+        "--lengths", default="", help="comma-separated context lengths to evaluate in full, no search (eval.niah_lengths)"
+    )
     niah.set_defaults(run=cmd_niah)
 
     table = commands.add_parser("niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models")
@@ -251,6 +294,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="index of the checkpoint whose config (max_position, RoPE) the result keeps (default: last)")
     merge.add_argument("--out", required=True, help="output .safetensors file")
     merge.set_defaults(run=cmd_merge)
+
+    impact = commands.add_parser("impactful-tokens", help="LongRecipe §3.1: score tokens base vs extended, keep anchor sentences")
+    impact.add_argument("base", help="base model checkpoint (H)")
+    impact.add_argument("extended", help="context-extended model checkpoint (H')")
+    impact.add_argument("data", help="prepared dataset directory (longctx prepare)")
+    impact.add_argument("--out", required=True, help="output directory: a prepared dataset of the kept sentences")
+    impact.add_argument("--method", choices=("logits", "digits"), default="logits",
+                        help="logits (score differences) | digits (the authors' digit heuristic; models unused)")
+    impact.add_argument("--fraction", type=float, default=0.2, help="top share of tokens by |delta| (paper: 0.2)")
+    impact.add_argument("--score", choices=("logprob", "logit"), default="logprob", help="S in delta = S_H' - S_H")
+    impact.add_argument("--samples", type=int, default=8, help="long samples scored")
+    impact.add_argument("--length", type=int, default=0, help="tokens per sample (default: the extended max_position)")
+    impact.add_argument("--anchor-classes", default="", help="comma list overriding the classes with lift > 1")
+    impact.add_argument("--keep-other", type=float, default=None,
+                        help="probability of keeping a sentence without an anchor (default 0; digits: 0.3)")
+    impact.add_argument("--tokenizer", default="", help="default: the dataset manifest's tokenizer")
+    impact.add_argument("--seed", type=int, default=0, help="seed of the keep-other draws")
+    impact.add_argument("--device", default="cpu", help="torch device for scoring")
+    impact.set_defaults(run=cmd_impactful_tokens)
 
     export = commands.add_parser("export-hf", help="write a checkpoint as a Hugging Face LlamaForCausalLM directory")
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")

@@ -4,7 +4,8 @@
     cfg.model.n_layers, cfg.data.window, cfg.train.lr
 
 Sources merge left to right (later wins): the model preset named by `model.preset`, then
-each YAML file, then each override. A YAML file may start with `inherit: [other.yaml]`
+each YAML file, then each override. The override `inherit=FILE.yaml` layers a whole file at
+its place among the overrides (how a W&B sweep grids over recipe files). A YAML file may start with `inherit: [other.yaml]`
 (paths relative to that file) to layer itself on other files. Files named without a
 directory that does not exist are looked up under `experiments/`.
 
@@ -26,6 +27,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from longctx.data.retrieval import RetrievalConfig
 from longctx.errors import ConfigError
 from longctx.model.config import ModelConfig
 from longctx.model.position_methods import PositionMethodConfig
@@ -34,17 +36,46 @@ EXPERIMENTS_DIR = Path("experiments")
 LOGGER_NAMES = ("wandb", "csv", "tensorboard", "mlflow")
 """Loggers `log.loggers` knows by name (train/loggers.py gives their classes and defaults)."""
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "LongRecipeConfig", "PoseConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
 
 
 @dataclass
 class DataSource:
-    """One prepared dataset in a weighted mixture."""
+    """One dataset in a weighted mixture: prepared by `longctx prepare`, or generated."""
 
     path: str = ""
-    """A directory written by `longctx prepare` (local or s3://...)."""
+    """kind=prepared: a directory written by `longctx prepare` (local or s3://...).
+    kind=retrieval: where to write the generated dataset; '' = a cache directory keyed by
+    the `retrieval` settings and the tokenizer."""
     weight: float = 1.0
     """Share of rows drawn from this source (normalised over the mixture)."""
+    kind: str = "prepared"
+    """prepared | retrieval (generated key->value documents, data/retrieval.py, DESIGN §13)."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """kind=retrieval: how the documents are generated (ignored otherwise)."""
+
+
+@dataclass
+class PoseConfig:
+    """PoSE (Zhu et al. 2023 §3.2): chunked position skipping (data/positions.py)."""
+
+    chunks: int = 2
+    """N: chunks per document, each with its own skipping bias (documents shorter than N
+    tokens use one chunk per token)."""
+    compat: str = "paper"
+    """paper (chunk lengths a uniform random composition) | repo (the authors' code:
+    chunk 0 ~ U{1, ceil(n/2)}; needs chunks=2). Content skipping is not applied."""
+
+
+@dataclass
+class LongRecipeConfig:
+    """LongRecipe position index transformation (§4.2, Algorithm 1; data/positions.py)."""
+
+    compat: str = "paper"
+    """paper (Algorithm 1 on the trained tokens) | repo (the authors' preprocessing: a
+    contiguous head of U{1, (n+1)/2} tokens, the rest on the sentence canvas)."""
+    delimiters: str = ".!?\n"
+    """A token whose text holds any of these characters ends a sentence."""
 
 
 @dataclass
@@ -62,14 +93,52 @@ class DataConfig:
     doc_mask: bool = True
     """True: positions reset and attention confined per document. False: plain causal row."""
     seed: int = 1234
-    """Shuffling and packing seed."""
+    """Shuffling, packing and position-transform seed."""
+    long_share: float = 0.0
+    """ProLong-style long/short mix: 0 = the data.mixture weights as written; in (0, 1) the
+    mixture must list two sources, [long, short], and the first gets this share of rows
+    (ProLong: 0.6)."""
+    position_transform: str = "none"
+    """Context extension by position ids (data/transforms.py): none | pose | randpos |
+    longrecipe. Rows of `window` tokens get ids spread over [0, target_length)."""
+    target_length: int = 0
+    """L_t, the extended window the transformed ids reach; 0 = model.max_position."""
+    pose: PoseConfig = field(default_factory=PoseConfig)
+    """position_transform=pose parameters."""
+    longrecipe: LongRecipeConfig = field(default_factory=LongRecipeConfig)
+    """position_transform=longrecipe parameters."""
+
+    def source_weights(self) -> list[float]:
+        """Row share of each data.mixture source (long_share applied)."""
+        if self.long_share:
+            return [self.long_share, 1.0 - self.long_share]
+        return [source.weight for source in self.mixture]
+
+    def _check_target_length(self, model: ModelConfig) -> None:
+        if self.target_length < self.window:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} is shorter than data.window={self.window}: the transformed ids of a "
+                "window-token row must fit below the target length",
+                ("data.window",),
+            )
+        if self.target_length > model.max_position:
+            raise ConfigError(
+                "data.target_length",
+                f"{self.target_length} exceeds model.max_position={model.max_position}: set model.max_position "
+                "to the extended window",
+                ("model.max_position",),
+            )
 
     def validate(self, model: ModelConfig) -> None:
         _positive_int("data.window", self.window)
         if self.mixture and self.path:
             raise ConfigError("data.path", "set either data.path or data.mixture, not both", ("data.mixture",))
         for i, source in enumerate(self.mixture):
-            if not source.path:
+            _choice(f"data.mixture.{i}.kind", source.kind, ("prepared", "retrieval"))
+            if source.kind == "retrieval":
+                source.retrieval.validate(f"data.mixture.{i}.retrieval")
+            elif not source.path:
                 raise ConfigError(f"data.mixture.{i}.path", "is empty")
             if source.weight <= 0:
                 raise ConfigError(f"data.mixture.{i}.weight", f"must be > 0, got {source.weight}")
@@ -80,6 +149,26 @@ class DataConfig:
                 "(the context the model is configured for) or shorten the window",
                 ("model.max_position",),
             )
+        _choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
+        _positive_int("data.target_length", self.target_length)
+        if self.position_transform != "none":  # target_length matters only to a transform
+            self._check_target_length(model)
+        _positive_int("data.pose.chunks", self.pose.chunks)
+        _choice("data.pose.compat", self.pose.compat, ("paper", "repo"))
+        if self.pose.compat == "repo" and self.pose.chunks != 2:
+            raise ConfigError("data.pose.chunks", f"compat=repo is the authors' two-chunk code, got {self.pose.chunks}",
+                              ("data.pose.compat",))
+        if self.pose.chunks > self.window:
+            raise ConfigError("data.pose.chunks", f"{self.pose.chunks} chunks do not fit a {self.window}-token row")
+        _choice("data.longrecipe.compat", self.longrecipe.compat, ("paper", "repo"))
+        if not self.longrecipe.delimiters:
+            raise ConfigError("data.longrecipe.delimiters", "is empty: at least one character must end a sentence")
+        if self.long_share:
+            if not 0 < self.long_share < 1:
+                raise ConfigError("data.long_share", f"must be in (0, 1) or 0 (off), got {self.long_share}")
+            if len(self.mixture) != 2:
+                raise ConfigError("data.long_share", f"needs data.mixture = [long, short], got {len(self.mixture)} sources",
+                                  ("data.mixture",))
 
 
 @dataclass
@@ -126,6 +215,10 @@ class TrainConfig:
     """Recompute each block's activations in backward (memory for ~30% more compute)."""
     compile: bool = False
     """torch.compile each transformer block."""
+    loss_chunk_tokens: int = 0
+    """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
+    recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
+    at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -151,6 +244,8 @@ class TrainConfig:
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
         _positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
+        if self.loss_chunk_tokens < 0:
+            raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
         tokens_per_micro_batch = data.window * self.micro_batch_size
         if self.global_batch_tokens % tokens_per_micro_batch:
             raise ConfigError(
@@ -256,7 +351,7 @@ class EvalConfig:
 
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
-    self_extend | dca | string) and each method's parameters (model/position_methods.py)."""
+    self_extend | dca | string) and each method's parameters (model/position_methods/)."""
     niah_task: str = "paper"
     """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
     ruler-multiquery | helmet-json-kv (data/niah.py)."""
@@ -266,6 +361,9 @@ class EvalConfig:
     """Effective-length search grows the context by this many tokens (STRING §3)."""
     niah_max_length: int = 0
     """Largest context tried; 0 = model.max_position."""
+    niah_lengths: list[int] = field(default_factory=list)
+    """Evaluate exactly these context lengths, each in full (no stop-at-first-failure
+    search; long-context sweeps need it); empty = the search. `longctx niah --lengths`."""
     niah_tests_per_length: int = 50
     """4-needle tests per context length (500 in the paper)."""
     pass_threshold: float = 0.5
@@ -280,6 +378,9 @@ class EvalConfig:
     """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
     gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`
     (OmegaConf interpolation, resolved after all overrides)."""
+    device: str = "auto"
+    """auto | cpu | cuda: where `longctx niah` runs (auto = cuda when available). On CUDA the
+    model runs in bf16 (autocast), on CPU in fp32."""
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default. Decoding the tiny model is
     dominated by per-op overhead: on a loaded 2-core machine 1 thread was 3x faster."""
@@ -294,6 +395,11 @@ class EvalConfig:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
         if self.niah_max_length < 0:
             raise ConfigError("eval.niah_max_length", f"must be >= 0, got {self.niah_max_length}")
+        bad = [length for length in self.niah_lengths if not isinstance(length, int) or length < 1]
+        if bad:
+            raise ConfigError("eval.niah_lengths", f"must be positive integers, got {bad}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
         if not 0 < self.pass_threshold <= 1:
             raise ConfigError("eval.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
 
@@ -314,6 +420,8 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if self.data.window == 0:
             self.data.window = self.model.max_position
+        if self.data.target_length == 0:
+            self.data.target_length = self.model.max_position
         self.validate()
 
     def validate(self) -> None:
@@ -375,7 +483,12 @@ class _Source:
 def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentConfig:
     """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
     sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
-    sources += [_read_override(text) for text in overrides]
+    for text in overrides:
+        key, _, value = text.partition("=")
+        if key.strip() == "inherit":  # a whole YAML file at this place in the order (sweep grids over recipes)
+            sources += _read_yaml(Path(value.strip()), chain=())
+        else:
+            sources.append(_read_override(text))
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
@@ -389,6 +502,7 @@ def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentC
         base = ExperimentConfig(model=ModelConfig.from_preset(preset))
     except ConfigError as error:
         raise _located(error, locations) from None
+    base.data.target_length = 0  # resolved by __post_init__ against the final model.max_position
 
     merged: DictConfig = OmegaConf.structured(base)
     for source in sources:

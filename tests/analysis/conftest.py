@@ -120,3 +120,47 @@ def sft_runs(tmp_path_factory):
                         **{"sft.variant": variant, **niah, **extra})
         assert main(["sft", *args]) == 0
     return SimpleNamespace(root=root, runs=runs, window=SFT_WINDOW)
+
+
+EXTENSION_TARGET = 256
+"""The fixture's target length L_t; recipes train 64-token rows (full-length: 256)."""
+EXTENSION_RECIPES = {
+    "full_length": {"data.window": EXTENSION_TARGET, "data.position_transform": "none"},
+    "pose": {"data.position_transform": "pose"},
+    "randpos": {"data.position_transform": "randpos"},
+    "longrecipe": {"data.position_transform": "longrecipe"},
+}
+
+
+@pytest.fixture(scope="session")
+def extension_runs(tmp_path_factory):
+    """A tiny model pretrained at 64 tokens, extended to 256 by each recipe at equal tokens
+    (2 steps of 512 tokens, f(i) and NIAH probes on, W&B disabled), as sweeps/context_extension.yaml
+    does at CPU scale."""
+    import torch
+
+    from longctx.cli import main
+
+    root = tmp_path_factory.mktemp("extension")
+    (root / "workspace").mkdir()
+    workspace = make_workspace(root / "workspace")
+    haystack = root / "haystack.txt"
+    haystack.write_text("The grass is green. The sky is blue. " * 400)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        base = root / "base"
+        assert main(["pretrain", *overrides(workspace, base, **{
+            "train.max_steps": 2, "probe.fi": "false", "log.wandb_mode": "disabled"})]) == 0
+        runs = {}
+        for recipe, extra in EXTENSION_RECIPES.items():
+            runs[recipe] = root / "runs" / recipe
+            assert main(["pretrain", *overrides(workspace, runs[recipe], **{
+                "init": base / "checkpoints" / "last.ckpt", "model.max_position": EXTENSION_TARGET,
+                "data.target_length": EXTENSION_TARGET, "train.max_steps": 2, "train.checkpoint_every_steps": 2,
+                "probe.fi_every_steps": 2, "probe.niah_every_steps": 2, "probe.niah_tests_per_length": 1,
+                "eval.niah_haystack": haystack, "eval.niah_step": 64, "eval.niah_max_new_tokens": 4,
+                "log.wandb_mode": "disabled", **extra})]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return SimpleNamespace(root=root, runs=runs, target=EXTENSION_TARGET)

@@ -212,7 +212,7 @@ def test_pose_ids_are_valid_and_have_at_most_n_chunks():
         chunks = int(rng.integers(1, 7))
         n = int(rng.integers(chunks, 60))
         target_length = n + int(rng.integers(0, 300))
-        ids = pose_position_ids(n, target_length, rng, chunks)
+        ids = pose_position_ids(n, target_length, rng, chunks, compat=("paper", "repo")[chunks % 2])
         assert_valid(ids, n, target_length)
         assert len(skip_starts(ids)) <= chunks - 1
     np.testing.assert_array_equal(pose_position_ids(12, 12, rng, 3), np.arange(12))  # no room to skip
@@ -220,10 +220,10 @@ def test_pose_ids_are_valid_and_have_at_most_n_chunks():
 
 
 @pytest.mark.parametrize("n", [9, 10])
-def test_pose_two_chunks_first_length_is_uniform_on_one_to_half_n(n):
+def test_pose_repo_two_chunks_first_length_is_uniform_on_one_to_half_n(n):
     rng = np.random.default_rng(11)
     draws = 10_000
-    first = np.array([chunk_starts(pose_position_ids(n, HUGE, rng))[1] for _ in range(draws)])
+    first = np.array([chunk_starts(pose_position_ids(n, HUGE, rng, compat="repo"))[1] for _ in range(draws)])
     assert set(first.tolist()) == set(range(1, 6))  # ceil(9 / 2) = ceil(10 / 2) = 5
     assert chi_square(np.bincount(first, minlength=6)[1:], draws / 5) < 30  # df 4
 
@@ -237,13 +237,13 @@ def test_pose_two_chunks_skip_is_uniform_on_zero_to_the_room_left():
 
 
 @pytest.mark.parametrize("chunks", [3, 4])
-def test_pose_more_chunks_follow_the_fair_share_lengths_and_nondecreasing_biases(chunks):
+def test_pose_repo_more_chunks_follow_the_fair_share_lengths_and_nondecreasing_biases(chunks):
     n, draws = 20, 6000
     room = HUGE - n
     rng = np.random.default_rng(13 + chunks)
     first_lengths, biases = [], []
     for _ in range(draws):
-        ids = pose_position_ids(n, HUGE, rng, chunks)
+        ids = pose_position_ids(n, HUGE, rng, chunks, compat="repo")
         starts = chunk_starts(ids)
         assert len(starts) == chunks  # biases coincide with probability ~1e-12
         lengths = np.diff([*starts, n])

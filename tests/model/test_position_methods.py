@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-from longctx.model import attention_passes
+from longctx.model.position_methods import cpu as attention_passes
 from longctx.model.attention import attention
 from longctx.model.llama import ConfigError, ModelConfig
 from longctx.model.position_methods import (
@@ -500,7 +500,7 @@ def test_flash_layout_matches_torch_path_with_documented_kernel_semantics(name, 
 
 def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
     """Off CPU the torch path scores explicitly; both kernels agree, GQA and masks included."""
-    from longctx.model.attention_passes import _attend_math
+    from longctx.model.position_methods.cpu import _attend_math
 
     q, k, v = torch.randn(1, 4, 9, DIM), torch.randn(1, 2, 13, DIM), torch.randn(1, 2, 13, DIM)
     bias = torch.zeros(9, 13).masked_fill(torch.rand(9, 13) < 0.4, -math.inf)

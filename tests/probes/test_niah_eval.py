@@ -117,3 +117,16 @@ def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     assert [row["trainer/global_step"] for row in history if "niah/effective_length" in row] == loss_steps == [0, 1]
     assert any("niah/pass_rate.path" in row for row in history)
     assert (tmp_path / "run" / "niah" / "step-0000002" / "niah_heatmap.png").exists()
+
+
+def test_niah_lengths_evaluates_every_given_length_without_the_search(checkpoint, haystack_file, tmp_path):
+    """The search stops at an untrained model's first length; --lengths evaluates all."""
+    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "--lengths", "256,128", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "niah.json").read_text())
+    assert result["lengths"] == [128, 256]
+    assert [row["tests"] for row in result["per_length"]] == [2, 2]
+
+
+def test_niah_lengths_must_be_positive(checkpoint, haystack_file, tmp_path, capsys):
+    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "eval.niah_lengths=[128,0]"]) == 2
+    assert "eval.niah_lengths" in capsys.readouterr().err

@@ -88,3 +88,20 @@ def test_compiled_blocks_give_the_eager_loss_and_gradients():
     torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
     for eager, compiled in zip(results[False][1], results[True][1]):
         torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
+
+
+def test_chunked_loss_gives_the_plain_loss_and_gradients():
+    """train.loss_chunk_tokens routes the loss through the model's chunked cross-entropy."""
+    data = batch()
+    results = {}
+    for chunk_tokens in (0, 10):
+        module = LanguageModelModule(load([], ["data.window=32", f"train.loss_chunk_tokens={chunk_tokens}"]))
+        module.configure_model()
+        loss, labelled = module.summed_loss(data)
+        loss.backward()
+        results[chunk_tokens] = (loss.detach(), labelled, [p.grad.clone() for p in module.model.parameters()])
+    (plain, plain_count, plain_grads), (chunked, chunked_count, chunked_grads) = results[0], results[10]
+    assert chunked_count == plain_count
+    torch.testing.assert_close(chunked, plain, rtol=1e-5, atol=0)
+    for got, expected in zip(chunked_grads, plain_grads, strict=True):  # fp32: summation order differs
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-3 * expected.abs().max().item())

@@ -96,10 +96,11 @@ def plot_fi_growth(growth: pd.DataFrame, title: str = "f(i) growth during traini
 
 
 def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position frequency f(i)",
-            window: int | None = None) -> Figure:
+            window: int | None = None, target: int | None = None) -> Figure:
     """f(i) against relative position i for each run's snapshot at `step` (default: its last), log y
     (STRING Figure 3: the same tokens at different training lengths). `window`: a dashed vertical
-    line at the original training window (SkipAlign Figure 2: SFT pairs beyond it come from skips)."""
+    line at the original training window (SkipAlign Figure 2: SFT pairs beyond it come from skips);
+    `target`: a dotted one at the target length of context extension (PoSE, RandPos, LongRecipe)."""
     figure, axis = new_figure()
     for run, rows in fi.groupby("run", sort=False):
         at = rows["step"].max() if step is None else step
@@ -107,6 +108,8 @@ def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position fr
         axis.plot(curve["distance"], curve["count"], label=f"{run} (step {at})")
     _count_axes(axis, fi, "relative position i", "f(i)")
     _mark_window(axis, window)
+    if target:
+        axis.axvline(target, color="black", linestyle=":", linewidth=1, label=f"target length ({target})")
     return _finish(figure, axis, title)
 
 

@@ -45,6 +45,7 @@ import torch
 from litdata import StreamingDataset
 
 from longctx.batch import IGNORE_INDEX, document_start_index
+from longctx.data.transforms import PositionTransform
 
 LENGTHS_FILE = "lengths.npy"
 
@@ -149,7 +150,9 @@ class PackedRows(torch.utils.data.IterableDataset):
     """Endless contract rows of `window` tokens for one rank, from global row `start_row` on.
 
     Iterated by a plain `DataLoader` (batch_size = micro-batch, num_workers = 0: a row is a
-    few memory-mapped slices, far cheaper than a training step).
+    few memory-mapped slices, far cheaper than a training step). A `transform` (PoSE,
+    RandPos, LongRecipe: data/transforms.py) rewrites each row's position ids, seeded by the
+    row's global index.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         start_row: int = 0,
+        transform: PositionTransform | None = None,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
@@ -171,6 +175,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
+        self.transform = transform
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank."""
@@ -183,10 +188,11 @@ class PackedRows(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
-        for _, source, row in self.global_rows():
+        for index, source, row in self.global_rows():
             tokens = self.sources[source].read(row * block, block)
             contract = contract_from_blocks(tokens[None], self.eos_id, self.doc_mask)
-            yield {key: value[0] for key, value in contract.items()}
+            contract = {key: value[0] for key, value in contract.items()}
+            yield contract if self.transform is None else self.transform.apply(contract, index)
 
 
 def tokens_per_step(window: int, micro_batch_size: int, world_size: int, global_batch_tokens: int) -> tuple[int, int]:

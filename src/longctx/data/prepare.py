@@ -20,16 +20,17 @@ differs from the configured tokenizer's.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from litdata import StreamingDataset, optimize
 
-from longctx.errors import DataError
-from longctx.data.corpus import CorpusReport, format_length_report, length_report, open_source
+from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, open_source
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
+from longctx.errors import DataError
 
 MANIFEST_FILE = "prepare.json"
 
@@ -62,8 +63,14 @@ def read_manifest(directory: str | Path) -> dict | None:
 
 
 def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_workers: int = 1,
-            chunk_bytes: str = "64MB", verbose: bool = True) -> dict:
-    """Tokenise `source` (see corpus.open_source) into `output_dir`; returns the manifest."""
+            chunk_bytes: str = "64MB", verbose: bool = True, documents: Iterable[Document] | None = None,
+            extra: dict | None = None) -> dict:
+    """Tokenise `source` (see corpus.open_source) into `output_dir`; returns the manifest.
+
+    `documents`, when given, replaces `open_source(source)` (generated sources such as
+    data/retrieval.py; `source` then only names them in the manifest); `extra` is merged
+    into the manifest (a generated source's settings and its own report).
+    """
     output_dir = Path(output_dir)
     manifest = read_manifest(output_dir)
     tokenizer = load_tokenizer(tokenizer_spec)
@@ -73,7 +80,7 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
         return manifest
 
     report = CorpusReport()
-    texts = [document.text for document in open_source(source, report)]
+    texts = [document.text for document in (open_source(source, report) if documents is None else documents)]
     if not texts:
         raise DataError(f"data source {source!r} yielded no usable document\n{report.summary()}")
     if verbose:
@@ -102,6 +109,7 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
         "rejected": report.count_by_kind(),
         "rejected_items": [vars(r) for r in report.rejections],
         "lengths": length_report(lengths.tolist()),
+        **(extra or {}),
         "complete": True,
     }
     (output_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")

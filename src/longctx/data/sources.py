@@ -1,5 +1,9 @@
 """Resolve `data.path` / `data.mixture` to prepared dataset directories.
 
+A mixture source of kind `retrieval` (data/retrieval.py) is generated and prepared on first
+use, into its `path` or, when that is '', into `$LONGCTX_CACHE/data/retrieval-<key>` keyed
+by its settings and the tokenizer fingerprint; its manifest carries its distance report.
+
 An empty `data.path` means the embedded corpus: it is prepared on first use into
 `$LONGCTX_CACHE/data/embedded-<tokenizer fingerprint>` (default `~/.cache/longctx`), once
 per machine. Under torchrun, local rank 0 prepares while the other ranks wait for its
@@ -8,14 +12,18 @@ manifest, so a multi-process launch never tokenises twice or reads half-written 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 
-from longctx.errors import ConfigError
-from longctx.config import ExperimentConfig
+from longctx.config import DataSource, ExperimentConfig
 from longctx.data.prepare import check_dataset, prepare, read_manifest
+from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
+from longctx.errors import ConfigError
 
 WAIT_FOR_PREPARE_S = 3600
 
@@ -24,9 +32,30 @@ def embedded_dataset_dir(tokenizer: Tokenizer) -> Path:
     return default_cache_dir().parent / "data" / f"embedded-{tokenizer.fingerprint[:16]}"
 
 
-def _prepare_once(directory: Path, tokenizer: Tokenizer, spec: str) -> None:
+REPORT_WINDOWS = (256, 512, 1024, 2048, 4096)
+
+
+def retrieval_dataset_dir(source: DataSource, tokenizer: Tokenizer) -> Path:
+    """Cache directory of a generated retrieval source: keyed by its settings and the tokenizer."""
+    settings = json.dumps(asdict(source.retrieval), sort_keys=True)
+    key = hashlib.sha256(f"{settings}|{tokenizer.fingerprint}".encode()).hexdigest()[:16]
+    return default_cache_dir().parent / "data" / f"retrieval-{key}"
+
+
+def prepare_retrieval(source: DataSource, directory: Path, tokenizer: Tokenizer, spec: str) -> dict:
+    """Generate and tokenise a retrieval source; its manifest holds the settings and the
+    needle-question distance report (`retrieval_report`: what each window can train)."""
+    distances = answer_distances(tokenizer, source.retrieval)
+    extra = {"retrieval": asdict(source.retrieval), "retrieval_report": retrieval_report(distances, REPORT_WINDOWS)}
+    return prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
+
+
+def _prepare_once(directory: Path, tokenizer: Tokenizer, spec: str, source: DataSource | None = None) -> None:
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        prepare("embedded", directory, spec)
+        if source is None:
+            prepare("embedded", directory, spec)
+        elif not (read_manifest(directory) or {}).get("complete"):
+            prepare_retrieval(source, directory, tokenizer, spec)
         return
     deadline = time.monotonic() + WAIT_FOR_PREPARE_S
     while not (read_manifest(directory) or {}).get("complete"):
@@ -44,7 +73,14 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
             f"{config.model.vocab_size}"
         )
     if data.mixture:
-        sources = [(source.path, source.weight) for source in data.mixture]
+        sources = []
+        for source, weight in zip(data.mixture, data.source_weights(), strict=True):
+            path = source.path
+            if source.kind == "retrieval":
+                directory = Path(path) if path else retrieval_dataset_dir(source, tokenizer)
+                _prepare_once(directory, tokenizer, data.tokenizer, source)
+                path = str(directory)
+            sources.append((path, weight))
     elif data.path:
         sources = [(data.path, 1.0)]
     else:

@@ -28,9 +28,15 @@ Backends:
              document to its last query with a small dense mask.
 - `flex`     FlexAttention with a document+causal BlockMask, compiled once per shape.
              torch 2.14 has no FlexAttention backward on CPU: there it serves inference.
-- `flash`    flash-attn's `flash_attn_varlen_func` on cu_seqlens (CUDA, `gpu` extra).
+- `flash`    variable-length FlashAttention-2 on cu_seqlens (CUDA, fp16/bf16): flash-attn's
+             `flash_attn_varlen_func` when installed, else torch's own
+             `torch.nn.attention.varlen.varlen_attn` (model/flash.py). The documents of
+             all rows are laid end to end; causal = window (-1, 0), bottom-right aligned.
 - `xformers` `memory_efficient_attention` with a block-diagonal causal bias (CUDA).
-- `auto`     flash if CUDA and flash-attn import, else flex on CUDA, else varlen.
+- `auto`     on CUDA: flash when the compute dtype is fp16/bf16 (autocast's dtype under
+             autocast) and a varlen kernel exists, else flex; elsewhere varlen.
+
+Dtypes: q, k and v must share one dtype (rope.py's dtype rule guarantees it for the model).
 
 The model builds an `AttentionMask` once per forward (`build_mask`) and passes it to every
 layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not repeated
@@ -40,7 +46,6 @@ layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not rep
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from longctx.batch import cu_seqlens, document_segments, document_start_index
+from longctx.model import flash
 from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
 
 DEFAULT_BLOCK_SIZE = 256
@@ -70,13 +76,27 @@ class AttentionMask:
     """Backend-specific precomputation: document starts, BlockMask, cu_seqlens, bias."""
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype attention will run in for activations of `dtype`: autocast's dtype when
+    autocast is on for the device (q/k/v come out of autocast matmuls), else `dtype`."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return dtype
+
+
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype | None = None) -> str:
+    """The concrete backend for `backend` on `device`; `dtype` (the compute dtype, None =
+    unknown) decides `auto` on CUDA: the flash kernels take only fp16/bf16."""
     if backend not in BACKENDS:
         raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}")
     if backend != "auto":
         return backend
     if device.type == "cuda":
-        return "flash" if _has_module("flash_attn") else "flex"
+        half = dtype is None or compute_dtype(dtype, device) in HALF_DTYPES
+        return "flash" if half and flash.available() else "flex"
     return "varlen"
 
 
@@ -88,8 +108,10 @@ def build_mask(
     batch_size: int | None = None,
     kv_len: int | None = None,
     device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
 ) -> AttentionMask:
-    """Precompute what `backend` needs to mask a batch. `document_ids` None = one document per row."""
+    """Precompute what `backend` needs to mask a batch. `document_ids` None = one document
+    per row; `dtype`: the activations' dtype, which `auto` may depend on (resolve_backend)."""
     if document_ids is None:
         if batch_size is None or kv_len is None:
             raise ValueError("build_mask needs batch_size and kv_len when document_ids is None")
@@ -99,7 +121,7 @@ def build_mask(
     kv_len = document_ids.shape[1]
     if not 0 < q_len <= kv_len:
         raise ValueError(f"q_len={q_len} must be in [1, kv_len={kv_len}]")
-    backend = resolve_backend(backend, document_ids.device)
+    backend = resolve_backend(backend, document_ids.device, dtype)
     builders = {
         "sdpa": _dense_mask,
         "varlen": _varlen_plan,
@@ -125,7 +147,7 @@ def attention(
     _check_shapes(q, k, v)
     if mask is None:
         mask = build_mask(
-            document_ids, q.shape[1], backend, batch_size=q.shape[0], kv_len=k.shape[1], device=q.device
+            document_ids, q.shape[1], backend, batch_size=q.shape[0], kv_len=k.shape[1], device=q.device, dtype=q.dtype
         )
     if mask.q_len != q.shape[1] or tuple(mask.document_ids.shape) != (k.shape[0], k.shape[1]):
         raise ValueError(
@@ -150,10 +172,6 @@ def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch, head_dim or length")
     if q.shape[2] % k.shape[2]:
         raise ValueError(f"query heads {q.shape[2]} are not a multiple of key/value heads {k.shape[2]}")
-
-
-def _has_module(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
 
 
 def _allowed(doc_q: torch.Tensor, doc_k: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor) -> torch.Tensor:
@@ -342,25 +360,38 @@ def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
     return _Segments(cu_seqlens(k_lengths), cu_seqlens(q_lengths), k_lengths.tolist(), q_lengths.tolist())
 
 
-def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    return _segments(document_ids, q_len)
+@dataclass
+class _FlashSegments:
+    """The flash kernel's view of a batch; the max lengths are host ints read once here
+    (the one host sync of the batch), not per layer."""
+
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    max_q: int
+    max_k: int
+    kernel: flash.VarlenKernel
+
+
+def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _FlashSegments:
+    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
+    max_q, max_k = torch.stack([q_lengths.max(), k_lengths.max()]).tolist()
+    return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k, flash.resolve_kernel())
 
 
 def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
-    from flash_attn import flash_attn_varlen_func
-
-    seg: _Segments = mask.extra
+    seg: _FlashSegments = mask.extra
     batch, q_len, heads, dim = q.shape
-    out = flash_attn_varlen_func(
+    out, _ = flash.varlen_flash(
         q.reshape(-1, heads, dim),
         k.reshape(-1, k.shape[2], dim),
         v.reshape(-1, v.shape[2], dim),
-        cu_seqlens_q=seg.cu_seqlens_q,
-        cu_seqlens_k=seg.cu_seqlens_k,
-        max_seqlen_q=max(seg.q_lengths),
-        max_seqlen_k=max(seg.k_lengths),
-        softmax_scale=scale,
-        causal=True,  # flash-attn >= 2.1 aligns the causal mask to the bottom right
+        seg.cu_seqlens_q,
+        seg.cu_seqlens_k,
+        seg.max_q,
+        seg.max_k,
+        scale=scale,
+        window=flash.CAUSAL,
+        kernel=seg.kernel,
     )
     return out.reshape(batch, q_len, heads, dim)
 

@@ -20,7 +20,7 @@ Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, stri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +28,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from longctx.errors import ConfigError
-from longctx.model.attention import AttentionMask, attention, build_mask
+from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
 from longctx.model.config import PRESETS, SHAPE_FIELDS, ModelConfig, config_dict, shape_mismatches
+from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
-
-if TYPE_CHECKING:  # position_methods imports this module
-    from longctx.model.attention_passes import PositionPlan
-    from longctx.model.position_methods import PositionMethod
-
 
 # ModelConfig and its helpers moved to longctx.model.config; these names stay importable here.
 __all__ = [
@@ -86,10 +82,40 @@ class KVCache:
         return self.keys[layer, :, :end], self.values[layer, :, :end]
 
 
+class Positions(Protocol):
+    """How one forward pass places tokens: built once per forward, used by every layer.
+    `rotate` runs on a layer's fresh q [B, Tq, H, D] and k [B, Tq, Hkv, D] before k enters
+    the KV cache; `attend` maps q and all keys/values [B, Tk, Hkv, D] to [B, Tq, H, D]."""
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class PositionsProvider(Protocol):
+    """An alternative to plain RoPE that the model accepts as `position_method` (the
+    evaluation-time methods of model/position_methods/ implement it; this module never
+    imports them). Keys of one KV cache must all come from the same provider."""
+
+    def prepare(
+        self,
+        position_ids: torch.Tensor,
+        key_position_ids: torch.Tensor,
+        key_document_ids: torch.Tensor,
+        q_len: int,
+        *,
+        backend: str,
+        dtype: torch.dtype,
+    ) -> Positions:
+        """Per-forward state for queries at position_ids [B, Tq] over all keys (cached +
+        new) at key_position_ids / key_document_ids [B, Tk]; dtype: the activations'."""
+        ...
+
+
 @dataclass
 class RotaryPositions:
     """Plain RoPE at the batch's position ids, with the document mask: training and
-    ordinary inference."""
+    ordinary inference (the model's own `Positions`)."""
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -102,24 +128,6 @@ class RotaryPositions:
         return attention(q, k, v, mask=self.mask)
 
 
-@dataclass
-class MethodPositions:
-    """An evaluation-time position method (model/position_methods.py): q stays un-rotated
-    and the method rotates each of its passes itself."""
-
-    method: PositionMethod
-    plan: PositionPlan
-    position_ids: torch.Tensor
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.method.caches_rotated_keys:
-            k = self.method.rotate_keys(k, self.position_ids)
-        return q, k
-
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.method(q, k, v, self.plan)
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -129,7 +137,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
 
-    def forward(self, x, positions: RotaryPositions | MethodPositions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
+    def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
         k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
@@ -163,7 +171,7 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = FeedForward(config)
 
-    def forward(self, x, positions: RotaryPositions | MethodPositions, kv_cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x, positions: Positions, kv_cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), positions, self.layer, kv_cache)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -200,11 +208,16 @@ class Llama(nn.Module):
         document_ids: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
         attention_backend: str | None = None,
-        position_method: PositionMethod | None = None,
+        position_method: PositionsProvider | None = None,
         last_logits_only: bool = False,
+        labels: torch.Tensor | None = None,
+        loss_chunk_tokens: int = 0,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
         [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
+        With `labels` [B, T]: instead of logits, the summed next-token cross-entropy over
+        labelled tokens, in chunks of `loss_chunk_tokens` tokens (0 = one chunk) that never
+        hold [tokens, vocab] fp32 logits at once (model/loss.py).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
         position_ids continue each row from the cache, missing document_ids continue each
@@ -239,20 +252,23 @@ class Llama(nn.Module):
             key_document_ids, key_position_ids = document_ids, position_ids
 
         x = self.tok_embeddings(input_ids)
+        dtype = compute_dtype(x.dtype, device)
+        positions: Positions
         if position_method is None:
-            cos, sin = self.rope(position_ids, x.dtype)
-            positions = RotaryPositions(cos, sin, build_mask(key_document_ids, seq, backend))
+            cos, sin = self.rope(position_ids, dtype)
+            positions = RotaryPositions(cos, sin, build_mask(key_document_ids, seq, backend, dtype=dtype))
         else:
-            plan = position_method.plan(
-                key_position_ids, key_document_ids, seq,
-                keys_rotated=position_method.caches_rotated_keys, backend=backend, dtype=x.dtype,
-            )  # fmt: skip
-            positions = MethodPositions(position_method, plan, position_ids)
+            positions = position_method.prepare(
+                position_ids, key_position_ids, key_document_ids, seq, backend=backend, dtype=dtype
+            )
         for block in self.blocks:
             if self.activation_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
                 x = block(x, positions, kv_cache)
+        if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
+            hidden = self.norm(x).flatten(0, 1)
+            return chunked_cross_entropy(hidden, self.output, labels.flatten(), loss_chunk_tokens or hidden.shape[0])
         if last_logits_only:
             x = x[:, -1:]
         logits = self.output(self.norm(x))

@@ -28,13 +28,15 @@ so exported weights need no permutation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from longctx.model.config import ROPE_SCALING_TYPES, RopeScaling
 
-__all__ = ["ROPE_SCALING_TYPES", "RopeScaling", "RotaryEmbedding", "apply_rotary", "inverse_frequencies"]
+__all__ = [
+    "ROPE_SCALING_TYPES", "RopeScaling", "RotaryEmbedding", "apply_rotary", "inverse_frequencies", "rotate_half",
+    "rotation_dtype",
+]
 
 def yarn_attention_factor(scaling: RopeScaling) -> float:
     """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""
@@ -111,12 +113,22 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("inv_freq", inverse_frequencies(head_dim, base, scaling, max_position), persistent=False)
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """position_ids [B, T] (any integers) -> cos, sin [B, T, head_dim], computed in fp32."""
-        angles = position_ids.to(torch.float32)[..., None] * self.inv_freq.to(position_ids.device)
+        """position_ids [B, T] (any integers) -> cos, sin [B, T, head_dim] in the rotation's
+        compute dtype `rotation_dtype(dtype)` (fp32; fp64 for fp64 inputs)."""
+        compute = rotation_dtype(dtype)
+        angles = position_ids.to(compute)[..., None] * self.inv_freq.to(position_ids.device, compute)
         angles = torch.cat([angles, angles], dim=-1)
-        cos = angles.cos() * self.attention_factor
-        sin = angles.sin() * self.attention_factor
-        return cos.to(dtype), sin.to(dtype)
+        return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+
+
+def rotation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype RoPE is computed in for inputs of `dtype`: fp32, or fp64 for fp64 inputs.
+
+    The dtype rule at the attention boundary: q and k are rotated in this dtype and cast
+    back to their own dtype (as Hugging Face Llama does), so under autocast (q/k/v from
+    bf16 matmuls) and bf16-true alike every attention kernel receives q, k and v in one
+    dtype; bf16 x fp32 cos/sin would otherwise promote q/k to fp32 next to a bf16 v."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -125,7 +137,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, T, heads, head_dim] by cos/sin [B, T, head_dim]."""
-    cos = cos[:, :, None, :]
-    sin = sin[:, :, None, :]
-    return x * cos + rotate_half(x) * sin
+    """Rotate x [B, T, heads, head_dim] by cos/sin [B, T, head_dim]: x cos + rotate_half(x) sin,
+    computed in `rotation_dtype(x.dtype)` and returned in x's dtype (the dtype rule)."""
+    compute = rotation_dtype(x.dtype)
+    cos = cos[:, :, None, :].to(compute)
+    sin = sin[:, :, None, :].to(compute)
+    wide = x.to(compute)
+    return (wide * cos + rotate_half(wide) * sin).to(x.dtype)

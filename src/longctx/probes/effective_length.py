@@ -126,6 +126,9 @@ class EffectiveLengthConfig:
     """Rows of the depth x length heatmap."""
     stop_at_first_failure: bool = True
     """Stop after the first failing length (the paper); False fills the whole heatmap."""
+    fixed_lengths: tuple[int, ...] = ()
+    """Evaluate these lengths instead of step, 2 step, ... <= max_length (step and
+    max_length are then unused)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     snap_to_sentence: bool = True
@@ -137,7 +140,9 @@ class EffectiveLengthConfig:
         for name in ("step", "max_length", "tests_per_length", "max_new_tokens", "depth_bands"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EffectiveLengthConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_length < self.step:
+        if any(length < 1 for length in self.fixed_lengths):
+            raise ValueError(f"EffectiveLengthConfig.fixed_lengths must be >= 1, got {self.fixed_lengths}")
+        if not self.fixed_lengths and self.max_length < self.step:
             raise ValueError(f"EffectiveLengthConfig.max_length={self.max_length} is below step={self.step}")
         if not 0 <= self.pass_threshold <= 1:
             raise ValueError(f"EffectiveLengthConfig.pass_threshold must be in [0, 1], got {self.pass_threshold}")
@@ -150,6 +155,8 @@ class EffectiveLengthConfig:
 
     @property
     def lengths(self) -> list[int]:
+        if self.fixed_lengths:
+            return sorted(set(self.fixed_lengths))
         return list(range(self.step, self.max_length + 1, self.step))
 
 

@@ -14,6 +14,7 @@ model fails most (Table 4's "peak failure depth").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -38,15 +39,26 @@ from longctx.probes.effective_length import (
 def search_settings(config: ExperimentConfig, model: Llama, *, tests_per_length: int | None = None,
                     max_length: int | None = None) -> EffectiveLengthConfig:
     evaluation = config.eval
+    fixed = tuple(evaluation.niah_lengths)
     return EffectiveLengthConfig(
         task=evaluation.niah_task,
         step=evaluation.niah_step,
         max_length=max_length or evaluation.niah_max_length or model.config.max_position,
+        fixed_lengths=fixed,
+        stop_at_first_failure=not fixed,
         tests_per_length=tests_per_length or evaluation.niah_tests_per_length,
         pass_threshold=evaluation.pass_threshold,
         max_new_tokens=evaluation.niah_max_new_tokens,
         seed=evaluation.niah_seed,
     )
+
+
+def evaluation_device(config: ExperimentConfig) -> torch.device:
+    """eval.device resolved: auto = cuda when available, else cpu."""
+    name = config.eval.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
 
 
 def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
@@ -78,8 +90,10 @@ def evaluate(
     generator = LlamaGenerator(model, batch_tokens=config.eval.niah_batch_tokens, position_method=position_method)
     was_training = model.training
     model.eval()
+    # bf16 on CUDA (the flash kernels' dtype, half the KV cache); fp32 weights stay the reference on CPU.
+    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), precision:
             return search_effective_length(generator, tokenizer, haystack, settings or search_settings(config, model),
                                            progress=progress)
     finally:

@@ -103,9 +103,14 @@ class LanguageModelModule(L.LightningModule):
 
     def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens)."""
-        logits = self(batch)
         labels = batch["labels"].flatten()
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+        chunk_tokens = self.config.train.loss_chunk_tokens
+        if chunk_tokens:
+            ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
+            loss = self.model(*ids, labels=batch["labels"], loss_chunk_tokens=chunk_tokens)
+        else:
+            logits = self(batch)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
         return loss, int((labels != IGNORE_INDEX).sum())
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

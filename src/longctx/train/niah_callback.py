@@ -15,7 +15,8 @@ train/loggers.py), at the logger step of Lightning's metrics for that optimizer 
 
 The search runs identically on every rank (under FSDP each forward is a collective over
 the shards, so all ranks must take part); rank 0 logs. Cost: tests x lengths prompts of
-up to the training window plus ~48 decoded tokens each; keep the test count small.
+up to the training window (the target length under a `data.position_transform`) plus ~48
+decoded tokens each; keep the test count small.
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ class EffectiveLengthCallback(L.Callback):
             return
         model = pl_module.model
         settings = search_settings(self.config, model, tests_per_length=self.config.probe.niah_tests_per_length)
-        settings = dataclasses.replace(settings, max_length=min(settings.max_length, self.config.data.window))
+        data = self.config.data
+        trained = data.window if data.position_transform == "none" else data.target_length  # ids reach L_t
+        settings = dataclasses.replace(settings, max_length=min(settings.max_length, trained))
         result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings)
         frequency = next((c for c in trainer.callbacks if isinstance(c, PositionFrequencyCallback)), None)
         total = frequency.counts.all_reduce() if frequency is not None else None  # collective

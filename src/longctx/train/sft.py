@@ -73,6 +73,9 @@ class SFTDataModule(L.LightningDataModule):
 def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
     if not config.init:
         raise ConfigError("init", "SFT starts from a trained model; pass init=CHECKPOINT")
+    if config.data.position_transform != "none":
+        raise ConfigError("data.position_transform", "applies to pretraining rows; SFT positions come from "
+                          "sft.variant (skipalign spreads them over sft.extended_length)")
     base = load_model(config.init)
     if tokenizer.vocab_size > base.config.vocab_size:
         raise ConfigError("data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}")

@@ -32,6 +32,8 @@ from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 from longctx.config import ExperimentConfig
 from longctx.errors import CheckpointError, ConfigError
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
+from longctx.data.sentences import sentence_end_table
+from longctx.data.transforms import PositionTransform
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
@@ -112,12 +114,20 @@ def verify_checkpoint(path: Path) -> None:
 class PackedDataModule(L.LightningDataModule):
     """Builds each rank's loader after a resume has restored the global step."""
 
-    def __init__(self, config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int, rows_per_step: int):
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        sources: list[tuple[str, float]],
+        eos_id: int,
+        rows_per_step: int,
+        transform: PositionTransform | None = None,
+    ):
         super().__init__()
         self.config = config
         self.sources = sources
         self.eos_id = eos_id
         self.rows_per_step = rows_per_step
+        self.transform = transform
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
@@ -131,6 +141,7 @@ class PackedDataModule(L.LightningDataModule):
             rank=trainer.global_rank,
             world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,
+            transform=self.transform,
         )
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
 
@@ -141,9 +152,25 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
     change max_position and RoPE, as context extension does, but not the shapes)."""
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
-    datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step)
+    transform = position_transform(config, tokenizer)
+    datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step, transform)
     initial_state = initial_weights(config) if config.init else None
-    return fit(config, datamodule, fi_window=config.data.window, initial_state=initial_state, tokenizer=tokenizer)
+    fi_window = config.data.window if transform is None else config.data.target_length
+    return fit(config, datamodule, fi_window=fi_window, initial_state=initial_state, tokenizer=tokenizer)
+
+
+def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform | None:
+    """The `data.position_transform` of the config (None for `none`), built for this tokenizer."""
+    data = config.data
+    if data.position_transform == "none":
+        return None
+    ends_sentence = None
+    if data.position_transform == "longrecipe":
+        ends_sentence = sentence_end_table(tokenizer, data.longrecipe.delimiters)
+    return PositionTransform(
+        data.position_transform, data.target_length, data.seed, pose_chunks=data.pose.chunks,
+        pose_compat=data.pose.compat, longrecipe_compat=data.longrecipe.compat, ends_sentence=ends_sentence,
+    )
 
 
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:

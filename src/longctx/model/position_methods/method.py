@@ -2,7 +2,7 @@
 
 Every method here rewrites the relative position P[m][n] = m - n that RoPE sees between a
 query at position m and a key at position n (positions within a document), without
-training. Each is a list of passes (attention_passes.py: a pass covers a range of key
+training. Each is a list of passes (plan.py: a pass covers a range of key
 distances per query and rotates queries and keys at its own RoPE indices; the passes'
 softmaxes are merged with their log-sum-exps in fp32, STRING Algorithm 2).
 
@@ -40,238 +40,69 @@ The paper's baseline protocol (STRING §4.2: pretend the training length is L' =
 extrapolate by L / L' = 1.5) is `baseline_protocol(name, L)`; config fields left at 0
 take its values.
 
-Implementations (attention_passes.py): pure torch on any device (the CPU default; torch's
-fused CPU flash kernel per document and band) and flash-attn on CUDA for methods whose
-passes are fixed distance bands (string, rerope, self_extend); rope/ntk/yarn call
-`attention()` with the chosen backend.
+Kernels: pure torch on any device (cpu.py, the CPU default) and the varlen FlashAttention
+kernel on CUDA (gpu.py, attention backend `flash`): string, rerope and self_extend as
+fixed distance bands, dca as whole-chunk segments; rope/ntk/yarn call `attention()` with
+the chosen backend.
 
 KV cache contract: methods with `caches_rotated_keys` (rope, ntk, yarn, string) rotate
 every key once at its own position with `rotate_keys` (the method's own RoPE: ntk/yarn
 differ from the model's) and attend with `keys_rotated=True`; rerope, self_extend and dca
 rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keeps
 *un-rotated* keys and every step rotates the keys it reads (Self-Extend and DCA: all).
-
-Measured (benchmarks/position_methods.py, docs/benchmarks.md; 2 threads, `tiny` shapes):
-the `tiny` model with StRing vs plain RoPE, prefill 1.1-1.2x and decoding 1.0-1.1x at
-T=1024 and 4096 (the STRING paper's A.3 setting); the attention operation alone, StRing
-prefill 1.7x (T=1024) and 1.3x (T=4096). torch's CPU kernel computes causal squares of up
-to 512 keys in full, so one causal call is hard to beat by two passes; flash-attn, which
-skips masked 128-key tiles, shows no slowdown on GPU. The baselines that rewrite key
-positions decode at 1.5-1.7x (model) as they rotate every key they read at every step.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention
-from longctx.model.attention_passes import (
+from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
+from longctx.model.config import ModelConfig
+from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
+from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
+from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
+from longctx.model.position_methods.plan import (
     UNBOUNDED,
     AttentionPass,
+    PassPlan,
+    PositionMap,
     PositionPlan,
-    attend_passes,
+    SinglePassLayout,
     band_pass,
     check_inputs,
     cos_sin,
-    make_plan,
+    document_starts,
 )
-from longctx.errors import ConfigError
-from longctx.model.config import ModelConfig
-from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half
-
-POSITION_METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")
-BASELINE_TRAINING_FRACTION = 2 / 3
-"""STRING §4.2: baselines pretend the model was trained at 2/3 of its training length."""
-STRING_COMPAT = ("paper", "repo")
-REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
-"""cos/sin multiplier of the authors' released StRing code (compat='repo')."""
-
-
-# --- configuration --------------------------------------------------------------------
-
-
-@dataclass
-class StringConfig:
-    """StRing (STRING §4.1). Paper: S = L/3, W = 128 for every model (Figure 7 ablation:
-    W >= 32 and L/3 <= S <= L/2 work)."""
-
-    shift: int = 0
-    """Shift offset S in tokens; 0 = round(shift_ratio * L)."""
-    shift_ratio: float = 1 / 3
-    """S as a fraction of the training length L when `shift` is 0."""
-    local_window: int = 128
-    """Local window W: shifted pairs restart at relative position W. Must be < S."""
-    compat: str = "paper"
-    """paper: Eq. 4 exactly. repo: the authors' released code (diagonal m-n=S twice, scores x (1+0.1 ln 2)^2)."""
-
-
-@dataclass
-class NtkConfig:
-    """NTK-aware RoPE (LocalLLaMA, 2023): base' = base * factor^(d/(d-2))."""
-
-    factor: float = 0.0
-    """Extension factor a; 0 = the baseline protocol's L / (2/3 L) = 1.5."""
-
-
-@dataclass
-class YarnConfig:
-    """YaRN (Peng et al., 2023, §3.2-3.4), the model's rope.py implementation."""
-
-    factor: float = 0.0
-    """Extension factor s; 0 = the baseline protocol's 1.5."""
-    original_max_position: int = 0
-    """Context the frequencies are ramped against; 0 = the protocol's round(2/3 L)."""
-    beta_fast: float = 32.0
-    """Dimensions rotating more than this often over the original context extrapolate (paper: 32)."""
-    beta_slow: float = 1.0
-    """Dimensions rotating less than this often are interpolated (paper: 1)."""
-
-
-@dataclass
-class ReRopeConfig:
-    """ReRoPE (Su, 2023; bojone/rerope): P' = min(P, window)."""
-
-    window: int = 0
-    """Relative positions >= window are set to window; 0 = the protocol's L'/8 (the patch's 512 at 4096)."""
-    log_scale_length: int = 0
-    """Queries at m scale by max(1, log(m+1)/log(this)); 0 = the protocol's L', -1 = off."""
-
-
-@dataclass
-class SelfExtendConfig:
-    """Self-Extend (Jin et al., 2024). Extends to (L' - w_n) * G + w_n tokens."""
-
-    neighbor_window: int = 0
-    """w_n: relative positions below it are exact; 0 = the protocol's L'/4 (1024 at 4096), made a multiple of G."""
-    group_size: int = 0
-    """G: farther positions are floor-divided by G; 0 = the smallest G whose extended window covers L."""
-
-
-@dataclass
-class DcaConfig:
-    """Dual Chunk Attention (An et al., 2024, §3.1); relative positions stay below chunk_size + local_window."""
-
-    chunk_size: int = 0
-    """s: keys sit at n mod s; 0 = the released ChunkLlama code's 3/4 L' - L'/8 = 5/8 L'."""
-    local_window: int = 0
-    """w: successive-chunk queries keep exact distances for their first w offsets; 0 = L'/8 (released code)."""
-
-
-@dataclass
-class PositionMethodConfig:
-    """Which position method evaluation uses, and the parameters of each."""
-
-    name: str = "rope"
-    """rope | ntk | yarn | rerope | self_extend | dca | string."""
-    string: StringConfig = field(default_factory=StringConfig)
-    """StRing parameters (name=string)."""
-    ntk: NtkConfig = field(default_factory=NtkConfig)
-    """NTK-aware scaling parameters (name=ntk)."""
-    yarn: YarnConfig = field(default_factory=YarnConfig)
-    """YaRN parameters (name=yarn)."""
-    rerope: ReRopeConfig = field(default_factory=ReRopeConfig)
-    """ReRoPE parameters (name=rerope)."""
-    self_extend: SelfExtendConfig = field(default_factory=SelfExtendConfig)
-    """Self-Extend parameters (name=self_extend)."""
-    dca: DcaConfig = field(default_factory=DcaConfig)
-    """Dual Chunk Attention parameters (name=dca)."""
-
-    def resolved(self, training_length: int, prefix: str = "eval.position_method") -> dict:
-        """Parameters of the selected method with 0-valued fields filled in (by the
-        baseline protocol, or StRing's shift_ratio); raises ConfigError naming the key
-        (`prefix`.name, `prefix`.string.shift, ...) of an impossible value."""
-        if self.name not in POSITION_METHODS:
-            raise ConfigError(f"{prefix}.name", f"{self.name!r} is not one of {POSITION_METHODS}")
-        if self.name == "rope":
-            return {}
-        if self.name == "string":
-            return _resolve_string(self.string, training_length, f"{prefix}.string")
-        section = getattr(self, self.name)
-        protocol = baseline_protocol(self.name, training_length)
-        values = {key: value or protocol[key] for key, value in vars(section).items()}
-        _check_baseline(self.name, values, f"{prefix}.{self.name}")
-        return values
-
-
-def baseline_protocol(method_name: str, training_length: int) -> dict:
-    """Parameters of a baseline under STRING §4.2's protocol: the model is treated as
-    trained at L' = round(2/3 L) and extrapolated by L / L' (= 1.5) to its real length L.
-    Each method's other parameters keep its own paper's/released code's proportions."""
-    if method_name not in POSITION_METHODS or method_name == "string":
-        raise ValueError(f"method_name={method_name!r}: the baseline protocol covers {POSITION_METHODS[:-1]}")
-    if training_length < 16:
-        raise ValueError(f"training_length={training_length} is too short for the baseline protocol (needs >= 16)")
-    pretend = round(BASELINE_TRAINING_FRACTION * training_length)
-    factor = training_length / pretend
-    if method_name == "rope":
-        return {}
-    if method_name == "ntk":
-        return {"factor": factor}
-    if method_name == "yarn":
-        return {"factor": factor, "original_max_position": pretend, "beta_fast": 32.0, "beta_slow": 1.0}
-    if method_name == "rerope":
-        return {"window": pretend // 8, "log_scale_length": pretend}
-    if method_name == "self_extend":
-        window = pretend // 4
-        group = math.ceil((training_length - window) / (pretend - window))
-        return {"neighbor_window": window - window % group, "group_size": group}
-    return {"chunk_size": pretend * 3 // 4 - pretend // 8, "local_window": pretend // 8}
-
-
-def _resolve_string(config: StringConfig, training_length: int, prefix: str) -> dict:
-    if config.compat not in STRING_COMPAT:
-        raise ConfigError(f"{prefix}.compat", f"{config.compat!r} is not one of {STRING_COMPAT}")
-    if config.shift < 0:
-        raise ConfigError(f"{prefix}.shift", f"must be >= 0 (0 = shift_ratio * L), got {config.shift}")
-    shift = config.shift or round(config.shift_ratio * training_length)
-    if shift <= 0:
-        raise ConfigError(
-            f"{prefix}.shift_ratio", f"gives shift S = round({config.shift_ratio} * {training_length}) = {shift}; S must be > 0"
-        )
-    if not 0 <= config.local_window < shift:
-        raise ConfigError(
-            f"{prefix}.local_window",
-            f"must be in [0, shift S={shift}), got {config.local_window} (STRING Eq. 4 needs W < S)",
-            (f"{prefix}.shift", f"{prefix}.shift_ratio"),
-        )
-    return {"shift": shift, "local_window": config.local_window, "compat": config.compat}
-
-
-def _check_baseline(name: str, values: dict, prefix: str) -> None:
-    positive = {
-        "ntk": ("factor",),
-        "yarn": ("factor", "original_max_position"),
-        "rerope": ("window",),
-        "self_extend": ("neighbor_window", "group_size"),
-        "dca": ("chunk_size", "local_window"),
-    }[name]
-    for key in positive:
-        if values[key] <= 0:
-            raise ConfigError(f"{prefix}.{key}", f"must be > 0, got {values[key]}")
-    if name in ("ntk", "yarn") and values["factor"] < 1:
-        raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
-    if name == "yarn" and values["beta_fast"] <= values["beta_slow"]:
-        raise ConfigError(f"{prefix}.beta_fast", f"{values['beta_fast']} must exceed beta_slow={values['beta_slow']}")
-    if name == "rerope" and values["log_scale_length"] != -1 and values["log_scale_length"] < 2:
-        raise ConfigError(f"{prefix}.log_scale_length", f"must be >= 2 or -1 (off), got {values['log_scale_length']}")
-    if name == "dca" and values["local_window"] > values["chunk_size"]:
-        raise ConfigError(
-            f"{prefix}.local_window",
-            f"{values['local_window']} exceeds chunk_size={values['chunk_size']}",
-            (f"{prefix}.chunk_size",),
-        )
-
-
-# --- methods -------------------------------------------------------------------------
+from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half, rotation_dtype
 
 
 def _own(positions: torch.Tensor) -> torch.Tensor:
     return positions
+
+
+@dataclass
+class MethodPositions:
+    """Per-forward state of a position method (llama.Positions): q stays un-rotated and the
+    method rotates each of its passes itself; keys are rotated once, at their own
+    positions, when the method lets the KV cache hold rotated keys."""
+
+    method: PositionMethod
+    plan: PositionPlan
+    position_ids: torch.Tensor
+    """[B, Tq] positions of this forward's tokens."""
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.method.caches_rotated_keys:
+            k = self.method.rotate_keys(k, self.position_ids)
+        return q, k
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.method(q, k, v, self.plan)
 
 
 class PositionMethod(nn.Module):
@@ -317,7 +148,9 @@ class PositionMethod(nn.Module):
     def rotate_keys(self, k: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """k [B, T, Hkv, D] rotated at its own positions [B, T] by this method's RoPE."""
         if not self.caches_rotated_keys:
-            raise ValueError(f"position method {self.name!r} rotates keys at rewritten positions; cache them un-rotated")
+            raise ValueError(
+                f"position method {self.name!r} rotates keys at rewritten positions; cache them un-rotated"
+            )
         return apply_rotary(k, *cos_sin(self.rotary, position_ids, k.dtype))
 
     def plan(
@@ -335,23 +168,123 @@ class PositionMethod(nn.Module):
 
         position_ids/document_ids [B, Tk] of all keys (cache + new); q_len = number of
         queries (the last q_len keys; default all). keys_rotated: k will arrive rotated
-        at its own positions (from `rotate_keys`). dtype: the dtype of q/k.
+        at its own positions (from `rotate_keys`). dtype: the dtype of q/k (rotations are
+        computed in `rotation_dtype(dtype)`). backend: `attention()`'s backend; `flash`
+        (or `auto` on CUDA) runs band and chunk passes on the varlen kernel (gpu.py).
         """
-        return make_plan(self, position_ids, document_ids, q_len, keys_rotated, backend, block_size, dtype)
+        if position_ids.dim() != 2:
+            raise ValueError(f"position_ids must be [batch, keys], got shape {tuple(position_ids.shape)}")
+        batch, kv_len = position_ids.shape
+        device = position_ids.device
+        q_len = kv_len if q_len is None else q_len
+        if not 0 < q_len <= kv_len:
+            raise ValueError(f"q_len={q_len} must be in [1, keys={kv_len}]")
+        if block_size <= 0:
+            raise ValueError(f"block_size must be > 0, got {block_size}")
+        if document_ids is None:
+            document_ids = torch.zeros_like(position_ids)
+        if document_ids.shape != position_ids.shape:
+            raise ValueError(
+                f"document_ids {tuple(document_ids.shape)} and position_ids {tuple(position_ids.shape)} differ in shape"
+            )
+        if keys_rotated and not self.caches_rotated_keys:
+            raise ValueError(f"position method {self.name!r} needs un-rotated keys (keys_rotated=False)")
+        offset = kv_len - q_len
+        query_positions = position_ids[:, offset:]
+        compute = rotation_dtype(dtype)
+        scale_queries = self.query_scale
+        query_scale = None if scale_queries is None else scale_queries(query_positions).to(compute)
+        key_maps: list[PositionMap | None] = []
+        key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None] = []
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None):
-        """Attention output [B, Tq, H, D] from un-rotated q (and k unless the plan says rotated)."""
+        def key_rotation(key_map: PositionMap | None) -> int:
+            if key_map not in key_maps:
+                key_maps.append(key_map)
+                at = position_ids if key_map is None else key_map(position_ids)
+                own = key_map is None
+                key_rotations.append(None if own and keys_rotated else cos_sin(self.rotary, at, dtype))
+            return key_maps.index(key_map)
+
+        def plan_of(layout, passes: list[PassPlan]) -> PositionPlan:
+            return PositionPlan(q_len, document_ids, keys_rotated, passes, key_rotations, query_scale, layout)
+
+        if len(self.passes) == 1:
+            only = self.passes[0]
+            cos, sin = cos_sin(self.rotary, only.query_positions(query_positions), dtype)
+            index = key_rotation(only.key_positions)
+            empty = torch.empty(0, dtype=torch.long, device=device)
+            single = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
+            return plan_of(single, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
+
+        document_start = document_starts(position_ids, document_ids)[:, offset:]
+        bands = [p.band for p in self.passes]
+        varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in self.passes)
+        query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
+        rotated_at = torch.stack([p.query_positions(query_positions) for p in self.passes])
+        query_cos, query_sin = cos_sin(self.rotary, rotated_at, dtype)
+        passes = []
+        for attention_pass, cos, sin in zip(self.passes, query_cos, query_sin, strict=True):
+            nearest, farthest = attention_pass.distances(query_positions)
+            upper = query_index - nearest
+            lower = torch.maximum(document_start, query_index - farthest)
+            blocks = [] if varlen else block_spans(attention_pass.band, lower, upper, block_size, kv_len)
+            index = key_rotation(attention_pass.key_positions)
+            passes.append(PassPlan(attention_pass.band, attention_pass.chunk, cos, sin, index, lower, upper, blocks))
+        layout: VarlenLayout | TorchLayout
+        if varlen:
+            layout = varlen_layout(position_ids, document_ids, q_len, self.passes)
+        else:
+            layout = torch_layout(document_ids, q_len, block_size, any(band is not None for band in bands))
+        return plan_of(layout, passes)
+
+    def prepare(
+        self,
+        position_ids: torch.Tensor,
+        key_position_ids: torch.Tensor,
+        key_document_ids: torch.Tensor,
+        q_len: int,
+        *,
+        backend: str,
+        dtype: torch.dtype,
+    ) -> MethodPositions:
+        """The model's positions-provider hook (llama.PositionsProvider): plan once per
+        forward for queries at `position_ids` [B, Tq] and all keys (cache + new)."""
+        plan = self.plan(
+            key_position_ids,
+            key_document_ids,
+            q_len,
+            keys_rotated=self.caches_rotated_keys,
+            backend=backend,
+            dtype=dtype,
+        )
+        return MethodPositions(self, plan, position_ids)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None
+    ):
+        """Attention output [B, Tq, H, D] from un-rotated q (and k unless the plan says rotated).
+        Rotations run in `rotation_dtype(q.dtype)`; every kernel gets q/k/v in q's dtype."""
         check_inputs(q, k, v, plan)
         scale = (q.shape[-1] ** -0.5 if scale is None else scale) * self.score_multiplier
+        dtype = q.dtype
+        wide = q.to(rotation_dtype(dtype))
         if plan.query_scale is not None:
-            q = q * plan.query_scale[:, :, None, None]
+            wide = wide * plan.query_scale[:, :, None, None]
         if plan.mask is not None:
             only = plan.passes[0]
-            keys = k if plan.keys_rotated else apply_rotary(k, *plan.key_rotations[0])
-            return attention(apply_rotary(q, only.query_cos, only.query_sin), keys, v, mask=plan.mask, scale=scale)
-        swapped = rotate_half(q)  # shared by every pass's rotation
-        queries = [torch.addcmul(q * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]) for p in plan.passes]
-        return attend_passes(queries, k, v, plan, scale)
+            rotation = plan.key_rotations[0]  # None: the keys arrive rotated
+            keys = k if rotation is None else apply_rotary(k, *rotation)
+            query = apply_rotary(wide, only.query_cos, only.query_sin).to(dtype)
+            return attention(query, keys, v, mask=plan.mask, scale=scale)
+        swapped = rotate_half(wide)  # shared by every pass's rotation
+        queries = [
+            torch.addcmul(wide * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]).to(dtype)
+            for p in plan.passes
+        ]
+        if plan.backend == "flash":
+            rotated = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
+            return varlen_passes(queries, rotated, v, plan, scale)
+        return torch_passes(queries, k, v, plan, scale)
 
     def attend(
         self,
@@ -399,11 +332,18 @@ def yarn_method(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
     rotary = RotaryEmbedding(head_dim, base, scaling, training_length)
-    params = {"factor": factor, "original_max_position": original_max_position, "beta_fast": beta_fast, "beta_slow": beta_slow}
+    params = {
+        "factor": factor,
+        "original_max_position": original_max_position,
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+    }
     return rope_method(rotary, "yarn", params)
 
 
-def string_method(rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper") -> PositionMethod:
+def string_method(
+    rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper"
+) -> PositionMethod:
     """StRing (STRING Eq. 4) with shift S and local window W; see the module docstring."""
     if shift <= 0:
         raise ValueError(f"StRing shift S must be > 0, got {shift}")
@@ -443,7 +383,9 @@ def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = 
 def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size: int) -> PositionMethod:
     """Self-Extend: exact below neighbor_window, grouped (floor-divided by group_size) beyond."""
     if neighbor_window <= 0 or group_size <= 0:
-        raise ValueError(f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}")
+        raise ValueError(
+            f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}"
+        )
     offset = neighbor_window - neighbor_window // group_size
     passes = [
         band_pass("neighbor", 0, neighbor_window - 1, _own),
@@ -460,7 +402,9 @@ def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size
 def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> PositionMethod:
     """Dual Chunk Attention with chunk size s and local window w (c = s + w)."""
     if chunk_size <= 0 or not 0 < local_window <= chunk_size:
-        raise ValueError(f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}")
+        raise ValueError(
+            f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}"
+        )
     s, last = chunk_size, chunk_size + local_window - 1
 
     def in_chunk(p: torch.Tensor) -> torch.Tensor:
@@ -476,9 +420,9 @@ def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> P
         return in_chunk(p) + s + 1, torch.full_like(p, UNBOUNDED)
 
     passes = [
-        AttentionPass("intra", intra, in_chunk, in_chunk),
-        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk),
-        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk),
+        AttentionPass("intra", intra, in_chunk, in_chunk, chunk=(s, 0)),
+        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk, chunk=(s, 1)),
+        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk, chunk=(s, 2)),
     ]
     params = {"chunk_size": chunk_size, "local_window": local_window}
     return PositionMethod("dca", rotary, passes, params=params)
@@ -531,8 +475,17 @@ def string_attention(
     position_ids/document_ids [B, Tk] describe the keys (queries are the last Tq); RoPE
     is `rope_base` with `rope_scaling` (max_position: the context that scaling is
     relative to, default Tk)."""
-    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(q.device)
+    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(
+        q.device
+    )
     method = string_method(rotary, shift, local_window, compat)
     return method.attend(
-        q, k, v, position_ids=position_ids, document_ids=document_ids, backend=backend, scale=scale, block_size=block_size
+        q,
+        k,
+        v,
+        position_ids=position_ids,
+        document_ids=document_ids,
+        backend=backend,
+        scale=scale,
+        block_size=block_size,
     )

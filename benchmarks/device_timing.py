@@ -1,0 +1,72 @@
+"""Timing and memory on any device, for the `--device cuda` modes of the benchmarks.
+
+CUDA work is asynchronous: every timed region ends with `torch.cuda.synchronize`, and
+peak memory is the caching allocator's `max_memory_allocated` above what was allocated
+before the op (inputs, weights, optimizer state). On CPU the same functions run (the
+modes can be smoke-tested without a GPU) and the peak is reported as unknown: the CPU
+tables measure it in a fresh process instead (cpu_memory.py).
+
+Useful attention FLOPs count only the pairs a document-masked causal kernel must compute:
+forward 4 * H * D * sum_doc l (l + 1) / 2 (QK^T and PV, 2 FLOPs per multiply-add),
+backward 2.5x the forward (FlashAttention-2's accounting), so fwd+bwd = 3.5x.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_median_ms(ops: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
+    """Median ms of each op after one warm-up call; ops take turns so drift hits all alike."""
+    for op in ops.values():
+        op()
+    synchronize(device)
+    seconds: dict[str, list[float]] = {name: [] for name in ops}
+    for _ in range(repeats):
+        for name, op in ops.items():
+            synchronize(device)
+            start = time.perf_counter()
+            op()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) * 1e3 for name, times in seconds.items()}
+
+
+def peak_extra_mib(op: Callable[[], object], device: torch.device) -> float:
+    """Peak allocated memory of one call of `op` above the memory held before it (CUDA);
+    NaN on other devices."""
+    if device.type != "cuda":
+        op()
+        return math.nan
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    op()
+    synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def causal_attention_flops(document_lengths: list[int], heads: int, head_dim: int, backward: bool) -> float:
+    """Useful FLOPs of document-masked causal attention (module docstring)."""
+    forward = 4 * heads * head_dim * sum(length * (length + 1) / 2 for length in document_lengths)
+    return forward * (3.5 if backward else 1.0)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    return f"CPU, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def mib(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.0f}"

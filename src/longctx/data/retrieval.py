@@ -1,0 +1,242 @@
+"""Retrieval documents for the training mixture: key->value facts, then questions about them.
+
+STRING's effect needs a model that retrieves at all (DESIGN §13): natural text does not
+teach a tiny model to copy a number from far back within a CPU budget, so this source adds
+documents whose only hard-to-predict tokens are values stated earlier in the same document.
+One document:
+
+    Inventory of the Pelor depot.
+    <filler sentence> <filler sentence> The crate tovamek holds 48213 units. <filler> ...
+    How many units does the crate tovamek hold? It holds 48213 units.
+    ...
+    Which counts were listed? The counts were 48213, 90317, 55102 and 71840.
+
+`facts` facts sit at uniformly random sentence slots among `filler` sentences drawn from
+the embedded pydoc prose; `queries` of them are asked at the end in random order, then
+(with `list_query`) all values are asked for at once, in order of appearance. Nothing is
+hand-placed: a fact's distance to its question is the number of tokens after it in its
+document, so the distance distribution follows from the document lengths (the filler
+count is log-uniform in [filler_min, filler_max], a left-skewed length distribution like
+natural corpora's, STRING §2.2) and, once packed, from where row boundaries cut documents
+(a fact and its question in different rows of a document-masked batch cannot be linked).
+
+Disjoint from the NIAH evaluation (data/niah.py) by construction, checked in tests:
+values have `value_digits` digits (NIAH: 6 for STRING's task, 7 for RULER's); keys are
+generated consonant-vowel pseudo-words (NIAH: adjective-noun words, UUIDs, none for the
+paper task); the wording never says "magic", "special", "needle" or "number"; the filler
+is Python's help text (NIAH: Paul Graham's essays). What transfers to NIAH is the skill of
+copying digits seen earlier when asked to list them, not the text.
+
+Randomness: document k draws from numpy's generator seeded with [seed, k], so a document
+never depends on how many others were generated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from longctx.data.corpus import Document, embedded_documents
+from longctx.errors import ConfigError, DataError
+
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+_PLACES = ("Pelor", "Quinta", "Marrow", "Tessel", "Obrin", "Valda", "Corvi", "Heddon")
+_HEADER = "Inventory of the {place} depot.\n"
+_FACT = " The crate {key} holds {value} units."
+_QUESTION = "\nHow many units does the crate {key} hold? It holds {value} units."
+_LIST_QUESTION = "\nWhich counts were listed? The counts were "
+RETRIEVAL_PHRASES = (_HEADER, _FACT, _QUESTION, _LIST_QUESTION)
+"""Every template; tests check none shares wording with a NIAH task."""
+FILLER_MIN_CHARS = 20
+"""Filler sentences shorter than this (headings, stray fragments) are not used."""
+
+
+@dataclass
+class RetrievalConfig:
+    """Generated key->value retrieval documents (data/retrieval.py, DESIGN §13)."""
+
+    documents: int = 20_000
+    """Documents generated (one epoch of this source)."""
+    facts: int = 4
+    """Key->value facts stated per document."""
+    queries: int = 4
+    """Facts asked back one by one at the document's end (<= facts)."""
+    list_query: bool = True
+    """End with one question asking for all values in order (the shape of STRING's NIAH)."""
+    filler_min: int = 0
+    """Fewest filler sentences per document."""
+    filler_max: int = 40
+    """Most filler sentences per document; the count is log-uniform in [min, max]."""
+    value_digits: int = 5
+    """Digits of a value; NIAH uses 6 and 7, so keep it outside {6, 7}."""
+    seed: int = 0
+    """Generator seed; document k uses numpy's generator seeded with [seed, k]."""
+
+    def validate(self, key: str = "data.mixture.retrieval") -> None:
+        for name in ("documents", "facts", "value_digits"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{key}.{name}", f"must be a positive integer, got {value!r}")
+        if not 0 <= self.queries <= self.facts:
+            raise ConfigError(f"{key}.queries", f"must be in [0, facts={self.facts}], got {self.queries}")
+        if not 0 <= self.filler_min <= self.filler_max:
+            raise ConfigError(
+                f"{key}.filler_max", f"need 0 <= filler_min <= filler_max, got {self.filler_min} and {self.filler_max}"
+            )
+        if self.value_digits in (6, 7):
+            raise ConfigError(
+                f"{key}.value_digits",
+                f"{self.value_digits} is a NIAH needle length (6: STRING, 7: RULER); "
+                "training on it would leak the evaluation's number format",
+            )
+        if self.queries == 0 and not self.list_query:
+            raise ConfigError(
+                f"{key}.queries", "0 with list_query=false asks nothing; the source would teach no retrieval"
+            )
+
+
+@lru_cache(maxsize=1)
+def filler_sentences() -> tuple[str, ...]:
+    """Sentences of the embedded prose (Python's pydoc help topics), whitespace collapsed."""
+    from longctx.data.niah import split_sentences
+
+    sentences = []
+    for document in embedded_documents(("prose",)):
+        for sentence in split_sentences(" ".join(document.text.split())):
+            if len(sentence.strip()) >= FILLER_MIN_CHARS:
+                sentences.append(" " + sentence.strip())
+    return tuple(sentences)
+
+
+def _pseudo_word(rng: np.random.Generator) -> str:
+    syllables = int(rng.integers(2, 4))
+    return (
+        "".join(
+            _CONSONANTS[rng.integers(len(_CONSONANTS))] + _VOWELS[rng.integers(len(_VOWELS))] for _ in range(syllables)
+        )
+        + _CONSONANTS[rng.integers(len(_CONSONANTS))]
+    )
+
+
+def _distinct(draw, count: int) -> list[str]:
+    values: list[str] = []
+    while len(values) < count:
+        value = draw()
+        if value not in values:
+            values.append(value)
+    return values
+
+
+@dataclass(frozen=True)
+class RetrievalDocument:
+    """One generated document and where its facts and answers are (character offsets)."""
+
+    text: str
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    fact_offsets: tuple[int, ...]
+    """Character offset of each fact's value in `text`, in order of appearance."""
+    answer_offsets: tuple[tuple[int, int], ...]
+    """(fact index, character offset of the value in an answer), for every answer."""
+
+
+def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | None = None) -> RetrievalDocument:
+    """Document `index` of the source (deterministic in (config.seed, index))."""
+    filler = filler_sentences() if filler is None else filler
+    rng = np.random.default_rng([config.seed, index])
+    low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
+    n_filler = math.floor(math.exp(rng.uniform(low, high))) - 1 if high > low else config.filler_min
+    n_filler = min(max(n_filler, config.filler_min), config.filler_max)
+    keys = _distinct(lambda: _pseudo_word(rng), config.facts)
+    first = 10 ** (config.value_digits - 1)
+    values = _distinct(lambda: str(rng.integers(first, 10 * first)), config.facts)
+    slots = np.sort(rng.integers(0, n_filler + 1, size=config.facts))
+    sentences = [filler[i] for i in rng.integers(0, len(filler), size=n_filler)]
+
+    text = _HEADER.format(place=_PLACES[rng.integers(len(_PLACES))])
+    fact_offsets = []
+    fact = 0
+    for slot in range(n_filler + 1):
+        while fact < config.facts and slots[fact] == slot:
+            piece = _FACT.format(key=keys[fact], value=values[fact])
+            fact_offsets.append(len(text) + piece.index(values[fact] + " units"))
+            text += piece
+            fact += 1
+        if slot < n_filler:
+            text += sentences[slot]
+    answers = []
+    for asked in rng.permutation(config.facts)[: config.queries]:
+        piece = _QUESTION.format(key=keys[asked], value=values[asked])
+        answers.append((int(asked), len(text) + piece.rindex(values[asked])))
+        text += piece
+    if config.list_query:
+        piece = _LIST_QUESTION
+        for i, value in enumerate(values):
+            piece += "" if i == 0 else (" and " if i == len(values) - 1 else ", ")
+            answers.append((i, len(text) + len(piece)))
+            piece += value
+        piece += "."
+        text += piece
+    return RetrievalDocument(text, tuple(keys), tuple(values), tuple(fact_offsets), tuple(answers))
+
+
+def retrieval_documents(config: RetrievalConfig) -> Iterator[Document]:
+    """The source as corpus `Document`s (domain 'retrieval'), for `longctx prepare`."""
+    config.validate()
+    filler = filler_sentences()
+    for index in range(config.documents):
+        yield Document(f"retrieval:{config.seed}:{index}", make_document(config, index, filler).text, "retrieval")
+
+
+def answer_distances(tokenizer, config: RetrievalConfig, count: int = 2000) -> np.ndarray:
+    """Token distance from each fact's value to each answer copying it, over `count` documents.
+
+    A distance is len(encode(text[:answer])) - len(encode(text[:fact])): exact up to a
+    token where a BPE merge straddles the cut. This is the needle-question distance whose
+    distribution, weighted by how often packing keeps both ends in one row, is the f(i)
+    of the retrieval skill (see `retrieval_report`).
+    """
+    config.validate()
+    filler = filler_sentences()
+    distances = []
+    for index in range(min(count, config.documents)):
+        doc = make_document(config, index, filler)
+        prefixes = [doc.text[:offset] for offset in doc.fact_offsets]
+        prefixes += [doc.text[:offset] for _, offset in doc.answer_offsets]
+        lengths = [len(ids) for ids in tokenizer.encode_batch(prefixes)]
+        facts, answers = lengths[: len(doc.fact_offsets)], lengths[len(doc.fact_offsets) :]
+        distances += [answers[j] - facts[fact] for j, (fact, _) in enumerate(doc.answer_offsets)]
+    return np.asarray(distances, dtype=np.int64)
+
+
+def retrieval_report(distances: np.ndarray, windows: Sequence[int]) -> dict[str, float]:
+    """Summary of needle-question distances and the share a window of L can train.
+
+    In a packed stream a document starts at a uniformly random offset of its row, so a
+    pair d tokens apart lands in one row with probability max(0, 1 - d / L) (DESIGN §13:
+    distance density in a window is proportional to L - d). `trainable_{L}` is the mean of
+    that probability over all pairs; `median`/`p90`/`max` describe the raw distances.
+    """
+    if len(distances) == 0:
+        raise DataError("no needle-question pairs to report on (queries=0 and list_query=false?)")
+    distances = np.asarray(distances, dtype=np.float64)
+    report = {
+        "pairs": len(distances),
+        "median": float(np.median(distances)),
+        "p90": float(np.percentile(distances, 90)),
+        "max": float(distances.max()),
+    }
+    for window in windows:
+        report[f"trainable_{window}"] = float(np.clip(1 - distances / window, 0, 1).mean())
+    return report
+
+
+def distance_frequency(distances: np.ndarray, window: int) -> np.ndarray:
+    """Expected trained retrieval pairs per relative distance i < window: count(d=i) x (1 - i/L)."""
+    counts = np.bincount(np.clip(np.asarray(distances, dtype=np.int64), 0, window), minlength=window + 1)[:window]
+    return counts * (1 - np.arange(window) / window)

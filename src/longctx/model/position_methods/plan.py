@@ -1,0 +1,190 @@
+"""Passes and plans: what a position method computes, independent of the kernel.
+
+A position method is a list of *passes*. A pass covers, for every query, a contiguous
+range of key distances m - n inside the query's document and rotates queries and keys at
+its own RoPE indices. A query's output is the softmax over the union of its passes,
+merged from each pass's output and log-sum-exp in fp32 (STRING Algorithm 2):
+
+    lse = logaddexp(lse_a, lse_b),   out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
+
+A pass that covers no key of a query has lse = -inf and weight 0.
+
+A `PositionPlan` is built once per forward and read by every layer: the rotations and
+per-query key ranges shared by all kernels, plus one kernel-specific layout
+(`SinglePassLayout`, cpu.`TorchLayout` or gpu.`VarlenLayout`).
+
+Position ids must increase by one inside a document (evaluation positions always do), so
+a key's distance is its index distance; `document_starts` checks this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from longctx.batch import document_start_index
+from longctx.model.attention import AttentionMask
+from longctx.model.rope import RotaryEmbedding, rotation_dtype
+
+UNBOUNDED = 1 << 40
+"""Largest key distance of a pass without a far end."""
+
+PositionMap = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class AttentionPass:
+    """One softmax of a method: which keys each query covers and where RoPE puts them.
+
+    A query at position p covers the keys of its document at distances p - n in
+    [nearest, farthest] = `distances(p)` (inclusive; farthest may be UNBOUNDED).
+    """
+
+    name: str
+    distances: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    """Query positions -> (nearest, farthest) distances covered."""
+    query_positions: PositionMap
+    """Query positions -> the RoPE index queries are rotated at in this pass."""
+    key_positions: PositionMap | None = None
+    """Key positions -> their RoPE index; None = their own position (cache-friendly)."""
+    band: tuple[int, int | None] | None = None
+    """(nearest, farthest or None) when the same for every query (varlen kernel: a band)."""
+    chunk: tuple[int, int] | None = None
+    """(chunk size s, relation) when the pass covers whole position chunks [k s, (k+1) s)
+    relative to the query's chunk c: relation 0 = chunk c up to the query, 1 = chunk
+    c - 1, 2 = chunks 0 .. c - 2 (DCA; varlen kernel: one segment per query chunk)."""
+
+
+def band_pass(
+    name: str,
+    nearest: int,
+    farthest: int | None,
+    query_positions: PositionMap,
+    key_positions: PositionMap | None = None,
+) -> AttentionPass:
+    """A pass covering the same distances [nearest, farthest] for every query."""
+
+    def distances(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        far = UNBOUNDED if farthest is None else farthest
+        return torch.full_like(positions, nearest), torch.full_like(positions, far)
+
+    return AttentionPass(name, distances, query_positions, key_positions, (nearest, farthest))
+
+
+@dataclass
+class PassPlan:
+    """One pass of one forward: rotations and per-query key ranges."""
+
+    band: tuple[int, int | None] | None
+    """The pass's fixed distance band, if it has one (AttentionPass.band)."""
+    chunk: tuple[int, int] | None
+    """The pass's chunk relation, if it has one (AttentionPass.chunk)."""
+    query_cos: torch.Tensor
+    """[B, Tq, D] cos of the queries' rotation in this pass (rotation dtype)."""
+    query_sin: torch.Tensor
+    """[B, Tq, D] sin of the same."""
+    key_rotation: int
+    """Index into PositionPlan.key_rotations."""
+    lower: torch.Tensor
+    """[B, Tq] first key index covered (inclusive)."""
+    upper: torch.Tensor
+    """[B, Tq] last key index covered (inclusive); < lower where the pass covers nothing."""
+    blocks: list[list[Any]]
+    """Torch kernels, passes without a band: per row, per query block, the block's
+    cpu.KeySpans (or None if it covers nothing). Empty elsewhere."""
+
+
+@dataclass
+class SinglePassLayout:
+    """One-pass methods (rope, ntk, yarn): the mask for `attention()`."""
+
+    mask: AttentionMask
+
+
+@dataclass
+class PositionPlan:
+    """What `PositionMethod.forward` needs about positions; built once per forward."""
+
+    q_len: int
+    document_ids: torch.Tensor
+    """[B, Tk] document id of every key."""
+    keys_rotated: bool
+    passes: list[PassPlan]
+    key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None]
+    """cos/sin [B, Tk, D] for each distinct key position map; None = keys arrive rotated."""
+    query_scale: torch.Tensor | None
+    """[B, Tq] query multiplier (ReRoPE's log-n), or None."""
+    layout: Any
+    """SinglePassLayout, cpu.TorchLayout or gpu.VarlenLayout: the kernel's view of the batch."""
+
+    @property
+    def backend(self) -> str:
+        """The `attention()` backend of a single-pass plan; 'torch' or 'flash' for the others."""
+        if isinstance(self.layout, SinglePassLayout):
+            return self.layout.mask.backend
+        return self.layout.backend
+
+    @property
+    def mask(self) -> AttentionMask | None:
+        return self.layout.mask if isinstance(self.layout, SinglePassLayout) else None
+
+
+def cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [..., D] at `positions` [...] in `rotation_dtype(dtype)`: fp64 for fp64
+    inputs, else fp32 (rope.py's dtype rule; `apply_rotary` casts the result back)."""
+    compute = rotation_dtype(dtype)
+    angles = positions.to(compute)[..., None] * rotary.inv_freq.to(positions.device, compute)
+    angles = torch.cat([angles, angles], dim=-1)
+    factor = rotary.attention_factor
+    return angles.cos() * factor, angles.sin() * factor
+
+
+def document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
+    """[B, Tk] key index where each key's document starts; checks that positions step by
+    one inside documents (then a key's distance is its index distance)."""
+    same_document = document_ids[:, 1:] == document_ids[:, :-1]
+    bad = (position_ids[:, 1:] - position_ids[:, :-1] != 1) & same_document
+    if bad.any():
+        row, index = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            "position methods need position_ids that increase by 1 inside each document; "
+            f"row {row} goes {int(position_ids[row, index])} -> {int(position_ids[row, index + 1])} at key index {index + 1}"
+        )
+    return document_start_index(document_ids)
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan) -> None:
+    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(
+            f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[2] % k.shape[2]:
+        raise ValueError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple"
+        )
+    if (q.shape[1], k.shape[:2]) != (plan.q_len, plan.document_ids.shape):
+        raise ValueError(
+            f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+
+
+def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over the union of several key sets from each one's output [..., D] and
+    log-sum-exp [...], in fp32: for two, out_b + sigmoid(lse_a - lse_b) (out_a - out_b)
+    (STRING Algorithm 2); for more, sum_i exp(lse_i - logsumexp_j lse_j) out_i. A part with
+    lse -inf weighs 0. Returns the merged output and log-sum-exp."""
+    if len(parts) == 1:
+        return parts[0]
+    if len(parts) == 2:
+        (out_a, lse_a), (out_b, lse_b) = parts
+        weight_a = torch.sigmoid(lse_a - lse_b).nan_to_num_(0.0)  # nan: neither part covers the query
+        return torch.addcmul(out_b, weight_a[..., None], out_a - out_b), torch.logaddexp(lse_a, lse_b)
+    outs = torch.stack([out for out, _ in parts])
+    lses = torch.stack([lse for _, lse in parts])
+    total = torch.logsumexp(lses, dim=0)
+    weights = torch.exp(lses - total).nan_to_num_(0.0)
+    return (outs * weights[..., None]).sum(0), total

@@ -1,0 +1,152 @@
+"""Backend `flash` and the position methods' band passes on the varlen kernel, run on CPU
+through stand-ins with the exact signatures of torch's `varlen_attn` (tests/model/
+varlen_stand_in.py), against the dense `sdpa` backend and the float64 Eq. 4 references.
+The same code paths on a real GPU are the `gpu` tests at the end."""
+
+import functools
+import math
+
+import pytest
+import torch
+
+from longctx.model import attention as attention_module
+from longctx.model.attention import attention, resolve_backend
+from longctx.model.generation import greedy_generate
+from longctx.model.llama import Llama, ModelConfig
+from longctx.model.position_methods import dca_method, rerope_method, self_extend_method, string_method
+from longctx.model.position_methods import gpu as passes_gpu
+from tests.helpers import packed_document_ids
+from tests.model import varlen_stand_in
+from tests.model.test_position_methods import (
+    REPO_STRING_ATTENTION_FACTOR,
+    dca_relative,
+    dense_reference,
+    plain_frequencies,
+    random_qkv,
+    repo_string_relative,
+    rerope_relative,
+    rotary,
+    self_extend_relative,
+    string_relative,
+    two_rows,
+)
+
+VERSIONS = list(varlen_stand_in.STAND_INS)
+
+
+def document_rows(total: int = 32) -> torch.Tensor:
+    """Row 0: packed documents (one of a single token); row 1: one document."""
+    return torch.stack([packed_document_ids([5, 1, 9, total - 15])[0], torch.zeros(total, dtype=torch.long)])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_flash_backend_matches_sdpa_forward_and_backward(version, kv_heads, monkeypatch):
+    varlen_stand_in.install(monkeypatch, version)
+    docs = document_rows()
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 32, 32, heads=4, kv_heads=kv_heads))
+    weights = torch.randn(2, 32, 4, q.shape[-1], dtype=q.dtype)
+    results = []
+    for backend in ("flash", "sdpa"):
+        out = attention(q, k, v, document_ids=docs, backend=backend)
+        grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+        results.append((out, *grads))
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("q_len", [1, 7])
+def test_flash_backend_decoding_and_chunked_prefill_match_sdpa(version, q_len, monkeypatch):
+    varlen_stand_in.install(monkeypatch, version)
+    docs = document_rows()
+    q, k, v = random_qkv(2, q_len, 32)
+    expected = attention(q, k, v, document_ids=docs, backend="sdpa")
+    torch.testing.assert_close(attention(q, k, v, document_ids=docs, backend="flash"), expected, atol=1e-10, rtol=0)
+
+
+def test_model_builds_the_flash_layout_once_per_forward(monkeypatch):
+    """cu_seqlens and the max lengths (the batch's one host sync) come from one plan that
+    every layer reuses; the logits equal the sdpa backend's."""
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    builds = []
+    build = attention_module._flash_cu_seqlens
+    monkeypatch.setattr(attention_module, "_flash_cu_seqlens", lambda *a: builds.append(1) or build(*a))
+    model = Llama(ModelConfig.from_preset("debug", n_layers=3)).double()
+    ids, docs = torch.randint(0, 8192, (2, 32)), document_rows()
+    flash = model(ids, document_ids=docs, attention_backend="flash")
+    assert len(builds) == 1
+    torch.testing.assert_close(flash, model(ids, document_ids=docs, attention_backend="sdpa"), atol=1e-10, rtol=0)
+
+
+def test_auto_picks_flash_on_cuda_for_half_precision():
+    cuda = torch.device("cuda")  # a device object only: nothing runs on it
+    assert resolve_backend("auto", cuda, torch.bfloat16) == "flash"
+    assert resolve_backend("auto", cuda, torch.float16) == "flash"
+    assert resolve_backend("auto", cuda, torch.float32) == "flex"  # the flash kernels take fp16/bf16 only
+    assert resolve_backend("auto", torch.device("cpu"), torch.bfloat16) == "varlen"
+
+
+# --- position methods: band passes on the varlen kernel ------------------------------------
+
+BAND_METHODS = {
+    "string": (lambda: string_method(rotary(), 10, 3), string_relative(10, 3), 1.0, None),
+    "string-repo": (lambda: string_method(rotary(), 10, 3, "repo"), repo_string_relative(10, 3), REPO_STRING_ATTENTION_FACTOR**2, None),
+    "rerope": (
+        lambda: rerope_method(rotary(), 7, 16), rerope_relative(7), 1.0, lambda m: max(1.0, math.log(m + 1) / math.log(16)),
+    ),
+    "self_extend": (lambda: self_extend_method(rotary(), 8, 3), self_extend_relative(8, 3), 1.0, None),
+    "dca": (lambda: dca_method(rotary(), 9, 4), dca_relative(9, 4), 1.0, None),
+    "dca-full-window": (lambda: dca_method(rotary(), 6, 6), dca_relative(6, 6), 1.0, None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", list(BAND_METHODS))
+def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, name, monkeypatch):
+    """Prefill, chunked prefill and one-token decoding with a cache of (rotated, where the
+    method allows) keys: packed documents shorter and longer than the shift, GQA; the
+    second row's positions start at 5 (DCA's chunks follow positions, not indices); DCA's
+    earlier-chunks segments split over several calls."""
+    varlen_stand_in.install(monkeypatch, version)
+    monkeypatch.setattr(passes_gpu, "KEYS_PER_CALL", 40)
+    calls = []
+    kernel = varlen_stand_in.STAND_INS[version]
+
+    @functools.wraps(kernel)  # keeps the signature the backend inspects
+    def counting_kernel(*args, **kwargs):
+        calls.append(1)
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", counting_kernel)
+    make, relative, score_factor, query_factor = BAND_METHODS[name]
+    method = make()
+    positions, docs = two_rows([19, 1, 4, 12], 36)
+    positions[1] += 5
+    q, k, v = random_qkv(2, 36, 36)
+    expected = dense_reference(
+        q, k, v, positions, docs, relative, plain_frequencies(), score_factor=score_factor, query_factor=query_factor
+    )
+    assert method.plan(positions, docs, backend="flash").backend == "flash"
+    got = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
+    tolerance = 1e-6  # the kernel's log-sum-exp is fp32 (as flash-attn's), the rest fp64
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=0)
+    assert calls, "the varlen kernel was not called"
+    rotated = method.caches_rotated_keys
+    cache = method.rotate_keys(k, positions) if rotated else k
+    for start, end in [(0, 1), (9, 10), (10, 11), (19, 20), (20, 27), (35, 36)]:
+        step = method.attend(
+            q[:, start:end], cache[:, :end], v[:, :end],
+            position_ids=positions[:, :end], document_ids=docs[:, :end], keys_rotated=rotated, backend="flash",
+        )  # fmt: skip
+        torch.testing.assert_close(step, expected[:, start:end], atol=tolerance, rtol=0)
+
+
+def test_greedy_decoding_with_string_on_the_varlen_kernel_equals_the_cpu_path(monkeypatch):
+    varlen_stand_in.install(monkeypatch, "torch-2.11")
+    model = Llama(ModelConfig.from_preset("debug", max_position=24)).double()
+    method = string_method(model.rope, 8, 2).double()
+    prompts = torch.randint(0, 8192, (2, 30))
+    flash = greedy_generate(model, prompts, 6, attention_backend="flash", position_method=method)
+    cpu = greedy_generate(model, prompts, 6, attention_backend="varlen", position_method=method)
+    assert torch.equal(flash, cpu)

@@ -1,0 +1,54 @@
+"""The CPU miniature replication still reaches its committed verdicts (minutes to an hour).
+
+One test per scale: `smoke` (sweeps/replicate_smoke*.yaml, `make replicate-smoke`) and
+`cpu` (sweeps/replicate_cpu*.yaml, `make replicate`). Each re-runs its three sweeps and
+the report in a scratch directory and compares the verdicts with the committed
+docs/replication_summary_<scale>.json.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from longctx.replication import read_verdicts
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", ["smoke", "cpu"])
+def test_replication_verdicts_hold(tmp_path, scale):
+    committed = REPOSITORY / "docs" / f"replication_summary_{scale}.json"
+    if not committed.exists():
+        pytest.skip(f"{committed.name} is not committed: `make replicate` has not been run at this scale yet")
+    shutil.copytree(REPOSITORY / "experiments", tmp_path / "experiments")
+    shutil.copytree(REPOSITORY / "sweeps", tmp_path / "sweeps")
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(REPOSITORY / "src")}
+    for suffix in ("", "_table1", "_sft"):
+        subprocess.run(
+            [sys.executable, "-m", "longctx", "sweep", f"sweeps/replicate_{scale}{suffix}.yaml", "--keep-going"],
+            cwd=tmp_path,
+            env=env,
+            check=suffix == "",
+        )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "longctx.analysis.replication_report",
+            f"runs/replicate_{scale}",
+            "--docs",
+            "docs",
+            "--name",
+            scale,
+            "--no-notebooks",
+        ],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+    )
+    assert read_verdicts(tmp_path / "docs" / f"replication_summary_{scale}.json") == read_verdicts(committed)
