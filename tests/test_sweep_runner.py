@@ -46,10 +46,10 @@ def read_jsonl(path: Path) -> list:
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
-def test_grid_points_are_the_cartesian_product_in_yaml_order(path):
+def test_grid_points_are_the_cartesian_product_in_wandb_order(path):
     document = yaml.safe_load(path.read_text())
-    names = list(document["parameters"])
-    choices = [spec["values"] if "values" in spec else [spec["value"]] for spec in document["parameters"].values()]
+    names = sorted(document["parameters"])  # W&B's engine sorts the names; the last varies fastest
+    choices = [document["parameters"][n].get("values", [document["parameters"][n].get("value")]) for n in names]
     expected = [dict(zip(names, combo)) for combo in itertools.product(*choices)]
     points = plan(load_sweep(path))
     assert [p.arguments for p in points] == expected
@@ -61,11 +61,45 @@ def test_grid_points_are_the_cartesian_product_in_yaml_order(path):
 
 def test_grid_enumerates_int_and_q_uniform(tmp_path):
     path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "command": ["${args}"], "parameters": {
-        "n": {"distribution": "int_uniform", "min": 2, "max": 4},
         "x": {"distribution": "q_uniform", "min": 0.1, "max": 0.35, "q": 0.1},
+        "n": {"distribution": "int_uniform", "min": 2, "max": 4},
+        "k": {"distribution": "q_uniform", "min": 1, "max": 9, "q": 4},
     }})
+    # W&B: int_uniform is range(min, max + 1); q_uniform is numpy.arange(min, max, q), max
+    # excluded, values as arange computes them (min + i * q: 0.1 + 2 * 0.1 = 0.30000000000000004)
     assert [p.arguments for p in plan(load_sweep(path))] == [
-        {"n": n, "x": x} for n in (2, 3, 4) for x in (0.1, 0.2, 0.3)]
+        {"k": k, "n": n, "x": x} for k in (1, 5) for n in (2, 3, 4) for x in (0.1, 0.2, 0.1 + 2 * 0.1)]
+
+
+def test_skipalign_grid_varies_the_variant_first():
+    """The issue's case: `--count 6` used to run six `normal` points (identical trainings)."""
+    points = plan(load_sweep("sweeps/skipalign.yaml"), count=6)
+    assert [(p.arguments["sft.strategy"], p.arguments["sft.variant"]) for p in points] == [
+        ("all", "normal"), ("all", "packed"), ("all", "skipalign"),
+        ("inner", "normal"), ("inner", "packed"), ("inner", "skipalign")]
+    assert {(p.arguments["sft.extended_length"], p.arguments["sft.p"]) for p in points} == {(2048, 0.25)}
+    assert points[0].command[-5:] == ["init=runs/tiny_512/checkpoints/last.ckpt", "sft.extended_length=2048",
+                                      "sft.p=0.25", "sft.strategy=all", "sft.variant=normal"]
+
+
+def test_grid_order_follows_wandbs_name_sort(tmp_path):
+    """Hand-worked, checked against W&B's engine: Python's sort of the names (upper case and
+    `_` before lower case), constants inside the order, values that hash alike once (at the
+    first one's place, with the last one's value)."""
+    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "command": ["${args}"], "parameters": {
+        "b": {"values": [1, 2]}, "a": {"values": ["x", "y"]}, "_c": {"value": 0}, "B": {"values": [7, 7.0]}}})
+    points = plan(load_sweep(path))
+    assert [list(p.arguments) for p in points] == [["B", "_c", "a", "b"]] * 4
+    assert [p.arguments for p in points] == [{"B": 7.0, "_c": 0, "a": a, "b": b} for a in "xy" for b in (1, 2)]
+    assert points[1].command == ["--B=7.0", "--_c=0", "--a=x", "--b=2"]
+
+
+def test_run_cap_caps_the_points_like_count(tmp_path):
+    document = {"method": "grid", "command": ["${args}"], "parameters": {"a": {"values": [1, 2, 3, 4]}}, "run_cap": 3}
+    sweep = load_sweep(write_sweep(tmp_path / "s.yaml", document))
+    assert [p.arguments["a"] for p in plan(sweep)] == [1, 2, 3]
+    assert [p.arguments["a"] for p in plan(sweep, count=2)] == [1, 2]
+    assert [p.arguments["a"] for p in plan(sweep, count=10)] == [1, 2, 3]
 
 
 # --- random -------------------------------------------------------------------------------
@@ -96,7 +130,7 @@ def test_random_draws_are_reproducible_and_seeded(random_sweep):
     assert first == [p.arguments for p in plan(random_sweep, count=20, seed=0)]
     assert first != [p.arguments for p in plan(random_sweep, count=20, seed=1)]
     assert [p.arguments for p in plan(random_sweep, count=5, seed=0)] == first[:5]
-    assert list(first[0]) == list(RANDOM)  # YAML order
+    assert list(first[0]) == sorted(RANDOM)  # W&B's order: names sorted
 
 
 def test_random_draws_stay_within_bounds_and_choices(random_sweep):
@@ -207,12 +241,13 @@ def test_summary_defaults_to_runs_sweeps_and_group_to_the_file_stem(tmp_path, mo
 @pytest.mark.parametrize("keep_going", [False, True])
 def test_a_failing_point_stops_the_sweep_unless_keep_going(tmp_path, monkeypatch, keep_going):
     monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
-    path = recorder_sweep(tmp_path, {"fail": {"values": [False, True, False]}})
+    path = recorder_sweep(tmp_path, {"fail": {"values": [False, True]}, "a": {"values": [1, 2]}})
     summary = tmp_path / "summary.jsonl"
     assert main(["sweep", str(path), "--summary", str(summary), *(["--keep-going"] if keep_going else [])]) == 1
-    ran = 3 if keep_going else 2
-    assert [entry[0] for entry in read_jsonl(tmp_path / "log.jsonl")] == [["fail=false"], ["fail=true"], ["fail=false"]][:ran]
-    assert [r["returncode"] for r in read_jsonl(summary)] == [0, 3, 0][:ran]
+    ran = 4 if keep_going else 2
+    assert [entry[0] for entry in read_jsonl(tmp_path / "log.jsonl")] == [
+        ["a=1", "fail=false"], ["a=1", "fail=true"], ["a=2", "fail=false"], ["a=2", "fail=true"]][:ran]
+    assert [r["returncode"] for r in read_jsonl(summary)] == [0, 3, 0, 3][:ran]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -262,6 +297,13 @@ BAD = [
     ("probabilities length", {"parameters": {"lr": {"values": [1, 2], "probabilities": [1.0]}}}, "parameters.lr.probabilities"),
     ("probabilities sum", {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.6]}}}, "parameters.lr.probabilities"),
     ("continuous grid", {"parameters": {"lr": {"min": 0.1, "max": 0.2}}}, "parameters.lr"),
+    ("probabilities in a grid", {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.5]}}},
+     "parameters.lr.probabilities"),
+    ("empty q_uniform grid", {"parameters": {"lr": {"distribution": "q_uniform", "min": 1, "max": 1, "q": 1}}},
+     "parameters.lr"),
+    ("run_cap zero", {"run_cap": 0}, "run_cap"),
+    ("project not a string", {"project": ["a"]}, "project"),
+    ("custom", {"method": "custom"}, "method"),
     ("nested parameters", {"parameters": {"opt": {"parameters": {"lr": {"value": 1}}}}}, "parameters.opt.parameters"),
     ("unknown macro", {"command": ["${interpreter}", "${argz}"]}, "command[1]"),
     ("program missing", {"command": ["${interpreter}", "${program}", "${args}"]}, "program"),
@@ -283,10 +325,48 @@ def test_bayes_error_points_to_wandb(tmp_path):
         load_sweep(write_sweep(tmp_path / "b.yaml", {**GOOD, "method": "bayes"}))
 
 
-def test_keys_wandb_defines_are_accepted(tmp_path):
-    extra = {"program": "p.py", "metric": {"name": "loss", "goal": "minimize"}, "name": "n", "description": "d",
-             "project": "p", "entity": "e", "early_terminate": {"type": "hyperband", "min_iter": 3}, "run_cap": 5}
-    assert load_sweep(write_sweep(tmp_path / "ok.yaml", {**GOOD, **extra})).name == "n"
+def test_keys_wandb_defines_are_accepted(tmp_path, capsys):
+    """Every top-level key of W&B's sweep schema (wandb/sweeps config/schema.json)."""
+    extra = {"apiVersion": "v1", "kind": "sweep", "controller": {"type": "local"}, "description": "d",
+             "program": "p.py", "job": "j", "image_uri": "i", "entity": "e", "project": "p", "name": "n",
+             "run_cap": 5, "metric": {"name": "loss", "goal": "minimize"},
+             "metrics": [{"name": "a"}, {"name": "b"}], "scheduler": {"engine": "wandb"},
+             "early_terminate": {"type": "hyperband", "min_iter": 3}}
+    path = write_sweep(tmp_path / "ok.yaml", {**GOOD, **extra})
+    sweep = load_sweep(path)
+    assert (sweep.name, sweep.project, sweep.entity, sweep.run_cap) == ("n", "p", "e", 5)
+    assert main(["sweep", "--dry-run", str(path)]) == 0
+    notes = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[2].strip() for line in notes] == ["controller", "early_terminate", "scheduler", "job",
+                                                              "image_uri"]
+    assert all(line.startswith("longctx sweep: note: ") for line in notes)
+
+
+def test_points_run_in_the_sweeps_project(tmp_path, monkeypatch):
+    """As under `wandb agent`: WANDB_PROJECT / WANDB_ENTITY from the sweep's project / entity."""
+    log = tmp_path / "env.jsonl"
+    child = ("import json, os; open(os.environ['ENV_LOG'], 'a').write(json.dumps("
+             "[os.environ.get('WANDB_PROJECT'), os.environ.get('WANDB_ENTITY')]) + '\\n')")
+    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "project": "proj", "entity": "team",
+                                             "parameters": {"a": {"value": 1}}, "command": ["${interpreter}", "-c", child]})
+    monkeypatch.setenv("ENV_LOG", str(log))
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    assert main(["sweep", str(path), "--summary", str(tmp_path / "summary.jsonl")]) == 0
+    assert read_jsonl(log) == [["proj", "team"]]
+
+
+def test_dry_run_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`longctx sweep --dry-run | head -1`: no BrokenPipeError traceback. The output (~200 KB)
+    is larger than a pipe's buffer, so the writer is still writing when the reader leaves."""
+    path = write_sweep(tmp_path / "big.yaml", {"method": "grid", "command": ["${interpreter}", "${args_no_hyphens}"],
+                                               "parameters": {"n": {"distribution": "int_uniform", "min": 1, "max": 5000}}})
+    process = subprocess.Popen([sys.executable, "-m", "longctx", "sweep", "--dry-run", str(path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = process.stdout.readline()
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert first.startswith(b"[0] ") and stderr == ""
 
 
 def test_missing_file(capsys):

@@ -12,9 +12,11 @@ SWEEPS = sorted(Path("sweeps").glob("*.yaml"))
 
 
 def grid(sweep: dict) -> list[list[str]]:
-    """The `key=value` argument lists W&B's ${args_no_hyphens} produces for a grid sweep."""
+    """The `key=value` argument lists W&B's ${args_no_hyphens} produces for a grid sweep:
+    W&B's engine sorts the parameter names, and the last one varies fastest."""
     names, choices = [], []
-    for name, spec in sweep["parameters"].items():
+    for name in sorted(sweep["parameters"]):
+        spec = sweep["parameters"][name]
         names.append(name)
         choices.append(spec["values"] if "values" in spec else [spec["value"]])
     return [[f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo)]
@@ -55,6 +57,30 @@ def test_probe_grid_keeps_tokens_per_step():
     configs = [load(["experiments/pretrain/tinyllama_1b_2k.yaml"], args) for args in grid(sweep)]
     assert {c.train.global_batch_tokens for c in configs} == {4_194_304}
     assert sorted({c.data.window for c in configs}) == [2048, 4096]
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_runs_land_in_the_project_the_config_names(path):
+    """Under `wandb agent` the sweep's `project` wins over log.project: both must agree."""
+    sweep = yaml.safe_load(path.read_text())
+    command = sweep["command"]
+    items = command[6:-1] if command[4] == "niah" else command[5:-1]
+    config = load([item for item in items if "=" not in item], [item for item in items if "=" in item] + grid(sweep)[0])
+    assert sweep["project"] == config.log.project
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_every_point_has_its_own_run_name_and_wandb_directory(path):
+    sweep = yaml.safe_load(path.read_text())
+    command = sweep["command"]
+    niah = command[4] == "niah"
+    items = command[6:-1] if niah else command[5:-1]
+    files = [item for item in items if "=" not in item]
+    fixed = [item for item in items if "=" in item]
+    configs = [load(files, fixed + args) for args in grid(sweep)]
+    # `longctx niah` writes its W&B run under its output directory, training under train.out_dir
+    directories = {c.eval.out_dir if niah else c.train.out_dir for c in configs}
+    assert len({c.log.run_name for c in configs}) == len(configs) == len(directories)
 
 
 def test_context_extension_grid_compares_the_recipes_at_equal_tokens():

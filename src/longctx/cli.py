@@ -21,6 +21,8 @@ checkpoint, sweep) or a missing file; any other exception is a bug and keeps its
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -188,12 +190,12 @@ def cmd_niah(args: argparse.Namespace) -> int:
     items = [*args.items, f"eval.niah_lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack = _evaluation_setup(items)
     model = load_model(args.checkpoint).to(evaluation_device(cfg))
-    result = evaluate(model, cfg, tokenizer, haystack)
+    result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
     title = f"{args.checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
-    log_to_wandb(result, cfg, figure, job="niah")
+    log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)
     print(f"wrote {numbers} and {figure}")
     return 0
 
@@ -253,6 +255,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from longctx.sweep import load_sweep, plan, run
 
     sweep = load_sweep(args.sweep)
+    for note in sweep.notes:
+        print(f"longctx sweep: note: {note}", file=sys.stderr)
     points = plan(sweep, args.count, args.seed)
     if args.dry_run:
         for point in points:
@@ -367,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     except (LongctxError, FileNotFoundError) as error:
         print(f"longctx {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `longctx ... | head`: the reader left; stop quietly, as `yes | head` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the final flush must not fail again
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

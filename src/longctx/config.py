@@ -33,6 +33,8 @@ from longctx.model.config import ModelConfig
 from longctx.model.position_methods import PositionMethodConfig
 
 EXPERIMENTS_DIR = Path("experiments")
+LOGGER_NAMES = ("wandb", "csv", "tensorboard", "mlflow")
+"""Loggers `log.loggers` knows by name (train/loggers.py gives their classes and defaults)."""
 
 __all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "LongRecipeConfig", "PoseConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
 
@@ -217,6 +219,9 @@ class TrainConfig:
     """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
     recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
     at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
+    callbacks: list[Any] = field(default_factory=list)
+    """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
+    class paths); added after the suite's own (train/loggers.py)."""
 
 
     def validate(self, data: DataConfig) -> None:
@@ -263,6 +268,9 @@ class LogConfig:
     """W&B project."""
     run_name: str = ""
     """W&B run name; '' = W&B's default."""
+    loggers: list[Any] = field(default_factory=lambda: ["wandb"])
+    """Lightning loggers: names (wandb | csv | tensorboard | mlflow) or {class_path, init_args}
+    entries; every probe writes through all of them (train/loggers.py)."""
 
 
 @dataclass
@@ -424,7 +432,30 @@ class ExperimentConfig:
         self.probe.validate()
         self.sft.validate()
         _positive_int("log.every_steps", self.log.every_steps)
+        for section, entries in (("log.loggers", self.log.loggers), ("train.callbacks", self.train.callbacks)):
+            for i, entry in enumerate(entries):
+                class_path, _ = component_spec(entry, f"{section}.{i}")
+                if "." not in class_path and (section == "train.callbacks" or class_path not in LOGGER_NAMES):
+                    known = f"one of {LOGGER_NAMES} or " if section == "log.loggers" else ""
+                    raise ConfigError(f"{section}.{i}", f"{class_path!r} is not {known}a dotted class path")
         _choice("log.wandb_mode", self.log.wandb_mode, ("auto", "online", "offline", "disabled"))
+
+
+def component_spec(spec: Any, key: str) -> tuple[str, dict]:
+    """(class path or name, init args) of one `log.loggers` / `train.callbacks` entry."""
+    if isinstance(spec, str) and spec:
+        return spec, {}
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"class_path", "init_args"}
+        if unknown:
+            raise ConfigError(f"{key}.{sorted(unknown)[0]}", "unknown key (an entry has class_path and init_args)")
+        class_path, init_args = spec.get("class_path"), spec.get("init_args") or {}
+        if not isinstance(class_path, str) or not class_path:
+            raise ConfigError(f"{key}.class_path", "missing: a name or a dotted class path")
+        if not isinstance(init_args, dict):
+            raise ConfigError(f"{key}.init_args", f"must be a mapping, got {init_args!r}")
+        return class_path, init_args
+    raise ConfigError(key, f"must be a name, a class path or {{class_path, init_args}}, got {spec!r}")
 
 
 def _positive_int(key: str, value: Any) -> None:
@@ -493,6 +524,14 @@ def to_yaml(config: ExperimentConfig) -> str:
 
 def as_dict(config: ExperimentConfig) -> dict:
     return dataclasses.asdict(config)
+
+
+def from_dict(values: dict) -> ExperimentConfig:
+    """The inverse of `as_dict` (a checkpoint's hyper-parameters), validated."""
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values))
+    except OmegaConfBaseException as error:
+        raise ConfigError(getattr(error, "full_key", "?") or "?", str(error).splitlines()[0]) from None
 
 
 def _resolve_path(path: Path) -> Path:

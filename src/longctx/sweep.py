@@ -14,11 +14,14 @@ fault), turning its `parameters` into points, expanding `command` into one argv 
 point, and running the points one after another. It mirrors what `wandb sweep` +
 `wandb agent` do with the same file:
 
-- `method: grid` is the cartesian product of the parameters in the YAML's order (the
-  last parameter varies fastest); `value`/`values`, and `int_uniform`/`q_uniform` (every
-  integer / multiple of q in [min, max]) are enumerable. `--count N` keeps the first N.
+- `method: grid` is the cartesian product of the parameters in W&B's order: parameter
+  names sorted (as W&B's engine sorts them), the last name varying fastest, and each
+  distinct point once (values that hash alike in W&B, like 7 and 7.0, are one).
+  `value`/`values`, `int_uniform` (every integer in [min, max]) and `q_uniform` (W&B's
+  `numpy.arange(min, max, q)`: from min in steps of q, max excluded) are enumerable. `--count N` keeps the first N, `run_cap` caps the points as it caps
+  W&B's runs, and the arguments of each point are in the same sorted order.
 - `method: random` draws `--count` points (the agent's `--count`; W&B's own random search
-  never ends) from `random.Random(--seed)`, parameter by parameter in YAML order, so a
+  never ends) from `random.Random(--seed)`, parameter by parameter in sorted order, so a
   seed gives the same points on every machine. Specs as W&B defines them: `value`,
   `values` (uniform choice, or weighted by `probabilities`), and `distribution:`
   constant | categorical | uniform | int_uniform (max inclusive) | log_uniform_values
@@ -39,9 +42,12 @@ as OmegaConf reads them back (booleans `true`/`false`, None `null`, lists and di
 JSON) where the agent writes Python's str() (`True`, `['a']`); q_uniform draws are kept
 inside [min, max] (W&B's rounding can step one q outside when min or max is not a
 multiple of q); a whole-word macro W&B does not define (`${typo}`) is an error, where the
-agent silently drops it. Not done: `bayes` (its Gaussian process lives on the W&B server:
-use `wandb sweep` + `wandb agent`), `early_terminate` and `run_cap` (accepted and
-ignored: every point runs to its end), nested `parameters`, the distributions of other
+agent silently drops it. Every top-level key of W&B's sweep schema is accepted; those
+that only a W&B server or Launch acts on (SERVER_KEYS: `controller`, `early_terminate`,
+`scheduler`, `job`, ...) are ignored with a note, so every point runs to its end. Each
+run gets WANDB_PROJECT / WANDB_ENTITY from `project` / `entity`, as under the agent. Not
+done: `bayes` and `custom` (their models live on the W&B server: use `wandb sweep` +
+`wandb agent`), nested `parameters`, the distributions of other
 families (normal, beta, log_uniform in exponent space, ...), `${args_json_file}`, and
 parallel agents: points run one at a time, each as a fresh subprocess. That costs the
 child's start-up per point (importing torch + Lightning: ~7.5 s on a 2-core CPU box), which
@@ -75,14 +81,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from longctx.errors import LongctxError
 
 __all__ = ["Parameter", "Point", "Sweep", "SweepError", "expand_command", "format_value", "load_sweep", "plan", "run"]
 
-IGNORED_KEYS = ("program", "metric", "name", "description", "project", "entity", "early_terminate", "run_cap")
-"""Top-level W&B keys accepted and not acted on (`program` and `name` are read when used)."""
+USED_KEYS = ("method", "parameters", "command", "program", "name", "project", "entity", "run_cap")
+"""Top-level keys the local runner acts on."""
+METADATA_KEYS = ("apiVersion", "kind", "description", "metric", "metrics")
+"""Keys that describe the sweep and change nothing about which points run or how."""
+SERVER_KEYS = {
+    "controller": "the W&B controller (local or cloud) is not used",
+    "early_terminate": "no run is stopped early; every point runs to its end",
+    "scheduler": "the W&B Launch scheduler is not used",
+    "job": "points run as local commands, not W&B Launch jobs",
+    "image_uri": "points run as local commands, not in a container",
+}
+"""Keys of W&B's sweep schema that only a W&B server or Launch acts on: ignored with a note."""
 METHODS = ("grid", "random")
 DEFAULT_COMMAND = ("${env}", "${interpreter}", "${program}", "${args}")
 """W&B's command when the YAML has none."""
@@ -142,8 +159,7 @@ class Parameter:
         if self.distribution == "int_uniform":
             return list(range(int(self.min), int(self.max) + 1))
         if self.distribution == "q_uniform":
-            low, high = self._q_range()
-            return [self._q_value(k) for k in range(low, high + 1)]
+            return np.arange(self.min, self.max, self.q).tolist()  # W&B's grid: max excluded
         raise ValueError(f"distribution {self.distribution} has no finite set of values for a grid search")
 
     def draw(self, rng: random.Random) -> Any:
@@ -184,6 +200,11 @@ class Sweep:
     parameters: tuple[Parameter, ...]
     command: tuple[str, ...]
     program: str | None
+    project: str | None = None
+    entity: str | None = None
+    run_cap: int | None = None
+    notes: tuple[str, ...] = ()
+    """One line per key that was accepted but is not acted on here (SERVER_KEYS)."""
 
     def default_summary(self) -> Path:
         return Path("runs/sweeps") / re.sub(r"[^\w.-]+", "_", self.name) / "summary.jsonl"
@@ -209,26 +230,41 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepError(path, "(file)", f"not valid YAML: {error}") from None
     if not isinstance(document, dict):
         raise SweepError(path, "(file)", "must be a mapping with method, parameters and command")
+    known = (*USED_KEYS, *METADATA_KEYS, *SERVER_KEYS)
     for key in document:
-        if key not in (*IGNORED_KEYS, "method", "parameters", "command"):
-            raise SweepError(path, str(key), f"unknown sweep key (known: method, parameters, command, {', '.join(IGNORED_KEYS)})")
+        if key not in known:
+            raise SweepError(path, str(key), f"not a key of W&B's sweep schema (known: {', '.join(known)})")
+    notes = tuple(f"{key}: {why} (only a W&B server acts on it)" for key, why in SERVER_KEYS.items() if key in document)
 
     method = document.get("method")
-    if method == "bayes":
-        raise SweepError(path, "method", "bayes search needs the W&B server's model: run it with "
+    if method in ("bayes", "custom"):
+        raise SweepError(path, "method", f"{method} search needs the W&B server's model: run it with "
                          f"`wandb sweep {path}` and `wandb agent ENTITY/PROJECT/SWEEP_ID`")
     if method not in METHODS:
-        raise SweepError(path, "method", f"must be grid or random (or bayes, through W&B), got {method!r}")
+        raise SweepError(path, "method", f"must be grid or random (or bayes/custom, through W&B), got {method!r}")
 
     specs = document.get("parameters")
     if not isinstance(specs, dict) or not specs:
         raise SweepError(path, "parameters", "missing: a mapping of config key -> value/values/distribution")
-    parameters = tuple(_parse_parameter(path, str(name), spec) for name, spec in specs.items())
+    # W&B's engine orders parameters by name (sweeps.params.HyperParameterSet.from_config).
+    parameters = tuple(_parse_parameter(path, str(name), specs[name]) for name in sorted(specs, key=str))
     if method == "grid":
         for parameter in parameters:
             if parameter.distribution not in ("constant", "categorical", "int_uniform", "q_uniform"):
                 raise SweepError(path, f"parameters.{parameter.name}", f"a grid search needs value, values, int_uniform "
                                  f"or q_uniform; {parameter.distribution} is continuous (use method: random)")
+            if parameter.distribution == "q_uniform" and not parameter.grid():
+                raise SweepError(path, f"parameters.{parameter.name}", "numpy.arange(min, max, q) is empty: W&B's "
+                                 "grid takes min, min + q, ... below max (max excluded)")
+            if parameter.probabilities is not None:
+                raise SweepError(path, f"parameters.{parameter.name}.probabilities",
+                                 "a grid search visits every value; W&B rejects probabilities there")
+    run_cap = document.get("run_cap")
+    if run_cap is not None and not (_is_int(run_cap) and run_cap > 0):
+        raise SweepError(path, "run_cap", f"must be an integer > 0, got {run_cap!r}")
+    for key in ("project", "entity"):
+        if key in document and not isinstance(document[key], str):
+            raise SweepError(path, key, f"must be a string, got {document[key]!r}")
 
     command = document.get("command") or list(DEFAULT_COMMAND)  # W&B: a missing or empty command is the default
     if not isinstance(command, list) or any(isinstance(word, (dict, list)) for word in command):
@@ -243,7 +279,8 @@ def load_sweep(path: str | Path) -> Sweep:
     if "${program}" in command and not program:
         raise SweepError(path, "program", "missing, but the command uses ${program}")
     name = str(document.get("name") or path.stem)
-    return Sweep(path, name, method, parameters, tuple(command), None if program is None else str(program))
+    return Sweep(path, name, method, parameters, tuple(command), None if program is None else str(program),
+                 project=document.get("project"), entity=document.get("entity"), run_cap=run_cap, notes=notes)
 
 
 def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
@@ -321,8 +358,10 @@ def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
     """The sweep's points: the grid (its first `count`), or `count` seeded random draws."""
     if count is not None and count < 1:
         raise ValueError(f"--count must be >= 1, got {count}")
+    if sweep.run_cap is not None:
+        count = sweep.run_cap if count is None else min(count, sweep.run_cap)
     if sweep.method == "grid":
-        product = itertools.product(*(parameter.grid() for parameter in sweep.parameters))
+        product = itertools.product(*(_distinct(parameter.grid()) for parameter in sweep.parameters))
         combos = list(itertools.islice(product, count))
         arguments = [{p.name: value for p, value in zip(sweep.parameters, combo)} for combo in combos]
     else:
@@ -331,6 +370,18 @@ def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
         rng = random.Random(seed)
         arguments = [{p.name: p.draw(rng) for p in sweep.parameters} for _ in range(count)]
     return [Point(i, args, expand_command(sweep, args)) for i, args in enumerate(arguments)]
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """A grid parameter's values as W&B's engine visits them: it identifies values by a hash
+    of their YAML (an integer-valued float hashes as the integer), visits each hash once at
+    its first place, and passes the last value with that hash (`values: [7, 7.0]` is one
+    point, 7.0)."""
+    by_hash: dict[str, Any] = {}
+    for value in values:
+        normal = int(value) if isinstance(value, float) and value.is_integer() else value
+        by_hash[json.dumps(normal, sort_keys=True, default=str)] = value  # keeps the first place
+    return list(by_hash.values())
 
 
 def format_value(value: Any) -> str:
@@ -374,7 +425,9 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
     failed = 0
     for n, point in enumerate(points, 1):
         print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}", flush=True)
-        env = {**os.environ, "WANDB_RUN_GROUP": sweep.name, "LONGCTX_SWEEP_POINT": str(point.index)}
+        env = {**os.environ, "WANDB_RUN_GROUP": sweep.name, "LONGCTX_SWEEP_POINT": str(point.index),
+               **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
+               **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {})}
         start = time.monotonic()
         returncode, signum = _run_forwarding_signals(point.command, env)
         seconds = time.monotonic() - start

@@ -69,7 +69,7 @@ def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> P
         result = evaluate(model, config, tokenizer, haystack_tokens)
         _, heatmap = write_result(result, out / "fixture" / name, name)
         if name.endswith(f"local_window={ABLATION[0][0]},shift_ratio={ABLATION[0][1]}"):
-            log_to_wandb(result, config, heatmap, job="niah")
+            log_to_wandb(result, config, heatmap, job="niah", out_dir=out / "fixture-wandb")
     return out
 
 

@@ -53,8 +53,8 @@ def test_metrics_jsonl_gives_the_exact_tidy_frame(tmp_path):
 def test_wandb_rows_are_put_on_the_optimizer_step_axis():
     rows = [
         {"train/loss": 2.0, "epoch": 0, "trainer/global_step": 0, "_step": 0, "_runtime": 1.0},  # Lightning: before ++
-        {"fi/f@L/4": 10, "trainer/global_step": 2, "_step": 1},  # a callback: the finished step
-        {"fi/curve_table._type": "table-file", "fi/curve_table.nrows": 256, "trainer/global_step": 2, "_step": 2},
+        {"fi/f@L/4": 10, "trainer/global_step": 1, "_step": 1},  # a probe: on Lightning's axis
+        {"fi/curve_table._type": "table-file", "fi/curve_table.nrows": 256, "trainer/global_step": 1, "_step": 2},
         {"niah/effective_length": 128, "_step": 3},  # no trainer step: W&B's own
         {"flag": True, "text": "x", "trainer/global_step": 4, "_step": 4},  # not numeric scalars
     ]
@@ -123,7 +123,7 @@ def test_online_runs_go_through_the_wandb_api(monkeypatch):
     class FakeRun:
         def scan_history(self):
             yield {"train/loss": 3.0, "epoch": 0, "trainer/global_step": 4, "_step": 0}
-            yield {"niah/pass_rate": {"_type": "table-file", "nrows": 2}, "fi/f@L/2": 7, "trainer/global_step": 5}
+            yield {"niah/pass_rate": {"_type": "table-file", "nrows": 2}, "fi/f@L/2": 7, "trainer/global_step": 4}
 
     class FakeApi:
         def run(self, path):

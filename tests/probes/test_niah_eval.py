@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from longctx.analysis.wandb_offline import offline_runs, read_history
+from longctx.analysis.wandb_offline import offline_runs, read_history, read_run
 from longctx.cli import main
 from longctx.data.corpus import embedded_documents
 from longctx.model.checkpoint import save_model
@@ -44,6 +44,21 @@ def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, t
     assert result["effective_length"] == 0  # an untrained model finds no needle
     assert (tmp_path / "niah_heatmap.png").stat().st_size > 5_000
     assert "effective length: 0" in capsys.readouterr().out
+
+
+def test_niah_command_logs_into_its_output_directory_with_a_progress_bar(checkpoint, haystack_file, tmp_path, capsys):
+    """The W&B run goes under --out (not train.out_dir, which every point of a sweep
+    shares), and each length shows a progress bar over its tests."""
+    args = [*eval_args(haystack_file), "log.wandb_mode=offline", f"train.out_dir={tmp_path / 'train'}",
+            "log.run_name=point_7"]
+    assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path / "eval")]) == 0
+    assert not (tmp_path / "train").exists()
+    [run] = offline_runs(tmp_path / "eval")
+    assert read_run(run)["name"] == "point_7"
+    err = capsys.readouterr().err
+    result = json.loads((tmp_path / "eval" / "niah.json").read_text())
+    for length in result["lengths"]:
+        assert f"NIAH length {length}: 100%" in err and "2/2" in err
 
 
 def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(checkpoint, haystack_file, tmp_path):
@@ -93,10 +108,13 @@ def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
     args = [*eval_args(haystack_file), f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
             "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",
-            "log.wandb_mode=offline", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1", "probe.fi_every_steps=1"]
+            "log.wandb_mode=offline", "log.every_steps=1", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1",
+            "probe.fi_every_steps=1"]
     assert main(["pretrain", *args]) == 0
     history = read_history(offline_runs(tmp_path / "run")[0])
-    assert [row["trainer/global_step"] for row in history if "niah/effective_length" in row] == [1, 2]
+    # on the step axis of Lightning's own metrics: train/loss of optimizer step k is at k - 1
+    loss_steps = [row["trainer/global_step"] for row in history if "train/loss" in row]
+    assert [row["trainer/global_step"] for row in history if "niah/effective_length" in row] == loss_steps == [0, 1]
     assert any("niah/pass_rate.path" in row for row in history)
     assert (tmp_path / "run" / "niah" / "step-0000002" / "niah_heatmap.png").exists()
 

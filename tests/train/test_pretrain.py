@@ -90,7 +90,10 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
         "last.ckpt", "step-0000003.ckpt", "step-0000006.ckpt"]
     assert torch.load(reference / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
     fi_rows = [row for row in read_history(offline_runs(reference)[0]) if "fi/f@L/4" in row]
-    assert [row["trainer/global_step"] for row in fi_rows] == [2, 4, 6]
+    # measured after optimizer steps 2, 4, 6: on Lightning's step axis (step k's metrics at k - 1)
+    assert [row["trainer/global_step"] for row in fi_rows] == [1, 3, 5]
+    tokens = {row["trainer/global_step"]: row["train/tokens_seen"] for row in history}
+    assert [tokens[row["trainer/global_step"]] for row in fi_rows] == [row["fi/tokens_seen"] for row in fi_rows]
     assert fi_rows[-1]["fi/tokens_seen"] == STEPS * 512
     # the run directory is self-contained: metrics.jsonl holds the same f(i) scalars
     lines = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]

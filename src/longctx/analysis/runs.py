@@ -24,11 +24,9 @@ putting it on one step axis. A source is
 - `entity/project/run_id` (not an existing path): an online run through `wandb.Api()`.
 
 The step axis is optimizer steps completed, the `step` of `metrics.jsonl`. W&B rows carry
-`trainer/global_step`, which means two things: rows logged by Lightning itself (through
-`LightningModule.log`; they carry an `epoch` key) are written before the step counter
-advances, so their step is `trainer/global_step + 1`; rows the callbacks log with
-`logger.log_metrics(step=trainer.global_step)` (f(i), NIAH) already count the finished step.
-Rows without `trainer/global_step` use W&B's `_step`. Only numeric scalars are kept (the
+`trainer/global_step`, the logger step: Lightning logs the metrics of optimizer step k at
+k - 1 (written before its step counter advances), and the probes log theirs on the same
+axis (train/loggers.py), so every row's step is `trainer/global_step + 1`. Rows without `trainer/global_step` use W&B's `_step`. Only numeric scalars are kept (the
 fields of tables and images, marked by a `<key>._type` entry, and W&B bookkeeping keys
 starting with `_` are dropped). When a step is logged twice (a run resumed from an older
 checkpoint redoes steps) the later value wins.
@@ -228,7 +226,7 @@ def _wandb_records(rows: Iterable[dict]) -> list[tuple[int, str, float]]:
     records: list[tuple[int, str, float]] = []
     for row in rows:
         if "trainer/global_step" in row:
-            step = int(row["trainer/global_step"]) + (1 if "epoch" in row else 0)
+            step = int(row["trainer/global_step"]) + 1
         elif "_step" in row:
             step = int(row["_step"])
         else:

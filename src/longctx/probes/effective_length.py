@@ -43,6 +43,7 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from longctx.data.niah import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 from longctx.model.generation import greedy_generate
@@ -255,8 +256,11 @@ def evaluate_length(
     haystack: Haystack | None,
     length: int,
     config: EffectiveLengthConfig,
+    progress: bool = False,
 ) -> tuple[LengthResult, np.ndarray, np.ndarray]:
-    """One length: its row, plus every answer's depth and whether it was found."""
+    """One length: its row, plus every answer's depth and whether it was found. With
+    `progress`, a bar on stderr counts the tests decoded (one generator call per batch of
+    the generator's `rows_per_batch`, when it has one)."""
     start = time.perf_counter()
     task = get_task(config.task)
     min_found = config.min_found or task.min_found
@@ -271,11 +275,18 @@ def evaluate_length(
         random_start=config.random_start,
     )
     input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    generated = generator.generate(input_ids, config.max_new_tokens)
-    if generated.dim() != 2 or generated.shape[0] != len(samples):
-        raise ValueError(f"generator returned shape {tuple(generated.shape)} for {len(samples)} prompts")
     eos_id = getattr(tokenizer, "eos_id", None)  # longctx Tokenizers have one; test doubles may not
-    outputs = [_decode_until_eos(tokenizer, row, eos_id) for row in generated.tolist()]
+    rows_per_batch = getattr(generator, "rows_per_batch", None)
+    batch = rows_per_batch(length) if rows_per_batch else len(samples)
+    outputs: list[str] = []
+    with tqdm(total=len(samples), desc=f"NIAH length {length}", unit="test", disable=not progress) as bar:
+        for first in range(0, len(samples), batch):
+            prompts = input_ids[first : first + batch]
+            generated = generator.generate(prompts, config.max_new_tokens)
+            if generated.dim() != 2 or generated.shape[0] != len(prompts):
+                raise ValueError(f"generator returned shape {tuple(generated.shape)} for {len(prompts)} prompts")
+            outputs += [_decode_until_eos(tokenizer, row, eos_id) for row in generated.tolist()]
+            bar.update(len(prompts))
     found = [found_answers(s, text) for s, text in zip(samples, outputs)]
     passed = sum(sum(f) >= min_found for f in found)
     low, high = wilson_interval(passed, len(samples))
@@ -300,14 +311,15 @@ def search_effective_length(
     tokenizer: TextTokenizer,
     haystack: Haystack | None,
     config: EffectiveLengthConfig,
+    progress: bool = False,
 ) -> EffectiveLengthResult:
-    """Run the search of the module docstring."""
+    """Run the search of the module docstring; `progress`: a bar per length on stderr."""
     rows: list[LengthResult] = []
     band_columns, all_bands, all_hits, skipped = [], [], [], []
     effective, failed = 0, False
     for length in config.lengths:
         try:
-            row, depths, hits = evaluate_length(generator, tokenizer, haystack, length, config)
+            row, depths, hits = evaluate_length(generator, tokenizer, haystack, length, config, progress)
         except PromptTooShortError:
             skipped.append(length)
             continue

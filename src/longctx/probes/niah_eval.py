@@ -78,8 +78,10 @@ def evaluate(
     *,
     method: PositionMethodConfig | None = None,
     settings: EffectiveLengthConfig | None = None,
+    progress: bool = False,
 ) -> EffectiveLengthResult:
-    """The effective-length search of `model` under a position method (default eval.position_method)."""
+    """The effective-length search of `model` under a position method (default
+    eval.position_method); `progress`: a bar per length on stderr."""
     method_config = method or config.eval.position_method
     device = model.tok_embeddings.weight.device
     position_method = None
@@ -92,7 +94,8 @@ def evaluate(
     precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     try:
         with torch.no_grad(), precision:
-            return search_effective_length(generator, tokenizer, haystack, settings or search_settings(config, model))
+            return search_effective_length(generator, tokenizer, haystack, settings or search_settings(config, model),
+                                           progress=progress)
     finally:
         model.train(was_training)
 
@@ -129,8 +132,11 @@ def format_search(result: EffectiveLengthResult) -> str:
     return "\n".join(lines)
 
 
-def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str) -> None:
-    """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back)."""
+def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str,
+                 out_dir: str | Path) -> None:
+    """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back), written
+    under the evaluation's own `out_dir` (`<out_dir>/wandb/`), so the points of a sweep do not
+    share one directory."""
     from longctx.config import as_dict
     from longctx.train.logging import resolve_wandb_mode
 
@@ -140,7 +146,7 @@ def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatma
     import wandb
 
     run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,
-                     dir=config.train.out_dir, config=as_dict(config))
+                     dir=str(out_dir), config=as_dict(config))
     table = wandb.Table(columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
                         data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length])
     run.log({"niah/effective_length": result.effective_length, "niah/pass_rate": table,

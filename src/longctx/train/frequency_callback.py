@@ -1,4 +1,4 @@
-"""f(i) during training: count every batch's attended pairs, log them live to W&B.
+"""f(i) during training: count every batch's attended pairs, log them live to the loggers.
 
 STRING §2.2 (Eq. 2): f(i) counts the (query, key) pairs at relative position i that
 training has used. This callback feeds every training batch on every rank, exactly as the
@@ -9,13 +9,18 @@ to a `PositionFrequency` accumulator (probes/position_frequency.py), and every
 - all-reduces the per-rank counts (a collective: every rank calls it; local counts stay
   local, so logging twice never double counts),
 - logs scalars `fi/f@L/4`, `fi/f@L/2`, `fi/f@3L/4`, `fi/f@L-1`, `fi/share_ge_half`,
-  `fi/tokens_seen` and a line plot of f(i) from a `wandb.Table` of at most 10,000 rows
-  (`wandb.Histogram` caps at 512 bins and loses positions).
+  `fi/tokens_seen` and `fi/curve`, f(i) as a table of at most 10,000 rows drawn as a line
+  plot (on W&B a `wandb.Table`: `wandb.Histogram` caps at 512 bins and loses positions),
+  through every configured logger (train/loggers.py), at the logger step of Lightning's
+  own metrics for that optimizer step,
+
+and once more when training ends, so a run shorter than `probe.fi_every_steps` (or not a
+multiple of it) still ends with its f(i) curve.
 
 At every checkpoint the global counts go into the checkpoint (rank 0 keeps them on
 resume, the other ranks restart from zero, so the all-reduced total continues exactly) and
-the full arrays are written to `<out_dir>/fi/fi-step-NNNNNNN.npz` and logged as a W&B
-artifact. Counting costs < 0.1% of a `tiny` training step at T=4096
+the full arrays are written to `<out_dir>/fi/fi-step-NNNNNNN.npz` and logged as an
+artifact, once per step (the numbered and the `last.ckpt` checkpoint of a step share it). Counting costs < 0.1% of a `tiny` training step at T=4096
 (benchmarks/position_frequency.py).
 """
 
@@ -28,6 +33,7 @@ import numpy as np
 
 from longctx.probes.position_frequency import PositionFrequency
 from longctx.train.callbacks import METRICS_FILE, append_metrics
+from longctx.train.loggers import log_file, log_scalars, log_table, logger_step
 
 MAX_TABLE_ROWS = 10_000
 
@@ -39,9 +45,11 @@ class PositionFrequencyCallback(L.Callback):
         self.every_steps = every_steps
         self.counts = PositionFrequency(window, max_position=window, count_only_labeled=count_only_labeled)
         self._steps_seen = 0
+        self._logged_step = -1
+        self._saved_step = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = trainer.global_step
+        self._steps_seen = self._logged_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         self.counts.update(batch)
@@ -52,18 +60,21 @@ class PositionFrequencyCallback(L.Callback):
         if completed and step % self.every_steps == 0:
             self.log_counts(trainer, self.counts.all_reduce())
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step != self._logged_step:  # every rank agrees: the all-reduce is collective
+            self.log_counts(trainer, self.counts.all_reduce())
+
     def log_counts(self, trainer: L.Trainer, total: PositionFrequency) -> None:
+        self._logged_step = trainer.global_step
         if not trainer.is_global_zero:
             return
         metrics = total.summary(self.window)
         append_metrics(self.out_dir / METRICS_FILE, trainer.global_step, metrics)
-        if not trainer.loggers:
-            return
-        curve = _line_plot(total)
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
-            if curve is not None and hasattr(logger, "experiment"):
-                logger.experiment.log({"fi/curve": curve(), "trainer/global_step": trainer.global_step})
+        step = logger_step(trainer)
+        log_scalars(trainer, metrics, step)
+        distance, count = total.downsample(MAX_TABLE_ROWS)
+        log_table(trainer, "fi/curve", ["relative_position", "f"], [[int(d), int(c)] for d, c in zip(distance, count)],
+                  step, line=("relative_position", "f", "f(i): trained pairs per relative position"))
 
     def state_dict(self) -> dict:
         # Called on every rank while a checkpoint is taken; rank 0's copy is saved.
@@ -78,16 +89,11 @@ class PositionFrequencyCallback(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         total = PositionFrequency(self.window, max_position=self.window, count_only_labeled=self.counts.count_only_labeled)
         total.load_state_dict(checkpoint["callbacks"][self.state_key])
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero or trainer.global_step == self._saved_step:
             return
+        self._saved_step = trainer.global_step
         path = save_npz(total, self.out_dir / "fi" / f"fi-step-{trainer.global_step:07d}.npz")
-        for logger in trainer.loggers:
-            if hasattr(logger, "experiment") and hasattr(logger.experiment, "log_artifact"):
-                import wandb
-
-                artifact = wandb.Artifact(f"fi-{logger.experiment.id}", type="position-frequency")
-                artifact.add_file(str(path))
-                logger.experiment.log_artifact(artifact)
+        log_file(trainer, path, "fi", "position-frequency")
 
 
 def save_npz(counts: PositionFrequency, path: Path) -> Path:
@@ -96,18 +102,3 @@ def save_npz(counts: PositionFrequency, path: Path) -> Path:
     state = {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value) for key, value in counts.state_dict().items()}
     np.savez(path, **state)
     return path
-
-
-def _line_plot(total: PositionFrequency):
-    """A factory for the W&B line plot (built lazily: wandb objects need a live run)."""
-    try:
-        import wandb
-    except ImportError:
-        return None
-    distance, count = total.downsample(MAX_TABLE_ROWS)
-
-    def build():
-        table = wandb.Table(columns=["relative_position", "f"], data=[[int(d), int(c)] for d, c in zip(distance, count)])
-        return wandb.plot.line(table, "relative_position", "f", title="f(i): trained pairs per relative position")
-
-    return build

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from longctx.config import ExperimentConfig, as_dict
+from longctx.config import ExperimentConfig
 
 
 def wandb_key_configured() -> bool:
@@ -31,7 +31,9 @@ def resolve_wandb_mode(mode: str) -> str:
     return mode
 
 
-def make_wandb_logger(config: ExperimentConfig) -> WandbLogger | None:
+def make_wandb_logger(config: ExperimentConfig, **init_args) -> WandbLogger | None:
+    """Lightning's WandbLogger for this run; `init_args` (from `log.loggers`) override the
+    defaults. The config is logged once, by the trainer's LogConfig callback (train/loggers.py)."""
     mode = resolve_wandb_mode(config.log.wandb_mode)
     if mode == "disabled":
         return None
@@ -39,11 +41,6 @@ def make_wandb_logger(config: ExperimentConfig) -> WandbLogger | None:
     os.environ["WANDB_MODE"] = mode  # also read by W&B child processes
     save_dir = Path(config.train.out_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
-    return WandbLogger(
-        project=config.log.project,
-        name=config.log.run_name or None,
-        save_dir=str(save_dir),
-        offline=mode == "offline",
-        config=as_dict(config),
-        log_model=False,
-    )
+    defaults = {"project": config.log.project, "name": config.log.run_name or None, "save_dir": str(save_dir),
+                "offline": mode == "offline", "log_model": False}
+    return WandbLogger(**{**defaults, **init_args})

@@ -28,8 +28,8 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from longctx.config import ExperimentConfig, as_dict
 from longctx.batch import IGNORE_INDEX
+from longctx.config import ExperimentConfig, as_dict, from_dict
 from longctx.model.config import config_dict
 from longctx.model.llama import Llama
 
@@ -52,12 +52,19 @@ def learning_rate(step: int, *, warmup: int, total: int, peak: float, floor: flo
 
 
 class LanguageModelModule(L.LightningModule):
-    def __init__(self, config: ExperimentConfig, initial_state: dict[str, torch.Tensor] | None = None):
+    """`LanguageModelModule.load_from_checkpoint(path)` rebuilds the module from the saved
+    hyper-parameters: `config` (the experiment as a dict) and `model` (the ModelConfig, what
+    `longctx.model.checkpoint.load_model` reads)."""
+
+    def __init__(self, config: ExperimentConfig | dict, initial_state: dict[str, torch.Tensor] | None = None):
         super().__init__()
+        if isinstance(config, dict):
+            config = from_dict(config)
         self.config = config
         self.initial_state = initial_state  # weights from `init=CKPT`, loaded in configure_model
-        # Plain dicts only: checkpoints must load with torch.load(weights_only=True).
-        self.save_hyperparameters({"model": config_dict(config.model), "experiment": as_dict(config)})
+        # Plain dicts only: checkpoints must load with torch.load(weights_only=True). Not logged
+        # here: the trainer's LogConfig callback logs the config once, as flat sections.
+        self.save_hyperparameters({"config": as_dict(config), "model": config_dict(config.model)}, logger=False)
         self.model: Llama | None = None
         # Summed cross-entropy, labelled tokens and token capacity since the last step.
         self._step_totals = torch.zeros(3, dtype=torch.float64)

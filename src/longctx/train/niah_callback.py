@@ -10,6 +10,9 @@ trained and logs
     niah/pass_rate                  a table: length, pass rate, Wilson 95% interval
     niah/heatmap                    the depth x length recall heatmap (Figure 4)
 
+through every configured logger (tables and images where it holds them, files otherwise:
+train/loggers.py), at the logger step of Lightning's metrics for that optimizer step.
+
 The search runs identically on every rank (under FSDP each forward is a collective over
 the shards, so all ranks must take part); rank 0 logs. Cost: tests x lengths prompts of
 up to the training window (the target length under a `data.position_transform`) plus ~48
@@ -29,6 +32,7 @@ from longctx.data.tokenizer import Tokenizer
 from longctx.probes.niah_eval import evaluate, search_settings, write_result
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
+from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
 
 
 class EffectiveLengthCallback(L.Callback):
@@ -60,14 +64,8 @@ class EffectiveLengthCallback(L.Callback):
             metrics["niah/f_at_effective_length"] = float(total.relative[result.effective_length - 1])
         append_metrics(self.out_dir / METRICS_FILE, step, metrics)
         _, heatmap = write_result(result, self.out_dir / "niah" / f"step-{step:07d}", f"step {step}")
-        for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
-            if hasattr(logger, "experiment") and hasattr(logger.experiment, "log"):
-                import wandb
-
-                table = wandb.Table(
-                    columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
-                    data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
-                )
-                logger.experiment.log({"niah/pass_rate": table, "niah/heatmap": wandb.Image(str(heatmap)),
-                                       "trainer/global_step": step})
+        at = logger_step(trainer)  # the step of Lightning's metrics for this optimizer step
+        log_scalars(trainer, metrics, at)
+        log_table(trainer, "niah/pass_rate", ["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+                  [[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length], at)
+        log_image(trainer, "niah/heatmap", heatmap, at)

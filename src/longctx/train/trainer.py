@@ -37,7 +37,8 @@ from longctx.data.transforms import PositionTransform
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
-from longctx.train.logging import make_wandb_logger
+from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
+from longctx.train.progress import step_progress_bar
 from longctx.train.module import LanguageModelModule
 
 
@@ -215,6 +216,8 @@ def fit(
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / METRICS_FILE),
+        LogConfig(config),
+        step_progress_bar(),
     ]
     if config.probe.fi:
         callbacks.append(PositionFrequencyCallback(
@@ -227,6 +230,7 @@ def fit(
         if tokenizer is None:
             raise ConfigError("probe.niah_every_steps", "needs the tokenizer (data.tokenizer)")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
+    callbacks += build_callbacks(config)
     trainer = L.Trainer(
         accelerator="auto",
         devices=world.devices,
@@ -235,7 +239,7 @@ def fit(
         precision=resolve_precision(config),
         max_steps=config.train.max_steps,
         accumulate_grad_batches=accumulation,
-        logger=make_wandb_logger(config) or False,
+        logger=build_loggers(config) or False,
         callbacks=callbacks,
         plugins=[AtomicCheckpointIO()],
         log_every_n_steps=config.log.every_steps,
@@ -247,6 +251,14 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
-    if trainer.is_global_zero and isinstance(trainer.logger, WandbLogger):
-        trainer.logger.experiment.finish()  # flush the run files before the command returns
+    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
+        import wandb
+
+        # finish() can return before W&B's service has written the offline `.wandb` log (seen
+        # with wandb 0.31: the header only); teardown waits for the service to exit, so the
+        # run files are complete when the command returns (and a later run starts clean).
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.experiment.finish()
+        wandb.teardown()
     return trainer
