@@ -40,12 +40,13 @@ import time
 import numpy as np
 import torch
 
-from longctx.data.niah import Haystack, make_samples
+from longctx.niah.tasks import Haystack, make_samples
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
-from longctx.probes.effective_length import EffectiveLengthConfig, LlamaGenerator, plot_heatmap, search_effective_length
+from longctx.config import NiahConfig
+from longctx.niah.search import LlamaGenerator, plot_heatmap, search_effective_length
 from longctx.runtime import tune_cpu_allocator
 
 
@@ -83,10 +84,10 @@ def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend
 
 
 def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> None:
-    config = EffectiveLengthConfig(
+    config = NiahConfig(
         max_length=max_length, tests_per_length=tests, max_new_tokens=new_tokens, stop_at_first_failure=False
     )
-    print(f"\n== effective-length search: lengths {config.lengths[0]}..{config.lengths[-1]}, {tests} tests each ==")
+    print(f"\n== effective-length search: lengths {config.evaluated_lengths()[0]}..{config.evaluated_lengths()[-1]}, {tests} tests each ==")
     generator = LlamaGenerator(model, attention_backend=backend)
     start = time.perf_counter()
     result = search_effective_length(generator, tokenizer, haystack, config)
@@ -96,7 +97,7 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
             f"  L={row.length:>5}  batch {generator.rows_per_batch(row.length):>2}  pass {row.passed:>3}/{row.tests}"
             f"  rate {row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]  {row.seconds:6.1f} s"
         )
-    print(f"effective length {result.effective_length}; total {total:.1f} s for {len(config.lengths) * tests} tests")
+    print(f"effective length {result.effective_length}; total {total:.1f} s for {len(config.evaluated_lengths()) * tests} tests")
     if heatmap:
         print(f"heatmap -> {plot_heatmap(result, heatmap)}")
 

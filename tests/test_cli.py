@@ -67,7 +67,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
 
 def test_domain_errors_share_one_base():
     from longctx.data.corpus import CorpusError
-    from longctx.data.niah import NiahError
+    from longctx.niah.tasks import NiahError
     from longctx.data.sft import SFTDataError
     from longctx.data.tokenizer import TokenizerError
     from longctx.errors import CheckpointError, ConfigError, DataError, LongctxError

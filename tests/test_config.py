@@ -81,7 +81,7 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["train.strategy=deepspeed"], "train.strategy", "is not one of"),
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
         (["model.rope_scaling.type=ntk", "model.rope_scaling.factor=0.5"], "model.rope_scaling.factor", "must be >= 1"),
-        (["eval.pass_threshold=0"], "eval.pass_threshold", r"must be in \(0, 1\]"),
+        (["eval.niah.pass_threshold=0"], "eval.niah.pass_threshold", r"must be in \(0, 1\]"),
         (["eval.position_method.name=alibi"], "eval.position_method.name", "is not one of"),
         (["eval.position_method.name=string", "eval.position_method.string.shift=100",
           "eval.position_method.string.local_window=128"], "eval.position_method.string.local_window", "must be"),

@@ -168,7 +168,7 @@ def test_niah_runs_on_cuda_in_bf16_at_given_lengths(tmp_path):
     haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)), strict=False)))
     checkpoint = tmp_path / "model.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
-    args = [f"eval.niah_haystack={haystack}", "eval.niah_tests_per_length=2", "eval.niah_max_new_tokens=8",
+    args = [f"eval.niah.haystack={haystack}", "eval.niah.tests_per_length=2", "eval.niah.max_new_tokens=8",
             "log.wandb_mode=disabled", "eval.device=cuda", "eval.position_method.name=string",
             "eval.position_method.string.shift_ratio=0.25", "eval.position_method.string.local_window=16"]  # fmt: skip
     assert main(["niah", str(checkpoint), *args, "--lengths", "128,384", "--out", str(tmp_path)]) == 0

@@ -164,7 +164,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def _evaluation_setup(items: list[str]):
     from longctx.data.tokenizer import load_tokenizer
-    from longctx.probes.niah_eval import load_haystack
+    from longctx.niah.evaluation import load_haystack
 
     paths, overrides = _split_overrides(items)
     cfg = config_module.load(paths, overrides)
@@ -178,7 +178,7 @@ def _evaluation_setup(items: list[str]):
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import (
+    from longctx.niah.evaluation import (
         evaluate,
         evaluation_device,
         format_search,
@@ -187,7 +187,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
         write_result,
     )
 
-    items = [*args.items, f"eval.niah_lengths=[{args.lengths}]"] if args.lengths else args.items
+    items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack = _evaluation_setup(items)
     model = load_model(args.checkpoint).to(evaluation_device(cfg))
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
@@ -202,7 +202,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import format_table, method_table
+    from longctx.niah.evaluation import format_table, method_table
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items)
     methods = args.methods.split(",")
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
     niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
     niah.add_argument(
-        "--lengths", default="", help="comma-separated context lengths to evaluate in full, no search (eval.niah_lengths)"
+        "--lengths", default="", help="comma-separated context lengths to evaluate in full, no search (eval.niah.lengths)"
     )
     niah.set_defaults(run=cmd_niah)
 

@@ -18,14 +18,14 @@ ABLATION = [(8, 0.25), (8, 0.5), (16, 0.25), (16, 0.5)]
 """StRing (local_window W, shift_ratio S) points of the fixture's Figure 7."""
 
 EVAL = {
-    "eval.niah_step": 64,
-    "eval.niah_tests_per_length": 2,
-    "eval.niah_max_new_tokens": 8,
+    "eval.niah.step": 64,
+    "eval.niah.tests_per_length": 2,
+    "eval.niah.max_new_tokens": 8,
 }
 
 
 def _eval_overrides(haystack: Path) -> dict:
-    return {**EVAL, "eval.niah_haystack": haystack}
+    return {**EVAL, "eval.niah.haystack": haystack}
 
 
 def _pretrain(workspace: Path, haystack: Path, out: Path) -> None:
@@ -47,7 +47,7 @@ def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> P
     from longctx.config import load
     from longctx.data.tokenizer import load_tokenizer
     from longctx.model.checkpoint import load_model
-    from longctx.probes.niah_eval import evaluate, load_haystack, log_to_wandb, write_result
+    from longctx.niah.evaluation import evaluate, load_haystack, log_to_wandb, write_result
 
     base = [f"{key}={value}" for key, value in {
         **_eval_overrides(haystack), "data.tokenizer": workspace / "tokenizer.json",
@@ -111,8 +111,8 @@ def sft_runs(tmp_path_factory):
         "log.wandb_mode": "disabled"})]) == 0
     haystack = root / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
-    niah = {"sft.niah_after": "true", "eval.niah_haystack": haystack, "eval.niah_task": "paper",
-            "eval.niah_step": SFT_WINDOW, "eval.niah_tests_per_length": 1, "eval.niah_max_new_tokens": 4}
+    niah = {"sft.niah_after": "true", "eval.niah.haystack": haystack, "eval.niah.task": "paper",
+            "eval.niah.step": SFT_WINDOW, "eval.niah.tests_per_length": 1, "eval.niah.max_new_tokens": 4}
     runs = {}
     for variant, extra in SFT_VARIANTS.items():
         runs[variant] = root / "runs" / variant
@@ -159,7 +159,7 @@ def extension_runs(tmp_path_factory):
                 "init": base / "checkpoints" / "last.ckpt", "model.max_position": EXTENSION_TARGET,
                 "data.target_length": EXTENSION_TARGET, "train.max_steps": 2, "train.checkpoint_every_steps": 2,
                 "probe.fi_every_steps": 2, "probe.niah_every_steps": 2, "probe.niah_tests_per_length": 1,
-                "eval.niah_haystack": haystack, "eval.niah_step": 64, "eval.niah_max_new_tokens": 4,
+                "eval.niah.haystack": haystack, "eval.niah.step": 64, "eval.niah.max_new_tokens": 4,
                 "log.wandb_mode": "disabled", **extra})]) == 0
     finally:
         torch.set_num_threads(threads)

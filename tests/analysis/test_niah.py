@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from longctx.analysis.niah import load_niah, load_niah_wandb, method_label, niah_result
-from longctx.probes.effective_length import EffectiveLengthConfig, EffectiveLengthResult, LengthResult
-from longctx.probes.niah_eval import peak_failure_depth, write_result
+from longctx.config import NiahConfig
+from longctx.niah.search import EffectiveLengthResult, LengthResult
+from longctx.niah.evaluation import peak_failure_depth, write_result
 
 
 def make_result(rates, effective, lengths=(128, 256, 384), tests=4, max_length=384) -> EffectiveLengthResult:
@@ -21,7 +22,7 @@ def make_result(rates, effective, lengths=(128, 256, 384), tests=4, max_length=3
     return EffectiveLengthResult(
         effective_length=effective, per_length=rows, depth_edges=[0.0, 0.5, 1.0], depth_recall=[0.75, 0.125],
         heatmap=heatmap, skipped_lengths=[],
-        config=EffectiveLengthConfig(step=128, max_length=max_length, tests_per_length=tests),
+        config=NiahConfig(step=128, max_length=max_length, tests_per_length=tests),
     )
 
 

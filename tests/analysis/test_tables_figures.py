@@ -125,13 +125,14 @@ def test_table1_and_its_markdown():
 
 
 def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path):
-    from longctx.probes.effective_length import EffectiveLengthConfig, EffectiveLengthResult, LengthResult
-    from longctx.probes.niah_eval import write_result
+    from longctx.config import NiahConfig
+from longctx.niah.search import EffectiveLengthResult, LengthResult
+    from longctx.niah.evaluation import write_result
 
     lengths = np.array([100, 50, 256, 300, 10])
     assert figures.figure1(lengths, 64, tmp_path / "fig1.png").stat().st_size > 10_000
     result = EffectiveLengthResult(128, [LengthResult(128, 2, 2, 1.0, 0.3, 1.0, 1.0, "", 0.0)], [0.0, 0.5, 1.0],
-                                   [1.0, 1.0], np.ones((2, 1)), config=EffectiveLengthConfig(step=128, max_length=128))
+                                   [1.0, 1.0], np.ones((2, 1)), config=NiahConfig(step=128, max_length=128))
     numbers, _ = write_result(result, tmp_path / "eval", "t")
     assert figures.figure4(numbers, tmp_path / "fig4.png").stat().st_size > 5_000
     assert figures.figure4(result, tmp_path / "fig4b.png").stat().st_size > 5_000

@@ -7,7 +7,7 @@ import pytest
 
 from longctx import config as config_module
 from longctx.config import ConfigError
-from longctx.data import niah
+from longctx.niah import tasks as niah
 from longctx.data.retrieval import (
     RETRIEVAL_PHRASES,
     RetrievalConfig,

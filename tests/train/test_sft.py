@@ -73,8 +73,8 @@ def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, 
     haystack = tmp_path / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
     args = sft_args(workspace, pretrained, tmp_path, **{
-        "sft.niah_after": "true", "eval.niah_haystack": haystack, "eval.niah_task": "paper",
-        "eval.niah_step": 128, "eval.niah_tests_per_length": 1, "eval.niah_max_new_tokens": 4, "sft.epochs": 0.2})
+        "sft.niah_after": "true", "eval.niah.haystack": haystack, "eval.niah.task": "paper",
+        "eval.niah.step": 128, "eval.niah.tests_per_length": 1, "eval.niah.max_new_tokens": 4, "sft.epochs": 0.2})
     assert main(["sft", *args]) == 0
     result = json.loads((tmp_path / "niah_after_sft" / "niah.json").read_text())
     assert max(result["lengths"] + result["skipped_lengths"]) == 256  # 2 x the base model's 128

@@ -8,7 +8,7 @@
     load_niah_wandb("runs/tiny_1k")                # the `longctx niah` W&B runs (e.g. a wandb sweep)
     niah_result("runs/niah/niah.json")             # back to the EffectiveLengthResult it was written from
 
-This module owns reading back what the effective-length search (probes/effective_length.py)
+This module owns reading back what the effective-length search (niah/search.py)
 wrote: `niah.json` files (`EffectiveLengthResult.to_dict`, written by `longctx niah --out
 DIR` and by the training probe as `<run>/niah/step-NNNNNNN/niah.json`), and the W&B runs
 `longctx niah` logs (job type "niah": config, `niah/effective_length`, and the
@@ -47,7 +47,7 @@ import pandas as pd
 
 from longctx.analysis import wandb_offline
 from longctx.analysis.runs import expand
-from longctx.probes.effective_length import EffectiveLengthResult
+from longctx.niah.search import EffectiveLengthResult
 
 NIAH_FILE = "niah.json"
 LENGTH_COLUMNS = ["length", "tests", "passed", "rate", "wilson_low", "wilson_high", "recall"]
@@ -101,7 +101,7 @@ def read_result_dict(path: str | Path) -> dict:
 
 def niah_result(path: str | Path) -> EffectiveLengthResult:
     """The EffectiveLengthResult a niah.json was written from (None -> NaN), e.g. for
-    `probes.effective_length.plot_heatmap` or `probes.niah_eval.peak_failure_depth`."""
+    `niah.search.plot_heatmap` or `niah.evaluation.peak_failure_depth`."""
     try:
         return EffectiveLengthResult.from_dict(read_result_dict(path))
     except (KeyError, TypeError, ValueError) as error:
@@ -188,14 +188,17 @@ def _wandb_record(path: Path) -> dict:
         per_length = [dict(zip(table["columns"], row)) for row in table["data"]]
     method = evaluation.get("position_method", {})
     name = method.get("name")
-    step = evaluation.get("niah_step")
+    # eval.niah.* since the NIAH settings became one nested config; eval.niah_* in older runs.
+    niah = evaluation.get("niah") or {key.removeprefix("niah_"): value for key, value in evaluation.items()
+                                      if key.startswith("niah_") or key == "pass_threshold"}
+    step = niah.get("step")
     data = {"effective_length": lengths[-1]["niah/effective_length"], "per_length": per_length}
     out_dir = config.get("train", {}).get("out_dir")
     return _record(
         source=str(path), run=Path(out_dir).name if out_dir else (info["name"] or info["run_id"]), step=None,
         method=name, params=dict(method.get(name, {})) if name else {}, data=data,
-        top_length=_round_down(evaluation.get("niah_max_length") or model.get("max_position"), step),
-        task=evaluation.get("niah_task"), pass_threshold=evaluation.get("pass_threshold"),
+        top_length=_round_down(niah.get("max_length") or model.get("max_position"), step),
+        task=niah.get("task"), pass_threshold=niah.get("pass_threshold"),
     )
 
 
@@ -274,10 +277,10 @@ def method_label(method: str | None, params: dict) -> str:
 
 
 def _failure_depth(data: dict) -> tuple[float, float]:
-    """STRING Table 4's peak failure depth band (niah_eval.peak_failure_depth); NaN without depth data."""
+    """STRING Table 4's peak failure depth band (niah.evaluation.peak_failure_depth); NaN without depth data."""
     if "depth_recall" not in data:
         return math.nan, math.nan
-    from longctx.probes.niah_eval import peak_failure_depth
+    from longctx.niah.evaluation import peak_failure_depth
 
     recall = [math.nan if v is None else v for v in data["depth_recall"]]
     result = EffectiveLengthResult(

@@ -20,7 +20,7 @@ count is log-uniform in [filler_min, filler_max], a left-skewed length distribut
 natural corpora's, STRING §2.2) and, once packed, from where row boundaries cut documents
 (a fact and its question in different rows of a document-masked batch cannot be linked).
 
-Disjoint from the NIAH evaluation (data/niah.py) by construction, checked in tests:
+Disjoint from the NIAH evaluation (niah/tasks.py) by construction, checked in tests:
 values have `value_digits` digits (NIAH: 6 for STRING's task, 7 for RULER's); keys are
 generated consonant-vowel pseudo-words (NIAH: adjective-noun words, UUIDs, none for the
 paper task); the wording never says "magic", "special", "needle" or "number"; the filler
@@ -103,7 +103,7 @@ class RetrievalConfig:
 @lru_cache(maxsize=1)
 def filler_sentences() -> tuple[str, ...]:
     """Sentences of the embedded prose (Python's pydoc help topics), whitespace collapsed."""
-    from longctx.data.niah import split_sentences
+    from longctx.data.sentences import split_sentences
 
     sentences = []
     for document in embedded_documents(("prose",)):

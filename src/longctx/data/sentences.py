@@ -1,4 +1,7 @@
-"""Token ids -> sentences, for LongRecipe's position index transformation (§4.2, Algorithm 1).
+"""Text and token ids -> sentences.
+
+`split_sentences` cuts text (the NIAH haystack, the retrieval filler). The rest serves
+LongRecipe's position index transformation (§4.2, Algorithm 1):
 
 Algorithm 1 splits a sample "into N sentences based on delimiters '. ! ? \\n'". The data
 path only sees token ids, so the split is a property of the vocabulary: a token ends a
@@ -12,10 +15,14 @@ documents are split by the packer before sentences are.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import DataError
+
+_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|[A-Z]|$)")
 
 DEFAULT_DELIMITERS = ".!?\n"
 """LongRecipe Algorithm 1, line 6."""
@@ -45,3 +52,11 @@ def sentence_lengths(tokens: np.ndarray, ends_sentence: np.ndarray) -> np.ndarra
         )
     ends = np.flatnonzero(ends_sentence[tokens][:-1]) + 1
     return np.diff(np.concatenate([[0], ends, [len(tokens)]])).astype(np.int64)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Pieces ending after [.!?] (plus closing quotes/brackets) that is followed by whitespace,
+    a capital letter or the end; the whitespace starts the next piece. "".join(pieces) == text."""
+    cuts = [m.end() for m in _SENTENCE_END.finditer(text)]
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]

@@ -1,34 +1,19 @@
 """Weights & Biases through Lightning's WandbLogger, offline unless a key is configured.
 
 `log.wandb_mode=auto` goes online only when an API key is available (WANDB_API_KEY or a
-`~/.netrc` entry for api.wandb.ai); otherwise the run is written offline under
+`~/.netrc` entry for api.wandb.ai; longctx/wandb_mode.py); otherwise the run is written offline under
 `<out_dir>/wandb/` and can be uploaded later with `wandb sync`. W&B never prompts.
 """
 
 from __future__ import annotations
 
-import netrc
 import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
 from longctx.config import ExperimentConfig
-
-
-def wandb_key_configured() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return False
-
-
-def resolve_wandb_mode(mode: str) -> str:
-    if mode == "auto":
-        return "online" if wandb_key_configured() else "offline"
-    return mode
+from longctx.wandb_mode import resolve_wandb_mode
 
 
 def make_wandb_logger(config: ExperimentConfig, **init_args) -> WandbLogger | None:

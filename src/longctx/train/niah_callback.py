@@ -1,7 +1,7 @@
 """Effective length during training, next to f(i) (STRING Figure 2a/2b from one run).
 
 Every `probe.niah_every_steps` optimizer steps the NIAH effective-length search
-(probes/effective_length.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
+(niah/search.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
 length, a fixed seed so every evaluation sees the same tests) runs on the model being
 trained and logs
 
@@ -27,9 +27,9 @@ from pathlib import Path
 import lightning as L
 
 from longctx.config import ExperimentConfig
-from longctx.data.niah import Haystack
+from longctx.niah.tasks import Haystack
 from longctx.data.tokenizer import Tokenizer
-from longctx.probes.niah_eval import evaluate, search_settings, write_result
+from longctx.niah.evaluation import evaluate, search_settings, write_result
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step

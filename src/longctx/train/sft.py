@@ -105,7 +105,7 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
 def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
     """The effective-length search of the fine-tuned model within and beyond the base
     model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
-    from longctx.probes.niah_eval import evaluate, format_search, load_haystack, search_settings, write_result
+    from longctx.niah.evaluation import evaluate, format_search, load_haystack, search_settings, write_result
 
     out_dir = Path(config.train.out_dir)
     model = load_model(out_dir / "checkpoints" / "last.ckpt")

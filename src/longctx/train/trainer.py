@@ -224,7 +224,7 @@ def fit(
             fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
         ))
     if config.probe.niah_every_steps:
-        from longctx.probes.niah_eval import load_haystack
+        from longctx.niah.evaluation import load_haystack
         from longctx.train.niah_callback import EffectiveLengthCallback
 
         if tokenizer is None:

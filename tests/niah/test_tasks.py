@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from longctx.data import niah
-from longctx.data.niah import (
+from longctx.niah import tasks as niah
+from longctx.niah.tasks import (
     TASKS,
     Haystack,
     NeedleTokenizationError,

@@ -11,8 +11,8 @@ from longctx.cli import main
 from longctx.data.corpus import embedded_documents
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama, ModelConfig
-from longctx.probes.effective_length import EffectiveLengthResult
-from longctx.probes.niah_eval import format_table, peak_failure_depth
+from longctx.niah.search import EffectiveLengthResult
+from longctx.niah.evaluation import format_table, peak_failure_depth
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,8 @@ def checkpoint(tmp_path_factory):
 
 
 def eval_args(haystack_file):
-    return [f"eval.niah_haystack={haystack_file}", "eval.niah_step=128", "eval.niah_tests_per_length=2",
-            "eval.niah_max_new_tokens=8", "log.wandb_mode=disabled"]
+    return [f"eval.niah.haystack={haystack_file}", "eval.niah.step=128", "eval.niah.tests_per_length=2",
+            "eval.niah.max_new_tokens=8", "log.wandb_mode=disabled"]
 
 
 def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, tmp_path, capsys):
@@ -128,5 +128,5 @@ def test_niah_lengths_evaluates_every_given_length_without_the_search(checkpoint
 
 
 def test_niah_lengths_must_be_positive(checkpoint, haystack_file, tmp_path, capsys):
-    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "eval.niah_lengths=[128,0]"]) == 2
-    assert "eval.niah_lengths" in capsys.readouterr().err
+    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "eval.niah.lengths=[128,0]"]) == 2
+    assert "eval.niah.lengths" in capsys.readouterr().err

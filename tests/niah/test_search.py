@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.data.niah import PromptTooShortError, make_samples
+from longctx.niah.tasks import PromptTooShortError, make_samples
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import string_method
-from longctx.probes.effective_length import (
-    EffectiveLengthConfig,
+from longctx.config import NiahConfig
+from longctx.niah.search import (
     LlamaGenerator,
+    check_task_settings,
     plot_heatmap,
     search_effective_length,
     wilson_interval,
@@ -39,13 +40,13 @@ class LastKReader:
 
 def config(**changes):
     values = dict(step=128, max_length=1024, tests_per_length=8, depth_bands=4, seed=5)
-    return EffectiveLengthConfig(**{**values, **changes})
+    return NiahConfig(**{**values, **changes})
 
 
 def expected_from_spans(tokenizer, haystack, cfg, window):
     """Brute force from the samples' metadata: an answer is read iff its digits start in the window."""
     effective, rates, cells = 0, [], []
-    for length in cfg.lengths:
+    for length in cfg.evaluated_lengths():
         samples = make_samples(tokenizer, haystack, length, cfg.tests_per_length, task=cfg.task, seed=cfg.seed)
         seen = [[n.value_span[0] >= length - window for n in s.answer_needles] for s in samples]
         rate = np.mean([sum(v) >= (cfg.min_found or 2) for v in seen])
@@ -156,16 +157,18 @@ def test_result_serialises_and_plots(tokenizer, haystack, tmp_path):
 
 
 def test_config_errors():
-    with pytest.raises(ValueError, match="EffectiveLengthConfig.step must be >= 1"):
-        EffectiveLengthConfig(step=0)
-    with pytest.raises(ValueError, match="max_length=64 is below"):
-        EffectiveLengthConfig(max_length=64)
-    with pytest.raises(ValueError, match="pass_threshold"):
-        EffectiveLengthConfig(pass_threshold=1.5)
-    with pytest.raises(ValueError, match=r"min_found must be in \[1, 4\]"):
-        EffectiveLengthConfig(min_found=5)
-    with pytest.raises(ValueError, match="not one of"):
-        EffectiveLengthConfig(task="nope")
+    with pytest.raises(ValueError, match="eval.niah.step: must be a positive integer"):
+        NiahConfig(step=0)
+    with pytest.raises(ValueError, match="eval.niah.max_length: 64 is below eval.niah.step=128"):
+        NiahConfig(max_length=64)
+    with pytest.raises(ValueError, match="eval.niah.pass_threshold"):
+        NiahConfig(pass_threshold=1.5)
+    with pytest.raises(ValueError, match=r"eval.niah.min_found: must be in \[1, 4\]"):
+        check_task_settings(NiahConfig(min_found=5))
+    with pytest.raises(ValueError, match="eval.niah.task: NIAH task 'nope' is not one of"):
+        check_task_settings(NiahConfig(task="nope"))
+    with pytest.raises(ValueError, match="call for_model"):
+        NiahConfig().evaluated_lengths()
 
 
 def test_generator_with_wrong_output_shape_is_refused(tokenizer, haystack):

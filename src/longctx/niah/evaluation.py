@@ -1,0 +1,191 @@
+"""NIAH evaluation of checkpoints: `longctx niah` and the STRING Table 1 / Table 4 layout.
+
+    longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah.tests_per_length=50
+    longctx niah CKPT eval.position_method.name=string eval.position_method.string.shift_ratio=0.33
+    longctx niah-table CKPT_A CKPT_B --methods rope,ntk,yarn,rerope,self_extend,dca,string
+
+`longctx niah` runs the effective-length search (niah/search.py) with the
+`eval.*` settings and writes `<out>/niah.json` and the depth x length heatmap (STRING
+Figure 4) as `<out>/niah_heatmap.png`. `niah-table` evaluates every method on every
+checkpoint at the model's training length L (= model.max_position), the STRING Table 1
+protocol: NIAH 4-needle accuracy at L per method x model, and the depth band where each
+model fails most (Table 4's "peak failure depth").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from longctx.config import ExperimentConfig, NiahConfig
+from longctx.niah.tasks import Haystack
+from longctx.data.tokenizer import Tokenizer
+from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.niah.search import (
+    EffectiveLengthResult,
+    LlamaGenerator,
+    plot_heatmap,
+    search_effective_length,
+)
+
+
+def search_settings(
+    config: ExperimentConfig, model: Llama, *, tests_per_length: int = 0, max_length: int = 0
+) -> NiahConfig:
+    """`eval.niah` with max_length resolved for `model`; the in-training probe passes its own
+    number of tests, NIAH after SFT its own top length."""
+    return config.eval.niah.for_model(
+        model.config.max_position, max_length=max_length, tests_per_length=tests_per_length
+    )
+
+
+def evaluation_device(config: ExperimentConfig) -> torch.device:
+    """eval.device resolved: auto = cuda when available, else cpu."""
+    name = config.eval.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
+    """The configured haystack, tokenised once; None for tasks that build their own (JSON KV)."""
+    if config.eval.niah.task == "helmet-json-kv":
+        return None
+    if config.eval.niah.haystack:
+        return Haystack.from_file(tokenizer, config.eval.niah.haystack)
+    return Haystack.paul_graham(tokenizer)
+
+
+def evaluate(
+    model: Llama,
+    config: ExperimentConfig,
+    tokenizer: Tokenizer,
+    haystack: Haystack | None,
+    *,
+    method: PositionMethodConfig | None = None,
+    settings: NiahConfig | None = None,
+    progress: bool = False,
+) -> EffectiveLengthResult:
+    """The effective-length search of `model` under a position method (default
+    eval.position_method); `progress`: a bar per length on stderr."""
+    method_config = method or config.eval.position_method
+    device = model.tok_embeddings.weight.device
+    position_method = None
+    if method_config.name != "rope":
+        position_method = build_position_method(method_config, model.config).to(device)
+    settings = settings or search_settings(config, model)
+    generator = LlamaGenerator(model, batch_tokens=settings.batch_tokens, position_method=position_method)
+    was_training = model.training
+    model.eval()
+    # bf16 on CUDA (the flash kernels' dtype, half the KV cache); fp32 weights stay the reference on CPU.
+    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    try:
+        with torch.no_grad(), precision:
+            return search_effective_length(generator, tokenizer, haystack, settings, progress=progress)
+    finally:
+        model.train(was_training)
+
+
+def write_result(
+    result: EffectiveLengthResult, out_dir: str | Path, title: str, position_method: dict | None = None
+) -> tuple[Path, Path]:
+    """niah.json (+ `position_method`, the settings evaluated, when given) and the heatmap."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    numbers = out_dir / "niah.json"
+    data = result.to_dict() if position_method is None else {**result.to_dict(), "position_method": position_method}
+    numbers.write_text(json.dumps(data, indent=1) + "\n")
+    return numbers, plot_heatmap(result, out_dir / "niah_heatmap.png", title=title)
+
+
+def method_settings(config: ExperimentConfig, model: Llama) -> dict:
+    """The evaluated position method as niah.json records it: its name, its config section
+    as set (StRing's shift_ratio, say) and the parameters it resolved to for the evaluated
+    model (its training length is the checkpoint's max_position, as in `evaluate`)."""
+    method = config.eval.position_method
+    section = getattr(method, method.name, None)
+    return {"name": method.name, **(vars(section) if section is not None else {}),
+            "resolved": method.resolved(model.config.max_position)}
+
+
+def format_search(result: EffectiveLengthResult) -> str:
+    lines = [f"effective length: {result.effective_length}"]
+    for row in result.per_length:
+        lines.append(
+            f"  L={row.length:>6}  pass {row.passed:>4}/{row.tests:<4} = {row.rate:.3f}  "
+            f"95% CI [{row.wilson_low:.3f}, {row.wilson_high:.3f}]"
+        )
+    return "\n".join(lines)
+
+
+def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str,
+                 out_dir: str | Path) -> None:
+    """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back), written
+    under the evaluation's own `out_dir` (`<out_dir>/wandb/`), so the points of a sweep do not
+    share one directory."""
+    from longctx.config import as_dict
+    from longctx.wandb_mode import resolve_wandb_mode
+
+    mode = resolve_wandb_mode(config.log.wandb_mode)
+    if mode == "disabled":
+        return
+    import wandb
+
+    run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,
+                     dir=str(out_dir), config=as_dict(config))
+    table = wandb.Table(columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+                        data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length])
+    run.log({"niah/effective_length": result.effective_length, "niah/pass_rate": table,
+             "niah/heatmap": wandb.Image(str(heatmap))})
+    run.finish()
+    wandb.teardown()  # a later run in this process (a test, a notebook) starts from clean settings
+
+
+def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
+    """(low, high) edges of the depth band with the lowest recall (STRING Table 4)."""
+    recalls = [(r, i) for i, r in enumerate(result.depth_recall) if r is not None and not math.isnan(r)]
+    if not recalls:
+        return (math.nan, math.nan)
+    _, band = min(recalls)
+    return result.depth_edges[band], result.depth_edges[band + 1]
+
+
+def method_table(
+    models: dict[str, Llama], methods: list[str], config: ExperimentConfig, tokenizer: Tokenizer,
+    haystack: Haystack | None,
+) -> dict:
+    """{model: {method: {"accuracy", "peak_failure_depth"}}} at each model's training length."""
+    table: dict = {}
+    for model_name, model in models.items():
+        length = model.config.max_position
+        settings = dataclasses.replace(search_settings(config, model), lengths=[length])
+        table[model_name] = {}
+        for name in methods:
+            method = dataclasses.replace(config.eval.position_method, name=name)
+            result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
+            row = result.per_length[-1]
+            table[model_name][name] = {"accuracy": row.rate, "peak_failure_depth": peak_failure_depth(result)}
+    return table
+
+
+def format_table(table: dict, methods: list[str]) -> str:
+    """Markdown in the STRING Table 1 layout (methods as rows, models as columns), then
+    the peak-failure depth of each model under plain RoPE (Table 4)."""
+    models = list(table)
+    lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for name in methods:
+        cells = [f"{100 * table[m][name]['accuracy']:.1f}" for m in models]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("| model | peak failure depth (rope) |")
+    lines.append("|---|---|")
+    for model in models:
+        low, high = table[model][methods[0]]["peak_failure_depth"]
+        lines.append(f"| {model} | {100 * low:.0f}-{100 * high:.0f}% |")
+    return "\n".join(lines)
