@@ -50,7 +50,7 @@ class DataSource:
     weight: float = 1.0
     """Share of rows drawn from this source (normalised over the mixture)."""
     kind: str = "prepared"
-    """prepared | retrieval (generated key->value documents, data/retrieval.py, DESIGN §13)."""
+    """prepared | retrieval (generated key->value documents, data/retrieval.py, docs/design.md §13)."""
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     """kind=retrieval: how the documents are generated (ignored otherwise)."""
 
@@ -80,7 +80,7 @@ class LongRecipeConfig:
 
 @dataclass
 class DataConfig:
-    """What the model trains on and how rows are packed (DESIGN §3, §11)."""
+    """What the model trains on and how rows are packed (docs/design.md §3, §11)."""
 
     path: str = ""
     """A directory written by `longctx prepare`, or '' for the embedded corpus (prepared on first use)."""
@@ -275,7 +275,7 @@ class LogConfig:
 
 @dataclass
 class SftConfig:
-    """Supervised fine-tuning on chat data (SkipAlign §3-4, DESIGN §9)."""
+    """Supervised fine-tuning on chat data (SkipAlign §3-4, docs/design.md §9)."""
 
     data: str = "embedded"
     """'embedded' (generated multi-turn recall conversations) or a Tulu-v2 style JSONL path."""
@@ -324,7 +324,7 @@ class SftConfig:
 
 @dataclass
 class ProbeConfig:
-    """Probes that run during training (DESIGN §7)."""
+    """Probes that run during training (docs/design.md §7)."""
 
     fi: bool = True
     """Count f(i), the trained (query, key) pairs per relative position (STRING Eq. 2)."""

@@ -1,4 +1,4 @@
-"""Verdicts of the miniature replication (docs/replication.md, DESIGN §13).
+"""Verdicts of the miniature replication (docs/replication.md, docs/design.md §13).
 
 Each STRING / SkipAlign finding becomes a `Finding`: the measured numbers, a verdict
 (holds | does not hold | inconclusive) and the reason. The rules are fixed before any run

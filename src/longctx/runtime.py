@@ -7,10 +7,8 @@ glibc's malloc returns every freed block above its mmap threshold (128 KiB to 32
 adapted at run time) to the kernel, and trims the heap top above 128 KiB. An activation
 of a CPU training step (a [4, 1024, 256] fp32 tensor is 4 MiB) is then fresh memory every
 time it is allocated, and the kernel zero-fills each of its 4 KiB pages on first touch:
-elementwise ops on such tensors ran 4-7x slower than on reused memory (RoPE of a
-[1, 1024, 8, 32] query: 1.6 ms vs 0.26 ms), and a `tiny` 10.1M-parameter training step
-12% slower (benchmarks/train_step.py, the same for Hugging Face's model in the same
-process). Raising both thresholds keeps freed blocks in the heap for reuse; torch's own
+elementwise ops on such tensors run several times slower than on reused memory, and a
+whole training step measurably slower (numbers in docs/benchmarks.md). Raising both thresholds keeps freed blocks in the heap for reuse; torch's own
 CPU tuning guide gets the same effect by preloading jemalloc or tcmalloc. The cost: the
 process keeps up to TRIM_THRESHOLD of freed memory instead of returning it.
 

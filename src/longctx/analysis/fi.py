@@ -1,4 +1,4 @@
-"""The f(i) snapshots of training runs as tidy pandas frames (STRING §2.2 Eq. 2, DESIGN §7.1).
+"""The f(i) snapshots of training runs as tidy pandas frames (STRING §2.2 Eq. 2, docs/design.md §7.1).
 
     from longctx.analysis.fi import load_fi, fi_snapshots, fi_growth
     fi = load_fi("runs/tiny_1k")          # run, step, tokens_seen, distance, count

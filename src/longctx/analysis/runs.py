@@ -1,4 +1,4 @@
-"""Logged history of training runs as one tidy pandas frame (DESIGN §12).
+"""Logged history of training runs as one tidy pandas frame (docs/design.md §12).
 
     from longctx.analysis.runs import find_runs, load_history, wide
     runs = find_runs("runs/*")                        # run directories (glob or comma list)

@@ -1,1 +1,1 @@
-"""Data: corpora, tokenizers, packing into the batch contract (DESIGN §3, §11)."""
+"""Data: corpora, tokenizers, packing into the batch contract (docs/design.md §3, §11)."""

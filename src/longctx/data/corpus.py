@@ -1,4 +1,4 @@
-"""Text corpora as streams of `Document`s, and their length distributions (DESIGN §11).
+"""Text corpora as streams of `Document`s, and their length distributions (docs/design.md §11).
 
 This module owns *where text comes from* and what gets rejected on the way; tokenising,
 packing and writing litdata shards live elsewhere. Sources, each yielding documents in a
@@ -10,7 +10,7 @@ deterministic order (sorted paths, file order for JSONL/parquet):
   the `pydoc_data.topics` help pages. On CPython 3.11.7: 730 code documents, 12.1 M chars
   (median 7.8 K chars, p90 36.5 K, max 756 K) and 79 prose documents, 0.46 M chars
   (median 1.7 K, p90 13.6 K). Natural lengths (most documents short, a long tail) give
-  the left-skewed position frequency f(i) of STRING §2.2. Reading it all takes ~0.6 s.
+  the left-skewed position frequency f(i) of STRING §2.2.
 - `debian_documents`: larger optional prose from Debian doc packages (`python3.11-doc`:
   497 `*.rst.txt` files, 11.0 M chars; `linux-doc-6.1`: 3,183 files, 24 MB).
 - `jsonl_documents` / `parquet_documents` / `directory_documents`: user text.

@@ -1,4 +1,4 @@
-"""Packed training rows in the batch contract (DESIGN §3), in a world-size-invariant order.
+"""Packed training rows in the batch contract (docs/design.md §3), in a world-size-invariant order.
 
 A prepared dataset (`longctx prepare`) is a litdata directory with one item per document
 (its tokens followed by EOS) plus `lengths.npy`, the token count of every item; local, or

@@ -1,4 +1,4 @@
-"""Position-id transforms for training: SkipAlign, PoSE, RandPos and LongRecipe PIT (DESIGN §9).
+"""Position-id transforms for training: SkipAlign, PoSE, RandPos and LongRecipe PIT (docs/design.md §9).
 
 This module owns the position ids a sample is trained with when they are not 0..n-1.
 Every transform is a pure function of the sample's structure, a target length and a

@@ -1,6 +1,6 @@
 """Retrieval documents for the training mixture: key->value facts, then questions about them.
 
-STRING's effect needs a model that retrieves at all (DESIGN §13): natural text does not
+STRING's effect needs a model that retrieves at all (docs/design.md §13): natural text does not
 teach a tiny model to copy a number from far back within a CPU budget, so this source adds
 documents whose only hard-to-predict tokens are values stated earlier in the same document.
 One document:
@@ -58,7 +58,7 @@ FILLER_MIN_CHARS = 20
 
 @dataclass
 class RetrievalConfig:
-    """Generated key->value retrieval documents (data/retrieval.py, DESIGN §13)."""
+    """Generated key->value retrieval documents (data/retrieval.py, docs/design.md §13)."""
 
     documents: int = 20_000
     """Documents generated (one epoch of this source)."""
@@ -218,7 +218,7 @@ def retrieval_report(distances: np.ndarray, windows: Sequence[int]) -> dict[str,
     """Summary of needle-question distances and the share a window of L can train.
 
     In a packed stream a document starts at a uniformly random offset of its row, so a
-    pair d tokens apart lands in one row with probability max(0, 1 - d / L) (DESIGN §13:
+    pair d tokens apart lands in one row with probability max(0, 1 - d / L) (docs/design.md §13:
     distance density in a window is proportional to L - d). `trainable_{L}` is the mean of
     that probability over all pairs; `median`/`p90`/`max` describe the raw distances.
     """

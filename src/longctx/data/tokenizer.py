@@ -6,7 +6,7 @@ never adds BOS/EOS (the data pipeline appends EOS between documents itself) and 
 special token's spelling inside text (say a literal "<|endoftext|>" in a source file) as
 plain text, so EOS only ever appears where the pipeline put it.
 
-Specs accepted by `load_tokenizer` (DESIGN §11):
+Specs accepted by `load_tokenizer` (docs/design.md §11):
 
 - `bpe-N` (default `bpe-8192`): byte-level BPE with N tokens (2 special + 256 bytes +
   N - 258 merges) trained with HF `tokenizers` on the embedded corpus (`corpus.py`) on
@@ -17,9 +17,8 @@ Specs accepted by `load_tokenizer` (DESIGN §11):
   sorted byte alphabet and the merge order, so the file is byte-identical across runs,
   processes and thread counts. The file is a function of the corpus, hence of the Python
   build: the cache key hashes the corpus text, the vocabulary size, this recipe's version
-  and the `tokenizers` version. On CPython 3.11.7 (809 documents, 12.5 M characters)
-  training bpe-8192 takes 5-9 s on 2 CPU cores, so it uses the whole corpus, not a subset;
-  a cached load takes ~1 s (reading and hashing the corpus). Characters per token on text
+  and the `tokenizers` version. Training on the whole embedded corpus takes seconds, so
+  it uses all of it, not a subset; a cached load reads and hashes the corpus. Characters per token on text
   it was not trained on (stdlib test/ code, 17.1 M chars; the Python 3.11 docs' reST
   sources from Debian `python3.11-doc`, 11.0 M chars): code 3.28 (cl100k 4.15, llama3
   4.15), prose 3.61 (cl100k 4.18, llama3 4.18), with 12x fewer embedding rows than cl100k.

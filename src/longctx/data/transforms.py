@@ -1,7 +1,7 @@
 """Context-extension position transforms applied to packed rows (`data.position_transform`).
 
 PoSE, RandPos and LongRecipe extend a model's window to a target length L_t by training on
-rows of the usual window L_c whose position ids are spread over [0, L_t) (DESIGN §9,
+rows of the usual window L_c whose position ids are spread over [0, L_t) (docs/design.md §9,
 LongRecipe §4.2). The transform belongs to the data pipeline, never to the model: a row
 leaves `PackedRows` with its `position_ids` rewritten and everything else of the batch
 contract (input_ids, labels, document_ids) untouched, so attention, doc masking and the f(i)

@@ -1,4 +1,4 @@
-"""Document-masked causal attention with interchangeable backends (DESIGN §3-§4).
+"""Document-masked causal attention with interchangeable backends (docs/design.md §3-§4).
 
 One entry point, `attention(q, k, v, document_ids=..., backend=...)`, with shapes
 
@@ -20,8 +20,8 @@ Backends:
 - `varlen`   pure torch, autograd-capable, the CPU training default; cost and memory
              follow sum_doc |doc|^2 instead of T^2. Training/prefill (Tq = Tk): one
              `is_causal` SDPA call per document of >= SHORT_DOCUMENT tokens (torch's CPU
-             flash kernel then skips the masked upper triangle: 2.1x faster than dense
-             `sdpa` at T=4096 even for one document per row), shorter documents grouped
+             flash kernel then skips the masked upper triangle, faster than dense `sdpa`
+             even for one document per row; docs/benchmarks.md), shorter documents grouped
              into chunks of <= SHORT_DOCUMENT tokens with a small block-diagonal mask. No
              [T, T] mask is built. Decoding / chunked prefill (Tq < Tk): queries in blocks
              of `block_size`, each attending keys from the start of its first query's
@@ -58,8 +58,8 @@ from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
 
 DEFAULT_BLOCK_SIZE = 256
 SHORT_DOCUMENT = 256
-"""varlen: documents shorter than this share masked calls (one call per document costs a
-fixed ~0.1-0.5 ms on CPU, more than a short document's attention)."""
+"""varlen: documents shorter than this share masked calls (one call per document has a
+fixed cost on CPU larger than a short document's attention)."""
 
 
 @dataclass

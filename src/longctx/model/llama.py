@@ -1,9 +1,9 @@
-"""TinyLlama-style decoder (DESIGN §5): pre-norm RMSNorm, SwiGLU, RoPE, GQA, untied head.
+"""TinyLlama-style decoder (docs/design.md §5): pre-norm RMSNorm, SwiGLU, RoPE, GQA, untied head.
 
     model = Llama(ModelConfig.from_preset("tiny"))
     logits = model(input_ids, position_ids=..., document_ids=...)       # [B, T, vocab]
 
-The model reads the batch contract (DESIGN §3) and nothing else: `position_ids` are the
+The model reads the batch contract (docs/design.md §3) and nothing else: `position_ids` are the
 RoPE indices (reset per document, or rewritten by SkipAlign/PoSE), `document_ids` decide
 who attends to whom. Defaults: positions 0..T-1 and one document per row.
 

@@ -1,4 +1,4 @@
-"""Effective context length by the 4-needle NIAH test (STRING §3 "Evaluation", Figure 4; DESIGN §7.2).
+"""Effective context length by the 4-needle NIAH test (STRING §3 "Evaluation", Figure 4; docs/design.md §7.2).
 
 This module owns the search and its report. For lengths L = step, 2 step, ... <= max_length
 (step 128 in the paper) it builds `tests_per_length` prompts of exactly L tokens
@@ -27,8 +27,8 @@ The model is anything with `generate(input_ids [B, T], max_new_tokens) -> [B, ne
 (`Generator`), so tests can pass in oracles. `LlamaGenerator` runs `greedy_generate`:
 one prefill of a batch of prompts of the same length, then one cached token per step, so
 a new token costs one token's forward (attending to L cached keys) instead of re-running
-all L + t tokens: 25-32x faster than recompute at L = 256-512 with 48 new tokens on the
-`tiny` model (`benchmarks/niah.py`). Every test decodes `max_new_tokens` tokens; the
+all L + t tokens (an order of magnitude faster than recompute at the lengths the tests
+use; `benchmarks/niah.py`, docs/benchmarks.md). Every test decodes `max_new_tokens` tokens; the
 output is cut at the first EOS before scoring.
 """
 
@@ -79,7 +79,7 @@ class LlamaGenerator:
     """Most prompt tokens per forward (B x L)."""
     attention_backend: str | None = None
     """None = the model's configured backend. On CPU `sdpa` prefills single-document
-    prompts ~2x faster than `varlen`, the training default (benchmarks/niah.py)."""
+    prompts faster than `varlen`, the training default (benchmarks/niah.py)."""
     position_method: PositionMethod | None = None
     """StRing or a baseline (`build_position_method`); None = the model's plain RoPE."""
 

@@ -1,4 +1,4 @@
-"""Needle-in-a-haystack prompts of an exact token length (STRING §3 and Table 5, DESIGN §7.2).
+"""Needle-in-a-haystack prompts of an exact token length (STRING §3 and Table 5, docs/design.md §7.2).
 
 This module owns the samples of the effective-length probe: the haystack, the needles, the
 prompt templates and the scoring of an answer. A prompt is assembled in token space,

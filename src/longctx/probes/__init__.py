@@ -1,1 +1,1 @@
-"""Probes of what training did to positions and context use (DESIGN §7)."""
+"""Probes of what training did to positions and context use (docs/design.md §7)."""

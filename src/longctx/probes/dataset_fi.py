@@ -19,7 +19,7 @@ reverse cumulative sums. Figure 1 compares three ways of cutting the same tokens
 the f(i) counter over one epoch of packed rows (documents cut at row boundaries).
 `relative_distance_histogram` counts the response queries of SFT rows (SkipAlign
 Figure 2: how far each SFT variant's skipped ids reach). `transformed_fi` gives the natural pieces PoSE or RandPos position ids spread over a target
-length Lt > L (DESIGN §9) and counts their pairs exactly: the relative positions such
+length Lt > L (docs/design.md §9) and counts their pairs exactly: the relative positions such
 training reaches beyond L.
 """
 

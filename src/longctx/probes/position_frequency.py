@@ -1,6 +1,6 @@
-"""Position frequency f(i): how often training exercised each relative position (STRING §2.2-§3, DESIGN §7.1).
+"""Position frequency f(i): how often training exercised each relative position (STRING §2.2-§3, docs/design.md §7.1).
 
-A batch in the batch contract (DESIGN §3) trains, for every query token q and every key k
+A batch in the batch contract (docs/design.md §3) trains, for every query token q and every key k
 of the same document with k not after q, the relative position
 
     d = position_ids[q] - position_ids[k]
@@ -251,7 +251,7 @@ def _fft_counts(
         queries = np.zeros_like(keys)
         keys[rows, columns] = 1.0
         queries[rows, columns] = _take(query, tokens).numpy()
-        # numpy's FFT is single-threaded: torch's starts a thread pool per call, 5x slower on a busy CPU
+        # numpy's FFT is single-threaded: torch's starts a thread pool per call, slow on a busy CPU
         lags = np.fft.irfft(np.fft.rfft(queries) * np.fft.rfft(keys).conj(), n=length)
         width = min(max_distance, length // 2)  # lags >= length / 2 hold the wrapped-around d < 0
         counts[:width] += torch.from_numpy(np.rint(lags[:, :width].sum(0)).astype(np.int64))
@@ -272,8 +272,8 @@ def _indices(mask: torch.Tensor) -> torch.Tensor:
 
 def _take(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """values[index] for 1-D tensors. index_select rather than advanced indexing, whose CPU
-    kernel goes parallel even for a few thousand elements and then stalls for up to 0.1 s
-    whenever another process holds the cores (measured on a 2-core machine under load)."""
+    kernel goes parallel even for a few thousand elements and then stalls whenever another
+    process holds the cores."""
     return values.index_select(0, index)
 
 

@@ -1,6 +1,6 @@
 """Answer loss on held-out retrieval documents: does the model copy values, or only the format?
 
-DESIGN §13's first milestone is a base model that retrieves at all; NIAH's substring
+docs/design.md §13's first milestone is a base model that retrieves at all; NIAH's substring
 scoring gives 0 both to a model that has not learned the answer format and to one that
 writes the format with wrong digits. This probe separates them. For held-out documents of
 the retrieval source (data/retrieval.py, another seed than training's) that fit in the

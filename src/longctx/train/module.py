@@ -150,7 +150,7 @@ class LanguageModelModule(L.LightningModule):
             lr=train.lr,
             betas=(0.9, 0.95),
             eps=1e-8,
-            fused=True,  # one kernel over all parameters; 7-16% of a `tiny` CPU step faster than foreach
+            fused=True,  # one kernel over all parameters (faster than foreach: docs/benchmarks.md)
         )
         warmup = round(train.warmup_ratio * train.max_steps) if train.warmup_ratio > 0 else train.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(

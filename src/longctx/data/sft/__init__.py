@@ -1,4 +1,4 @@
-"""Chat data for SFT and the rows of its variants (SkipAlign §3-§4, DESIGN §9 and §11).
+"""Chat data for SFT and the rows of its variants (SkipAlign §3-§4, docs/design.md §9 and §11).
 
     samples, report = load_sft_samples("embedded", tokenizer)        # or a Tulu-v2 JSONL path
     rows = SFTRows(samples, variant="skipalign", window=512, pad_id=tokenizer.pad_id)

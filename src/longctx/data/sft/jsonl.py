@@ -1,4 +1,4 @@
-"""Reading Tulu-v2 chat JSONL (SkipAlign §4, DESIGN §11).
+"""Reading Tulu-v2 chat JSONL (SkipAlign §4, docs/design.md §11).
 
 One conversation per line: {"messages": [{"role": "system" | "user" | "assistant",
 "content": "..."}, ...]} (other keys are ignored, blank lines too). A line that is not

@@ -1,4 +1,4 @@
-"""Rows of the batch contract for the three SFT variants (SkipAlign §3.2-§4, DESIGN §9).
+"""Rows of the batch contract for the three SFT variants (SkipAlign §3.2-§4, docs/design.md §9).
 
 Rows hold `window` tokens; a pad token has label IGNORE_INDEX and belongs to its own
 trailing document (positions 0, 1, ...), so it never attends to a real token:

@@ -73,8 +73,8 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     covers (no mask) plus masked edges. Inside a long document lower/upper grow with the
     query, so the edges are about one block wide on each side of the bulk.
 
-    The fused CPU kernel is ~1.5x slower per key on spans that are not a multiple of
-    KEY_ALIGNMENT keys, so the bulk is cut to a multiple and the edges are widened
+    The fused CPU kernel is slower per key on spans that are not a multiple of
+    KEY_ALIGNMENT keys (docs/benchmarks.md), so the bulk is cut to a multiple and the edges are widened
     outwards into keys no query of the block covers (the mask removes them)."""
     batch, q_len = lower.shape
     blocks = -(-q_len // block_size)
@@ -293,8 +293,8 @@ def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor
     """One query per row: each pass covers one contiguous key range, so a row takes one
     kernel call per pass over exactly that range, merged as everywhere else. Keys are
     rotated only in the ranges a pass reads (ReRoPE's window, say, rather than the whole
-    cache). Scoring by hand (matmul, softmax, matmul per pass) ran as fast (StRing at
-    T=1024: 0.37 vs 0.38 ms per step); the kernel keeps one code path with prefill."""
+    cache). Scoring by hand (matmul, softmax, matmul per pass) ran no faster
+    (docs/benchmarks.md); the kernel keeps one code path with prefill."""
     batch, _, heads, dim = queries[0].shape
     ranges = [list(zip(p.lower[:, 0].tolist(), p.upper[:, 0].tolist(), strict=True)) for p in plan.passes]
     out = torch.empty(batch, 1, heads, dim, dtype=v.dtype, device=v.device)

@@ -1,4 +1,4 @@
-"""Evaluation-time position methods: StRing and the training-free baselines (DESIGN §8).
+"""Evaluation-time position methods: StRing and the training-free baselines (docs/design.md §8).
 
 Every method here rewrites the relative position P[m][n] = m - n that RoPE sees between a
 query at position m and a key at position n (positions within a document), without
