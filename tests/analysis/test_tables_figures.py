@@ -126,7 +126,7 @@ def test_table1_and_its_markdown():
 
 def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path):
     from longctx.config import NiahConfig
-from longctx.niah.search import EffectiveLengthResult, LengthResult
+    from longctx.niah.search import EffectiveLengthResult, LengthResult
     from longctx.niah.evaluation import write_result
 
     lengths = np.array([100, 50, 256, 300, 10])
