@@ -63,6 +63,7 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
 
     manifest = read_manifest(args.data) or {}
     tokenizer = load_tokenizer(args.tokenizer or manifest.get("tokenizer", "bpe-8192"))
+    report: dict[str, object]
     if args.method == "digits":
         report = {"method": "digits"}
         anchors = ["digit"]

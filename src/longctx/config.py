@@ -21,7 +21,8 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -538,7 +539,7 @@ class _Source:
     locations: dict[str, str]
 
 
-def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentConfig:
+def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
     sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
     for text in overrides:
@@ -562,14 +563,14 @@ def load(paths: list[str | Path] = (), overrides: list[str] = ()) -> ExperimentC
         raise _located(error, locations) from None
     base.data.target_length = 0  # resolved by __post_init__ against the final model.max_position
 
-    merged: DictConfig = OmegaConf.structured(base)
+    merged = cast(DictConfig, OmegaConf.structured(base))
     for source in sources:
         try:
-            merged = OmegaConf.merge(merged, source.values)
+            merged = cast(DictConfig, OmegaConf.merge(merged, source.values))
         except OmegaConfBaseException as error:
             raise _omegaconf_error(error, source, merged) from None
     try:
-        return OmegaConf.to_object(merged)
+        return cast(ExperimentConfig, OmegaConf.to_object(merged))
     except ConfigError as error:
         raise _located(error, locations) from None
     except OmegaConfBaseException as error:  # e.g. a missing mandatory value
@@ -587,7 +588,7 @@ def as_dict(config: ExperimentConfig) -> dict:
 def from_dict(values: dict) -> ExperimentConfig:
     """The inverse of `as_dict` (a checkpoint's hyper-parameters), validated."""
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values))
+        return cast(ExperimentConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values)))
     except OmegaConfBaseException as error:
         raise ConfigError(getattr(error, "full_key", "?") or "?", str(error).splitlines()[0]) from None
 
@@ -629,7 +630,7 @@ def _read_override(text: str) -> _Source:
         raise ConfigError(text, f"override {text!r} is not of the form key=value")
     key = text.split("=", 1)[0].strip()
     try:
-        values = OmegaConf.to_container(OmegaConf.from_dotlist([text]))
+        values = cast(dict, OmegaConf.to_container(OmegaConf.from_dotlist([text])))
     except OmegaConfBaseException as error:
         raise ConfigError(key, f"override {text!r} could not be parsed: {error}") from None
     return _Source(f"override '{text}'", values, {key: f"override '{text}'"})
@@ -668,7 +669,7 @@ def _omegaconf_error(error: OmegaConfBaseException, source: _Source, merged: Dic
     if "not in struct" in message or "Key '" in message and "not" in message:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(merged, parent) if parent else merged
-        known = list(node.keys()) if isinstance(node, DictConfig) else []
+        known = [str(name) for name in node.keys()] if isinstance(node, DictConfig) else []
         close = difflib.get_close_matches(leaf, known, n=1)
         hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
         if key in RENAMED_KEYS:

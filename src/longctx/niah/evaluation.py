@@ -137,7 +137,7 @@ def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatma
         return
     import wandb
 
-    run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,
+    run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,  # type: ignore[arg-type]  # resolve_wandb_mode returns one of wandb's modes
                      dir=str(out_dir), config=as_dict(config))
     table = wandb.Table(columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
                         data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length])

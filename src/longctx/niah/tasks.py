@@ -446,11 +446,11 @@ def make_sample(
         raise NiahError(
             f"haystack {haystack.name!r} was tokenised by {haystack.tokenizer_name!r}, not {tokenizer.name!r}"
         )
-    if depths is not None:
-        depths = np.asarray(depths, dtype=np.float64)
-        if depths.shape != (task.num_needles,) or not np.all((depths >= 0) & (depths <= 1)):
+    given_depths = None if depths is None else np.asarray(depths, dtype=np.float64)
+    if given_depths is not None:
+        if given_depths.shape != (task.num_needles,) or not np.all((given_depths >= 0) & (given_depths <= 1)):
             raise NiahError(
-                f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {depths.tolist()}"
+                f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {given_depths.tolist()}"
             )
     rng = np.random.default_rng([seed, length, index])
 
@@ -461,7 +461,7 @@ def make_sample(
     order = rng.permutation(task.num_needles)
     pairs = [(k, v, i in queried) for i, k in enumerate(keys) for v in values[i]]
     pairs = [pairs[j] for j in order]
-    depths = _depths(task, rng) if depths is None else np.sort(depths)
+    needle_depths = _depths(task, rng) if given_depths is None else np.sort(given_depths)
 
     query = _join([keys[i] for i in queried])
     prefix_ids = tokenizer.encode(task.prefix)
@@ -477,10 +477,11 @@ def make_sample(
     if task.json_haystack:
         filler, starts = _json_haystack(tokenizer, task, budget, rng, taken).region(0, budget)
     else:
+        assert haystack is not None  # checked above: only JSON-haystack tasks come without one
         start_sentence = int(rng.integers(len(haystack.sentence_starts))) if random_start else 0
         filler, starts = haystack.region(start_sentence, budget)
 
-    points = np.rint(depths * budget).astype(np.int64)
+    points = np.rint(needle_depths * budget).astype(np.int64)
     if snap_to_sentence or task.json_haystack:
         points = starts[np.searchsorted(starts, points, side="right") - 1]
 

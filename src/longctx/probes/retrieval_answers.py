@@ -41,7 +41,9 @@ def answer_metrics(
     """Teacher-forced answer metrics over `documents` held-out documents no longer than `window`."""
     held_out = replace(config, seed=config.seed + HELD_OUT_SEED_OFFSET)
     filler = filler_sentences()
-    losses, exact, distances = [], [], []
+    losses: list[float] = []
+    exact: list[bool] = []
+    distances: list[int] = []
     index = 0
     model.eval()
     while len(exact) < documents * (held_out.queries + held_out.facts * held_out.list_query) and index < 50 * documents:
