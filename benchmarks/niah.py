@@ -34,6 +34,7 @@ thread pool a lot. Measured on the 2-core dev VM (torch 2.14.1, load average 0.9
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 
@@ -59,10 +60,15 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
+def one_by_one(model, input_ids: torch.Tensor, new_tokens: int, backend: str) -> torch.Tensor:
+    """Cached greedy decoding of each prompt on its own (batch size 1)."""
+    return torch.cat([greedy_generate(model, row, new_tokens, attention_backend=backend) for row in input_ids.split(1)])
+
+
 def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend) -> None:
     print(f"\n== greedy decoding of {prompts} prompts x {new_tokens} new tokens ==")
     header = ("length", "recompute s", "kv batch-1 s", "kv batched s", "new tok/s batched", "speedup")
-    print("".join(f"{h:>{w}}" for h, w in zip(header, WIDTHS)))
+    print("".join(f"{h:>{w}}" for h, w in zip(header, WIDTHS, strict=True)))
     generator = LlamaGenerator(
         model, batch_size=prompts, batch_tokens=prompts * max(lengths), attention_backend=backend
     )
@@ -70,17 +76,14 @@ def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend
         samples = make_samples(tokenizer, haystack, length, prompts, seed=0)
         input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
         greedy_generate(model, input_ids[:, :64], 4, attention_backend=backend)  # warm-up: prefill, cached steps
-        batched, t_batched = timed(lambda: generator.generate(input_ids, new_tokens))
-        rows = input_ids.split(1)
-        single, t_single = timed(
-            lambda: torch.cat([greedy_generate(model, row, new_tokens, attention_backend=backend) for row in rows])
-        )
-        recomputed, t_recompute = timed(lambda: greedy_generate_recompute(model, input_ids, new_tokens))
+        batched, t_batched = timed(functools.partial(generator.generate, input_ids, new_tokens))
+        single, t_single = timed(functools.partial(one_by_one, model, input_ids, new_tokens, backend))
+        recomputed, t_recompute = timed(functools.partial(greedy_generate_recompute, model, input_ids, new_tokens))
         if not (torch.equal(batched, single) and torch.equal(batched, recomputed)):
             raise SystemExit(f"length {length}: the three decoders disagree")
         cells = (length, f"{t_recompute:.2f}", f"{t_single:.2f}", f"{t_batched:.2f}",
                  f"{prompts * new_tokens / t_batched:.1f}", f"{t_recompute / t_batched:.1f}x")  # fmt: skip
-        print("".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS)))
+        print("".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS, strict=True)))
 
 
 def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> None:

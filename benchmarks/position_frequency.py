@@ -40,6 +40,7 @@ The issue's goal: the probe costs < 1% of a training step.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sysconfig
@@ -139,7 +140,7 @@ def brute_force_counts(batch: dict[str, torch.Tensor], max_distance: int) -> tor
     counts = torch.zeros(max_distance + 1, dtype=torch.long)
     seq_len = batch["position_ids"].shape[1]
     causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
-    for pos, doc, labels in zip(batch["position_ids"], batch["document_ids"], batch["labels"]):
+    for pos, doc, labels in zip(batch["position_ids"], batch["document_ids"], batch["labels"], strict=True):
         attended = causal & (doc[:, None] == doc[None, :]) & (labels != IGNORE_INDEX)[:, None]
         distance = (pos[:, None] - pos[None, :])[attended]
         counts += torch.bincount(distance.clamp(max=max_distance), minlength=max_distance + 1)
@@ -191,13 +192,14 @@ def measure(rows: int, document_lengths: list[int], model: Llama, args: argparse
         brute_ms = (time.perf_counter() - start) * 1e3
         if not (torch.equal(probe.relative, expected[:-1]) and int(probe.overflow) == int(expected[-1])):
             raise SystemExit(f"{kind}, {rows} rows: counter differs from the brute-force pair count; not timing it")
-        counter_ms = median_ms(lambda: counted(batch, max_distance), args.counter_repeats)
+        count = functools.partial(counted, batch, max_distance)
+        counter_ms = median_ms(count, args.counter_repeats)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        one_thread_ms = median_ms(lambda: counted(batch, max_distance), args.counter_repeats)
+        one_thread_ms = median_ms(count, args.counter_repeats)
         torch.set_num_threads(threads)
         table.append([
-            str(rows), kind, f"{len(sum(packed, [])) / rows:.1f}", f"{key_runs_per_document(batch):.1f}",
+            str(rows), kind, f"{sum(map(len, packed)) / rows:.1f}", f"{key_runs_per_document(batch):.1f}",
             f"{counter_ms:.2f}", f"{one_thread_ms:.2f}", f"{brute_ms:.0f}", f"{brute_ms / counter_ms:.0f}x",
             f"{step_ms:.0f}", f"{100 * counter_ms / step_ms:.3f}%", f"{100 * one_thread_ms / step_ms:.3f}%",
         ])  # fmt: skip

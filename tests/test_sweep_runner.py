@@ -50,7 +50,7 @@ def test_grid_points_are_the_cartesian_product_in_wandb_order(path):
     document = yaml.safe_load(path.read_text())
     names = sorted(document["parameters"])  # W&B's engine sorts the names; the last varies fastest
     choices = [document["parameters"][n].get("values", [document["parameters"][n].get("value")]) for n in names]
-    expected = [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+    expected = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
     points = plan(load_sweep(path))
     assert [p.arguments for p in points] == expected
     assert [p.index for p in points] == list(range(len(expected)))
@@ -177,13 +177,13 @@ def test_macros_expand_as_specified(tmp_path, monkeypatch):
     values = ["true", "false", "1e-05", "0.1", "3", "a b", "null", '[1, "x"]']
     assert words == [
         sys.executable, "train.py", "--root=/data",
-        *[f"--{k}={v}" for k, v in zip(arguments, values)],
-        *[f"{k}={v}" for k, v in zip(arguments, values)],
+        *[f"--{k}={v}" for k, v in zip(arguments, values, strict=True)],
+        *[f"{k}={v}" for k, v in zip(arguments, values, strict=True)],
         '{"on": true, "off": false, "lr": 1e-05, "p": 0.1, "n": 3, "name": "a b", "none": null, "sizes": [1, "x"]}',
-        "--on", *[f"--{k}={v}" for k, v in list(zip(arguments, values))[2:]],
-        *[w for k, v in zip(arguments, values) for w in (f"--{k}", v)],
-        *[f"+{k}={v}" for k, v in zip(arguments, values)],
-        *[f"++{k}={v}" for k, v in zip(arguments, values)],
+        "--on", *[f"--{k}={v}" for k, v in list(zip(arguments, values, strict=True))[2:]],
+        *[w for k, v in zip(arguments, values, strict=True) for w in (f"--{k}", v)],
+        *[f"+{k}={v}" for k, v in zip(arguments, values, strict=True)],
+        *[f"++{k}={v}" for k, v in zip(arguments, values, strict=True)],
         "x=${data.window}",  # not a whole-word macro: passed on, for OmegaConf to interpolate
     ]
     assert format_value(True) == "true" and format_value(None) == "null" and format_value({"a": [1]}) == '{"a": [1]}'
@@ -382,7 +382,7 @@ def test_dry_run_prints_the_numbered_commands(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
     points = plan(load_sweep("sweeps/probe_window_cpu.yaml"))
-    for i, (line, point) in enumerate(zip(lines, points)):
+    for i, (line, point) in enumerate(zip(lines, points, strict=True)):
         number, command = line.split(" ", 1)
         assert number == f"[{i}]" and shlex.split(command) == point.command
     assert main(["sweep", "--dry-run", "--count", "2", "sweeps/probe_window_cpu.yaml"]) == 0

@@ -19,7 +19,7 @@ def grid(sweep: dict) -> list[list[str]]:
         spec = sweep["parameters"][name]
         names.append(name)
         choices.append(spec["values"] if "values" in spec else [spec["value"]])
-    return [[f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo)]
+    return [[f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo, strict=True)]
             for combo in itertools.product(*choices)]
 
 

@@ -50,7 +50,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     result = merge_checkpoints(args.checkpoints, args.weights, args.config_from)
     out = save_merged(result, args.out)
     for field, values in result.differing_fields.items():
-        print(f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints)))
+        print(f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints, strict=True)))
     print(f"wrote {out} (config from {result.config_source})")
     return 0
 

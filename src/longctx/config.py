@@ -619,7 +619,7 @@ def _read_yaml(path: Path, chain: tuple[Path, ...]) -> list[_Source]:
         inherited = [inherited]
     sources = []
     for parent in inherited:
-        sources += _read_yaml(path.parent / parent, chain + (path.resolve(),))
+        sources += _read_yaml(path.parent / parent, (*chain, path.resolve()))
     locations = {key: f"{path}:{line}" for key, line in lines.items()}
     sources.append(_Source(str(path), values, locations))
     return sources
@@ -669,7 +669,7 @@ def _omegaconf_error(error: OmegaConfBaseException, source: _Source, merged: Dic
     if "not in struct" in message or "Key '" in message and "not" in message:
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(merged, parent) if parent else merged
-        known = [str(name) for name in node.keys()] if isinstance(node, DictConfig) else []
+        known = [str(name) for name in node] if isinstance(node, DictConfig) else []
         close = difflib.get_close_matches(leaf, known, n=1)
         hint = f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
         if key in RENAMED_KEYS:

@@ -363,7 +363,7 @@ def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
     if sweep.method == "grid":
         product = itertools.product(*(_distinct(parameter.grid()) for parameter in sweep.parameters))
         combos = list(itertools.islice(product, count))
-        arguments = [{p.name: value for p, value in zip(sweep.parameters, combo)} for combo in combos]
+        arguments = [{p.name: value for p, value in zip(sweep.parameters, combo, strict=True)} for combo in combos]
     else:
         if count is None:
             raise SweepError(sweep.path, "method", "a random search never ends by itself: give --count N")

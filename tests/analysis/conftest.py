@@ -1,6 +1,7 @@
 """One tiny real pretraining run (f(i) and NIAH probes on, W&B offline) and a small StRing
 W x S ablation on its checkpoint, shared by the analysis tests (built once per session)."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def fixture_run(tmp_path_factory):
     (root / "workspace").mkdir()
     workspace = make_workspace(root / "workspace")
     haystack = root / "haystack.txt"
-    haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))))
+    haystack.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
     run = root / "runs" / "tiny"
     _pretrain(workspace, haystack, run)
     ablation = _ablation(workspace, haystack, run / "checkpoints" / "last.ckpt", root / "ablation")

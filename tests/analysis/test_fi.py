@@ -58,7 +58,7 @@ def test_growth_equals_the_logged_summary_scalars(fixture_run):
         state = {k: torch.from_numpy(v) for k, v in np.load(fixture_run.run / "fi" / f"fi-step-{step:07d}.npz").items()}
         counts.load_state_dict(state)
         summary = counts.summary(256)
-        assert dict(zip(rows["position"], rows["count"])) == {
+        assert dict(zip(rows["position"], rows["count"], strict=True)) == {
             p: summary[f"fi/f@{p}"] for p in ("L/4", "L/2", "3L/4", "L-1")}
         assert rows["tokens_seen"].unique().tolist() == [summary["fi/tokens_seen"]]
     assert growth["distance"].tolist()[:4] == [64, 128, 192, 255]

@@ -17,7 +17,7 @@ from longctx.niah.evaluation import peak_failure_depth, write_result
 
 def make_result(rates, effective, lengths=(128, 256, 384), tests=4, max_length=384) -> EffectiveLengthResult:
     rows = [LengthResult(length, tests, round(rate * tests), rate, rate / 2, min(1.0, rate + 0.2), rate, "x", 0.1)
-            for length, rate in zip(lengths, rates)]
+            for length, rate in zip(lengths, rates, strict=True)]
     heatmap = np.array([[0.5, math.nan, 1.0][: len(rows)], [0.25, 0.0, math.nan][: len(rows)]])
     return EffectiveLengthResult(
         effective_length=effective, per_length=rows, depth_edges=[0.0, 0.5, 1.0], depth_recall=[0.75, 0.125],
@@ -118,7 +118,7 @@ def test_wandb_runs_of_longctx_niah_agree_with_their_niah_json(fixture_run):
 def test_fixture_ablation_is_found_with_its_parameters(fixture_run):
     results = load_niah(fixture_run.ablation).results
     strings = results[results["method"] == "string"]
-    assert sorted(zip(strings["local_window"], strings["shift_ratio"])) == [(8, 0.25), (8, 0.5), (16, 0.25), (16, 0.5)]
+    assert sorted(zip(strings["local_window"], strings["shift_ratio"], strict=True)) == [(8, 0.25), (8, 0.5), (16, 0.25), (16, 0.5)]
     assert set(results["run"]) == {"fixture"} and results["step"].isna().all()  # W&B folders are not searched
 
 

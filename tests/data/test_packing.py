@@ -102,7 +102,7 @@ def test_every_token_appears_exactly_once_per_epoch(tmp_path):
     rows = PackedRows([source], [1.0], window=window, eos_id=EOS, doc_mask=False)
     consumed = []
     for row in rows:
-        consumed += row["input_ids"].tolist() + [row["labels"][-1].item()]
+        consumed += [*row["input_ids"].tolist(), row["labels"][-1].item()]
         if len(consumed) >= total:
             break
     first_epoch = consumed[:total]
@@ -110,7 +110,7 @@ def test_every_token_appears_exactly_once_per_epoch(tmp_path):
     assert sorted(first_epoch) == sorted(np.concatenate(docs).tolist())
     ends = [i for i, token in enumerate(first_epoch) if token == EOS]
     starts = [0] + [e + 1 for e in ends[:-1]]
-    pieces = sorted(tuple(first_epoch[s : e + 1]) for s, e in zip(starts, ends))
+    pieces = sorted(tuple(first_epoch[s : e + 1]) for s, e in zip(starts, ends, strict=True))
     assert pieces == sorted(tuple(d.tolist()) for d in docs)
 
 

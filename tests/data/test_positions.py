@@ -9,7 +9,7 @@ import pytest
 
 from longctx.data.positions import pose_position_ids, randpos_position_ids, skipalign_position_ids
 
-I, R = "instruction", "response"
+INSTR, R = "instruction", "response"
 HUGE = 10**12  # an extended length whose budget no test can spend
 
 
@@ -28,7 +28,7 @@ def boundaries(lengths, roles, kinds) -> set[int]:
     inner = instruction -> response, outer = response -> instruction."""
     starts, result = np.cumsum(lengths)[:-1].tolist(), set()
     for block in range(1, len(lengths)):
-        kind = "inner" if (roles[block - 1], roles[block]) == (I, R) else "outer"
+        kind = "inner" if (roles[block - 1], roles[block]) == (INSTR, R) else "outer"
         if kind in kinds:
             result.add(starts[block - 1])
     return result
@@ -40,7 +40,7 @@ ALLOWED = {"all": {"inner", "outer"}, "inner": {"inner"}, "outer": {"outer"}}
 def random_structure(rng: np.random.Generator, max_blocks: int = 12):
     blocks = int(rng.integers(1, max_blocks + 1))
     first = int(rng.integers(2))
-    roles = [(I, R)[(first + b) % 2] for b in range(blocks)]
+    roles = [(INSTR, R)[(first + b) % 2] for b in range(blocks)]
     lengths = [int(n) for n in rng.integers(1, 30, size=blocks)]
     return lengths, roles
 
@@ -80,7 +80,7 @@ def test_skipalign_skips_exactly_at_the_boundaries_its_strategy_allows(strategy,
         # p = 1 and an unspendable budget: every allowed boundary skips, no other one does.
         assert skip_starts(ids) == boundaries(lengths, roles, ALLOWED[strategy])
     # inner never between a response and the next instruction; outer never inside a pair.
-    lengths, roles = [3, 4, 5, 6, 7], [I, R, I, R, I]
+    lengths, roles = [3, 4, 5, 6, 7], [INSTR, R, INSTR, R, INSTR]
     inner = skip_starts(skipalign_position_ids(lengths, roles, HUGE, "inner", 1.0, rng, p_scope))
     outer = skip_starts(skipalign_position_ids(lengths, roles, HUGE, "outer", 1.0, rng, p_scope))
     assert inner == {3, 12} and outer == {7, 18}
@@ -88,7 +88,7 @@ def test_skipalign_skips_exactly_at_the_boundaries_its_strategy_allows(strategy,
 
 def test_skipalign_on_single_turn_data_inner_is_all_and_outer_is_normal():
     for seed in range(50):
-        lengths, roles = [int(n) for n in np.random.default_rng(seed).integers(1, 40, size=2)], [I, R]
+        lengths, roles = [int(n) for n in np.random.default_rng(seed).integers(1, 40, size=2)], [INSTR, R]
         for p in (0.5, 1.0):
             for p_scope in ("boundary", "sample"):
                 inner = skipalign_position_ids(lengths, roles, 500, "inner", p, np.random.default_rng(seed), p_scope)
@@ -110,7 +110,7 @@ def test_skipalign_with_p_zero_gives_contiguous_ids(strategy):
 
 def test_skipalign_first_skip_is_uniform_on_one_to_the_budget():
     # |m| = 20, L = 30: s_1 ~ U{1, 10} (Eq. 3 with u_0 = 0); then s_2 ~ U{1, 10 - s_1}.
-    lengths, roles, max_length = [5, 5, 5, 5], [I, R, I, R], 30
+    lengths, roles, max_length = [5, 5, 5, 5], [INSTR, R, INSTR, R], 30
     rng = np.random.default_rng(3)
     draws = 20_000
     first, second = np.empty(draws, dtype=np.int64), np.empty(draws, dtype=np.int64)
@@ -127,7 +127,7 @@ def test_skipalign_first_skip_is_uniform_on_one_to_the_budget():
     # At paper scale (L = 100K, |m| = 4096) the first skip averages (L - |m| + 1) / 2.
     skips = []
     for _ in range(4000):
-        ids = skipalign_position_ids([2048, 2048], [I, R], 100_000, "inner", 1.0, rng)
+        ids = skipalign_position_ids([2048, 2048], [INSTR, R], 100_000, "inner", 1.0, rng)
         skips.append(ids[2048] - ids[2047] - 1)
     skips = np.array(skips)
     assert skips.min() >= 1 and skips.max() <= 100_000 - 4096
@@ -135,7 +135,7 @@ def test_skipalign_first_skip_is_uniform_on_one_to_the_budget():
 
 
 def test_skipalign_stops_once_the_budget_is_spent():
-    lengths, roles = [2] * 12, [I, R] * 6
+    lengths, roles = [2] * 12, [INSTR, R] * 6
     rng = np.random.default_rng(4)
     for budget in (1, 3, 8):
         for _ in range(300):
@@ -147,7 +147,7 @@ def test_skipalign_stops_once_the_budget_is_spent():
 
 
 def test_p_scope_sample_flips_one_coin_per_sample_and_boundary_one_per_boundary():
-    lengths, roles = [4, 4, 4, 4, 4, 4, 4, 4], [I, R] * 4  # 3 outer boundaries
+    lengths, roles = [4, 4, 4, 4, 4, 4, 4, 4], [INSTR, R] * 4  # 3 outer boundaries
     allowed = boundaries(lengths, roles, {"outer"})
     rng = np.random.default_rng(5)
     whole = 0
@@ -166,7 +166,7 @@ def test_p_scope_sample_flips_one_coin_per_sample_and_boundary_one_per_boundary(
 
 
 def test_skipalign_is_reproducible_per_seed():
-    lengths, roles = [10, 20, 10, 20], [I, R, I, R]
+    lengths, roles = [10, 20, 10, 20], [INSTR, R, INSTR, R]
     a = skipalign_position_ids(lengths, roles, 10_000, "all", 0.5, np.random.default_rng([7, 1]))
     b = skipalign_position_ids(lengths, roles, 10_000, "all", 0.5, np.random.default_rng([7, 1]))
     c = skipalign_position_ids(lengths, roles, 10_000, "all", 0.5, np.random.default_rng([7, 2]))
@@ -177,8 +177,8 @@ def test_skipalign_is_reproducible_per_seed():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"block_lengths": [3, 4], "roles": [I]}, ValueError, "roles has 1 entries"),
-        ({"roles": [I, "assistant"]}, ValueError, "roles\\[1\\]"),
+        ({"block_lengths": [3, 4], "roles": [INSTR]}, ValueError, "roles has 1 entries"),
+        ({"roles": [INSTR, "assistant"]}, ValueError, "roles\\[1\\]"),
         ({"roles": [R, R]}, ValueError, "alternate"),
         ({"block_lengths": [3, 0]}, ValueError, "block_lengths\\[1\\]"),
         ({"block_lengths": [], "roles": []}, ValueError, "non-empty"),
@@ -192,7 +192,7 @@ def test_skipalign_is_reproducible_per_seed():
 )
 def test_skipalign_rejects_bad_input_naming_the_argument(kwargs, error, message):
     arguments = {
-        "block_lengths": [3, 4], "roles": [I, R], "max_length": 100, "strategy": "outer", "p": 0.5,
+        "block_lengths": [3, 4], "roles": [INSTR, R], "max_length": 100, "strategy": "outer", "p": 0.5,
         "rng": np.random.default_rng(0), "p_scope": "boundary",
     }  # fmt: skip
     with pytest.raises(error, match=message):

@@ -1,5 +1,6 @@
 """`longctx prepare`: token counts, rejected items in the manifest, idempotent re-runs."""
 
+import itertools
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ from longctx.data.tokenizer import load_tokenizer, train_bpe
 @pytest.fixture(scope="module")
 def tokenizer_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    texts = [doc.text for _, doc in zip(range(40), embedded_documents(("prose",)))]
+    texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 40)]
     train_bpe(texts, vocab_size=300, path=path)
     return path
 

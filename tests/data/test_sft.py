@@ -26,7 +26,7 @@ from longctx.data.sft import (
 )
 from longctx.data.tokenizer import EOS_TOKEN, load_tokenizer
 
-I, R = "instruction", "response"
+INSTR, R = "instruction", "response"
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
@@ -46,7 +46,7 @@ CONVERSATION_TEXT = (
 ODD_CONVERSATION = [
     {"role": "user", "content": "Hi"},
     {"role": "assistant", "content": "Hello."},
-    {"role": "assistant", "content": "How can I help?"},
+    {"role": "assistant", "content": "How can INSTR help?"},
     {"role": "user", "content": "Tell me a joke."},
 ]
 
@@ -78,7 +78,7 @@ def documents(row: dict) -> list[tuple[int, int]]:
     """(start, end) of the maximal runs of equal document ids."""
     doc = row["document_ids"].tolist()
     starts = [t for t in range(len(doc)) if t == 0 or doc[t] != doc[t - 1]]
-    return list(zip(starts, [*starts[1:], len(doc)]))
+    return list(zip(starts, [*starts[1:], len(doc)], strict=True))
 
 
 def chat_line(question: str, answer: str) -> str:
@@ -96,24 +96,24 @@ def write_jsonl(path, lines):
 def test_template_renders_the_documented_text_in_alternating_blocks(tokenizer):
     (sample,) = tokenize_conversations([CONVERSATION], tokenizer)
     assert tokenizer.decode(sample.input_ids.tolist()) == CONVERSATION_TEXT
-    assert sample.roles == (I, R, I, R)
+    assert sample.roles == (INSTR, R, INSTR, R)
     first_block = sample.input_ids[: sample.block_lengths[0]].tolist()
     assert tokenizer.decode(first_block) == CONVERSATION_TEXT[: CONVERSATION_TEXT.index("Noted.")]
     (odd,) = tokenize_conversations([ODD_CONVERSATION], tokenizer)
-    assert odd.roles == (I, R, I, R, I)
+    assert odd.roles == (INSTR, R, INSTR, R, INSTR)
     assert tokenizer.decode(odd.input_ids.tolist()) == (
-        f"<|user|>\nHi\n<|assistant|>\nHello.{EOS_TOKEN}<|assistant|>\nHow can I help?{EOS_TOKEN}"
+        f"<|user|>\nHi\n<|assistant|>\nHello.{EOS_TOKEN}<|assistant|>\nHow can INSTR help?{EOS_TOKEN}"
         "<|user|>\nTell me a joke.\n<|assistant|>\n"
     )
 
 
 def test_exactly_the_assistant_content_and_its_eos_are_predicted(tokenizer):
     conversations = [CONVERSATION, ODD_CONVERSATION, *embedded_conversations(20, seed=1)]
-    for messages, sample in zip(conversations, tokenize_conversations(conversations, tokenizer)):
+    for messages, sample in zip(conversations, tokenize_conversations(conversations, tokenizer), strict=True):
         labels, ids = sample.labels, sample.input_ids
         answers = [m["content"] for m in messages if m["role"] == "assistant"]
         # One run of labels per answer: its content's tokens then EOS, in order.
-        assert label_runs(labels) == [tokenizer.encode(answer) + [tokenizer.eos_id] for answer in answers]
+        assert label_runs(labels) == [[*tokenizer.encode(answer), tokenizer.eos_id] for answer in answers]
         assert tokenizer.decode(labels[labels != IGNORE_INDEX].tolist()) == "".join(a + EOS_TOKEN for a in answers)
         # Next-token shift: label t is token t + 1.
         labelled = np.flatnonzero(labels != IGNORE_INDEX)
@@ -139,7 +139,7 @@ def test_truncation_cuts_at_the_limit_and_drops_samples_left_without_answers(tok
     assert (report.truncated, report.without_labels, report.samples) == (2, 1, 2)
     assert "1 dropped without a response token" in caplog.text
     cut = kept[0]
-    assert len(cut) == 64 and sum(cut.block_lengths) == 64 and cut.roles == (I, R)
+    assert len(cut) == 64 and sum(cut.block_lengths) == 64 and cut.roles == (INSTR, R)
     np.testing.assert_array_equal(cut.input_ids, full.input_ids[:64])
     np.testing.assert_array_equal(cut.labels[:-1], full.labels[:63])
     assert cut.labels[-1] == IGNORE_INDEX
@@ -324,7 +324,7 @@ def test_packed_sft_rows_are_k_tokens_attend_across_samples_and_lose_nothing(sam
 
 
 def test_skipalign_rows_skip_only_where_the_strategy_allows(samples, tokenizer):
-    for strategy, kinds in (("outer", {(R, I)}), ("inner", {(I, R)}), ("all", {(R, I), (I, R)})):
+    for strategy, kinds in (("outer", {(R, INSTR)}), ("inner", {(INSTR, R)}), ("all", {(R, INSTR), (INSTR, R)})):
         rows = SFTRows(
             samples, variant="skipalign", window=512, pad_id=tokenizer.pad_id, strategy=strategy,
             extended_length=10**9, p=1.0,

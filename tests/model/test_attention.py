@@ -63,7 +63,7 @@ def test_varlen_matches_sdpa_forward_and_backward(block_size, kv_heads):
     got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
 
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
-    for g, r in zip(got_grads, ref_grads):
+    for g, r in zip(got_grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=0)
 
 
@@ -78,7 +78,7 @@ def test_varlen_long_and_short_documents_match_sdpa(lengths):
     got = attention(q, k, v, document_ids=docs, backend="varlen")
     got_grads = torch.autograd.grad(got, (q, k, v), grad_out)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
-    for g, r in zip(got_grads, ref_grads):
+    for g, r in zip(got_grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=0)
 
 
@@ -191,5 +191,5 @@ def test_cuda_backends_backward_match_sdpa(backend):
     grad_out = torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.bfloat16)
     ref = torch.autograd.grad(attention(q, k, v, document_ids=docs, backend="sdpa"), (q, k, v), grad_out)
     got = torch.autograd.grad(attention(q, k, v, document_ids=docs, backend=backend), (q, k, v), grad_out)
-    for g, r in zip(got, ref):
+    for g, r in zip(got, ref, strict=True):
         torch.testing.assert_close(g.float(), r.float(), atol=5e-2, rtol=0)

@@ -73,7 +73,7 @@ def test_export_import_round_trip(tmp_path, scaling):
     model = random_model("debug", rope_scaling=SCALINGS[scaling])
     restored = import_hf(export_hf(model, tmp_path))
     assert restored.config == model.config
-    for (name, a), (_, b) in zip(model.state_dict().items(), restored.state_dict().items()):
+    for (name, a), (_, b) in zip(model.state_dict().items(), restored.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
 
 

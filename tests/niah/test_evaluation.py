@@ -1,5 +1,6 @@
 """NIAH evaluation wiring: `longctx niah`, `longctx niah-table`, and the training callback."""
 
+import itertools
 import json
 import math
 
@@ -18,7 +19,7 @@ from longctx.niah.evaluation import format_table, peak_failure_depth
 @pytest.fixture(scope="module")
 def haystack_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("hay") / "haystack.txt"
-    path.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)))))
+    path.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
     return path
 
 
@@ -104,7 +105,7 @@ def test_peak_failure_depth_and_table_format():
 
 def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for _, d in zip(range(60), embedded_documents(("prose",)))))
+    corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in itertools.islice(embedded_documents(("prose",)), 60)))
     assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
     args = [*eval_args(haystack_file), f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
             "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",

@@ -85,7 +85,7 @@ def test_needles_sit_at_the_requested_token_positions(tokenizer, haystack):
         sample = make_sample(tokenizer, haystack, length, depths=depths, snap_to_sentence=False, index=length)
         needle_lengths = [len(tokenizer.encode(TABLE5_NEEDLE.format(n.value))) for n in sample.needles]
         budget = length - prefix - tail - sum(needle_lengths)
-        for j, (needle, depth) in enumerate(zip(sample.needles, depths)):
+        for j, (needle, depth) in enumerate(zip(sample.needles, depths, strict=True)):
             start = prefix + round(depth * budget) + sum(needle_lengths[:j])
             assert needle.token_span == (start, start + needle_lengths[j])
             assert needle.depth == pytest.approx(round(depth * budget) / budget)
@@ -100,7 +100,7 @@ def test_snapped_needles_start_a_sentence_at_or_before_the_depth(tokenizer, hays
         sample = make_sample(tokenizer, haystack, 1024, index=index)
         exact = make_sample(tokenizer, haystack, 1024, index=index, snap_to_sentence=False)
         before = 0
-        for snapped, wanted in zip(sample.needles, exact.needles):
+        for snapped, wanted in zip(sample.needles, exact.needles, strict=True):
             offset = snapped.token_span[0] - prefix - before  # haystack tokens before this needle
             assert offset in starts
             wanted_offset = wanted.token_span[0] - prefix - before
@@ -122,9 +122,9 @@ def test_samples_are_seeded_and_independent_of_order(tokenizer, haystack):
     alone = make_sample(tokenizer, haystack, 640, seed=11, index=3)
     assert np.array_equal(batch[3].input_ids, alone.input_ids) and batch[3].needles == alone.needles
     again = make_samples(tokenizer, haystack, 640, 5, seed=11)
-    assert all(np.array_equal(a.input_ids, b.input_ids) for a, b in zip(batch, again))
+    assert all(np.array_equal(a.input_ids, b.input_ids) for a, b in zip(batch, again, strict=True))
     other = make_samples(tokenizer, haystack, 640, 5, seed=12)
-    assert all(a.answers != b.answers for a, b in zip(batch, other))
+    assert all(a.answers != b.answers for a, b in zip(batch, other, strict=True))
     assert len({s.answers for s in batch}) == 5
 
 

@@ -228,7 +228,7 @@ def test_absolute_counts_match_a_tally():
         for row_labels in (None, labels):
             counted = [
                 p
-                for p, label in zip(position_ids.flatten().tolist(), labels.flatten().tolist())
+                for p, label in zip(position_ids.flatten().tolist(), labels.flatten().tolist(), strict=True)
                 if row_labels is None or label != IGNORE_INDEX
             ]
             counts, overflow = absolute_position_counts(position_ids, max_position, labels=row_labels)
@@ -351,7 +351,7 @@ def test_all_reduce_sums_ranks():
     workers = [context.Process(target=_all_reduce_worker, args=(rank, port, queue)) for rank in range(2)]
     for worker in workers:
         worker.start()
-    results = dict((rank, (local, reduced)) for rank, local, reduced in (queue.get(timeout=120) for _ in workers))
+    results = {rank: (local, reduced) for rank, local, reduced in (queue.get(timeout=120) for _ in workers)}
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0

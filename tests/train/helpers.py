@@ -1,5 +1,6 @@
 """The small pretraining workspace shared by the training tests."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ STEPS = 6
 
 def make_workspace(root: Path) -> Path:
     """A small prose corpus, a 512-token BPE trained on it, and the prepared dataset."""
-    texts = [doc.text for _, doc in zip(range(120), embedded_documents(("prose",)))]
+    texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 120)]
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")

@@ -148,7 +148,7 @@ def test_load_from_checkpoint_rebuilds_the_trained_module(run):
     module = LanguageModelModule.load_from_checkpoint(out / "checkpoints" / "last.ckpt", map_location="cpu")
     reference = load_model(out / "checkpoints" / "last.ckpt")
     assert module.config.train.max_steps == STEPS and module.config.log.loggers == ["wandb", "csv", "tensorboard", "mlflow"]
-    for (name, expected), (other, actual) in zip(reference.state_dict().items(), module.model.state_dict().items()):
+    for (name, expected), (other, actual) in zip(reference.state_dict().items(), module.model.state_dict().items(), strict=True):
         assert name == other and torch.equal(expected, actual)
 
 

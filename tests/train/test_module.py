@@ -63,7 +63,7 @@ def test_activation_checkpointing_changes_nothing_but_memory(flag):
         names = list(module.model.state_dict())
         assert names[1] == "blocks.0.attn_norm.weight"  # checkpoints stay loadable
     assert saved[True] < saved[False] / 2  # block internals are recomputed, not stored
-    for plain, checkpointed in zip(grads[False], grads[True]):
+    for plain, checkpointed in zip(grads[False], grads[True], strict=True):
         torch.testing.assert_close(checkpointed, plain)
 
 
@@ -86,7 +86,7 @@ def test_compiled_blocks_give_the_eager_loss_and_gradients():
         assert list(module.model.state_dict())[1] == "blocks.0.attn_norm.weight"
     assert counters["stats"]["unique_graphs"] >= 1
     torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
-    for eager, compiled in zip(results[False][1], results[True][1]):
+    for eager, compiled in zip(results[False][1], results[True][1], strict=True):
         torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
 
 

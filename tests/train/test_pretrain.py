@@ -2,6 +2,7 @@
 loss curves, SIGTERM + resume reproduces the uninterrupted run exactly, W&B offline
 holds the metrics, and bad inputs fail clearly."""
 
+import itertools
 import json
 import os
 import signal
@@ -73,7 +74,7 @@ def expected_fi(workspace: Path) -> PositionFrequency:
     rows = PackedRows([source], [1.0], window=64, eos_id=load_tokenizer(str(workspace / "tokenizer.json")).eos_id,
                       doc_mask=True)
     counts = PositionFrequency(64, max_position=64)
-    for _, row in zip(range(STEPS * 8), rows):
+    for row in itertools.islice(rows, STEPS * 8):
         counts.update({key: value[None] for key, value in row.items()})
     return counts
 
@@ -99,7 +100,7 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     lines = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines()]
     file_rows = [row for row in lines if "fi/f@L/4" in row]
     assert [row["step"] for row in file_rows] == [2, 4, 6]
-    for logged, written in zip(fi_rows, file_rows):
+    for logged, written in zip(fi_rows, file_rows, strict=True):
         assert {key: value for key, value in written.items() if key != "step"} == {
             key: value for key, value in logged.items() if key.startswith("fi/") and key in written}
         assert set(written) - {"step"} == {key for key in logged if key.startswith("fi/") and "curve" not in key}
@@ -164,7 +165,7 @@ def test_sigterm_checkpoint_then_resume_reproduces_the_run(workspace, reference,
     stopped_at = saved["global_step"]
     assert 2 <= stopped_at < STEPS
 
-    finish(launch(args + ["train.resume=auto"]))
+    finish(launch([*args, "train.resume=auto"]))
     resumed, expected = losses(tmp_path), losses(reference)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(stopped_at + 1, STEPS + 1):

@@ -185,7 +185,7 @@ def _wandb_record(path: Path) -> dict:
         if not table_path.is_file():
             raise FileNotFoundError(f"{path}: its pass-rate table {table_path} is missing")
         table = json.loads(table_path.read_text())
-        per_length = [dict(zip(table["columns"], row)) for row in table["data"]]
+        per_length = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     method = evaluation.get("position_method", {})
     name = method.get("name")
     # eval.niah.* since the NIAH settings became one nested config; eval.niah_* in older runs.
@@ -317,7 +317,7 @@ def _frames(records: list[dict]) -> NiahFrames:
         if "heatmap" in data:
             edges = data["depth_edges"]
             for band, values in enumerate(data["heatmap"]):
-                for length, value in zip(data.get("lengths", [r["length"] for r in data["per_length"]]), values):
+                for length, value in zip(data.get("lengths", [r["length"] for r in data["per_length"]]), values, strict=True):
                     heatmap.append({**ids, "depth_low": edges[band], "depth_high": edges[band + 1], "length": length,
                                     "recall": math.nan if value is None else float(value)})
     frames = NiahFrames(

@@ -15,6 +15,7 @@ documents are split by the packer before sentences are.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -59,4 +60,4 @@ def split_sentences(text: str) -> list[str]:
     a capital letter or the end; the whitespace starts the next piece. "".join(pieces) == text."""
     cuts = [m.end() for m in _SENTENCE_END.finditer(text)]
     bounds = [0, *cuts, len(text)]
-    return [text[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]

@@ -225,7 +225,7 @@ def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
     bounds = [*is_start.nonzero().flatten().tolist(), row.shape[0]]
     chunks: list[tuple[int, int, bool]] = []
     group_start = None
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         if group_start is not None and (end - start >= SHORT_DOCUMENT or end - group_start > SHORT_DOCUMENT):
             chunks.append((group_start, start, True))
             group_start = None
@@ -255,10 +255,10 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
     slicing, whose backward writes a full-size zero gradient per slice."""
     gqa = q.shape[2] != k.shape[2]
     rows = []
-    for b, (q_row, k_row, v_row) in enumerate(zip(q.unbind(0), k.unbind(0), v.unbind(0))):
+    for b, (q_row, k_row, v_row) in enumerate(zip(q.unbind(0), k.unbind(0), v.unbind(0), strict=True)):
         sizes = [end - start for start, end, _ in chunks[b]]
         pieces = []
-        for (start, end, masked), qc, kc, vc in zip(chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes)):
+        for (start, end, masked), qc, kc, vc in zip(chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True):
             options = {"is_causal": True}
             if masked:
                 index = torch.arange(end - start, device=q.device)

@@ -55,11 +55,11 @@ def merge_models(models: dict[str, Llama], weights: list[float], config_from: in
     for field in SHAPE_FIELDS:
         values = [config[field] for config in configs]
         if len(set(values)) > 1:
-            listed = ", ".join(f"{value} ({name})" for name, value in zip(names, values))
+            listed = ", ".join(f"{value} ({name})" for name, value in zip(names, values, strict=True))
             raise CheckpointError(f"cannot merge models of different shape: {field} is {listed}")
     states = [model.state_dict() for model in models.values()]
     reference = states[0]
-    for name, state in zip(names[1:], states[1:]):
+    for name, state in zip(names[1:], states[1:], strict=True):
         if state.keys() != reference.keys():
             different = sorted(state.keys() ^ reference.keys())[:5]
             raise CheckpointError(f"{name} and {names[0]} hold different parameters: {different}")
@@ -77,7 +77,7 @@ def merge_models(models: dict[str, Llama], weights: list[float], config_from: in
     merged = Llama(models[source].config)
     with torch.no_grad():
         for key, target in merged.state_dict().items():
-            total = sum(weight * state[key].double() for weight, state in zip(weights, states))
+            total = sum(weight * state[key].double() for weight, state in zip(weights, states, strict=True))
             target.copy_(total.to(target.dtype))
     return MergeResult(merged, source, differing)
 

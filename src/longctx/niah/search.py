@@ -255,7 +255,7 @@ def evaluate_length(
                 raise ValueError(f"generator returned shape {tuple(generated.shape)} for {len(prompts)} prompts")
             outputs += [_decode_until_eos(tokenizer, row, eos_id) for row in generated.tolist()]
             bar.update(len(prompts))
-    found = [found_answers(s, text) for s, text in zip(samples, outputs)]
+    found = [found_answers(s, text) for s, text in zip(samples, outputs, strict=True)]
     passed = sum(sum(f) >= min_found for f in found)
     low, high = wilson_interval(passed, len(samples))
     hits = np.array([hit for f in found for hit in f], dtype=bool)
@@ -334,7 +334,7 @@ def plot_heatmap(result: EffectiveLengthResult, path: str | Path, title: str | N
     image = ax.imshow(np.ma.masked_invalid(result.heatmap), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(result.lengths)), [str(length) for length in result.lengths], rotation=45)
     ax.set_yticks(
-        range(bands), [f"{100 * a:.0f}-{100 * b:.0f}%" for a, b in zip(result.depth_edges[:-1], result.depth_edges[1:])]
+        range(bands), [f"{100 * a:.0f}-{100 * b:.0f}%" for a, b in zip(result.depth_edges[:-1], result.depth_edges[1:], strict=True)]
     )
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("needle depth")

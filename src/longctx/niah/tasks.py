@@ -409,7 +409,7 @@ def _json_haystack(tokenizer: TextTokenizer, task: NeedleTask, num_tokens: int, 
     while not pairs or tokens < num_tokens:
         keys = _distinct_values(task.key_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
         values = _distinct_values(task.value_type, _JSON_UNITS_PER_DRAW, rng, task.number_digits, taken)
-        drawn = [task.needle.format(key=k, value=v) for k, v in zip(keys, values)]
+        drawn = [task.needle.format(key=k, value=v) for k, v in zip(keys, values, strict=True)]
         tokens += sum(map(len, tokenizer.encode_batch(drawn)))
         pairs += drawn
     return Haystack.from_pieces(tokenizer, pairs, "json-pairs")
@@ -447,11 +447,12 @@ def make_sample(
             f"haystack {haystack.name!r} was tokenised by {haystack.tokenizer_name!r}, not {tokenizer.name!r}"
         )
     given_depths = None if depths is None else np.asarray(depths, dtype=np.float64)
-    if given_depths is not None:
-        if given_depths.shape != (task.num_needles,) or not np.all((given_depths >= 0) & (given_depths <= 1)):
-            raise NiahError(
-                f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {given_depths.tolist()}"
-            )
+    if given_depths is not None and (
+        given_depths.shape != (task.num_needles,) or not np.all((given_depths >= 0) & (given_depths <= 1))
+    ):
+        raise NiahError(
+            f"depths must be {task.num_needles} numbers in [0, 1] for task {task.name!r}, got {given_depths.tolist()}"
+        )
     rng = np.random.default_rng([seed, length, index])
 
     taken: set[str] = set()
@@ -488,7 +489,7 @@ def make_sample(
     pieces: list[np.ndarray] = [np.asarray(prefix_ids, dtype=np.int64)]
     needles: list[Needle] = []
     cursor, position = 0, len(prefix_ids)
-    for (key, value, is_answer), ids, point in zip(pairs, needle_ids, points.tolist()):
+    for (key, value, is_answer), ids, point in zip(pairs, needle_ids, points.tolist(), strict=True):
         pieces.append(filler[cursor:point])
         position += point - cursor
         first, stop = _value_span(tokenizer, ids, value, task.value_type == "numbers", task.name)

@@ -164,7 +164,7 @@ def plot_figure1(result: DatasetFrequency, path: str | Path) -> Path:
 
     figure, axes = plt.subplots(1, 3, figsize=(15, 4))
     bins = np.linspace(0, result.window, 33)
-    for axis, name in zip(axes, DISTRIBUTIONS):
+    for axis, name in zip(axes, DISTRIBUTIONS, strict=True):
         axis.bar(np.arange(result.window), result.frequency[name], width=1.0, color="tab:blue", label="f(i)")
         axis.set_xlabel("position index i / document length")
         axis.set_ylabel("frequency f(i)")

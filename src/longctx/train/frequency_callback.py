@@ -73,7 +73,7 @@ class PositionFrequencyCallback(L.Callback):
         step = logger_step(trainer)
         log_scalars(trainer, metrics, step)
         distance, count = total.downsample(MAX_TABLE_ROWS)
-        log_table(trainer, "fi/curve", ["relative_position", "f"], [[int(d), int(c)] for d, c in zip(distance, count)],
+        log_table(trainer, "fi/curve", ["relative_position", "f"], [[int(d), int(c)] for d, c in zip(distance, count, strict=True)],
                   step, line=("relative_position", "f", "f(i): trained pairs per relative position"))
 
     def state_dict(self) -> dict:

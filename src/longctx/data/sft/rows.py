@@ -149,7 +149,7 @@ def _next_fit(lengths: Sequence[int], order: Sequence[int] | np.ndarray, window:
     """Sample indices `order` (of these lengths) laid into rows of `window` tokens in order."""
     rows: list[list[int]] = []
     room = 0
-    for length, index in zip(lengths, order):
+    for length, index in zip(lengths, order, strict=True):
         if length > room:
             rows.append([])
             room = window
