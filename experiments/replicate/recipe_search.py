@@ -1,0 +1,85 @@
+"""CPU recipe search for a retrieving miniature (docs/replication.md, "The recipe search").
+
+A bare training loop (no Lightning, one thread) over retrieval documents, one document per
+row padded to the longest in the batch, loss on every token; every `--eval-every` steps
+the held-out answer metrics of probes/retrieval_answers.py. Prints one JSON line per eval.
+
+python experiments/replicate/recipe_search.py --facts 2 --queries 2 --filler-max 2 --steps 3000
+"""
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
+from longctx.data.tokenizer import load_tokenizer
+from longctx.model.llama import Llama, ModelConfig
+from longctx.probes.retrieval_answers import answer_metrics
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--facts", type=int, default=2)
+parser.add_argument("--queries", type=int, default=2)
+parser.add_argument("--list-query", action="store_true")
+parser.add_argument("--filler-min", type=int, default=0)
+parser.add_argument("--filler-max", type=int, default=2)
+parser.add_argument("--digits", type=int, default=5)
+parser.add_argument("--window", type=int, default=192)
+parser.add_argument("--batch", type=int, default=16)
+parser.add_argument("--steps", type=int, default=3000)
+parser.add_argument("--lr", type=float, default=3e-3)
+parser.add_argument("--warmup", type=int, default=100)
+parser.add_argument("--d-model", type=int, default=128)
+parser.add_argument("--layers", type=int, default=2)
+parser.add_argument("--eval-every", type=int, default=250)
+parser.add_argument("--minutes", type=float, default=1e9)
+parser.add_argument("--save", default="")
+args = parser.parse_args()
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+tokenizer = load_tokenizer("bpe-512")
+retrieval = RetrievalConfig(
+    documents=10**9, facts=args.facts, queries=args.queries, list_query=args.list_query,
+    filler_min=args.filler_min, filler_max=args.filler_max, value_digits=args.digits,
+)
+model = Llama(ModelConfig(vocab_size=512, d_model=args.d_model, n_layers=args.layers, n_heads=4, n_kv_heads=4,
+                          d_ff=4 * args.d_model, max_position=max(512, args.window), attention_backend="sdpa"))
+optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+filler = filler_sentences()
+index = 0
+start = time.time()
+for step in range(1, args.steps + 1):
+    rows = []
+    while len(rows) < args.batch:
+        ids = tokenizer.encode(make_document(retrieval, index, filler).text)
+        index += 1
+        if len(ids) <= args.window + 1:
+            rows.append(ids)
+    length = max(map(len, rows))
+    batch = torch.full((len(rows), length), -100)
+    for i, ids in enumerate(rows):
+        batch[i, : len(ids)] = torch.tensor(ids)
+    inputs, labels = batch[:, :-1].clamp(min=0), batch[:, 1:]
+    lr = args.lr * min(1.0, step / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    model.train()
+    loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(), ignore_index=-100)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    out_of_time = time.time() - start > args.minutes * 60
+    if step % args.eval_every == 0 or step == args.steps or out_of_time:
+        metrics = answer_metrics(model, tokenizer, retrieval, args.window, documents=32)
+        print(json.dumps({"step": step, "wall_s": round(time.time() - start), "train_loss": round(loss.item(), 3),
+                          "answer_loss": round(metrics["answer_loss"], 3), "value_exact": metrics["value_exact"],
+                          "answers": metrics["answers"], "docs_seen": index}), flush=True)
+    if out_of_time:
+        break
+if args.save:
+    torch.save(model.state_dict(), args.save)
