@@ -67,7 +67,9 @@ def last_probe(run_dir: Path) -> tuple[int, dict]:
     files = sorted(run_dir.glob("niah/step-*/niah.json"))
     if not files:
         raise FileNotFoundError(f"{run_dir} has no niah/step-*/niah.json (probe.niah_every_steps must be > 0)")
-    return int(re.search(r"step-(\d+)", str(files[-1])).group(1)), _read(files[-1])
+    step = re.search(r"step-(\d+)", str(files[-1]))
+    assert step is not None, files[-1]  # the glob above matched `step-*`
+    return int(step.group(1)), _read(files[-1])
 
 
 def f_at(run_dir: Path, distance: int) -> float:

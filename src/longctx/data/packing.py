@@ -101,8 +101,9 @@ class PackedSource:
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")
         self.seed, self.shuffle, self.group_size = seed, shuffle, group_size
-        self._epoch = -1
-        self._order = self._ends = None
+        self._epoch = -1  # no epoch loaded yet: _order/_ends are filled by _use_epoch
+        self._order: np.ndarray = np.empty(0, dtype=np.int64)
+        self._ends: np.ndarray = np.empty(0, dtype=np.int64)
 
     def document_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -259,7 +260,7 @@ class GlobalOrderSampler(torch.utils.data.Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         first = self.start_row + (self.rank - self.start_row) % self.world_size
-        epoch, order = -1, None
+        epoch, order = -1, np.empty(0, dtype=np.int64)
         for index in itertools.count(first, self.world_size):
             if index // self.size != epoch:
                 epoch = index // self.size

@@ -46,6 +46,7 @@ layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not rep
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,14 +156,14 @@ def attention(
             f"but got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    run = {
+    backends: dict[str, Callable[..., torch.Tensor]] = {
         "sdpa": _sdpa_attention,
         "varlen": functools.partial(_varlen_attention, block_size=block_size),
         "flex": _flex_attention,
         "flash": _flash_attention,
         "xformers": _xformers_attention,
-    }[mask.backend]
-    return run(q, k, v, mask, scale)
+    }
+    return backends[mask.backend](q, k, v, mask, scale)
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -259,13 +260,19 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
         sizes = [end - start for start, end, _ in chunks[b]]
         pieces = []
         for (start, end, masked), qc, kc, vc in zip(chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True):
-            options = {"is_causal": True}
+            attn_mask = None
             if masked:
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
-                options = {"attn_mask": _allowed(docs, docs, index, index)}
+                attn_mask = _allowed(docs, docs, index, index)
             out = F.scaled_dot_product_attention(
-                qc.transpose(0, 1), kc.transpose(0, 1), vc.transpose(0, 1), scale=scale, enable_gqa=gqa, **options
+                qc.transpose(0, 1),
+                kc.transpose(0, 1),
+                vc.transpose(0, 1),
+                attn_mask=attn_mask,
+                is_causal=attn_mask is None,
+                scale=scale,
+                enable_gqa=gqa,
             )
             pieces.append(out.transpose(0, 1))
         rows.append(torch.cat(pieces, dim=0))

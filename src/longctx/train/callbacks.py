@@ -138,8 +138,8 @@ class TrainingSpeed(L.Callback):
         self.tokens_per_step = config.data.window * config.train.micro_batch_size * world_size * accumulation
         self.flops_per_token = training_flops_per_token(config)
         self.world_size = world_size
-        self.peak = None
-        self.last_time = None
+        self.peak: float | None = None
+        self.last_time: float | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.peak = peak_flops(pl_module.device)
@@ -147,6 +147,7 @@ class TrainingSpeed(L.Callback):
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         now = time.perf_counter()
+        assert self.last_time is not None  # set by on_train_start, which Lightning calls first
         elapsed, self.last_time = now - self.last_time, now
         tokens_per_second = self.tokens_per_step / elapsed
         metrics = {

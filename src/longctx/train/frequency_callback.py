@@ -27,6 +27,7 @@ artifact, once per step (the numbered and the `last.ckpt` checkpoint of a step s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -99,6 +100,8 @@ class PositionFrequencyCallback(L.Callback):
 def save_npz(counts: PositionFrequency, path: Path) -> Path:
     """The full arrays: relative[d], absolute[p] and the scalar totals."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value) for key, value in counts.state_dict().items()}
+    # Any: numpy's `savez(file, *args, allow_pickle: bool, **kwds)` stub would read an
+    # array-valued dict as possibly holding `allow_pickle`.
+    state: dict[str, Any] = {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value) for key, value in counts.state_dict().items()}
     np.savez(path, **state)
     return path

@@ -19,9 +19,10 @@ from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 DESCRIPTION = "step"
 
 
-class _OptimizerSteps:
-    """Mixin over a Lightning progress bar: the training bar's total is max_steps, its
-    position the optimizer steps done."""
+class _OptimizerSteps(ProgressBar):
+    """Mixin over a Lightning progress bar (listed before it in the bases, so `super()`
+    reaches the concrete bar): the training bar's total is max_steps, its position the
+    optimizer steps done."""
 
     @property
     def total_train_batches(self) -> int | float:

@@ -63,6 +63,7 @@ class SFTDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
+        assert trainer is not None  # Lightning attaches the trainer before it asks for data
         sampler = GlobalOrderSampler(
             len(self.rows), seed=self.config.data.seed, rank=trainer.global_rank, world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 import lightning as L
 import torch
@@ -71,9 +72,13 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
     return WorldSize(train.devices or 1, train.num_nodes or 1)
 
 
-def resolve_precision(config: ExperimentConfig) -> str:
+Precision = Literal["32-true", "bf16-mixed", "bf16-true"]
+"""The `train.precision` values besides "auto" (config.py checks them), as Lightning names them."""
+
+
+def resolve_precision(config: ExperimentConfig) -> Precision:
     if config.train.precision != "auto":
-        return config.train.precision
+        return cast(Precision, config.train.precision)
     return "bf16-mixed" if torch.cuda.is_available() else "32-true"
 
 
@@ -132,6 +137,7 @@ class PackedDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
+        assert trainer is not None  # Lightning attaches the trainer before it asks for data
         data = self.config.data
         rows = PackedRows(
             [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(self.sources)],
