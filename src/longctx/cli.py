@@ -110,17 +110,14 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
 def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
     """data.tokenizer of the run that wrote a Lightning checkpoint; for files that do not
     record one, the default tokenizer when the vocabulary size is its own."""
-    import torch
-
     from longctx.config import DataConfig
     from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
     from longctx.errors import CheckpointError
+    from longctx.model.checkpoint import experiment_settings
 
-    if path.endswith((".ckpt", ".pt")):
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        experiment = (checkpoint.get("hyper_parameters") or {}).get("experiment") or {}
-        if (experiment.get("data") or {}).get("tokenizer"):
-            return experiment["data"]["tokenizer"]
+    experiment = experiment_settings(path) or {}
+    if (experiment.get("data") or {}).get("tokenizer"):
+        return experiment["data"]["tokenizer"]
     if vocab_size == DEFAULT_VOCAB_SIZE:
         return DataConfig.tokenizer
     raise CheckpointError(

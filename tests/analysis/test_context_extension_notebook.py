@@ -11,7 +11,6 @@ import pytest
 from tests.analysis.test_notebooks import execute, images, pngs
 
 
-@pytest.mark.slow  # five tiny pretraining runs (~30 s) and a kernel (~20 s) on a loaded 2-core machine
 def test_context_extension_notebook(extension_runs, tmp_path, monkeypatch):
     monkeypatch.setenv("LONGCTX_EXTENSION_RUNS", str(extension_runs.root / "runs" / "*"))
     monkeypatch.setenv("LONGCTX_FIGURES", str(tmp_path))

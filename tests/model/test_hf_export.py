@@ -134,3 +134,17 @@ def test_cli_asks_for_the_tokenizer_when_the_file_does_not_record_it(tmp_path, c
     assert "does not record its tokenizer" in capsys.readouterr().err
     assert main(["export-hf", str(tmp_path / "m.safetensors"), str(tmp_path / "hf"), "--tokenizer", "none"]) == 0
     assert "no tokenizer written" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("key", ["config", "experiment"])
+def test_experiment_settings_read_current_and_earlier_checkpoints(tmp_path, key):
+    """Training checkpoints record the experiment under hyper_parameters["config"]; those of
+    earlier versions under "experiment". Both are read; weights-only files hold none."""
+    from longctx.model.checkpoint import experiment_settings
+
+    path = tmp_path / "last.ckpt"
+    torch.save({"hyper_parameters": {key: {"data": {"tokenizer": "bpe-512"}}}}, path)
+    assert experiment_settings(path) == {"data": {"tokenizer": "bpe-512"}}
+    torch.save({"hyper_parameters": {"model": {}}}, path)
+    assert experiment_settings(path) is None
+    assert experiment_settings(tmp_path / "model.safetensors") is None

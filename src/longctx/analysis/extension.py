@@ -36,18 +36,17 @@ SETTINGS = [
 
 def extension_settings(run_dirs) -> pd.DataFrame:
     """One row per `longctx pretrain` run directory: run and SETTINGS, from the
-    hyper_parameters["experiment"] of its checkpoints/last.ckpt."""
-    import torch
+    experiment config recorded in its checkpoints/last.ckpt."""
+    from longctx.model.checkpoint import experiment_settings
 
     rows = []
     for label, run_dir in label_sources(run_dirs).items():
         path = Path(run_dir) / "checkpoints" / "last.ckpt"
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its data config from")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        experiment = (checkpoint.get("hyper_parameters") or {}).get("experiment")
-        if not isinstance(experiment, dict) or "data" not in experiment:
-            raise ValueError(f"{path}: hyper_parameters['experiment'] holds no data section")
+        experiment = experiment_settings(path)
+        if experiment is None or "data" not in experiment:
+            raise ValueError(f"{path}: its recorded experiment config holds no data section")
         data = experiment["data"]
         transform = data.get("position_transform", "none")
         rows.append(

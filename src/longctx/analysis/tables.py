@@ -126,19 +126,17 @@ def sft_settings(run_dirs) -> pd.DataFrame:
     """One row per SFT run directory (a list or a {label: dir} mapping): run, window (the
     config's `data.window`, the original window of the rows), the `sft.*` settings of
     SFT_SETTINGS and init, from `checkpoints/last.ckpt`'s hyper_parameters["config"]."""
-    import torch
-
     from longctx.analysis.runs import label_sources
+    from longctx.model.checkpoint import experiment_settings
 
     rows = []
     for label, run_dir in label_sources(run_dirs).items():
         path = Path(run_dir) / "checkpoints" / "last.ckpt"
         if not path.is_file():
             raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its SFT config from")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        experiment = (checkpoint.get("hyper_parameters") or {}).get("config")
-        if not isinstance(experiment, dict) or "sft" not in experiment:
-            raise ValueError(f"{path}: hyper_parameters['config'] holds no sft section (not a `longctx sft` run)")
+        experiment = experiment_settings(path)
+        if experiment is None or "sft" not in experiment:
+            raise ValueError(f"{path}: its recorded experiment config holds no sft section (not a `longctx sft` run)")
         sft = experiment["sft"]
         rows.append({"run": label, "window": int(experiment["data"]["window"]),
                      **{key: sft.get(key) for key in SFT_SETTINGS}, "init": experiment.get("init")})

@@ -30,6 +30,18 @@ from longctx.model.rope import RopeScaling
 CONFIG_METADATA_KEY = "longctx_model_config"
 
 
+def experiment_settings(path: str | Path) -> dict | None:
+    """The whole experiment config (a plain dict) a training checkpoint was written with:
+    `hyper_parameters["config"]` (`"experiment"` in checkpoints of earlier versions); None
+    for files that hold no such record (safetensors, plain weights)."""
+    if not str(path).endswith((".ckpt", ".pt")):
+        return None
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    hyper_parameters = checkpoint.get("hyper_parameters") or {}
+    settings = hyper_parameters.get("config", hyper_parameters.get("experiment"))
+    return settings if isinstance(settings, dict) else None
+
+
 def save_model(model: Llama, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
