@@ -29,6 +29,7 @@ import lightning as L
 from longctx.config import ExperimentConfig
 from longctx.niah.tasks import Haystack
 from longctx.data.tokenizer import Tokenizer
+from longctx.model.llama import Llama
 from longctx.niah.evaluation import evaluate, search_settings, write_result
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
@@ -50,12 +51,14 @@ class EffectiveLengthCallback(L.Callback):
         if not completed or step % self.every_steps:
             return
         model = pl_module.model
+        assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`
         settings = search_settings(self.config, model, tests_per_length=self.config.probe.niah_tests_per_length)
         data = self.config.data
         trained = data.window if data.position_transform == "none" else data.target_length  # ids reach L_t
         settings = dataclasses.replace(settings, max_length=min(settings.max_length, trained))
         result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings)
-        frequency = next((c for c in trainer.callbacks if isinstance(c, PositionFrequencyCallback)), None)
+        callbacks: list[L.Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+        frequency = next((c for c in callbacks if isinstance(c, PositionFrequencyCallback)), None)
         total = frequency.counts.all_reduce() if frequency is not None else None  # collective
         if not trainer.is_global_zero:
             return
