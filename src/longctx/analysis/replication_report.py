@@ -89,8 +89,11 @@ def far_near_counts(result: dict, needles_per_test: int = 4) -> tuple[tuple[int,
     per_band = needles / len(recall)
     far = [r for r, low in zip(recall, edges[:-1], strict=True) if low < 0.5 and r is not None]
     near = [r for r, low in zip(recall, edges[:-1], strict=True) if low >= 0.5 and r is not None]
-    count = lambda bands: (round(sum(bands) * per_band), round(len(bands) * per_band))  # noqa: E731
-    return count(far), count(near)
+
+    def found_of_total(bands: list[float]) -> tuple[int, int]:
+        return round(sum(bands) * per_band), round(len(bands) * per_band)
+
+    return found_of_total(far), found_of_total(near)
 
 
 def judge(root: Path) -> tuple[list[Finding], dict]:

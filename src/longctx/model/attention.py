@@ -46,6 +46,7 @@ layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not rep
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -168,7 +169,9 @@ def attention(
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
-        raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[1] > k.shape[1]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch, head_dim or length")
     if q.shape[2] % k.shape[2]:
@@ -226,7 +229,7 @@ def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
     bounds = [*is_start.nonzero().flatten().tolist(), row.shape[0]]
     chunks: list[tuple[int, int, bool]] = []
     group_start = None
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, end in itertools.pairwise(bounds):
         if group_start is not None and (end - start >= SHORT_DOCUMENT or end - group_start > SHORT_DOCUMENT):
             chunks.append((group_start, start, True))
             group_start = None
@@ -259,7 +262,9 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
     for b, (q_row, k_row, v_row) in enumerate(zip(q.unbind(0), k.unbind(0), v.unbind(0), strict=True)):
         sizes = [end - start for start, end, _ in chunks[b]]
         pieces = []
-        for (start, end, masked), qc, kc, vc in zip(chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True):
+        for (start, end, masked), qc, kc, vc in zip(
+            chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True
+        ):
             attn_mask = None
             if masked:
                 index = torch.arange(end - start, device=q.device)
@@ -293,7 +298,10 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) 
             k_start = starts[b][offset + q_start]
             k_end = offset + q_end
             allowed = _allowed(
-                doc[b, offset + q_start : k_end], doc[b, k_start:k_end], positions[offset + q_start : k_end], positions[k_start:k_end]
+                doc[b, offset + q_start : k_end],
+                doc[b, k_start:k_end],
+                positions[offset + q_start : k_end],
+                positions[k_start:k_end],
             )
             out = F.scaled_dot_product_attention(
                 q[b, q_start:q_end].transpose(0, 1),

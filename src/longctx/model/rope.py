@@ -34,9 +34,15 @@ import torch
 from longctx.model.config import ROPE_SCALING_TYPES, RopeScaling
 
 __all__ = [
-    "ROPE_SCALING_TYPES", "RopeScaling", "RotaryEmbedding", "apply_rotary", "inverse_frequencies", "rotate_half",
+    "ROPE_SCALING_TYPES",
+    "RopeScaling",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "inverse_frequencies",
+    "rotate_half",
     "rotation_dtype",
 ]
+
 
 def yarn_attention_factor(scaling: RopeScaling) -> float:
     """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""

@@ -40,7 +40,9 @@ GPU_PEAK_FLOPS = {
 
 def training_flops_per_token(config: ExperimentConfig) -> float:
     model = config.model
-    matmul_parameters = model.num_parameters() - model.vocab_size * model.d_model - (2 * model.n_layers + 1) * model.d_model
+    matmul_parameters = (
+        model.num_parameters() - model.vocab_size * model.d_model - (2 * model.n_layers + 1) * model.d_model
+    )
     return 6 * matmul_parameters + 6 * model.n_layers * model.d_model * config.data.window
 
 
@@ -182,7 +184,9 @@ class MetricsFile(L.Callback):
         if not trainer.is_global_zero or step == self._last_step:
             return
         self._last_step = step
-        append_metrics(self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))})
+        append_metrics(
+            self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}
+        )
 
 
 METRICS_FILE = "metrics.jsonl"

@@ -83,8 +83,11 @@ def _defaults(name: str, config: ExperimentConfig) -> dict:
     if name == "mlflow":
         # MLflow 3 keeps its file store (no database server or SQLAlchemy needed) behind a flag
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        return {"experiment_name": config.log.project, "run_name": config.log.run_name or None,
-                "save_dir": str(out_dir.resolve() / "mlruns")}
+        return {
+            "experiment_name": config.log.project,
+            "run_name": config.log.run_name or None,
+            "save_dir": str(out_dir.resolve() / "mlruns"),
+        }
     return {}
 
 
@@ -108,8 +111,10 @@ def build_loggers(config: ExperimentConfig) -> list[Logger]:
 
 def build_callbacks(config: ExperimentConfig) -> list[L.Callback]:
     """The extra callbacks `train.callbacks` names."""
-    return [instantiate(*component_spec(spec, f"train.callbacks.{i}"), f"train.callbacks.{i}", L.Callback)
-            for i, spec in enumerate(config.train.callbacks)]
+    return [
+        instantiate(*component_spec(spec, f"train.callbacks.{i}"), f"train.callbacks.{i}", L.Callback)
+        for i, spec in enumerate(config.train.callbacks)
+    ]
 
 
 class LogConfig(L.Callback):
@@ -144,8 +149,14 @@ def log_scalars(trainer: L.Trainer, metrics: dict[str, float], step: int) -> Non
         logger.log_metrics(metrics, step=step)
 
 
-def log_table(trainer: L.Trainer, key: str, columns: list[str], rows: list[list], step: int,
-              line: tuple[str, str, str] | None = None) -> None:
+def log_table(
+    trainer: L.Trainer,
+    key: str,
+    columns: list[str],
+    rows: list[list],
+    step: int,
+    line: tuple[str, str, str] | None = None,
+) -> None:
     """A table (rows of `columns`); `line=(x, y, title)` also draws y over x where a
     logger can show a plot."""
     for logger in trainer.loggers:
@@ -157,8 +168,9 @@ def log_table(trainer: L.Trainer, key: str, columns: list[str], rows: list[list]
             logger.experiment.log({key: value, "trainer/global_step": step})
         elif isinstance(logger, MLFlowLogger):
             name = f"{key}/step-{step:07d}"
-            logger.experiment.log_table(logger.run_id, {c: [r[i] for r in rows] for i, c in enumerate(columns)},
-                                        artifact_file=f"{name}.json")
+            logger.experiment.log_table(
+                logger.run_id, {c: [r[i] for r in rows] for i, c in enumerate(columns)}, artifact_file=f"{name}.json"
+            )
             if line:
                 logger.experiment.log_figure(logger.run_id, _figure(columns, rows, line), f"{name}.png")
         elif isinstance(logger, TensorBoardLogger):

@@ -166,7 +166,12 @@ class LanguageModelModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: learning_rate(
-                step, warmup=warmup, total=train.max_steps, peak=1.0, floor=train.min_lr / train.lr, shape=train.schedule
+                step,
+                warmup=warmup,
+                total=train.max_steps,
+                peak=1.0,
+                floor=train.min_lr / train.lr,
+                shape=train.schedule,
             ),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -31,16 +31,16 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.errors import CheckpointError, ConfigError
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.data.sentences import sentence_end_table
 from longctx.data.transforms import PositionTransform
+from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
-from longctx.train.progress import step_progress_bar
 from longctx.train.module import LanguageModelModule
+from longctx.train.progress import step_progress_bar
 
 
 @dataclass
@@ -59,14 +59,17 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
     if "LOCAL_WORLD_SIZE" in os.environ and "WORLD_SIZE" in os.environ:
         local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
         if world % local:
-            raise ConfigError("train.devices", f"torchrun set WORLD_SIZE={world}, not a multiple of LOCAL_WORLD_SIZE={local}")
+            raise ConfigError(
+                "train.devices", f"torchrun set WORLD_SIZE={world}, not a multiple of LOCAL_WORLD_SIZE={local}"
+            )
         found = WorldSize(local, world // local)
         for key, expected in (("devices", found.devices), ("num_nodes", found.num_nodes)):
             value = getattr(train, key)
             if value and value != expected:
                 raise ConfigError(
-                    f"train.{key}", f"{value} but torchrun launched {expected} "
-                    f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun"
+                    f"train.{key}",
+                    f"{value} but torchrun launched {expected} "
+                    f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun",
                 )
         return found
     return WorldSize(train.devices or 1, train.num_nodes or 1)
@@ -175,8 +178,13 @@ def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform
     if data.position_transform == "longrecipe":
         ends_sentence = sentence_end_table(tokenizer, data.longrecipe.delimiters)
     return PositionTransform(
-        data.position_transform, data.target_length, data.seed, pose_chunks=data.pose.chunks,
-        pose_compat=data.pose.compat, longrecipe_compat=data.longrecipe.compat, ends_sentence=ends_sentence,
+        data.position_transform,
+        data.target_length,
+        data.seed,
+        pose_chunks=data.pose.chunks,
+        pose_compat=data.pose.compat,
+        longrecipe_compat=data.longrecipe.compat,
+        ends_sentence=ends_sentence,
     )
 
 
@@ -189,7 +197,8 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
     mismatches = shape_mismatches(base.config, config.model)
     if mismatches:
         raise ConfigError(
-            "init", f"{config.init} does not fit model.* ({'; '.join(mismatches)}: checkpoint vs config); "
+            "init",
+            f"{config.init} does not fit model.* ({'; '.join(mismatches)}: checkpoint vs config); "
             "set the model preset/fields to the checkpoint's architecture (max_position and RoPE may differ)",
         )
     return base.state_dict()
@@ -197,7 +206,9 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
 
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
     """(gradient accumulation steps, rows per optimizer step) for this world size."""
-    return tokens_per_step(config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens)
+    return tokens_per_step(
+        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
+    )
 
 
 def fit(
@@ -226,9 +237,11 @@ def fit(
         step_progress_bar(),
     ]
     if config.probe.fi:
-        callbacks.append(PositionFrequencyCallback(
-            fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
-        ))
+        callbacks.append(
+            PositionFrequencyCallback(
+                fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
+            )
+        )
     if config.probe.niah_every_steps:
         from longctx.niah.evaluation import load_haystack
         from longctx.train.niah_callback import EffectiveLengthCallback
