@@ -58,10 +58,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 import cpu_memory
 import device_timing
+import torch
+
 from longctx.model.attention import attention, build_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
@@ -187,9 +187,19 @@ def peak_extra_mib(document_ids: torch.Tensor, backend: str) -> float:
 # --- one row of the table -------------------------------------------------------------
 
 COLUMNS = (
-    "T", "docs/row", "sdpa fwd+bwd ms", "varlen fwd+bwd ms", "speedup", "sdpa peak MiB", "varlen peak MiB",
-    "mem ratio", "sdpa fwd ms", "flex fwd ms", "flex speedup", "flex compile s",
-)  # fmt: skip
+    "T",
+    "docs/row",
+    "sdpa fwd+bwd ms",
+    "varlen fwd+bwd ms",
+    "speedup",
+    "sdpa peak MiB",
+    "varlen peak MiB",
+    "mem ratio",
+    "sdpa fwd ms",
+    "flex fwd ms",
+    "flex speedup",
+    "flex compile s",
+)
 
 
 def flex_first_call(inputs: Inputs, reference: tuple[torch.Tensor, ...]) -> float | str:
@@ -296,8 +306,12 @@ def device_rows(seq_len: int, document_lengths: list[int], args: argparse.Namesp
             failed[backend] = "differs from sdpa"
             continue
         working.append(backend)
-    forward_ms = device_timing.interleaved_median_ms({b: functools.partial(forward_no_grad, b) for b in working}, args.repeats, device)
-    train_ms = device_timing.interleaved_median_ms({b: functools.partial(train, b) for b in working}, args.repeats, device)
+    forward_ms = device_timing.interleaved_median_ms(
+        {b: functools.partial(forward_no_grad, b) for b in working}, args.repeats, device
+    )
+    train_ms = device_timing.interleaved_median_ms(
+        {b: functools.partial(train, b) for b in working}, args.repeats, device
+    )
     flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
     rows = []
     for backend in args.backends:
@@ -307,10 +321,16 @@ def device_rows(seq_len: int, document_lengths: list[int], args: argparse.Namesp
             continue
         peak = device_timing.peak_extra_mib(functools.partial(train, backend), device)
         versus = f"{train_ms['sdpa'] / train_ms[backend]:.2f}x" if "sdpa" in train_ms else ""
-        rows.append([
-            *cells, f"{forward_ms[backend]:.2f}", f"{train_ms[backend]:.2f}", f"{flops / train_ms[backend] / 1e9:.1f}",
-            versus, device_timing.mib(peak),
-        ])  # fmt: skip
+        rows.append(
+            [
+                *cells,
+                f"{forward_ms[backend]:.2f}",
+                f"{train_ms[backend]:.2f}",
+                f"{flops / train_ms[backend] / 1e9:.1f}",
+                versus,
+                device_timing.mib(peak),
+            ]
+        )
     return rows
 
 
@@ -318,7 +338,9 @@ def device_main(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
     if args.backends is None:
         args.backends = ["sdpa", "flex", "flash"] if device.type == "cuda" else ["sdpa", "varlen"]
-    print(f"{device_timing.device_name(device)}; batch {args.batch}, H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}")
+    print(
+        f"{device_timing.device_name(device)}; batch {args.batch}, H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}"
+    )
     document_lengths = stdlib_document_lengths()
     rows = [row for seq_len in args.lengths for row in device_rows(seq_len, document_lengths, args)]
     lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
@@ -327,7 +349,9 @@ def device_main(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)"
+    )
     parser.add_argument("--kernels", action="store_true", help="the device table on --device cpu (smoke test)")
     parser.add_argument("--backends", nargs="+", default=None, help="device table: backends to time")
     parser.add_argument("--heads", type=int, default=32, help="device table: query heads")

@@ -41,15 +41,14 @@ import time
 import numpy as np
 import torch
 
-from longctx.niah.tasks import Haystack, make_samples
+from longctx.config import NiahConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
-from longctx.config import NiahConfig
 from longctx.niah.search import LlamaGenerator, plot_heatmap, search_effective_length
+from longctx.niah.tasks import Haystack, make_samples
 from longctx.runtime import tune_cpu_allocator
-
 
 WIDTHS = (6, 13, 14, 14, 19, 9)
 
@@ -81,8 +80,14 @@ def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend
         recomputed, t_recompute = timed(functools.partial(greedy_generate_recompute, model, input_ids, new_tokens))
         if not (torch.equal(batched, single) and torch.equal(batched, recomputed)):
             raise SystemExit(f"length {length}: the three decoders disagree")
-        cells = (length, f"{t_recompute:.2f}", f"{t_single:.2f}", f"{t_batched:.2f}",
-                 f"{prompts * new_tokens / t_batched:.1f}", f"{t_recompute / t_batched:.1f}x")  # fmt: skip
+        cells = (
+            length,
+            f"{t_recompute:.2f}",
+            f"{t_single:.2f}",
+            f"{t_batched:.2f}",
+            f"{prompts * new_tokens / t_batched:.1f}",
+            f"{t_recompute / t_batched:.1f}x",
+        )
         print("".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS, strict=True)))
 
 
@@ -90,7 +95,9 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
     config = NiahConfig(
         max_length=max_length, tests_per_length=tests, max_new_tokens=new_tokens, stop_at_first_failure=False
     )
-    print(f"\n== effective-length search: lengths {config.evaluated_lengths()[0]}..{config.evaluated_lengths()[-1]}, {tests} tests each ==")
+    print(
+        f"\n== effective-length search: lengths {config.evaluated_lengths()[0]}..{config.evaluated_lengths()[-1]}, {tests} tests each =="
+    )
     generator = LlamaGenerator(model, attention_backend=backend)
     start = time.perf_counter()
     result = search_effective_length(generator, tokenizer, haystack, config)
@@ -100,7 +107,9 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
             f"  L={row.length:>5}  batch {generator.rows_per_batch(row.length):>2}  pass {row.passed:>3}/{row.tests}"
             f"  rate {row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]  {row.seconds:6.1f} s"
         )
-    print(f"effective length {result.effective_length}; total {total:.1f} s for {len(config.evaluated_lengths()) * tests} tests")
+    print(
+        f"effective length {result.effective_length}; total {total:.1f} s for {len(config.evaluated_lengths()) * tests} tests"
+    )
     if heatmap:
         print(f"heatmap -> {plot_heatmap(result, heatmap)}")
 

@@ -173,9 +173,18 @@ def median_ms(op: Callable[[], object], repeats: int) -> float:
 # --- table ------------------------------------------------------------------------------
 
 COLUMNS = (
-    "rows", "ids", "docs/row", "key runs/doc", "counter ms", "1 thread ms", "brute ms", "brute/counter", "step ms",
-    "counter/step", "1 thread/step",
-)  # fmt: skip
+    "rows",
+    "ids",
+    "docs/row",
+    "key runs/doc",
+    "counter ms",
+    "1 thread ms",
+    "brute ms",
+    "brute/counter",
+    "step ms",
+    "counter/step",
+    "1 thread/step",
+)
 
 
 def measure(rows: int, document_lengths: list[int], model: Llama, args: argparse.Namespace) -> list[list[str]]:
@@ -198,11 +207,21 @@ def measure(rows: int, document_lengths: list[int], model: Llama, args: argparse
         torch.set_num_threads(1)
         one_thread_ms = median_ms(count, args.counter_repeats)
         torch.set_num_threads(threads)
-        table.append([
-            str(rows), kind, f"{sum(map(len, packed)) / rows:.1f}", f"{key_runs_per_document(batch):.1f}",
-            f"{counter_ms:.2f}", f"{one_thread_ms:.2f}", f"{brute_ms:.0f}", f"{brute_ms / counter_ms:.0f}x",
-            f"{step_ms:.0f}", f"{100 * counter_ms / step_ms:.3f}%", f"{100 * one_thread_ms / step_ms:.3f}%",
-        ])  # fmt: skip
+        table.append(
+            [
+                str(rows),
+                kind,
+                f"{sum(map(len, packed)) / rows:.1f}",
+                f"{key_runs_per_document(batch):.1f}",
+                f"{counter_ms:.2f}",
+                f"{one_thread_ms:.2f}",
+                f"{brute_ms:.0f}",
+                f"{brute_ms / counter_ms:.0f}x",
+                f"{step_ms:.0f}",
+                f"{100 * counter_ms / step_ms:.3f}%",
+                f"{100 * one_thread_ms / step_ms:.3f}%",
+            ]
+        )
         print(" | ".join(table[-1]), flush=True)
     return table
 

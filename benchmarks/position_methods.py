@@ -53,9 +53,9 @@ import argparse
 import time
 from collections.abc import Callable
 
+import device_timing
 import torch
 
-import device_timing
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
 from longctx.runtime import tune_cpu_allocator
@@ -147,11 +147,16 @@ def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[
         q, k, v, positions = make_inputs(seq_len)
         prefill_ops = {n: prefill_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}
         decode_ops = {n: decode_op(m, q, k, v, positions, args.layers) for n, m in methods.items()}
-        checks = {n: (prefill_op(m, q, k, v, positions)()[:, -1], decode_op(m, q, k, v, positions)()[:, 0]) for n, m in methods.items()}
+        checks = {
+            n: (prefill_op(m, q, k, v, positions)()[:, -1], decode_op(m, q, k, v, positions)()[:, 0])
+            for n, m in methods.items()
+        }
     else:
         torch.manual_seed(SEED)
         model = Llama(ModelConfig.from_preset("tiny", max_position=seq_len)).eval()
-        input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(SEED))
+        input_ids = torch.randint(
+            0, model.config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(SEED)
+        )
         ops = {n: model_ops(model, m, input_ids) for n, m in methods.items()}
         prefill_ops = {n: prefill for n, (prefill, _) in ops.items()}
         decode_ops = {n: decode for n, (_, decode) in ops.items()}
@@ -165,17 +170,28 @@ def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[
     rows = []
     for name, method in methods.items():
         params = ", ".join(
-            f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}" for key, value in method.params.items()
+            f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+            for key, value in method.params.items()
         )
-        rows.append([
-            level, str(seq_len), name, params or "-",
-            f"{prefill[name]:.1f}", f"{prefill[name] / prefill['rope']:.2f}x",
-            f"{decode[name]:.3f}", f"{decode[name] / decode['rope']:.2f}x",
-        ])  # fmt: skip
+        rows.append(
+            [
+                level,
+                str(seq_len),
+                name,
+                params or "-",
+                f"{prefill[name]:.1f}",
+                f"{prefill[name] / prefill['rope']:.2f}x",
+                f"{decode[name]:.3f}",
+                f"{decode[name] / decode['rope']:.2f}x",
+            ]
+        )
     for phase, times in (("prefill", prefill), ("decode", decode)):
         ratio = times["string"] / times["rope"]
         verdict = "meets" if ratio <= GOALS[phase] else "misses"
-        print(f"{level} T={seq_len}: StRing {phase} {ratio:.2f}x plain RoPE ({verdict} the {GOALS[phase]}x goal)", flush=True)
+        print(
+            f"{level} T={seq_len}: StRing {phase} {ratio:.2f}x plain RoPE ({verdict} the {GOALS[phase]}x goal)",
+            flush=True,
+        )
     return rows
 
 
@@ -203,10 +219,17 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     rows = []
     for name, (prefill, _) in ops.items():
         peak = device_timing.peak_extra_mib(prefill, device)
-        rows.append([
-            str(seq_len), name, f"{prefill_ms[name]:.1f}", f"{prefill_ms[name] / prefill_ms['rope']:.2f}x",
-            f"{decode_ms[name]:.2f}", f"{decode_ms[name] / decode_ms['rope']:.2f}x", device_timing.mib(peak),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(seq_len),
+                name,
+                f"{prefill_ms[name]:.1f}",
+                f"{prefill_ms[name] / prefill_ms['rope']:.2f}x",
+                f"{decode_ms[name]:.2f}",
+                f"{decode_ms[name] / decode_ms['rope']:.2f}x",
+                device_timing.mib(peak),
+            ]
+        )
     return rows
 
 
@@ -227,13 +250,23 @@ def markdown_table(rows: list[list[str]]) -> str:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096], help="sequence lengths T (= training length)")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=[1024, 4096], help="sequence lengths T (= training length)"
+    )
     parser.add_argument("--layers", type=int, default=1, help="attention layers per timed forward (setup is shared)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); best reported")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="timed prefill rounds (decode: 5x as many); best reported"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or this process's CPU time")
-    parser.add_argument("--level", nargs="+", choices=("attention", "model"), default=["attention", "model"], help="what is timed")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="wall time, or this process's CPU time"
+    )
+    parser.add_argument(
+        "--level", nargs="+", choices=("attention", "model"), default=["attention", "model"], help="what is timed"
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)"
+    )
     parser.add_argument("--portable", action="store_true", help="the device table on --device cpu (smoke test)")
     parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="device table: methods")

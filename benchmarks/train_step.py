@@ -88,13 +88,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import cpu_memory
+import device_timing
 import torch
 import torch.nn.functional as F
 import transformers
-
-import cpu_memory
-import device_timing
 from attention import stdlib_document_lengths
+
 from longctx.config import DataConfig, ExperimentConfig, TrainConfig
 from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
 from longctx.model.hf import export_hf
@@ -160,7 +160,9 @@ class TrainingStep:
         if implementation.library == "hf":
             transformers.logging.set_verbosity_error()
             transformers.utils.logging.disable_progress_bar()  # also in the memory child
-            self.model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, attn_implementation=implementation.attention)
+            self.model = transformers.LlamaForCausalLM.from_pretrained(
+                hf_dir, attn_implementation=implementation.attention
+            )
         else:
             self.model = seeded_llama(config)
         self.model.train()
@@ -173,7 +175,10 @@ class TrainingStep:
             position_ids = batch["position_ids"] if self.implementation.packed else None
             return self.model(input_ids=batch["input_ids"], position_ids=position_ids, use_cache=False).logits
         return self.model(
-            batch["input_ids"], batch["position_ids"], batch["document_ids"], attention_backend=self.implementation.attention
+            batch["input_ids"],
+            batch["position_ids"],
+            batch["document_ids"],
+            attention_backend=self.implementation.attention,
         )
 
     def __call__(self, batch: Batch) -> float:
@@ -194,7 +199,9 @@ def rows_for(implementation: Implementation, blocks: torch.Tensor) -> Batch:
     return contract_from_blocks(blocks, EOS_ID, doc_mask=implementation.packed)
 
 
-def _prepare_step(implementation: Implementation, config: ModelConfig, hf_dir: Path, blocks: torch.Tensor) -> Callable[[], float]:
+def _prepare_step(
+    implementation: Implementation, config: ModelConfig, hf_dir: Path, blocks: torch.Tensor
+) -> Callable[[], float]:
     """In the memory child: a warm-up step on 64-token rows, then the step to measure."""
     tune_cpu_allocator()
     step = TrainingStep(implementation, config, hf_dir)
@@ -239,10 +246,14 @@ def require_same_loss(first_losses: dict[Implementation, float]) -> None:
     """Every implementation's first loss equals HF's on the same kind of rows."""
     for impl, loss in first_losses.items():
         reference = next(
-            (other, value) for other, value in first_losses.items() if other.library == "hf" and other.packed == impl.packed
+            (other, value)
+            for other, value in first_losses.items()
+            if other.library == "hf" and other.packed == impl.packed
         )
         if abs(loss - reference[1]) > LOSS_TOLERANCE:
-            raise SystemExit(f"{impl.name}: first loss {loss:.7f} differs from {reference[0].name}'s {reference[1]:.7f}")
+            raise SystemExit(
+                f"{impl.name}: first loss {loss:.7f} differs from {reference[0].name}'s {reference[1]:.7f}"
+            )
 
 
 def measure(
@@ -272,7 +283,9 @@ def measure(
         seconds = interleaved_step_seconds(runs, args.repeats, roofline_samples)
         del steps, runs  # free the models before the memory children start
         peaks = {
-            impl: None if args.skip_memory else cpu_memory.peak_extra_mib(_prepare_step, impl, config, Path(hf_dir), blocks)
+            impl: None
+            if args.skip_memory
+            else cpu_memory.peak_extra_mib(_prepare_step, impl, config, Path(hf_dir), blocks)
             for impl in implementations
         }
     experiment = ExperimentConfig(
@@ -281,7 +294,9 @@ def measure(
         train=TrainConfig(micro_batch_size=args.batch, global_batch_tokens=args.batch * seq_len),
     )
     results = [
-        Result(label, seq_len, impl, seconds[impl], args.batch * seq_len, training_flops_per_token(experiment), peaks[impl])
+        Result(
+            label, seq_len, impl, seconds[impl], args.batch * seq_len, training_flops_per_token(experiment), peaks[impl]
+        )
         for impl in implementations
     ]
     for result in results:
@@ -303,20 +318,24 @@ def table_rows(results: list[Result], roofline: float) -> list[list[str]]:
     rows = []
     for result in results:
         hf_best = max(
-            other.tokens_per_s for other in results
-            if other.implementation.library == "hf" and other.implementation.packed == result.implementation.packed
+            other.tokens_per_s
+            for other in results
+            if other.implementation.library == "hf"
+            and other.implementation.packed == result.implementation.packed
             and (other.config, other.seq_len) == (result.config, result.seq_len)
-        )  # fmt: skip
-        rows.append([
-            result.config,
-            str(result.seq_len),
-            result.implementation.name,
-            f"{statistics.median(result.step_seconds) * 1e3:.0f}",
-            f"{result.tokens_per_s:.0f}",
-            f"{result.tokens_per_s / hf_best:.2f}x",
-            f"{result.tokens_per_s * result.flops_per_token / roofline:.1%}",
-            "" if result.peak_mib is None else f"{result.peak_mib:.0f}",
-        ])  # fmt: skip
+        )
+        rows.append(
+            [
+                result.config,
+                str(result.seq_len),
+                result.implementation.name,
+                f"{statistics.median(result.step_seconds) * 1e3:.0f}",
+                f"{result.tokens_per_s:.0f}",
+                f"{result.tokens_per_s / hf_best:.2f}x",
+                f"{result.tokens_per_s * result.flops_per_token / roofline:.1%}",
+                "" if result.peak_mib is None else f"{result.peak_mib:.0f}",
+            ]
+        )
     return rows
 
 
@@ -349,7 +368,10 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     config = ModelConfig.from_preset(args.preset, vocab_size=args.vocab, max_position=seq_len)
     implementations = [Implementation("hf", "sdpa"), *(Implementation("longctx", b) for b in args.backends)]
     if not args.skip_packed:
-        implementations += [Implementation("hf", "sdpa", packed=True), *(Implementation("longctx", b, packed=True) for b in args.backends)]
+        implementations += [
+            Implementation("hf", "sdpa", packed=True),
+            *(Implementation("longctx", b, packed=True) for b in args.backends),
+        ]
     blocks = token_blocks(stdlib_document_lengths(), args.batch, seq_len, config.vocab_size)
     batches = {impl: {k: v.to(device) for k, v in rows_for(impl, blocks).items()} for impl in implementations}
     experiment = ExperimentConfig(model=config, data=DataConfig(window=seq_len))
@@ -361,8 +383,14 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
             try:
                 step = DeviceStep(impl, config, Path(hf_dir), device)
                 loss = step(batches[impl])
-                ms = device_timing.interleaved_median_ms({"step": functools.partial(step, batches[impl])}, args.repeats, device)
-                results[impl] = (loss, ms["step"], device_timing.peak_extra_mib(functools.partial(step, batches[impl]), device))
+                ms = device_timing.interleaved_median_ms(
+                    {"step": functools.partial(step, batches[impl])}, args.repeats, device
+                )
+                results[impl] = (
+                    loss,
+                    ms["step"],
+                    device_timing.peak_extra_mib(functools.partial(step, batches[impl]), device),
+                )
             except torch.OutOfMemoryError:
                 results[impl] = None
             finally:
@@ -379,12 +407,17 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
         if hf is not None and abs(loss - hf[0]) > 2e-2:
             raise SystemExit(f"{impl.name}: first loss {loss:.4f} differs from HF's {hf[0]:.4f}")
         tokens_per_s = args.batch * seq_len / (ms / 1e3)
-        rows.append([
-            str(seq_len), impl.name, f"{ms:.0f}", f"{tokens_per_s:.0f}",
-            "" if hf is None else f"{hf[1] / ms:.2f}x",
-            "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
-            device_timing.mib(peak_mib),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(seq_len),
+                impl.name,
+                f"{ms:.0f}",
+                f"{tokens_per_s:.0f}",
+                "" if hf is None else f"{hf[1] / ms:.2f}x",
+                "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
+                device_timing.mib(peak_mib),
+            ]
+        )
     return rows
 
 
@@ -400,7 +433,9 @@ def device_main(args: argparse.Namespace) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)"
+    )
     parser.add_argument("--portable", action="store_true", help="the device table on --device cpu (smoke test)")
     parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
     parser.add_argument("--vocab", type=int, default=8192, help="device table: vocabulary size")
@@ -410,10 +445,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="rows per step")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first (the first checks the losses)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per implementation (median reported)")
-    parser.add_argument("--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)")
+    parser.add_argument(
+        "--hf-attention", nargs="+", default=["sdpa"], choices=["sdpa", "eager"], help="HF attn_implementation(s)"
+    )
     parser.add_argument("--skip-packed", action="store_true", help="leave out the packed, document-masked rows")
     parser.add_argument("--skip-memory", action="store_true", help="do not measure peak memory")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads for the timed steps (0 = torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads for the timed steps (0 = torch's default)"
+    )
     args = parser.parse_args()
     if args.warmup < 1 or args.repeats < 1:
         parser.error("--warmup and --repeats must be at least 1")

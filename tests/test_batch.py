@@ -58,7 +58,12 @@ def test_document_segments_match_a_loop(q_len):
 
 def contract(documents: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
     ids = torch.ones_like(documents)
-    return {"input_ids": ids, "labels": torch.full_like(ids, IGNORE_INDEX), "position_ids": positions, "document_ids": documents}
+    return {
+        "input_ids": ids,
+        "labels": torch.full_like(ids, IGNORE_INDEX),
+        "position_ids": positions,
+        "document_ids": documents,
+    }
 
 
 def test_check_batch_accepts_packed_and_skipped_ids():
@@ -71,7 +76,10 @@ def test_check_batch_accepts_packed_and_skipped_ids():
     "change,message",
     [
         ({"document_ids": torch.tensor([[0, 0, 1, 1, 0, 0]])}, r"row 0: document 0 resumes at index 4"),
-        ({"position_ids": torch.tensor([[0, 1, 1, 0, 1, 2]])}, r"ids must increase inside a document, got 1 -> 1 at index 2"),
+        (
+            {"position_ids": torch.tensor([[0, 1, 1, 0, 1, 2]])},
+            r"ids must increase inside a document, got 1 -> 1 at index 2",
+        ),
         ({"labels": torch.zeros(1, 5, dtype=torch.long)}, r"batch\['labels'\] has shape \(1, 5\)"),
         ({"position_ids": torch.zeros(1, 6)}, r"batch\['position_ids'\] must hold integers"),
     ],
@@ -84,5 +92,10 @@ def test_check_batch_names_the_fault(change, message):
 
 def test_check_batch_names_missing_keys():
     with pytest.raises(ValueError, match=r"lacks \['document_ids'\]"):
-        check_batch({"input_ids": torch.zeros(1, 2, dtype=torch.long), "labels": torch.zeros(1, 2, dtype=torch.long),
-                     "position_ids": torch.zeros(1, 2, dtype=torch.long)})
+        check_batch(
+            {
+                "input_ids": torch.zeros(1, 2, dtype=torch.long),
+                "labels": torch.zeros(1, 2, dtype=torch.long),
+                "position_ids": torch.zeros(1, 2, dtype=torch.long),
+            }
+        )

@@ -67,11 +67,20 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
 
 def test_domain_errors_share_one_base():
     from longctx.data.corpus import CorpusError
-    from longctx.niah.tasks import NiahError
     from longctx.data.sft import SFTDataError
     from longctx.data.tokenizer import TokenizerError
     from longctx.errors import CheckpointError, ConfigError, DataError, LongctxError
+    from longctx.niah.tasks import NiahError
     from longctx.sweep import SweepError
 
-    for error in (ConfigError, DataError, CheckpointError, CorpusError, NiahError, SFTDataError, TokenizerError, SweepError):
+    for error in (
+        ConfigError,
+        DataError,
+        CheckpointError,
+        CorpusError,
+        NiahError,
+        SFTDataError,
+        TokenizerError,
+        SweepError,
+    ):
         assert issubclass(error, LongctxError) and issubclass(error, ValueError), error

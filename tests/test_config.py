@@ -14,7 +14,10 @@ def write(tmp_path, name, text):
 
 
 def test_merge_order_preset_then_files_then_overrides(tmp_path):
-    first = write(tmp_path, "a.yaml", """
+    first = write(
+        tmp_path,
+        "a.yaml",
+        """
         model:
           preset: tiny
           n_layers: 6
@@ -23,7 +26,8 @@ def test_merge_order_preset_then_files_then_overrides(tmp_path):
         train:
           micro_batch_size: 4
           global_batch_tokens: 8192
-    """)
+    """,
+    )
     second = write(tmp_path, "b.yaml", "train:\n  lr: 1.0e-3\n")
     cfg = load([first, second], ["train.lr=2e-3", "model.rope_scaling.type=yarn", "model.rope_scaling.factor=2"])
     assert cfg.model.d_model == 256  # from the tiny preset
@@ -47,11 +51,15 @@ def test_inherit_cycle_is_an_error(tmp_path):
 
 
 def test_unknown_key_names_file_line_and_suggests(tmp_path):
-    path = write(tmp_path, "bad.yaml", """
+    path = write(
+        tmp_path,
+        "bad.yaml",
+        """
         model:
           preset: debug
           n_head: 4
-    """)
+    """,
+    )
     with pytest.raises(ConfigError, match=rf"model.n_head: unknown key \(at {path}:3\); did you mean model.n_heads\?"):
         load([path])
 
@@ -76,15 +84,26 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["model.n_layers=0"], "model.n_layers", "positive integer"),
         (["data.window=-5"], "data.window", "positive integer"),
         (["data.window=1024"], "data.window", "exceeds model.max_position=512"),
-        (["train.micro_batch_size=3", "data.window=512"], "train.global_batch_tokens", "not a multiple of data.window x train.micro_batch_size"),
+        (
+            ["train.micro_batch_size=3", "data.window=512"],
+            "train.global_batch_tokens",
+            "not a multiple of data.window x train.micro_batch_size",
+        ),
         (["train.min_lr=1.0"], "train.min_lr", r"must be in \[0, train.lr"),
         (["train.strategy=deepspeed"], "train.strategy", "is not one of"),
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
         (["model.rope_scaling.type=ntk", "model.rope_scaling.factor=0.5"], "model.rope_scaling.factor", "must be >= 1"),
         (["eval.niah.pass_threshold=0"], "eval.niah.pass_threshold", r"must be in \(0, 1\]"),
         (["eval.position_method.name=alibi"], "eval.position_method.name", "is not one of"),
-        (["eval.position_method.name=string", "eval.position_method.string.shift=100",
-          "eval.position_method.string.local_window=128"], "eval.position_method.string.local_window", "must be"),
+        (
+            [
+                "eval.position_method.name=string",
+                "eval.position_method.string.shift=100",
+                "eval.position_method.string.local_window=128",
+            ],
+            "eval.position_method.string.local_window",
+            "must be",
+        ),
         (["model.preset=gpt2"], "model.preset", "unknown preset 'gpt2'"),
     ],
 )

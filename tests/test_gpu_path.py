@@ -28,8 +28,12 @@ def require(backend: str) -> None:
 
 
 def document_rows(total: int) -> torch.Tensor:
-    return torch.stack([packed_document_ids([total // 4, 1, total // 2, total - total // 4 - total // 2 - 1])[0],
-                        torch.zeros(total, dtype=torch.long)]).to(CUDA)  # fmt: skip
+    return torch.stack(
+        [
+            packed_document_ids([total // 4, 1, total // 2, total - total // 4 - total // 2 - 1])[0],
+            torch.zeros(total, dtype=torch.long),
+        ]
+    ).to(CUDA)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -112,9 +116,14 @@ def test_position_method_cuda_path_matches_cpu_path(name):
     cache = gpu_method.rotate_keys(k16, cuda[0]) if rotated else k16
     for t in (0, 9, 10, 20, 35):
         step = gpu_method.attend(
-            q16[:, t : t + 1], cache[:, : t + 1], v16[:, : t + 1],
-            position_ids=cuda[0][:, : t + 1], document_ids=cuda[1][:, : t + 1], keys_rotated=rotated, backend="flash",
-        )  # fmt: skip
+            q16[:, t : t + 1],
+            cache[:, : t + 1],
+            v16[:, : t + 1],
+            position_ids=cuda[0][:, : t + 1],
+            document_ids=cuda[1][:, : t + 1],
+            keys_rotated=rotated,
+            backend="flash",
+        )
         torch.testing.assert_close(step[:, 0].double().cpu(), expected[:, t], atol=3e-2, rtol=0)
 
 
@@ -146,9 +155,14 @@ def test_pretrain_20_steps_on_cuda_resumes_to_the_same_losses(tmp_path):
 
     workspace = make_workspace(tmp_path / "workspace")
     cuda = {
-        "model.attention_backend": "auto", "train.precision": "bf16-mixed", "train.strategy": "fsdp",
-        "train.compile": "true", "train.max_steps": 20, "train.checkpoint_every_steps": 10, "probe.fi_every_steps": 0,
-    }  # fmt: skip
+        "model.attention_backend": "auto",
+        "train.precision": "bf16-mixed",
+        "train.strategy": "fsdp",
+        "train.compile": "true",
+        "train.max_steps": 20,
+        "train.checkpoint_every_steps": 10,
+        "probe.fi_every_steps": 0,
+    }
     first = tmp_path / "first"
     finish(launch(overrides(workspace, first, **cuda)), timeout=900)
     step_10 = first / "checkpoints" / "step-0000010.ckpt"
@@ -168,9 +182,16 @@ def test_niah_runs_on_cuda_in_bf16_at_given_lengths(tmp_path):
     haystack.write_text("\n".join(doc.text for _, doc in zip(range(30), embedded_documents(("prose",)), strict=False)))
     checkpoint = tmp_path / "model.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
-    args = [f"eval.niah.haystack={haystack}", "eval.niah.tests_per_length=2", "eval.niah.max_new_tokens=8",
-            "log.wandb_mode=disabled", "eval.device=cuda", "eval.position_method.name=string",
-            "eval.position_method.string.shift_ratio=0.25", "eval.position_method.string.local_window=16"]  # fmt: skip
+    args = [
+        f"eval.niah.haystack={haystack}",
+        "eval.niah.tests_per_length=2",
+        "eval.niah.max_new_tokens=8",
+        "log.wandb_mode=disabled",
+        "eval.device=cuda",
+        "eval.position_method.name=string",
+        "eval.position_method.string.shift_ratio=0.25",
+        "eval.position_method.string.local_window=16",
+    ]
     assert main(["niah", str(checkpoint), *args, "--lengths", "128,384", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "niah.json").read_text())
     assert result["lengths"] == [128, 384]

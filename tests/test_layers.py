@@ -10,11 +10,21 @@ import pytest
 SOURCE = Path(__file__).parents[1] / "src" / "longctx"
 
 LAYERS = {
-    "errors": 0, "batch": 0, "runtime": 0, "wandb_mode": 0,
-    "model": 1, "config": 1, "data": 1,
-    "probes": 2, "niah": 2,
+    "errors": 0,
+    "batch": 0,
+    "runtime": 0,
+    "wandb_mode": 0,
+    "model": 1,
+    "config": 1,
+    "data": 1,
+    "probes": 2,
+    "niah": 2,
     "train": 3,
-    "analysis": 4, "replication": 4, "sweep": 4, "cli": 5, "__main__": 5,
+    "analysis": 4,
+    "replication": 4,
+    "sweep": 4,
+    "cli": 5,
+    "__main__": 5,
 }
 """Higher numbers may import lower ones, never the reverse: model, data and the config
 schemas never reach up into probes, niah or train; only the CLI sees everything. Peers
@@ -60,8 +70,10 @@ def layer(module: str) -> int:
 def test_layers_import_downwards_only():
     upward = [
         f"{module} -> {target}"
-        for module, targets in import_graph().items() if module != "longctx"
-        for target in targets if layer(target) > layer(module)
+        for module, targets in import_graph().items()
+        if module != "longctx"
+        for target in targets
+        if layer(target) > layer(module)
     ]
     assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(sorted(upward))
 
@@ -96,7 +108,9 @@ def test_no_import_circle():
 
 def test_llama_does_not_import_the_position_methods():
     """llama.py defines the positions-provider interface; the methods implement it."""
-    assert not {name for name in import_graph()["longctx.model.llama"] if name.startswith("longctx.model.position_methods")}
+    assert not {
+        name for name in import_graph()["longctx.model.llama"] if name.startswith("longctx.model.position_methods")
+    }
 
 
 def test_the_checker_sees_a_planted_circle(tmp_path):
@@ -105,10 +119,14 @@ def test_the_checker_sees_a_planted_circle(tmp_path):
     (package / "model").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "model" / "__init__.py").write_text("")
-    (package / "model" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from longctx.model.b import B\n")
+    (package / "model" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from longctx.model.b import B\n"
+    )
     (package / "model" / "b.py").write_text("def f():\n    from longctx.model import a\n")
     known = {module_name(p, package) for p in package.rglob("*.py")}
     graph = {module_name(p, package): imported_modules(p, known, package) for p in package.rglob("*.py")}
     assert graph["longctx.model.a"] == {"longctx.model.b"} and "longctx.model.a" in graph["longctx.model.b"]
-    assert find_cycle(graph) in (["longctx.model.a", "longctx.model.b", "longctx.model.a"],
-                                 ["longctx.model.b", "longctx.model.a", "longctx.model.b"])
+    assert find_cycle(graph) in (
+        ["longctx.model.a", "longctx.model.b", "longctx.model.a"],
+        ["longctx.model.b", "longctx.model.a", "longctx.model.b"],
+    )

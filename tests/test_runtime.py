@@ -29,7 +29,11 @@ print(applied, before_free - resident())
 
 def freed_memory_kept(environment: dict) -> tuple[bool, int]:
     result = subprocess.run(
-        [sys.executable, "-c", FREE_AND_MEASURE], env={**os.environ, **environment}, capture_output=True, text=True, check=True
+        [sys.executable, "-c", FREE_AND_MEASURE],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     applied, released = result.stdout.split()
     return applied == "True", int(released)

@@ -20,10 +20,12 @@ from tests.test_sweeps import grid as wandb_grid
 
 SWEEPS = sorted(Path("sweeps").glob("*.yaml"))
 # Appends [argv, WANDB_RUN_GROUP, LONGCTX_SWEEP_POINT] to $SWEEP_LOG; exits 3 when "fail=true" is an argument.
-RECORDER = ("import json, os, sys; "
-            "open(os.environ['SWEEP_LOG'], 'a').write(json.dumps([sys.argv[1:], os.environ['WANDB_RUN_GROUP'], "
-            "os.environ['LONGCTX_SWEEP_POINT']]) + '\\n'); "
-            "sys.exit(3 if 'fail=true' in sys.argv else 0)")
+RECORDER = (
+    "import json, os, sys; "
+    "open(os.environ['SWEEP_LOG'], 'a').write(json.dumps([sys.argv[1:], os.environ['WANDB_RUN_GROUP'], "
+    "os.environ['LONGCTX_SWEEP_POINT']]) + '\\n'); "
+    "sys.exit(3 if 'fail=true' in sys.argv else 0)"
+)
 
 
 def write_sweep(path: Path, document: dict) -> Path:
@@ -32,10 +34,15 @@ def write_sweep(path: Path, document: dict) -> Path:
 
 
 def recorder_sweep(tmp_path: Path, parameters: dict, name: str = "tiny") -> Path:
-    return write_sweep(tmp_path / "tiny_sweep.yaml", {
-        "name": name, "method": "grid", "parameters": parameters,
-        "command": ["${env}", "${interpreter}", "-c", RECORDER, "${args_no_hyphens}"],
-    })
+    return write_sweep(
+        tmp_path / "tiny_sweep.yaml",
+        {
+            "name": name,
+            "method": "grid",
+            "parameters": parameters,
+            "command": ["${env}", "${interpreter}", "-c", RECORDER, "${args_no_hyphens}"],
+        },
+    )
 
 
 def read_jsonl(path: Path) -> list:
@@ -60,34 +67,63 @@ def test_grid_points_are_the_cartesian_product_in_wandb_order(path):
 
 
 def test_grid_enumerates_int_and_q_uniform(tmp_path):
-    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "command": ["${args}"], "parameters": {
-        "x": {"distribution": "q_uniform", "min": 0.1, "max": 0.35, "q": 0.1},
-        "n": {"distribution": "int_uniform", "min": 2, "max": 4},
-        "k": {"distribution": "q_uniform", "min": 1, "max": 9, "q": 4},
-    }})
+    path = write_sweep(
+        tmp_path / "s.yaml",
+        {
+            "method": "grid",
+            "command": ["${args}"],
+            "parameters": {
+                "x": {"distribution": "q_uniform", "min": 0.1, "max": 0.35, "q": 0.1},
+                "n": {"distribution": "int_uniform", "min": 2, "max": 4},
+                "k": {"distribution": "q_uniform", "min": 1, "max": 9, "q": 4},
+            },
+        },
+    )
     # W&B: int_uniform is range(min, max + 1); q_uniform is numpy.arange(min, max, q), max
     # excluded, values as arange computes them (min + i * q: 0.1 + 2 * 0.1 = 0.30000000000000004)
     assert [p.arguments for p in plan(load_sweep(path))] == [
-        {"k": k, "n": n, "x": x} for k in (1, 5) for n in (2, 3, 4) for x in (0.1, 0.2, 0.1 + 2 * 0.1)]
+        {"k": k, "n": n, "x": x} for k in (1, 5) for n in (2, 3, 4) for x in (0.1, 0.2, 0.1 + 2 * 0.1)
+    ]
 
 
 def test_skipalign_grid_varies_the_variant_first():
     """The issue's case: `--count 6` used to run six `normal` points (identical trainings)."""
     points = plan(load_sweep("sweeps/skipalign.yaml"), count=6)
     assert [(p.arguments["sft.strategy"], p.arguments["sft.variant"]) for p in points] == [
-        ("all", "normal"), ("all", "packed"), ("all", "skipalign"),
-        ("inner", "normal"), ("inner", "packed"), ("inner", "skipalign")]
+        ("all", "normal"),
+        ("all", "packed"),
+        ("all", "skipalign"),
+        ("inner", "normal"),
+        ("inner", "packed"),
+        ("inner", "skipalign"),
+    ]
     assert {(p.arguments["sft.extended_length"], p.arguments["sft.p"]) for p in points} == {(2048, 0.25)}
-    assert points[0].command[-5:] == ["init=runs/tiny_512/checkpoints/last.ckpt", "sft.extended_length=2048",
-                                      "sft.p=0.25", "sft.strategy=all", "sft.variant=normal"]
+    assert points[0].command[-5:] == [
+        "init=runs/tiny_512/checkpoints/last.ckpt",
+        "sft.extended_length=2048",
+        "sft.p=0.25",
+        "sft.strategy=all",
+        "sft.variant=normal",
+    ]
 
 
 def test_grid_order_follows_wandbs_name_sort(tmp_path):
     """Hand-worked, checked against W&B's engine: Python's sort of the names (upper case and
     `_` before lower case), constants inside the order, values that hash alike once (at the
     first one's place, with the last one's value)."""
-    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "command": ["${args}"], "parameters": {
-        "b": {"values": [1, 2]}, "a": {"values": ["x", "y"]}, "_c": {"value": 0}, "B": {"values": [7, 7.0]}}})
+    path = write_sweep(
+        tmp_path / "s.yaml",
+        {
+            "method": "grid",
+            "command": ["${args}"],
+            "parameters": {
+                "b": {"values": [1, 2]},
+                "a": {"values": ["x", "y"]},
+                "_c": {"value": 0},
+                "B": {"values": [7, 7.0]},
+            },
+        },
+    )
     points = plan(load_sweep(path))
     assert [list(p.arguments) for p in points] == [["B", "_c", "a", "b"]] * 4
     assert [p.arguments for p in points] == [{"B": 7.0, "_c": 0, "a": a, "b": b} for a in "xy" for b in (1, 2)]
@@ -121,8 +157,12 @@ RANDOM = {
 
 @pytest.fixture
 def random_sweep(tmp_path):
-    return load_sweep(write_sweep(tmp_path / "random.yaml", {
-        "method": "random", "parameters": RANDOM, "command": ["${interpreter}", "${args_no_hyphens}"]}))
+    return load_sweep(
+        write_sweep(
+            tmp_path / "random.yaml",
+            {"method": "random", "parameters": RANDOM, "command": ["${interpreter}", "${args_no_hyphens}"]},
+        )
+    )
 
 
 def test_random_draws_are_reproducible_and_seeded(random_sweep):
@@ -167,20 +207,49 @@ def test_random_needs_count(random_sweep, capsys):
 
 def test_macros_expand_as_specified(tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEP_TEST_DIR", "/data")
-    path = write_sweep(tmp_path / "m.yaml", {"method": "grid", "program": "train.py", "parameters": {"a": {"value": 1}},
-                                             "command": ["${env}", "${interpreter}", "${program}", "--root=${envvar:SWEEP_TEST_DIR}",
-                                                         "${args}", "${args_no_hyphens}", "${args_json}", "${args_no_boolean_flags}",
-                                                         "${args_no_equals}", "${args_append_hydra}", "${args_override_hydra}",
-                                                         "x=${data.window}"]})
-    arguments = {"on": True, "off": False, "lr": 1e-05, "p": 0.1, "n": 3, "name": "a b", "none": None, "sizes": [1, "x"]}
+    path = write_sweep(
+        tmp_path / "m.yaml",
+        {
+            "method": "grid",
+            "program": "train.py",
+            "parameters": {"a": {"value": 1}},
+            "command": [
+                "${env}",
+                "${interpreter}",
+                "${program}",
+                "--root=${envvar:SWEEP_TEST_DIR}",
+                "${args}",
+                "${args_no_hyphens}",
+                "${args_json}",
+                "${args_no_boolean_flags}",
+                "${args_no_equals}",
+                "${args_append_hydra}",
+                "${args_override_hydra}",
+                "x=${data.window}",
+            ],
+        },
+    )
+    arguments = {
+        "on": True,
+        "off": False,
+        "lr": 1e-05,
+        "p": 0.1,
+        "n": 3,
+        "name": "a b",
+        "none": None,
+        "sizes": [1, "x"],
+    }
     words = expand_command(load_sweep(path), arguments)
     values = ["true", "false", "1e-05", "0.1", "3", "a b", "null", '[1, "x"]']
     assert words == [
-        sys.executable, "train.py", "--root=/data",
+        sys.executable,
+        "train.py",
+        "--root=/data",
         *[f"--{k}={v}" for k, v in zip(arguments, values, strict=True)],
         *[f"{k}={v}" for k, v in zip(arguments, values, strict=True)],
         '{"on": true, "off": false, "lr": 1e-05, "p": 0.1, "n": 3, "name": "a b", "none": null, "sizes": [1, "x"]}',
-        "--on", *[f"--{k}={v}" for k, v in list(zip(arguments, values, strict=True))[2:]],
+        "--on",
+        *[f"--{k}={v}" for k, v in list(zip(arguments, values, strict=True))[2:]],
         *[w for k, v in zip(arguments, values, strict=True) for w in (f"--{k}", v)],
         *[f"+{k}={v}" for k, v in zip(arguments, values, strict=True)],
         *[f"++{k}={v}" for k, v in zip(arguments, values, strict=True)],
@@ -195,9 +264,18 @@ def test_argument_macros_match_the_wandb_agent(tmp_path):
 
     arguments = {"lr": 1e-05, "p": 0.1, "big": 1e20, "n": -3, "name": "run a", "flag": True, "off": False}
     reference = create_sweep_command_args({"args": {k: {"value": v} for k, v in arguments.items()}})
-    for macro in ("args", "args_no_hyphens", "args_no_equals", "args_no_boolean_flags", "args_json",
-                  "args_append_hydra", "args_override_hydra"):
-        path = write_sweep(tmp_path / "w.yaml", {"method": "grid", "parameters": {"a": {"value": 1}}, "command": ["${" + macro + "}"]})
+    for macro in (
+        "args",
+        "args_no_hyphens",
+        "args_no_equals",
+        "args_no_boolean_flags",
+        "args_json",
+        "args_append_hydra",
+        "args_override_hydra",
+    ):
+        path = write_sweep(
+            tmp_path / "w.yaml", {"method": "grid", "parameters": {"a": {"value": 1}}, "command": ["${" + macro + "}"]}
+        )
         expected = [w.replace("=True", "=true").replace("=False", "=false") for w in reference[macro]]
         if macro == "args_no_equals":
             expected = [{"True": "true", "False": "false"}.get(w, w) for w in expected]
@@ -205,7 +283,9 @@ def test_argument_macros_match_the_wandb_agent(tmp_path):
 
 
 def test_default_command_is_wandbs(tmp_path):
-    path = write_sweep(tmp_path / "d.yaml", {"method": "grid", "program": "train.py", "parameters": {"a": {"values": [1]}}})
+    path = write_sweep(
+        tmp_path / "d.yaml", {"method": "grid", "program": "train.py", "parameters": {"a": {"values": [1]}}}
+    )
     assert plan(load_sweep(path))[0].command == [sys.executable, "train.py", "--a=1"]
 
 
@@ -214,15 +294,23 @@ def test_default_command_is_wandbs(tmp_path):
 
 def test_every_point_runs_once_with_its_arguments(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
-    path = recorder_sweep(tmp_path, {"a": {"values": [1, 2]}, "flag": {"values": [True, False]}, "lr": {"value": 0.001}})
+    path = recorder_sweep(
+        tmp_path, {"a": {"values": [1, 2]}, "flag": {"values": [True, False]}, "lr": {"value": 0.001}}
+    )
     summary = tmp_path / "out" / "summary.jsonl"
     assert main(["sweep", str(path), "--summary", str(summary)]) == 0
-    expected = [["a=1", "flag=true", "lr=0.001"], ["a=1", "flag=false", "lr=0.001"],
-                ["a=2", "flag=true", "lr=0.001"], ["a=2", "flag=false", "lr=0.001"]]
+    expected = [
+        ["a=1", "flag=true", "lr=0.001"],
+        ["a=1", "flag=false", "lr=0.001"],
+        ["a=2", "flag=true", "lr=0.001"],
+        ["a=2", "flag=false", "lr=0.001"],
+    ]
     assert read_jsonl(tmp_path / "log.jsonl") == [[args, "tiny", str(i)] for i, args in enumerate(expected)]
     records = read_jsonl(summary)
     assert [r["index"] for r in records] == [0, 1, 2, 3] and [r["returncode"] for r in records] == [0] * 4
-    assert [r["arguments"] for r in records] == [{"a": a, "flag": f, "lr": 0.001} for a in (1, 2) for f in (True, False)]
+    assert [r["arguments"] for r in records] == [
+        {"a": a, "flag": f, "lr": 0.001} for a in (1, 2) for f in (True, False)
+    ]
     assert [r["command"] for r in records] == [[sys.executable, "-c", RECORDER, *args] for args in expected]
     assert all(r["seconds"] >= 0 and r["signal"] is None for r in records)
     assert "4/4 runs succeeded" in capsys.readouterr().out
@@ -230,8 +318,14 @@ def test_every_point_runs_once_with_its_arguments(tmp_path, monkeypatch, capsys)
 
 def test_summary_defaults_to_runs_sweeps_and_group_to_the_file_stem(tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
-    path = write_sweep(tmp_path / "stem_name.yaml", {"method": "grid", "parameters": {"a": {"value": 5}},
-                                                     "command": ["${interpreter}", "-c", RECORDER, "${args_no_hyphens}"]})
+    path = write_sweep(
+        tmp_path / "stem_name.yaml",
+        {
+            "method": "grid",
+            "parameters": {"a": {"value": 5}},
+            "command": ["${interpreter}", "-c", RECORDER, "${args_no_hyphens}"],
+        },
+    )
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", str(path)]) == 0
     assert read_jsonl(tmp_path / "log.jsonl") == [[["a=5"], "stem_name", "0"]]
@@ -246,20 +340,34 @@ def test_a_failing_point_stops_the_sweep_unless_keep_going(tmp_path, monkeypatch
     assert main(["sweep", str(path), "--summary", str(summary), *(["--keep-going"] if keep_going else [])]) == 1
     ran = 4 if keep_going else 2
     assert [entry[0] for entry in read_jsonl(tmp_path / "log.jsonl")] == [
-        ["a=1", "fail=false"], ["a=1", "fail=true"], ["a=2", "fail=false"], ["a=2", "fail=true"]][:ran]
+        ["a=1", "fail=false"],
+        ["a=1", "fail=true"],
+        ["a=2", "fail=false"],
+        ["a=2", "fail=true"],
+    ][:ran]
     assert [r["returncode"] for r in read_jsonl(summary)] == [0, 3, 0, 3][:ran]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_is_forwarded_to_the_child_and_stops_the_sweep(tmp_path, signum):
-    child = ("import os, signal, sys, time; "
-             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(5)); signal.signal(signal.SIGINT, lambda *a: sys.exit(6)); "
-             "open(os.environ['STARTED'], 'w').close(); time.sleep(30)")
-    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "parameters": {"a": {"values": [1, 2]}},
-                                             "command": ["${interpreter}", "-c", child, "${args_no_hyphens}"]})
+    child = (
+        "import os, signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(5)); signal.signal(signal.SIGINT, lambda *a: sys.exit(6)); "
+        "open(os.environ['STARTED'], 'w').close(); time.sleep(30)"
+    )
+    path = write_sweep(
+        tmp_path / "s.yaml",
+        {
+            "method": "grid",
+            "parameters": {"a": {"values": [1, 2]}},
+            "command": ["${interpreter}", "-c", child, "${args_no_hyphens}"],
+        },
+    )
     summary, started = tmp_path / "summary.jsonl", tmp_path / "started"
-    runner = ("import sys; from longctx.sweep import load_sweep, plan, run; "
-              f"s = load_sweep({str(path)!r}); sys.exit(run(s, plan(s), {str(summary)!r}))")
+    runner = (
+        "import sys; from longctx.sweep import load_sweep, plan, run; "
+        f"s = load_sweep({str(path)!r}); sys.exit(run(s, plan(s), {str(summary)!r}))"
+    )
     process = subprocess.Popen([sys.executable, "-c", runner], env={**os.environ, "STARTED": str(started)})
     try:
         deadline = time.monotonic() + 10
@@ -286,21 +394,48 @@ BAD = [
     ("spec without values", {"parameters": {"lr": {"q": 2}}}, "parameters.lr"),
     ("spec not a mapping", {"parameters": {"lr": [0.1]}}, "parameters.lr"),
     ("min > max", {"method": "random", "parameters": {"lr": {"min": 0.5, "max": 0.1}}}, "parameters.lr.min"),
-    ("unsupported distribution", {"method": "random", "parameters": {"lr": {"distribution": "normal", "min": 0, "max": 1}}},
-     "parameters.lr.distribution"),
-    ("unused spec key", {"method": "random", "parameters": {"lr": {"min": 0.0, "max": 1.0, "mu": 0}}}, "parameters.lr.mu"),
-    ("log of zero", {"method": "random", "parameters": {"lr": {"distribution": "log_uniform_values", "min": 0, "max": 1}}},
-     "parameters.lr.min"),
-    ("int_uniform of floats", {"method": "random", "parameters": {"n": {"distribution": "int_uniform", "min": 0.5, "max": 2}}},
-     "parameters.n.min"),
+    (
+        "unsupported distribution",
+        {"method": "random", "parameters": {"lr": {"distribution": "normal", "min": 0, "max": 1}}},
+        "parameters.lr.distribution",
+    ),
+    (
+        "unused spec key",
+        {"method": "random", "parameters": {"lr": {"min": 0.0, "max": 1.0, "mu": 0}}},
+        "parameters.lr.mu",
+    ),
+    (
+        "log of zero",
+        {"method": "random", "parameters": {"lr": {"distribution": "log_uniform_values", "min": 0, "max": 1}}},
+        "parameters.lr.min",
+    ),
+    (
+        "int_uniform of floats",
+        {"method": "random", "parameters": {"n": {"distribution": "int_uniform", "min": 0.5, "max": 2}}},
+        "parameters.n.min",
+    ),
     ("empty values", {"parameters": {"lr": {"values": []}}}, "parameters.lr.values"),
-    ("probabilities length", {"parameters": {"lr": {"values": [1, 2], "probabilities": [1.0]}}}, "parameters.lr.probabilities"),
-    ("probabilities sum", {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.6]}}}, "parameters.lr.probabilities"),
+    (
+        "probabilities length",
+        {"parameters": {"lr": {"values": [1, 2], "probabilities": [1.0]}}},
+        "parameters.lr.probabilities",
+    ),
+    (
+        "probabilities sum",
+        {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.6]}}},
+        "parameters.lr.probabilities",
+    ),
     ("continuous grid", {"parameters": {"lr": {"min": 0.1, "max": 0.2}}}, "parameters.lr"),
-    ("probabilities in a grid", {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.5]}}},
-     "parameters.lr.probabilities"),
-    ("empty q_uniform grid", {"parameters": {"lr": {"distribution": "q_uniform", "min": 1, "max": 1, "q": 1}}},
-     "parameters.lr"),
+    (
+        "probabilities in a grid",
+        {"parameters": {"lr": {"values": [1, 2], "probabilities": [0.5, 0.5]}}},
+        "parameters.lr.probabilities",
+    ),
+    (
+        "empty q_uniform grid",
+        {"parameters": {"lr": {"distribution": "q_uniform", "min": 1, "max": 1, "q": 1}}},
+        "parameters.lr",
+    ),
     ("run_cap zero", {"run_cap": 0}, "run_cap"),
     ("project not a string", {"project": ["a"]}, "project"),
     ("custom", {"method": "custom"}, "method"),
@@ -327,28 +462,55 @@ def test_bayes_error_points_to_wandb(tmp_path):
 
 def test_keys_wandb_defines_are_accepted(tmp_path, capsys):
     """Every top-level key of W&B's sweep schema (wandb/sweeps config/schema.json)."""
-    extra = {"apiVersion": "v1", "kind": "sweep", "controller": {"type": "local"}, "description": "d",
-             "program": "p.py", "job": "j", "image_uri": "i", "entity": "e", "project": "p", "name": "n",
-             "run_cap": 5, "metric": {"name": "loss", "goal": "minimize"},
-             "metrics": [{"name": "a"}, {"name": "b"}], "scheduler": {"engine": "wandb"},
-             "early_terminate": {"type": "hyperband", "min_iter": 3}}
+    extra = {
+        "apiVersion": "v1",
+        "kind": "sweep",
+        "controller": {"type": "local"},
+        "description": "d",
+        "program": "p.py",
+        "job": "j",
+        "image_uri": "i",
+        "entity": "e",
+        "project": "p",
+        "name": "n",
+        "run_cap": 5,
+        "metric": {"name": "loss", "goal": "minimize"},
+        "metrics": [{"name": "a"}, {"name": "b"}],
+        "scheduler": {"engine": "wandb"},
+        "early_terminate": {"type": "hyperband", "min_iter": 3},
+    }
     path = write_sweep(tmp_path / "ok.yaml", {**GOOD, **extra})
     sweep = load_sweep(path)
     assert (sweep.name, sweep.project, sweep.entity, sweep.run_cap) == ("n", "p", "e", 5)
     assert main(["sweep", "--dry-run", str(path)]) == 0
     notes = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[2].strip() for line in notes] == ["controller", "early_terminate", "scheduler", "job",
-                                                              "image_uri"]
+    assert [line.split(":")[2].strip() for line in notes] == [
+        "controller",
+        "early_terminate",
+        "scheduler",
+        "job",
+        "image_uri",
+    ]
     assert all(line.startswith("longctx sweep: note: ") for line in notes)
 
 
 def test_points_run_in_the_sweeps_project(tmp_path, monkeypatch):
     """As under `wandb agent`: WANDB_PROJECT / WANDB_ENTITY from the sweep's project / entity."""
     log = tmp_path / "env.jsonl"
-    child = ("import json, os; open(os.environ['ENV_LOG'], 'a').write(json.dumps("
-             "[os.environ.get('WANDB_PROJECT'), os.environ.get('WANDB_ENTITY')]) + '\\n')")
-    path = write_sweep(tmp_path / "s.yaml", {"method": "grid", "project": "proj", "entity": "team",
-                                             "parameters": {"a": {"value": 1}}, "command": ["${interpreter}", "-c", child]})
+    child = (
+        "import json, os; open(os.environ['ENV_LOG'], 'a').write(json.dumps("
+        "[os.environ.get('WANDB_PROJECT'), os.environ.get('WANDB_ENTITY')]) + '\\n')"
+    )
+    path = write_sweep(
+        tmp_path / "s.yaml",
+        {
+            "method": "grid",
+            "project": "proj",
+            "entity": "team",
+            "parameters": {"a": {"value": 1}},
+            "command": ["${interpreter}", "-c", child],
+        },
+    )
     monkeypatch.setenv("ENV_LOG", str(log))
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     assert main(["sweep", str(path), "--summary", str(tmp_path / "summary.jsonl")]) == 0
@@ -358,10 +520,19 @@ def test_points_run_in_the_sweeps_project(tmp_path, monkeypatch):
 def test_dry_run_into_a_closed_pipe_ends_quietly(tmp_path):
     """`longctx sweep --dry-run | head -1`: no BrokenPipeError traceback. The output (~200 KB)
     is larger than a pipe's buffer, so the writer is still writing when the reader leaves."""
-    path = write_sweep(tmp_path / "big.yaml", {"method": "grid", "command": ["${interpreter}", "${args_no_hyphens}"],
-                                               "parameters": {"n": {"distribution": "int_uniform", "min": 1, "max": 5000}}})
-    process = subprocess.Popen([sys.executable, "-m", "longctx", "sweep", "--dry-run", str(path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    path = write_sweep(
+        tmp_path / "big.yaml",
+        {
+            "method": "grid",
+            "command": ["${interpreter}", "${args_no_hyphens}"],
+            "parameters": {"n": {"distribution": "int_uniform", "min": 1, "max": 5000}},
+        },
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "longctx", "sweep", "--dry-run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     first = process.stdout.readline()
     process.stdout.close()
     stderr = process.stderr.read().decode()

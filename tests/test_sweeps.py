@@ -19,8 +19,10 @@ def grid(sweep: dict) -> list[list[str]]:
         spec = sweep["parameters"][name]
         names.append(name)
         choices.append(spec["values"] if "values" in spec else [spec["value"]])
-    return [[f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo, strict=True)]
-            for combo in itertools.product(*choices)]
+    return [
+        [f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo, strict=True)]
+        for combo in itertools.product(*choices)
+    ]
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
@@ -87,7 +89,11 @@ def test_context_extension_grid_compares_the_recipes_at_equal_tokens():
     sweep = yaml.safe_load(Path("sweeps/context_extension.yaml").read_text())
     configs = [load(["experiments/longrecipe/extend.yaml"], args) for args in grid(sweep)]
     assert [(c.data.position_transform, c.data.window) for c in configs] == [
-        ("none", 2048), ("pose", 512), ("randpos", 512), ("longrecipe", 512)]
+        ("none", 2048),
+        ("pose", 512),
+        ("randpos", 512),
+        ("longrecipe", 512),
+    ]
     assert {c.train.global_batch_tokens * c.train.max_steps for c in configs} == {8192 * 40}
     assert {c.data.target_length for c in configs} == {2048} == {c.model.max_position for c in configs}
     assert all(c.probe.fi and c.probe.niah_every_steps for c in configs)

@@ -121,7 +121,9 @@ def document_start_index(document_ids: torch.Tensor) -> torch.Tensor:
     return torch.where(document_start_mask(document_ids), index, 0).cummax(dim=1).values
 
 
-def document_segments(document_ids: torch.Tensor, q_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def document_segments(
+    document_ids: torch.Tensor, q_len: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every row cut at document boundaries, rows laid end to end.
 
     Returns (flat index of each document's first key, its key count, its query count).

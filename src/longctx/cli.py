@@ -50,7 +50,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     result = merge_checkpoints(args.checkpoints, args.weights, args.config_from)
     out = save_merged(result, args.out)
     for field, values in result.differing_fields.items():
-        print(f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints, strict=True)))
+        print(
+            f"note: {field} differs: " + ", ".join(f"{v} ({c})" for v, c in zip(values, args.checkpoints, strict=True))
+        )
     print(f"wrote {out} (config from {result.config_source})")
     return 0
 
@@ -75,15 +77,24 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
             base, extended, args.data, samples=args.samples, length=length, score=args.score, device=args.device
         )
         analysis = impactful.analyse(tokens, deltas, tokenizer, args.fraction, args.score)
-        report = {"method": "logits", "base": args.base, "extended": args.extended, "samples": args.samples,
-                  "length": length, **analysis.to_dict()}
+        report = {
+            "method": "logits",
+            "base": args.base,
+            "extended": args.extended,
+            "samples": args.samples,
+            "length": length,
+            **analysis.to_dict(),
+        }
         anchors = args.anchor_classes.split(",") if args.anchor_classes else analysis.anchors
         keep_other = args.keep_other or 0.0
         print(impactful.format_report(report))
-    selection = impactful.write_selection(args.data, args.out, tokenizer, anchors, keep_other=keep_other,
-                                          seed=args.seed, report=report)
-    print(f"anchor classes {anchors}: kept {selection['tokens_out']:,} of {selection['tokens_in']:,} tokens in "
-          f"{selection['documents_out']} documents; wrote {args.out} (report: {args.out}/{impactful.REPORT_FILE})")
+    selection = impactful.write_selection(
+        args.data, args.out, tokenizer, anchors, keep_other=keep_other, seed=args.seed, report=report
+    )
+    print(
+        f"anchor classes {anchors}: kept {selection['tokens_out']:,} of {selection['tokens_in']:,} tokens in "
+        f"{selection['documents_out']} documents; wrote {args.out} (report: {args.out}/{impactful.REPORT_FILE})"
+    )
     return 0
 
 
@@ -99,8 +110,11 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint, model.config.vocab_size)
     tokenizer = None if spec == "none" else load_tokenizer(spec)
     out = export_hf(model, args.out_dir, dtype=dtype, tokenizer=tokenizer)
-    files = "config.json and model.safetensors" if tokenizer is None else (
-        f"config.json, generation_config.json, model.safetensors and tokenizer {tokenizer.name}")
+    files = (
+        "config.json and model.safetensors"
+        if tokenizer is None
+        else (f"config.json, generation_config.json, model.safetensors and tokenizer {tokenizer.name}")
+    )
     print(f"wrote {files} to {out} ({model.config.num_parameters() / 1e6:.1f}M parameters)")
     if tokenizer is None:
         print("note: no tokenizer written (--tokenizer none): AutoTokenizer cannot load this directory")
@@ -204,8 +218,10 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items)
     methods = args.methods.split(",")
-    models = {Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name: load_model(path)
-              for path in args.checkpoints}
+    models = {
+        Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name: load_model(path)
+        for path in args.checkpoints
+    }
     table = method_table(models, methods, cfg, tokenizer, haystack)
     text = format_table(table, methods)
     print(text)
@@ -268,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     config = commands.add_parser("config", help="print the resolved, validated config as YAML")
-    config.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
+    config.add_argument(
+        "items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order"
+    )
     config.set_defaults(run=cmd_config)
 
     prep = commands.add_parser("prepare", help="tokenise a corpus into a litdata-optimized dataset")
@@ -280,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     prep.set_defaults(run=cmd_prepare)
 
     train = commands.add_parser("pretrain", help="pretrain a model (also under torchrun)")
-    train.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order")
+    train.add_argument(
+        "items", nargs="*", metavar="CFG.yaml|key=value", help="YAML files and overrides, merged in order"
+    )
     train.set_defaults(run=cmd_pretrain)
 
     sft = commands.add_parser("sft", help="supervised fine-tuning: normal, packed or SkipAlign rows (init=CKPT)")
@@ -292,15 +312,20 @@ def build_parser() -> argparse.ArgumentParser:
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
     niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
     niah.add_argument(
-        "--lengths", default="", help="comma-separated context lengths to evaluate in full, no search (eval.niah.lengths)"
+        "--lengths",
+        default="",
+        help="comma-separated context lengths to evaluate in full, no search (eval.niah.lengths)",
     )
     niah.set_defaults(run=cmd_niah)
 
-    table = commands.add_parser("niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models")
+    table = commands.add_parser(
+        "niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models"
+    )
     table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
     table.add_argument("--methods", default="rope,ntk,yarn,rerope,self_extend,dca,string")
-    table.add_argument("--set", dest="items", action="append", default=[], metavar="key=value",
-                       help="eval.* overrides (repeatable)")
+    table.add_argument(
+        "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
+    )
     table.add_argument("--out", default="", help="also write the markdown table here")
     table.set_defaults(run=cmd_niah_table)
 
@@ -309,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     fi.add_argument("--window", type=int, required=True, help="training length L")
     fi.add_argument("--tokenizer", default="bpe-8192", help="for corpus sources that are not prepared")
     fi.add_argument("--doc-mask", choices=("true", "false"), help="also count one epoch of packed rows in this mode")
-    fi.add_argument("--transform", choices=("pose", "randpos"), help="also count natural pieces under these position ids")
+    fi.add_argument(
+        "--transform", choices=("pose", "randpos"), help="also count natural pieces under these position ids"
+    )
     fi.add_argument("--target-length", type=int, default=0, help="the transform's target length (default 4 x window)")
     fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
     fi.set_defaults(run=cmd_fi)
@@ -317,25 +344,39 @@ def build_parser() -> argparse.ArgumentParser:
     merge = commands.add_parser("merge", help="LongRecipe model merging: a weighted average of checkpoints (Eq. 7)")
     merge.add_argument("checkpoints", nargs="+", help="two or more checkpoints (.safetensors, .ckpt, HF directories)")
     merge.add_argument("--weights", type=float, nargs="+", help="one per checkpoint, summing to 1 (default: equal)")
-    merge.add_argument("--config-from", type=int, default=-1,
-                       help="index of the checkpoint whose config (max_position, RoPE) the result keeps (default: last)")
+    merge.add_argument(
+        "--config-from",
+        type=int,
+        default=-1,
+        help="index of the checkpoint whose config (max_position, RoPE) the result keeps (default: last)",
+    )
     merge.add_argument("--out", required=True, help="output .safetensors file")
     merge.set_defaults(run=cmd_merge)
 
-    impact = commands.add_parser("impactful-tokens", help="LongRecipe §3.1: score tokens base vs extended, keep anchor sentences")
+    impact = commands.add_parser(
+        "impactful-tokens", help="LongRecipe §3.1: score tokens base vs extended, keep anchor sentences"
+    )
     impact.add_argument("base", help="base model checkpoint (H)")
     impact.add_argument("extended", help="context-extended model checkpoint (H')")
     impact.add_argument("data", help="prepared dataset directory (longctx prepare)")
     impact.add_argument("--out", required=True, help="output directory: a prepared dataset of the kept sentences")
-    impact.add_argument("--method", choices=("logits", "digits"), default="logits",
-                        help="logits (score differences) | digits (the authors' digit heuristic; models unused)")
+    impact.add_argument(
+        "--method",
+        choices=("logits", "digits"),
+        default="logits",
+        help="logits (score differences) | digits (the authors' digit heuristic; models unused)",
+    )
     impact.add_argument("--fraction", type=float, default=0.2, help="top share of tokens by |delta| (paper: 0.2)")
     impact.add_argument("--score", choices=("logprob", "logit"), default="logprob", help="S in delta = S_H' - S_H")
     impact.add_argument("--samples", type=int, default=8, help="long samples scored")
     impact.add_argument("--length", type=int, default=0, help="tokens per sample (default: the extended max_position)")
     impact.add_argument("--anchor-classes", default="", help="comma list overriding the classes with lift > 1")
-    impact.add_argument("--keep-other", type=float, default=None,
-                        help="probability of keeping a sentence without an anchor (default 0; digits: 0.3)")
+    impact.add_argument(
+        "--keep-other",
+        type=float,
+        default=None,
+        help="probability of keeping a sentence without an anchor (default 0; digits: 0.3)",
+    )
     impact.add_argument("--tokenizer", default="", help="default: the dataset manifest's tokenizer")
     impact.add_argument("--seed", type=int, default=0, help="seed of the keep-other draws")
     impact.add_argument("--device", default="cpu", help="torch device for scoring")
@@ -345,9 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
     export.add_argument("out_dir", help="output directory (config.json + model.safetensors)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    export.add_argument("--tokenizer", default="",
-                        help="tokenizer spec to write beside the weights (default: the checkpoint's data.tokenizer, "
-                             "else bpe-8192); 'none' writes the weights only")
+    export.add_argument(
+        "--tokenizer",
+        default="",
+        help="tokenizer spec to write beside the weights (default: the checkpoint's data.tokenizer, "
+        "else bpe-8192); 'none' writes the weights only",
+    )
     export.set_defaults(run=cmd_export_hf)
 
     sweep = commands.add_parser("sweep", help="run a W&B sweep YAML's grid or random search here, without a W&B server")

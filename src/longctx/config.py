@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any, cast
 
 import yaml
@@ -37,7 +37,22 @@ EXPERIMENTS_DIR = Path("experiments")
 LOGGER_NAMES = ("wandb", "csv", "tensorboard", "mlflow")
 """Loggers `log.loggers` knows by name (train/loggers.py gives their classes and defaults)."""
 
-__all__ = ["ConfigError", "DataConfig", "DataSource", "EvalConfig", "ExperimentConfig", "LogConfig", "LongRecipeConfig", "NiahConfig", "PoseConfig", "ProbeConfig", "SftConfig", "TrainConfig", "load", "to_yaml"]
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DataSource",
+    "EvalConfig",
+    "ExperimentConfig",
+    "LogConfig",
+    "LongRecipeConfig",
+    "NiahConfig",
+    "PoseConfig",
+    "ProbeConfig",
+    "SftConfig",
+    "TrainConfig",
+    "load",
+    "to_yaml",
+]
 
 
 @dataclass
@@ -157,8 +172,11 @@ class DataConfig:
         _positive_int("data.pose.chunks", self.pose.chunks)
         _choice("data.pose.compat", self.pose.compat, ("paper", "repo"))
         if self.pose.compat == "repo" and self.pose.chunks != 2:
-            raise ConfigError("data.pose.chunks", f"compat=repo is the authors' two-chunk code, got {self.pose.chunks}",
-                              ("data.pose.compat",))
+            raise ConfigError(
+                "data.pose.chunks",
+                f"compat=repo is the authors' two-chunk code, got {self.pose.chunks}",
+                ("data.pose.compat",),
+            )
         if self.pose.chunks > self.window:
             raise ConfigError("data.pose.chunks", f"{self.pose.chunks} chunks do not fit a {self.window}-token row")
         _choice("data.longrecipe.compat", self.longrecipe.compat, ("paper", "repo"))
@@ -168,8 +186,11 @@ class DataConfig:
             if not 0 < self.long_share < 1:
                 raise ConfigError("data.long_share", f"must be in (0, 1) or 0 (off), got {self.long_share}")
             if len(self.mixture) != 2:
-                raise ConfigError("data.long_share", f"needs data.mixture = [long, short], got {len(self.mixture)} sources",
-                                  ("data.mixture",))
+                raise ConfigError(
+                    "data.long_share",
+                    f"needs data.mixture = [long, short], got {len(self.mixture)} sources",
+                    ("data.mixture",),
+                )
 
 
 @dataclass
@@ -223,7 +244,6 @@ class TrainConfig:
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
-
 
     def validate(self, data: DataConfig) -> None:
         for key in ("global_batch_tokens", "micro_batch_size", "max_steps"):
@@ -394,7 +414,9 @@ class NiahConfig:
             raise ConfigError("eval.niah.max_length", f"must be >= 0 (0 = model.max_position), got {self.max_length}")
         if self.max_length and not self.lengths and self.max_length < self.step:
             raise ConfigError("eval.niah.max_length", f"{self.max_length} is below eval.niah.step={self.step}")
-        bad = [length for length in self.lengths if isinstance(length, bool) or not isinstance(length, int) or length < 1]
+        bad = [
+            length for length in self.lengths if isinstance(length, bool) or not isinstance(length, int) or length < 1
+        ]
         if bad:
             raise ConfigError("eval.niah.lengths", f"must be positive integers, got {bad}")
         if not 0 < self.pass_threshold <= 1:
@@ -455,9 +477,20 @@ class EvalConfig:
 
 
 RENAMED_KEYS = {
-    **{f"eval.niah_{name}": f"eval.niah.{name}" for name in (
-        "task", "haystack", "step", "max_length", "lengths", "tests_per_length", "max_new_tokens", "batch_tokens",
-        "seed")},
+    **{
+        f"eval.niah_{name}": f"eval.niah.{name}"
+        for name in (
+            "task",
+            "haystack",
+            "step",
+            "max_length",
+            "lengths",
+            "tests_per_length",
+            "max_new_tokens",
+            "batch_tokens",
+            "seed",
+        )
+    },
     "eval.pass_threshold": "eval.niah.pass_threshold",
 }
 """Keys that moved: a config that still uses the old spelling gets an error naming the new one."""
@@ -588,7 +621,9 @@ def as_dict(config: ExperimentConfig) -> dict:
 def from_dict(values: dict) -> ExperimentConfig:
     """The inverse of `as_dict` (a checkpoint's hyper-parameters), validated."""
     try:
-        return cast(ExperimentConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values)))
+        return cast(
+            ExperimentConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values))
+        )
     except OmegaConfBaseException as error:
         raise ConfigError(getattr(error, "full_key", "?") or "?", str(error).splitlines()[0]) from None
 
@@ -666,7 +701,7 @@ def _omegaconf_error(error: OmegaConfBaseException, source: _Source, merged: Dic
     key = getattr(error, "full_key", None) or "?"
     where = source.locations.get(key, source.name)
     message = getattr(error, "msg", str(error)).splitlines()[0]
-    if "not in struct" in message or "Key '" in message and "not" in message:
+    if "not in struct" in message or ("Key '" in message and "not" in message):
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(merged, parent) if parent else merged
         known = [str(name) for name in node] if isinstance(node, DictConfig) else []

@@ -66,6 +66,7 @@ an invalid sweep file).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -238,8 +239,12 @@ def load_sweep(path: str | Path) -> Sweep:
 
     method = document.get("method")
     if method in ("bayes", "custom"):
-        raise SweepError(path, "method", f"{method} search needs the W&B server's model: run it with "
-                         f"`wandb sweep {path}` and `wandb agent ENTITY/PROJECT/SWEEP_ID`")
+        raise SweepError(
+            path,
+            "method",
+            f"{method} search needs the W&B server's model: run it with "
+            f"`wandb sweep {path}` and `wandb agent ENTITY/PROJECT/SWEEP_ID`",
+        )
     if method not in METHODS:
         raise SweepError(path, "method", f"must be grid or random (or bayes/custom, through W&B), got {method!r}")
 
@@ -251,14 +256,24 @@ def load_sweep(path: str | Path) -> Sweep:
     if method == "grid":
         for parameter in parameters:
             if parameter.distribution not in ("constant", "categorical", "int_uniform", "q_uniform"):
-                raise SweepError(path, f"parameters.{parameter.name}", f"a grid search needs value, values, int_uniform "
-                                 f"or q_uniform; {parameter.distribution} is continuous (use method: random)")
+                raise SweepError(
+                    path,
+                    f"parameters.{parameter.name}",
+                    f"a grid search needs value, values, int_uniform "
+                    f"or q_uniform; {parameter.distribution} is continuous (use method: random)",
+                )
             if parameter.distribution == "q_uniform" and not parameter.grid():
-                raise SweepError(path, f"parameters.{parameter.name}", "numpy.arange(min, max, q) is empty: W&B's "
-                                 "grid takes min, min + q, ... below max (max excluded)")
+                raise SweepError(
+                    path,
+                    f"parameters.{parameter.name}",
+                    "numpy.arange(min, max, q) is empty: W&B's grid takes min, min + q, ... below max (max excluded)",
+                )
             if parameter.probabilities is not None:
-                raise SweepError(path, f"parameters.{parameter.name}.probabilities",
-                                 "a grid search visits every value; W&B rejects probabilities there")
+                raise SweepError(
+                    path,
+                    f"parameters.{parameter.name}.probabilities",
+                    "a grid search visits every value; W&B rejects probabilities there",
+                )
     run_cap = document.get("run_cap")
     if run_cap is not None and not (_is_int(run_cap) and run_cap > 0):
         raise SweepError(path, "run_cap", f"must be an integer > 0, got {run_cap!r}")
@@ -279,8 +294,18 @@ def load_sweep(path: str | Path) -> Sweep:
     if "${program}" in command and not program:
         raise SweepError(path, "program", "missing, but the command uses ${program}")
     name = str(document.get("name") or path.stem)
-    return Sweep(path, name, method, parameters, tuple(command), None if program is None else str(program),
-                 project=document.get("project"), entity=document.get("entity"), run_cap=run_cap, notes=notes)
+    return Sweep(
+        path,
+        name,
+        method,
+        parameters,
+        tuple(command),
+        None if program is None else str(program),
+        project=document.get("project"),
+        entity=document.get("entity"),
+        run_cap=run_cap,
+        notes=notes,
+    )
 
 
 def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
@@ -300,12 +325,17 @@ def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
         else:
             raise SweepError(path, key, "needs value, values, or min and max (with an optional distribution)")
     if distribution not in DISTRIBUTION_KEYS:
-        raise SweepError(path, f"{key}.distribution",
-                         f"{distribution!r} is not supported (supported: {', '.join(DISTRIBUTION_KEYS)})")
+        raise SweepError(
+            path,
+            f"{key}.distribution",
+            f"{distribution!r} is not supported (supported: {', '.join(DISTRIBUTION_KEYS)})",
+        )
     used = DISTRIBUTION_KEYS[distribution]
     for field in spec:
         if field != "distribution" and field not in used:
-            raise SweepError(path, f"{key}.{field}", f"not used by a {distribution} parameter (it reads {', '.join(used)})")
+            raise SweepError(
+                path, f"{key}.{field}", f"not used by a {distribution} parameter (it reads {', '.join(used)})"
+            )
     for field in used:
         if field not in spec and field not in ("probabilities", "q"):
             raise SweepError(path, f"{key}.{field}", f"missing (a {distribution} parameter reads {', '.join(used)})")
@@ -318,8 +348,11 @@ def _parse_parameter(path: Path, name: str, spec: Any) -> Parameter:
             raise SweepError(path, f"{key}.values", f"must be a non-empty list, got {values!r}")
         probabilities = spec.get("probabilities")
         if probabilities is not None:
-            if (not isinstance(probabilities, list) or len(probabilities) != len(values)
-                    or not all(_is_number(p) and p >= 0 for p in probabilities)):
+            if (
+                not isinstance(probabilities, list)
+                or len(probabilities) != len(values)
+                or not all(_is_number(p) and p >= 0 for p in probabilities)
+            ):
                 raise SweepError(path, f"{key}.probabilities", f"must be {len(values)} numbers >= 0, one per value")
             if not math.isclose(sum(probabilities), 1.0, abs_tol=1e-6):
                 raise SweepError(path, f"{key}.probabilities", f"must sum to 1, got {sum(probabilities)}")
@@ -425,15 +458,24 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
     failed = 0
     for n, point in enumerate(points, 1):
         print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}", flush=True)
-        env = {**os.environ, "WANDB_RUN_GROUP": sweep.name, "LONGCTX_SWEEP_POINT": str(point.index),
-               **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
-               **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {})}
+        env = {
+            **os.environ,
+            "WANDB_RUN_GROUP": sweep.name,
+            "LONGCTX_SWEEP_POINT": str(point.index),
+            **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
+            **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {}),
+        }
         start = time.monotonic()
         returncode, signum = _run_forwarding_signals(point.command, env)
         seconds = time.monotonic() - start
-        record = {"index": point.index, "arguments": point.arguments, "command": point.command,
-                  "returncode": returncode, "seconds": round(seconds, 3),
-                  "signal": None if signum is None else signal.Signals(signum).name}
+        record = {
+            "index": point.index,
+            "arguments": point.arguments,
+            "command": point.command,
+            "returncode": returncode,
+            "seconds": round(seconds, 3),
+            "signal": None if signum is None else signal.Signals(signum).name,
+        }
         with summary.open("a") as handle:
             handle.write(json.dumps(record, default=str) + "\n")
         print(f"== {sweep.name} point {point.index}: exit {returncode} after {seconds:.1f} s", flush=True)
@@ -444,8 +486,11 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
             failed += 1
             if not keep_going:
                 left = len(points) - n
-                print(f"== {sweep.name}: stopped at the failing point {point.index} ({left} not run; --keep-going runs "
-                      f"them); summary in {summary}", flush=True)
+                print(
+                    f"== {sweep.name}: stopped at the failing point {point.index} ({left} not run; --keep-going runs "
+                    f"them); summary in {summary}",
+                    flush=True,
+                )
                 return 1
     print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
     return 0 if failed == 0 else 1
@@ -462,10 +507,8 @@ def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[in
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
         if child is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # already exited and reaped
                 os.killpg(child.pid, signum)
-            except ProcessLookupError:  # already exited and reaped
-                pass
 
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -30,15 +30,28 @@ def _eval_overrides(haystack: Path) -> dict:
 
 
 def _pretrain(workspace: Path, haystack: Path, out: Path) -> None:
-    args = overrides(workspace, out, **{
-        "model.max_position": WINDOW, "data.window": WINDOW, "train.global_batch_tokens": 2 * WINDOW,
-        "probe.niah_every_steps": 3, "probe.niah_tests_per_length": 2,
-        **_eval_overrides(haystack),
-    })
+    args = overrides(
+        workspace,
+        out,
+        **{
+            "model.max_position": WINDOW,
+            "data.window": WINDOW,
+            "train.global_batch_tokens": 2 * WINDOW,
+            "probe.niah_every_steps": 3,
+            "probe.niah_tests_per_length": 2,
+            **_eval_overrides(haystack),
+        },
+    )
     env = dict(os.environ, WANDB_SILENT="true", OMP_NUM_THREADS="1")
     env.pop("WANDB_API_KEY", None)
-    done = subprocess.run([sys.executable, "-m", "longctx", "pretrain", *args], env=env, check=False,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "longctx", "pretrain", *args],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -50,19 +63,30 @@ def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> P
     from longctx.model.checkpoint import load_model
     from longctx.niah.evaluation import evaluate, load_haystack, log_to_wandb, write_result
 
-    base = [f"{key}={value}" for key, value in {
-        **_eval_overrides(haystack), "data.tokenizer": workspace / "tokenizer.json",
-        "model.max_position": WINDOW, "data.window": WINDOW, "log.wandb_mode": "offline",
-        "train.out_dir": out / "fixture-wandb",
-    }.items()]
+    base = [
+        f"{key}={value}"
+        for key, value in {
+            **_eval_overrides(haystack),
+            "data.tokenizer": workspace / "tokenizer.json",
+            "model.max_position": WINDOW,
+            "data.window": WINDOW,
+            "log.wandb_mode": "offline",
+            "train.out_dir": out / "fixture-wandb",
+        }.items()
+    ]
     tokenizer = load_tokenizer(str(workspace / "tokenizer.json"))
     model = load_model(checkpoint)
     config = load([], base)
     haystack_tokens = load_haystack(config, tokenizer)
     points = [("name=rope", ["eval.position_method.name=rope"])] + [
-        (f"name=string,local_window={w},shift_ratio={s}",
-         ["eval.position_method.name=string", f"eval.position_method.string.local_window={w}",
-          f"eval.position_method.string.shift_ratio={s}"])
+        (
+            f"name=string,local_window={w},shift_ratio={s}",
+            [
+                "eval.position_method.name=string",
+                f"eval.position_method.string.local_window={w}",
+                f"eval.position_method.string.shift_ratio={s}",
+            ],
+        )
         for w, s in ABLATION
     ]
     for name, extra in points:
@@ -84,8 +108,9 @@ def fixture_run(tmp_path_factory):
     run = root / "runs" / "tiny"
     _pretrain(workspace, haystack, run)
     ablation = _ablation(workspace, haystack, run / "checkpoints" / "last.ckpt", root / "ablation")
-    return SimpleNamespace(root=root, workspace=workspace, run=run, ablation=ablation, steps=STEPS,
-                           wandb_eval=ablation / "fixture-wandb")
+    return SimpleNamespace(
+        root=root, workspace=workspace, run=run, ablation=ablation, steps=STEPS, wandb_eval=ablation / "fixture-wandb"
+    )
 
 
 SFT_WINDOW = 128
@@ -107,18 +132,41 @@ def sft_runs(tmp_path_factory):
     (root / "workspace").mkdir()
     workspace = make_workspace(root / "workspace")
     base = root / "base"
-    assert main(["pretrain", *overrides(workspace, base, **{
-        "train.max_steps": 2, "probe.fi": "false", "data.window": SFT_WINDOW, "model.max_position": SFT_WINDOW,
-        "log.wandb_mode": "disabled"})]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                *overrides(
+                    workspace,
+                    base,
+                    **{
+                        "train.max_steps": 2,
+                        "probe.fi": "false",
+                        "data.window": SFT_WINDOW,
+                        "model.max_position": SFT_WINDOW,
+                        "log.wandb_mode": "disabled",
+                    },
+                ),
+            ]
+        )
+        == 0
+    )
     haystack = root / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
-    niah = {"sft.niah_after": "true", "eval.niah.haystack": haystack, "eval.niah.task": "paper",
-            "eval.niah.step": SFT_WINDOW, "eval.niah.tests_per_length": 1, "eval.niah.max_new_tokens": 4}
+    niah = {
+        "sft.niah_after": "true",
+        "eval.niah.haystack": haystack,
+        "eval.niah.task": "paper",
+        "eval.niah.step": SFT_WINDOW,
+        "eval.niah.tests_per_length": 1,
+        "eval.niah.max_new_tokens": 4,
+    }
     runs = {}
     for variant, extra in SFT_VARIANTS.items():
         runs[variant] = root / "runs" / variant
-        args = sft_args(workspace, base / "checkpoints" / "last.ckpt", runs[variant],
-                        **{"sft.variant": variant, **niah, **extra})
+        args = sft_args(
+            workspace, base / "checkpoints" / "last.ckpt", runs[variant], **{"sft.variant": variant, **niah, **extra}
+        )
         assert main(["sft", *args]) == 0
     return SimpleNamespace(root=root, runs=runs, window=SFT_WINDOW)
 
@@ -151,17 +199,47 @@ def extension_runs(tmp_path_factory):
     torch.set_num_threads(1)
     try:
         base = root / "base"
-        assert main(["pretrain", *overrides(workspace, base, **{
-            "train.max_steps": 2, "probe.fi": "false", "log.wandb_mode": "disabled"})]) == 0
+        assert (
+            main(
+                [
+                    "pretrain",
+                    *overrides(
+                        workspace, base, **{"train.max_steps": 2, "probe.fi": "false", "log.wandb_mode": "disabled"}
+                    ),
+                ]
+            )
+            == 0
+        )
         runs = {}
         for recipe, extra in EXTENSION_RECIPES.items():
             runs[recipe] = root / "runs" / recipe
-            assert main(["pretrain", *overrides(workspace, runs[recipe], **{
-                "init": base / "checkpoints" / "last.ckpt", "model.max_position": EXTENSION_TARGET,
-                "data.target_length": EXTENSION_TARGET, "train.max_steps": 2, "train.checkpoint_every_steps": 2,
-                "probe.fi_every_steps": 2, "probe.niah_every_steps": 2, "probe.niah_tests_per_length": 1,
-                "eval.niah.haystack": haystack, "eval.niah.step": 64, "eval.niah.max_new_tokens": 4,
-                "log.wandb_mode": "disabled", **extra})]) == 0
+            assert (
+                main(
+                    [
+                        "pretrain",
+                        *overrides(
+                            workspace,
+                            runs[recipe],
+                            **{
+                                "init": base / "checkpoints" / "last.ckpt",
+                                "model.max_position": EXTENSION_TARGET,
+                                "data.target_length": EXTENSION_TARGET,
+                                "train.max_steps": 2,
+                                "train.checkpoint_every_steps": 2,
+                                "probe.fi_every_steps": 2,
+                                "probe.niah_every_steps": 2,
+                                "probe.niah_tests_per_length": 1,
+                                "eval.niah.haystack": haystack,
+                                "eval.niah.step": 64,
+                                "eval.niah.max_new_tokens": 4,
+                                "log.wandb_mode": "disabled",
+                                **extra,
+                            },
+                        ),
+                    ]
+                )
+                == 0
+            )
     finally:
         torch.set_num_threads(threads)
     return SimpleNamespace(root=root, runs=runs, target=EXTENSION_TARGET)

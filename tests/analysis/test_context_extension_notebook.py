@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from tests.analysis.test_notebooks import execute, images, pngs
 

@@ -16,8 +16,14 @@ def snapshot(run_dir, step, lengths, window):
     counts = PositionFrequency(window)
     for length in lengths:
         ids = torch.arange(length)[None]
-        counts.update({"input_ids": ids, "position_ids": ids, "document_ids": torch.zeros_like(ids),
-                       "labels": torch.zeros_like(ids)})
+        counts.update(
+            {
+                "input_ids": ids,
+                "position_ids": ids,
+                "document_ids": torch.zeros_like(ids),
+                "labels": torch.zeros_like(ids),
+            }
+        )
     return save_npz(counts, run_dir / "fi" / f"fi-step-{step:07d}.npz"), counts
 
 
@@ -59,7 +65,8 @@ def test_growth_equals_the_logged_summary_scalars(fixture_run):
         counts.load_state_dict(state)
         summary = counts.summary(256)
         assert dict(zip(rows["position"], rows["count"], strict=True)) == {
-            p: summary[f"fi/f@{p}"] for p in ("L/4", "L/2", "3L/4", "L-1")}
+            p: summary[f"fi/f@{p}"] for p in ("L/4", "L/2", "3L/4", "L-1")
+        }
         assert rows["tokens_seen"].unique().tolist() == [summary["fi/tokens_seen"]]
     assert growth["distance"].tolist()[:4] == [64, 128, 192, 255]
 
@@ -95,6 +102,12 @@ def test_growth_of_several_runs_keeps_them_apart(tmp_path):
     snapshot(tmp_path / "a", 1, [8], window=8)
     snapshot(tmp_path / "b", 1, [4, 4], window=8)
     growth = fi_growth(load_fi([tmp_path / "a", tmp_path / "b"]))
-    expected = pd.DataFrame({"run": ["a"] * 3 + ["b"] * 3, "step": [1] * 6, "position": ["L/4", "L/2", "3L/4"] * 2,
-                             "count": [6, 4, 2, 4, 0, 0]})
+    expected = pd.DataFrame(
+        {
+            "run": ["a"] * 3 + ["b"] * 3,
+            "step": [1] * 6,
+            "position": ["L/4", "L/2", "3L/4"] * 2,
+            "count": [6, 4, 2, 4, 0, 0],
+        }
+    )
     pd.testing.assert_frame_equal(growth[["run", "step", "position", "count"]], expected, check_dtype=False)

@@ -11,17 +11,23 @@ import pytest
 
 from longctx.analysis.niah import load_niah, load_niah_wandb, method_label, niah_result
 from longctx.config import NiahConfig
-from longctx.niah.search import EffectiveLengthResult, LengthResult
 from longctx.niah.evaluation import peak_failure_depth, write_result
+from longctx.niah.search import EffectiveLengthResult, LengthResult
 
 
 def make_result(rates, effective, lengths=(128, 256, 384), tests=4, max_length=384) -> EffectiveLengthResult:
-    rows = [LengthResult(length, tests, round(rate * tests), rate, rate / 2, min(1.0, rate + 0.2), rate, "x", 0.1)
-            for length, rate in zip(lengths, rates, strict=True)]
+    rows = [
+        LengthResult(length, tests, round(rate * tests), rate, rate / 2, min(1.0, rate + 0.2), rate, "x", 0.1)
+        for length, rate in zip(lengths, rates, strict=True)
+    ]
     heatmap = np.array([[0.5, math.nan, 1.0][: len(rows)], [0.25, 0.0, math.nan][: len(rows)]])
     return EffectiveLengthResult(
-        effective_length=effective, per_length=rows, depth_edges=[0.0, 0.5, 1.0], depth_recall=[0.75, 0.125],
-        heatmap=heatmap, skipped_lengths=[],
+        effective_length=effective,
+        per_length=rows,
+        depth_edges=[0.0, 0.5, 1.0],
+        depth_recall=[0.75, 0.125],
+        heatmap=heatmap,
+        skipped_lengths=[],
         config=NiahConfig(step=128, max_length=max_length, tests_per_length=tests),
     )
 
@@ -65,9 +71,13 @@ def test_frames_equal_the_written_results(written):
     assert rows["step"].isna().tolist() == [True] * 4 + [False] and rows["step"].iloc[4] == 40
     assert rows["method"].tolist()[:4] == ["rope", "string", "string", "string"] and pd.isna(rows["method"].iloc[4])
     assert rows["local_window"].tolist()[1:4] == [32, 64, 32] and rows["shift_ratio"].tolist()[1:4] == [0.25, 0.5, 0.25]
-    assert rows["label"].tolist() == ["rope", "string (local_window=32, shift_ratio=0.25)",
-                                      "string (local_window=64, shift_ratio=0.5)",
-                                      "string (local_window=32, shift_ratio=0.25)", "unknown"]
+    assert rows["label"].tolist() == [
+        "rope",
+        "string (local_window=32, shift_ratio=0.25)",
+        "string (local_window=64, shift_ratio=0.5)",
+        "string (local_window=32, shift_ratio=0.25)",
+        "unknown",
+    ]
 
 
 def test_niah_result_round_trips(written):
@@ -96,7 +106,8 @@ def test_method_label_shows_only_non_default_parameters():
     defaults = {"local_window": 128, "shift_ratio": 1 / 3, "shift": 0, "compat": "paper"}
     assert method_label("string", defaults) == "string"
     assert method_label("string", {"shift_ratio": 0.5, "local_window": 32}) == (
-        "string (local_window=32, shift_ratio=0.5)")
+        "string (local_window=32, shift_ratio=0.5)"
+    )
     assert method_label(None, {}) == "unknown"
 
 
@@ -118,7 +129,12 @@ def test_wandb_runs_of_longctx_niah_agree_with_their_niah_json(fixture_run):
 def test_fixture_ablation_is_found_with_its_parameters(fixture_run):
     results = load_niah(fixture_run.ablation).results
     strings = results[results["method"] == "string"]
-    assert sorted(zip(strings["local_window"], strings["shift_ratio"], strict=True)) == [(8, 0.25), (8, 0.5), (16, 0.25), (16, 0.5)]
+    assert sorted(zip(strings["local_window"], strings["shift_ratio"], strict=True)) == [
+        (8, 0.25),
+        (8, 0.5),
+        (16, 0.25),
+        (16, 0.5),
+    ]
     assert set(results["run"]) == {"fixture"} and results["step"].isna().all()  # W&B folders are not searched
 
 
@@ -128,10 +144,15 @@ def test_bad_niah_files_are_named(tmp_path, fixture_run):
     (tmp_path / "none").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no niah.json"):
         load_niah(tmp_path / "none")
-    cases = {"empty": ("", "is empty"), "text": ("effective length 3", "is not JSON"),
-             "partial": (json.dumps({"effective_length": 3}), r"lacks \['per_length', 'config'\]"),
-             "rows": (json.dumps({"effective_length": 3, "config": {}, "per_length": [{"length": 1}]}),
-                      "a per_length row lacks")}
+    cases = {
+        "empty": ("", "is empty"),
+        "text": ("effective length 3", "is not JSON"),
+        "partial": (json.dumps({"effective_length": 3}), r"lacks \['per_length', 'config'\]"),
+        "rows": (
+            json.dumps({"effective_length": 3, "config": {}, "per_length": [{"length": 1}]}),
+            "a per_length row lacks",
+        ),
+    }
     for name, (text, message) in cases.items():
         path = tmp_path / name / "niah.json"
         path.parent.mkdir()

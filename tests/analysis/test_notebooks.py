@@ -14,8 +14,9 @@ NOTEBOOKS = sorted((REPOSITORY / "analysis").glob("*.ipynb"))
 def execute(name: str) -> nbformat.NotebookNode:
     notebook = nbformat.read(REPOSITORY / "analysis" / name, as_version=4)
     # Raises CellExecutionError (with the cell and its traceback) when any cell fails.
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPOSITORY)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPOSITORY)}}
+    ).execute()
     return notebook
 
 
@@ -31,10 +32,13 @@ def pngs(directory: Path) -> dict[str, int]:
 def test_notebooks_are_saved_clean_with_parameters_first(path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
-    assert all(not cell.get("outputs") and not cell.get("execution_count") for cell in notebook.cells
-               if cell.cell_type == "code")
+    assert all(
+        not cell.get("outputs") and not cell.get("execution_count")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+    )
     first = notebook.cells[0]
-    assert first.cell_type == "code" and "os.environ.get(\"LONGCTX_" in first.source
+    assert first.cell_type == "code" and 'os.environ.get("LONGCTX_' in first.source
     assert notebook.metadata.kernelspec.name == "python3"
 
 
@@ -59,12 +63,17 @@ def test_string_ablation_notebook(fixture_run, tmp_path, monkeypatch):
     monkeypatch.setenv("LONGCTX_FIGURES", str(tmp_path))
     notebook = execute("string_ablation.ipynb")
     written = pngs(tmp_path)
-    expected = {f"fig7_{run}_{value}.png" for run in ("fixture", "fixture-wandb")
-                for value in ("effective_length", "accuracy")}
+    expected = {
+        f"fig7_{run}_{value}.png" for run in ("fixture", "fixture-wandb") for value in ("effective_length", "accuracy")
+    }
     assert set(written) == expected
     assert all(size > 10_000 for size in written.values()), written
     assert images(notebook) == len(expected)
-    markdown = [o["data"]["text/markdown"] for c in notebook.cells for o in c.get("outputs", [])
-                if "text/markdown" in o.get("data", {})]
+    markdown = [
+        o["data"]["text/markdown"]
+        for c in notebook.cells
+        for o in c.get("outputs", [])
+        if "text/markdown" in o.get("data", {})
+    ]
     assert markdown and markdown[-1].splitlines()[0] == "| method | fixture | fixture-wandb |"
     assert "| string (local_window=16, shift_ratio=0.5) | 0.0 | nan |" in markdown[-1].splitlines()

@@ -24,24 +24,32 @@ def write_lines(path, rows):
 
 def frame(rows):
     return pd.DataFrame(rows, columns=["run", "step", "metric", "value"]).astype(
-        {"run": str, "step": "int64", "metric": str, "value": "float64"})
+        {"run": str, "step": "int64", "metric": str, "value": "float64"}
+    )
 
 
 def test_metrics_jsonl_gives_the_exact_tidy_frame(tmp_path):
-    write_lines(tmp_path / "a" / "metrics.jsonl", [
-        {"step": 1, "train/loss": 5.5, "train/tokens_seen": 512.0},
-        "",
-        {"step": 2, "train/loss": 5.25, "train/tokens_seen": 1024.0, "perf/mfu": 0.125},
-        {"step": 2, "train/loss": 5.0, "train/tokens_seen": 1024.0},  # a redone step: the later row wins
-    ])
+    write_lines(
+        tmp_path / "a" / "metrics.jsonl",
+        [
+            {"step": 1, "train/loss": 5.5, "train/tokens_seen": 512.0},
+            "",
+            {"step": 2, "train/loss": 5.25, "train/tokens_seen": 1024.0, "perf/mfu": 0.125},
+            {"step": 2, "train/loss": 5.0, "train/tokens_seen": 1024.0},  # a redone step: the later row wins
+        ],
+    )
     write_lines(tmp_path / "b" / "metrics.jsonl", [{"step": 3, "train/loss": 4.0}])
     history = load_history([tmp_path / "a", tmp_path / "b"])
-    expected = frame([
-        ("a", 2, "perf/mfu", 0.125),
-        ("a", 1, "train/loss", 5.5), ("a", 2, "train/loss", 5.0),
-        ("a", 1, "train/tokens_seen", 512.0), ("a", 2, "train/tokens_seen", 1024.0),
-        ("b", 3, "train/loss", 4.0),
-    ])
+    expected = frame(
+        [
+            ("a", 2, "perf/mfu", 0.125),
+            ("a", 1, "train/loss", 5.5),
+            ("a", 2, "train/loss", 5.0),
+            ("a", 1, "train/tokens_seen", 512.0),
+            ("a", 2, "train/tokens_seen", 1024.0),
+            ("b", 3, "train/loss", 4.0),
+        ]
+    )
     pd.testing.assert_frame_equal(history, expected)
     table = wide(history, ["train/loss", "perf/mfu"])
     assert list(table.columns) == ["run", "step", "train/loss", "perf/mfu"]
@@ -58,8 +66,11 @@ def test_wandb_rows_are_put_on_the_optimizer_step_axis():
         {"niah/effective_length": 128, "_step": 3},  # no trainer step: W&B's own
         {"flag": True, "text": "x", "trainer/global_step": 4, "_step": 4},  # not numeric scalars
     ]
-    assert runs_module._wandb_records(rows) == [(1, "train/loss", 2.0), (2, "fi/f@L/4", 10.0),
-                                                (3, "niah/effective_length", 128.0)]
+    assert runs_module._wandb_records(rows) == [
+        (1, "train/loss", 2.0),
+        (2, "fi/f@L/4", 10.0),
+        (3, "niah/effective_length", 128.0),
+    ]
 
 
 def test_wandb_fallback_matches_metrics_jsonl_of_the_same_run(fixture_run):
@@ -74,8 +85,9 @@ def test_wandb_fallback_matches_metrics_jsonl_of_the_same_run(fixture_run):
     # auto: metrics.jsonl plus whatever only W&B has
     auto = load_history(fixture_run.run)
     only_wandb = from_wandb[~from_wandb["metric"].isin(set(from_metrics["metric"]))]
-    expected = pd.concat([from_metrics, only_wandb]).sort_values(["run", "metric", "step"], kind="stable",
-                                                                  ignore_index=True)
+    expected = pd.concat([from_metrics, only_wandb]).sort_values(
+        ["run", "metric", "step"], kind="stable", ignore_index=True
+    )
     pd.testing.assert_frame_equal(auto, expected)
 
 
@@ -86,8 +98,10 @@ def test_probe_rows_line_up_with_the_snapshots_and_probe_files(fixture_run):
     assert table.loc[6, "fi/f@L/4"] == snapshot["relative"][256 // 4]
     assert table.loc[6, "fi/tokens_seen"] == snapshot["tokens_seen"] == table.loc[6, "train/tokens_seen"]
     assert table["fi/f@L/4"].dropna().index.tolist() == [2, 4, 6]
-    probes = {int(p.parent.name[5:]): json.loads(p.read_text())["effective_length"]
-              for p in fixture_run.run.glob("niah/step-*/niah.json")}
+    probes = {
+        int(p.parent.name[5:]): json.loads(p.read_text())["effective_length"]
+        for p in fixture_run.run.glob("niah/step-*/niah.json")
+    }
     assert probes and table["niah/effective_length"].dropna().to_dict() == probes
 
 
@@ -98,7 +112,8 @@ def test_without_wandb_the_probe_files_supply_the_effective_length(fixture_run, 
     lengths = history[history["metric"] == "niah/effective_length"]
     assert lengths["step"].tolist() == [3, 6]
     assert set(history["metric"]) == set(load_history(fixture_run.run, prefer="metrics")["metric"]) | {
-        "niah/effective_length"}
+        "niah/effective_length"
+    }
 
 
 def test_a_wandb_file_or_offline_run_directory_is_one_run(fixture_run):
@@ -133,8 +148,9 @@ def test_online_runs_go_through_the_wandb_api(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(Api=FakeApi))
     history = load_history("team/longctx/abc123")
     assert calls == ["team/longctx/abc123"]
-    pd.testing.assert_frame_equal(history, frame([("team/longctx/abc123", 5, "fi/f@L/2", 7.0),
-                                                  ("team/longctx/abc123", 5, "train/loss", 3.0)]))
+    pd.testing.assert_frame_equal(
+        history, frame([("team/longctx/abc123", 5, "fi/f@L/2", 7.0), ("team/longctx/abc123", 5, "train/loss", 3.0)])
+    )
 
 
 def test_find_runs_and_expand(fixture_run, tmp_path):
@@ -150,13 +166,16 @@ def test_find_runs_and_expand(fixture_run, tmp_path):
         find_runs(str(fixture_run.ablation / "*"))
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "metrics.jsonl is empty"),
-    ("\n\n", "metrics.jsonl is empty"),
-    ('{"step": 1, "train/loss": 1.0}\n{"step": 2, "train/loss"\n', r"metrics.jsonl:2: not a JSON line"),
-    ('{"train/loss": 1.0}\n', r"metrics.jsonl:1: expected an object with an integer 'step'"),
-    ("[1, 2]\n", r"metrics.jsonl:1: expected an object"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "metrics.jsonl is empty"),
+        ("\n\n", "metrics.jsonl is empty"),
+        ('{"step": 1, "train/loss": 1.0}\n{"step": 2, "train/loss"\n', r"metrics.jsonl:2: not a JSON line"),
+        ('{"train/loss": 1.0}\n', r"metrics.jsonl:1: expected an object with an integer 'step'"),
+        ("[1, 2]\n", r"metrics.jsonl:1: expected an object"),
+    ],
+)
 def test_bad_metrics_files_are_named(tmp_path, content, message):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text(content)

@@ -25,8 +25,12 @@ def test_skipalign_notebook(sft_runs, tmp_path, monkeypatch):
     notebook = execute("skipalign.ipynb")
 
     written = pngs(tmp_path)
-    expected = {"skipalign_fig2.png", "skipalign_fig3_pass_rate.png",
-                "skipalign_fig3_normal.png", "skipalign_fig3_skipalign.png"}
+    expected = {
+        "skipalign_fig2.png",
+        "skipalign_fig3_pass_rate.png",
+        "skipalign_fig3_normal.png",
+        "skipalign_fig3_skipalign.png",
+    }
     assert set(written) == expected
     assert all(size > 10_000 for size in written.values()), written
     assert images(notebook) == len(expected)

@@ -22,22 +22,36 @@ def two_runs():
         for step in range(1, 7):
             rows.append((run, step, "train/tokens_seen", per_step * step))
             rows.append((run, step, "train/loss", 10.0 / step))
-    rows += [("2k", 3, "niah/effective_length", 128), ("2k", 3, "niah/f_at_effective_length", 900),
-             ("2k", 6, "niah/effective_length", 256), ("2k", 6, "niah/f_at_effective_length", 1500),
-             ("4k", 6, "niah/effective_length", 384)]  # its f comes from the snapshot
+    rows += [
+        ("2k", 3, "niah/effective_length", 128),
+        ("2k", 3, "niah/f_at_effective_length", 900),
+        ("2k", 6, "niah/effective_length", 256),
+        ("2k", 6, "niah/f_at_effective_length", 1500),
+        ("4k", 6, "niah/effective_length", 384),
+    ]  # its f comes from the snapshot
     return history(rows)
 
 
 def fi_frame(run, step, counts):
-    return pd.DataFrame({"run": run, "step": step, "tokens_seen": 0, "distance": np.arange(len(counts)),
-                         "count": np.asarray(counts, dtype=np.int64)})
+    return pd.DataFrame(
+        {
+            "run": run,
+            "step": step,
+            "tokens_seen": 0,
+            "distance": np.arange(len(counts)),
+            "count": np.asarray(counts, dtype=np.int64),
+        }
+    )
 
 
 def test_effective_length_table_pairs_probes_with_tokens_and_f(two_runs):
     fi = fi_frame("4k", 6, np.arange(512)[::-1])
     table = effective_length_table(two_runs, fi)
-    assert table.values.tolist() == [["2k", 3, 300.0, 128.0, 900.0], ["2k", 6, 600.0, 256.0, 1500.0],
-                                     ["4k", 6, 1200.0, 384.0, float(511 - 383)]]
+    assert table.values.tolist() == [
+        ["2k", 3, 300.0, 128.0, 900.0],
+        ["2k", 6, 600.0, 256.0, 1500.0],
+        ["4k", 6, 1200.0, 384.0, float(511 - 383)],
+    ]
     # tokens of a step that did not log them: step x the run's tokens per step
     dropped = (two_runs["run"] == "2k") & (two_runs["step"] == 3) & (two_runs["metric"] == "train/tokens_seen")
     sparse = two_runs[~dropped]
@@ -84,8 +98,10 @@ def results_frame():
         ("a/s3", "m1", "string", "string (local_window=64, shift_ratio=0.25)", 320, 0.625, 64, 0.25),
         ("b/rope", "m2", "rope", "rope", 64, 0.0, None, None),
     ]
-    frame = pd.DataFrame(rows, columns=["source", "run", "method", "label", "effective_length", "accuracy",
-                                        "local_window", "shift_ratio"])
+    frame = pd.DataFrame(
+        rows,
+        columns=["source", "run", "method", "label", "effective_length", "accuracy", "local_window", "shift_ratio"],
+    )
     frame["step"] = pd.array([None] * len(rows), dtype="Int64")
     frame["failure_depth_low"], frame["failure_depth_high"] = 0.0, 0.25
     frame["local_window"] = frame["local_window"].astype("Int64")
@@ -126,13 +142,19 @@ def test_table1_and_its_markdown():
 
 def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path):
     from longctx.config import NiahConfig
-    from longctx.niah.search import EffectiveLengthResult, LengthResult
     from longctx.niah.evaluation import write_result
+    from longctx.niah.search import EffectiveLengthResult, LengthResult
 
     lengths = np.array([100, 50, 256, 300, 10])
     assert figures.figure1(lengths, 64, tmp_path / "fig1.png").stat().st_size > 10_000
-    result = EffectiveLengthResult(128, [LengthResult(128, 2, 2, 1.0, 0.3, 1.0, 1.0, "", 0.0)], [0.0, 0.5, 1.0],
-                                   [1.0, 1.0], np.ones((2, 1)), config=NiahConfig(step=128, max_length=128))
+    result = EffectiveLengthResult(
+        128,
+        [LengthResult(128, 2, 2, 1.0, 0.3, 1.0, 1.0, "", 0.0)],
+        [0.0, 0.5, 1.0],
+        [1.0, 1.0],
+        np.ones((2, 1)),
+        config=NiahConfig(step=128, max_length=128),
+    )
     numbers, _ = write_result(result, tmp_path / "eval", "t")
     assert figures.figure4(numbers, tmp_path / "fig4.png").stat().st_size > 5_000
     assert figures.figure4(result, tmp_path / "fig4b.png").stat().st_size > 5_000

@@ -135,5 +135,7 @@ def test_load_history_reads_a_run_killed_mid_record(offline_run, tmp_path):
     with pytest.warns(TruncatedLogWarning):
         history = load_history(run_dir)
     losses = history[history["metric"] == "train/loss"]
-    assert losses["step"].tolist() == list(range(1, 31))  # trainer/global_step i is optimizer step i + 1 (analysis.runs)
+    assert losses["step"].tolist() == list(
+        range(1, 31)
+    )  # trainer/global_step i is optimizer step i + 1 (analysis.runs)
     assert losses["value"].tolist() == [i / 8 for i in range(30)]

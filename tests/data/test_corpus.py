@@ -45,7 +45,6 @@ def test_embedded_corpus_is_deterministic_sorted_and_split_by_domain(embedded):
 
 def test_embedded_documents_are_the_installed_files_and_pydoc_topics(embedded):
     import json.decoder
-
     from pydoc_data.topics import topics
 
     by_id = {d.id: d for d in embedded[0]}
@@ -127,8 +126,14 @@ def test_jsonl_rejections_carry_file_and_line(tmp_path):
         (8, "not-utf8"),
     ]
     assert [(r.where, r.kind) for r in report.rejections] == [(f"{path}:{n}", kind) for n, kind in expected]
-    assert report.count_by_kind() == {"bad-json": 2, "missing-key": 1, "empty": 1, "not-a-string": 1,
-                                      "not-an-object": 1, "not-utf8": 1}
+    assert report.count_by_kind() == {
+        "bad-json": 2,
+        "missing-key": 1,
+        "empty": 1,
+        "not-a-string": 1,
+        "not-an-object": 1,
+        "not-utf8": 1,
+    }
     assert "rejected: 7" in report.summary()
 
 
@@ -160,8 +165,10 @@ def test_parquet_rows_and_rejections(tmp_path):
     report = CorpusReport()
     docs = list(parquet_documents(path, report=report))
     assert [(d.id, d.text) for d in docs] == [("data.parquet:0", "one"), ("data.parquet:3", "four")]
-    assert [(r.where, r.kind) for r in report.rejections] == [(f"{path}:row 1", "not-a-string"),
-                                                              (f"{path}:row 2", "empty")]
+    assert [(r.where, r.kind) for r in report.rejections] == [
+        (f"{path}:row 1", "not-a-string"),
+        (f"{path}:row 2", "empty"),
+    ]
     assert [d.id for d in open_source(str(path), report=CorpusReport())] == ["data.parquet:0", "data.parquet:3"]
     with pytest.raises(CorpusError, match="no column 'body'"):
         parquet_documents(path, text_key="body")

@@ -30,8 +30,15 @@ class _Identity:
 
 def write_token_dataset(directory, documents: list[np.ndarray], chunk_bytes="1KB"):
     """A prepared dataset as `longctx prepare` lays it out, from ready token arrays."""
-    optimize(fn=_Identity(), inputs=documents, output_dir=str(directory), chunk_bytes=chunk_bytes,
-             num_workers=1, verbose=False, start_method="fork")
+    optimize(
+        fn=_Identity(),
+        inputs=documents,
+        output_dir=str(directory),
+        chunk_bytes=chunk_bytes,
+        num_workers=1,
+        verbose=False,
+        start_method="fork",
+    )
     from litdata import StreamingDataset
 
     lengths = [len(item) for item in StreamingDataset(str(directory), shuffle=False)]
@@ -127,8 +134,16 @@ def test_ranks_partition_the_global_row_sequence(tmp_path):
     write_token_dataset(tmp_path, random_documents(50, seed=4))
 
     def rows_of(rank, world, start=0, count=12):
-        rows = PackedRows([PackedSource(tmp_path, seed=9)], [1.0], window=16, eos_id=EOS, doc_mask=True,
-                          rank=rank, world_size=world, start_row=start)
+        rows = PackedRows(
+            [PackedSource(tmp_path, seed=9)],
+            [1.0],
+            window=16,
+            eos_id=EOS,
+            doc_mask=True,
+            rank=rank,
+            world_size=world,
+            start_row=start,
+        )
         out = []
         for row in rows:
             out.append(row["input_ids"])
@@ -187,8 +202,13 @@ def test_mixture_draws_rows_from_both_sources(tmp_path):
     long_dir.mkdir(), short_dir.mkdir()
     write_token_dataset(long_dir, random_documents(20, seed=1, low=200, high=400))
     write_token_dataset(short_dir, [d + 500_000 * (d != EOS) for d in random_documents(20, seed=2)])
-    rows = PackedRows([PackedSource(long_dir, seed=1), PackedSource(short_dir, seed=2)], [3.0, 2.0],
-                      window=32, eos_id=EOS, doc_mask=True)
+    rows = PackedRows(
+        [PackedSource(long_dir, seed=1), PackedSource(short_dir, seed=2)],
+        [3.0, 2.0],
+        window=32,
+        eos_id=EOS,
+        doc_mask=True,
+    )
     from_short = []
     for i, row in enumerate(rows):
         from_short.append(bool((row["input_ids"] > 500_000).any()))
@@ -207,7 +227,9 @@ def test_tokens_per_step_equal_at_2k_and_4k():
 
 
 def test_impossible_batch_for_the_world_size():
-    with pytest.raises(ValueError, match="not a multiple of data.window x train.micro_batch_size x world size = 2048 x 8 x 3"):
+    with pytest.raises(
+        ValueError, match="not a multiple of data.window x train.micro_batch_size x world size = 2048 x 8 x 3"
+    ):
         tokens_per_step(2048, 8, 3, 4 * 2**20)
 
 
@@ -217,8 +239,9 @@ def test_missing_or_unprepared_directory(tmp_path):
 
 
 def _rows(sources, weights, start, count, rank=0, world=1):
-    rows = PackedRows(sources, weights, window=16, eos_id=EOS, doc_mask=True, rank=rank, world_size=world,
-                      start_row=start)
+    rows = PackedRows(
+        sources, weights, window=16, eos_id=EOS, doc_mask=True, rank=rank, world_size=world, start_row=start
+    )
     out = []
     for row in rows:
         out.append(row["input_ids"])
@@ -250,8 +273,10 @@ def test_resuming_gives_the_rows_of_an_uninterrupted_run(tmp_path):
 @contextmanager
 def _deadline(seconds):
     """Turn a hang (a replay of 10^15 rows) into a failure."""
+
     def expire(*_):
         raise TimeoutError(f"took more than {seconds} s")
+
     previous = signal.signal(signal.SIGALRM, expire)
     signal.alarm(seconds)
     try:

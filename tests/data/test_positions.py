@@ -192,9 +192,14 @@ def test_skipalign_is_reproducible_per_seed():
 )
 def test_skipalign_rejects_bad_input_naming_the_argument(kwargs, error, message):
     arguments = {
-        "block_lengths": [3, 4], "roles": [INSTR, R], "max_length": 100, "strategy": "outer", "p": 0.5,
-        "rng": np.random.default_rng(0), "p_scope": "boundary",
-    }  # fmt: skip
+        "block_lengths": [3, 4],
+        "roles": [INSTR, R],
+        "max_length": 100,
+        "strategy": "outer",
+        "p": 0.5,
+        "rng": np.random.default_rng(0),
+        "p_scope": "boundary",
+    }
     with pytest.raises(error, match=message):
         skipalign_position_ids(**{**arguments, **kwargs})
 

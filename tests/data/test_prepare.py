@@ -24,8 +24,14 @@ def tokenizer_path(tmp_path_factory):
 
 def test_prepare_tokenises_every_good_document_and_reports_the_rest(tmp_path, tokenizer_path):
     good = ["first document", "second one, a little longer", "third: 123456"]
-    lines = [json.dumps({"text": good[0]}), "{not json", json.dumps({"text": good[1]}), json.dumps({"text": ""}),
-             json.dumps({"body": "no text key"}), json.dumps({"text": good[2]})]
+    lines = [
+        json.dumps({"text": good[0]}),
+        "{not json",
+        json.dumps({"text": good[1]}),
+        json.dumps({"text": ""}),
+        json.dumps({"body": "no text key"}),
+        json.dumps({"text": good[2]}),
+    ]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(lines) + "\n")
     assert main(["prepare", str(corpus), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]) == 0

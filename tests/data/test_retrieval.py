@@ -7,7 +7,6 @@ import pytest
 
 from longctx import config as config_module
 from longctx.config import ConfigError
-from longctx.niah import tasks as niah
 from longctx.data.retrieval import (
     RETRIEVAL_PHRASES,
     RetrievalConfig,
@@ -16,6 +15,7 @@ from longctx.data.retrieval import (
     retrieval_documents,
     retrieval_report,
 )
+from longctx.niah import tasks as niah
 
 FILLER = tuple(f" Filler sentence number {word} goes here." for word in ("one", "two", "three", "four", "five"))
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.probes.dataset_fi import relative_distance_histogram
 from longctx.batch import check_batch
 from longctx.data.packing import IGNORE_INDEX
 from longctx.data.sft import (
@@ -25,6 +24,7 @@ from longctx.data.sft import (
     tokenize_conversations,
 )
 from longctx.data.tokenizer import EOS_TOKEN, load_tokenizer
+from longctx.probes.dataset_fi import relative_distance_histogram
 
 INSTR, R = "instruction", "response"
 
@@ -239,7 +239,7 @@ def test_embedded_answers_recall_facts_stated_in_earlier_user_turns():
 def test_embedded_samples_fit_the_tiny_windows(tokenizer):
     samples, report = load_sft_samples("embedded", tokenizer, max_sample_length=4096, embedded_samples=300)
     lengths = np.array([len(s) for s in samples])
-    assert report.truncated == 0 and 100 <= lengths.min() and lengths.max() <= 512
+    assert report.truncated == 0 and lengths.min() >= 100 and lengths.max() <= 512
     assert 200 <= np.median(lengths) <= 400
 
 
@@ -326,9 +326,14 @@ def test_packed_sft_rows_are_k_tokens_attend_across_samples_and_lose_nothing(sam
 def test_skipalign_rows_skip_only_where_the_strategy_allows(samples, tokenizer):
     for strategy, kinds in (("outer", {(R, INSTR)}), ("inner", {(INSTR, R)}), ("all", {(R, INSTR), (INSTR, R)})):
         rows = SFTRows(
-            samples, variant="skipalign", window=512, pad_id=tokenizer.pad_id, strategy=strategy,
-            extended_length=10**9, p=1.0,
-        )  # fmt: skip
+            samples,
+            variant="skipalign",
+            window=512,
+            pad_id=tokenizer.pad_id,
+            strategy=strategy,
+            extended_length=10**9,
+            p=1.0,
+        )
         assert rows.position_limit == 10**9
         for index, sample in enumerate(samples):
             n = len(sample)
@@ -398,9 +403,15 @@ def brute_force_histogram(rows, max_distance):
 @pytest.mark.parametrize("pack", [False, True])
 def test_relative_distance_histogram_equals_a_brute_force_pair_count(samples, tokenizer, pack):
     rows = SFTRows(
-        samples[:24], variant="skipalign", window=1024, pad_id=tokenizer.pad_id, strategy="all", pack=pack,
-        extended_length=3000, p=0.5,
-    )  # fmt: skip
+        samples[:24],
+        variant="skipalign",
+        window=1024,
+        pad_id=tokenizer.pad_id,
+        strategy="all",
+        pack=pack,
+        extended_length=3000,
+        p=0.5,
+    )
     row_list = [rows[i] for i in range(len(rows))]
     histogram = relative_distance_histogram(row_list, max_distance=1500)
     counts, overflow = brute_force_histogram(row_list, 1500)

@@ -46,9 +46,11 @@ def test_kernels_get_one_dtype_and_match_fp32(precision, backend, method_name, m
     lengths = [20, 28]
     ids = torch.randint(0, 8192, (1, 48))
     options = {
-        "position_ids": reset_position_ids(lengths), "document_ids": packed_document_ids(lengths),
-        "attention_backend": backend, "position_method": method,
-    }  # fmt: skip
+        "position_ids": reset_position_ids(lengths),
+        "document_ids": packed_document_ids(lengths),
+        "attention_backend": backend,
+        "position_method": method,
+    }
     with torch.no_grad():
         reference = model(ids, **options)
         seen = record_dtypes(monkeypatch)

@@ -91,14 +91,22 @@ def test_auto_picks_flash_on_cuda_for_half_precision():
 
 BAND_METHODS = {
     "string": (lambda: string_method(rotary(), 10, 3), string_relative(10, 3), 1.0, None),
-    "string-repo": (lambda: string_method(rotary(), 10, 3, "repo"), repo_string_relative(10, 3), REPO_STRING_ATTENTION_FACTOR**2, None),
+    "string-repo": (
+        lambda: string_method(rotary(), 10, 3, "repo"),
+        repo_string_relative(10, 3),
+        REPO_STRING_ATTENTION_FACTOR**2,
+        None,
+    ),
     "rerope": (
-        lambda: rerope_method(rotary(), 7, 16), rerope_relative(7), 1.0, lambda m: max(1.0, math.log(m + 1) / math.log(16)),
+        lambda: rerope_method(rotary(), 7, 16),
+        rerope_relative(7),
+        1.0,
+        lambda m: max(1.0, math.log(m + 1) / math.log(16)),
     ),
     "self_extend": (lambda: self_extend_method(rotary(), 8, 3), self_extend_relative(8, 3), 1.0, None),
     "dca": (lambda: dca_method(rotary(), 9, 4), dca_relative(9, 4), 1.0, None),
     "dca-full-window": (lambda: dca_method(rotary(), 6, 6), dca_relative(6, 6), 1.0, None),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -136,9 +144,14 @@ def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, nam
     cache = method.rotate_keys(k, positions) if rotated else k
     for start, end in [(0, 1), (9, 10), (10, 11), (19, 20), (20, 27), (35, 36)]:
         step = method.attend(
-            q[:, start:end], cache[:, :end], v[:, :end],
-            position_ids=positions[:, :end], document_ids=docs[:, :end], keys_rotated=rotated, backend="flash",
-        )  # fmt: skip
+            q[:, start:end],
+            cache[:, :end],
+            v[:, :end],
+            position_ids=positions[:, :end],
+            document_ids=docs[:, :end],
+            keys_rotated=rotated,
+            backend="flash",
+        )
         torch.testing.assert_close(step, expected[:, start:end], atol=tolerance, rtol=0)
 
 

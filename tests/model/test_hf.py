@@ -80,10 +80,22 @@ def test_export_import_round_trip(tmp_path, scaling):
 def test_import_of_a_transformers_saved_model(tmp_path):
     """A directory written by transformers itself (no longctx keys) loads and agrees."""
     hf_config = transformers.LlamaConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, rope_theta=30000.0, max_position_embeddings=256, tie_word_embeddings=False,
-        rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                      "original_max_position_embeddings": 64},
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        rope_theta=30000.0,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
     )
     hf = transformers.LlamaForCausalLM(hf_config).eval()
     hf.save_pretrained(tmp_path)

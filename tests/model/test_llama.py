@@ -19,7 +19,13 @@ def model():
 
 def test_preset_sizes_match_the_design_table():
     tinyllama = ModelConfig.from_preset("tinyllama-1.1b")
-    assert (tinyllama.d_model, tinyllama.n_layers, tinyllama.n_heads, tinyllama.n_kv_heads, tinyllama.d_ff) == (2048, 22, 32, 4, 5632)
+    assert (tinyllama.d_model, tinyllama.n_layers, tinyllama.n_heads, tinyllama.n_kv_heads, tinyllama.d_ff) == (
+        2048,
+        22,
+        32,
+        4,
+        5632,
+    )
     assert round(tinyllama.num_parameters() / 1e9, 2) == 1.10
     assert ModelConfig.from_preset("string-1.3b").vocab_size == 128256
     debug = Llama(ModelConfig.from_preset("debug"))
@@ -87,7 +93,10 @@ def test_chunked_prefill_with_packed_documents(model):
     with torch.no_grad():
         full = model(ids, positions, docs, attention_backend="sdpa")
         cache = model.new_kv_cache(2, sum(lengths) + 1)
-        pieces = [model(ids[:, s:e], positions[:, s:e], docs[:, s:e], kv_cache=cache) for s, e in ((0, 17), (17, 30), (30, 48))]
+        pieces = [
+            model(ids[:, s:e], positions[:, s:e], docs[:, s:e], kv_cache=cache)
+            for s, e in ((0, 17), (17, 30), (30, 48))
+        ]
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
         # Decoding continues the last document: its position and its document id.
         extra = torch.randint(0, model.config.vocab_size, (2, 1))

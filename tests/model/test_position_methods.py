@@ -13,7 +13,6 @@ import types
 import pytest
 import torch
 
-from longctx.model.position_methods import cpu as attention_passes
 from longctx.model.attention import attention
 from longctx.model.llama import ConfigError, ModelConfig
 from longctx.model.position_methods import (
@@ -31,6 +30,7 @@ from longctx.model.position_methods import (
     string_method,
     yarn_method,
 )
+from longctx.model.position_methods import cpu as attention_passes
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
 from tests.helpers import packed_document_ids, reset_position_ids
 
@@ -183,7 +183,9 @@ def test_string_packed_documents_each_equal_their_own_run():
     lengths = [37, 27]
     positions, docs = reset_position_ids(lengths), packed_document_ids(lengths)
     q, k, v = random_qkv(1, 64, 64)
-    packed = string_attention(q, k, v, shift=12, local_window=4, position_ids=positions, document_ids=docs, block_size=16)
+    packed = string_attention(
+        q, k, v, shift=12, local_window=4, position_ids=positions, document_ids=docs, block_size=16
+    )
     start = 0
     for length in lengths:
         piece = slice(start, start + length)
@@ -207,15 +209,25 @@ def test_repo_compat_double_counts_the_shift_diagonal_and_scales_scores():
     length, shift, window = 40, 12, 4
     positions, docs = two_rows([25, 15], length)
     q, k, v = random_qkv(2, length, length)
-    repo = string_attention(q, k, v, shift=shift, local_window=window, compat="repo", position_ids=positions, document_ids=docs)
+    repo = string_attention(
+        q, k, v, shift=shift, local_window=window, compat="repo", position_ids=positions, document_ids=docs
+    )
     expected = dense_reference(
-        q, k, v, positions, docs, repo_string_relative(shift, window), plain_frequencies(),
+        q,
+        k,
+        v,
+        positions,
+        docs,
+        repo_string_relative(shift, window),
+        plain_frequencies(),
         score_factor=REPO_STRING_ATTENTION_FACTOR**2,
-    )  # fmt: skip
+    )
     torch.testing.assert_close(repo, expected, atol=1e-10, rtol=0)
     # Below the shift, repo = paper with scores scaled by (1 + 0.1 ln 2)^2; beyond it they differ.
     scale = DIM**-0.5 * REPO_STRING_ATTENTION_FACTOR**2
-    paper = string_attention(q, k, v, shift=shift, local_window=window, position_ids=positions, document_ids=docs, scale=scale)
+    paper = string_attention(
+        q, k, v, shift=shift, local_window=window, position_ids=positions, document_ids=docs, scale=scale
+    )
     before = positions < shift
     torch.testing.assert_close(repo[before], paper[before], atol=1e-12, rtol=0)
     assert (repo[~before] - paper[~before]).abs().max() > 1e-3
@@ -249,7 +261,9 @@ def test_long_documents_with_batched_blocks_match_reference(name, band_block, mo
     expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
     if name == "dca":  # unmasked bulks next to masked edges widened to 64-key multiples
-        bulks = [spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None]
+        bulks = [
+            spans.bulk for p in plan.passes for spans in p.blocks[0] if spans is not None and spans.bulk is not None
+        ]
         assert len(bulks) >= 6
         return
     # The window pass [0, w - 1] over the 250-token document: queries from w - 1 on go in
@@ -285,9 +299,13 @@ def test_one_token_decoding_equals_prefill_rows(name):
     cache = method.rotate_keys(k, positions) if rotated else k
     for t in range(28):
         step = method.attend(
-            q[:, t : t + 1], cache[:, : t + 1], v[:, : t + 1],
-            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], keys_rotated=rotated,
-        )  # fmt: skip
+            q[:, t : t + 1],
+            cache[:, : t + 1],
+            v[:, : t + 1],
+            position_ids=positions[:, : t + 1],
+            document_ids=docs[:, : t + 1],
+            keys_rotated=rotated,
+        )
         torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
 
 
@@ -299,7 +317,12 @@ def test_chunked_prefill_equals_full_prefill(name):
     full = method.attend(q, k, v, position_ids=positions, document_ids=docs)
     for start, end in [(0, 13), (13, 31), (31, 50)]:
         chunk = method.attend(
-            q[:, start:end], k[:, :end], v[:, :end], position_ids=positions[:, :end], document_ids=docs[:, :end], block_size=5
+            q[:, start:end],
+            k[:, :end],
+            v[:, :end],
+            position_ids=positions[:, :end],
+            document_ids=docs[:, :end],
+            block_size=5,
         )
         torch.testing.assert_close(chunk, full[:, start:end], atol=1e-12, rtol=0)
 
@@ -321,9 +344,13 @@ def hf_yarn_frequencies(factor, original):
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     config = LlamaConfig(
-        hidden_size=DIM * 4, num_attention_heads=4, head_dim=DIM, rope_theta=BASE, max_position_embeddings=64,
+        hidden_size=DIM * 4,
+        num_attention_heads=4,
+        head_dim=DIM,
+        rope_theta=BASE,
+        max_position_embeddings=64,
         rope_scaling={"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": original},
-    )  # fmt: skip
+    )
     inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
     return inv_freq.double(), attention_factor
 
@@ -337,15 +364,24 @@ def baseline_cases():
         "ntk": (ntk_method(DIM, BASE, 1.5, 48), rope_relative, ntk_freq, 1.0, None),
         "yarn": (yarn_method(DIM, BASE, 1.5, 32, 48), rope_relative, yarn_freq, yarn_factor**2, None),
         "rerope": (
-            rerope_method(rotary(), 7, 16), rerope_relative(7), plain_frequencies(), 1.0,
+            rerope_method(rotary(), 7, 16),
+            rerope_relative(7),
+            plain_frequencies(),
+            1.0,
             lambda m: max(1.0, math.log(m + 1) / math.log(16)),
         ),
         "rerope-no-log": (rerope_method(rotary(), 7), rerope_relative(7), plain_frequencies(), 1.0, None),
         "self_extend": (self_extend_method(rotary(), 8, 4), self_extend_relative(8, 4), plain_frequencies(), 1.0, None),
-        "self_extend-uneven": (self_extend_method(rotary(), 7, 3), self_extend_relative(7, 3), plain_frequencies(), 1.0, None),
+        "self_extend-uneven": (
+            self_extend_method(rotary(), 7, 3),
+            self_extend_relative(7, 3),
+            plain_frequencies(),
+            1.0,
+            None,
+        ),
         "dca": (dca_method(rotary(), 10, 4), dca_relative(10, 4), plain_frequencies(), 1.0, None),
         "dca-full-window": (dca_method(rotary(), 6, 6), dca_relative(6, 6), plain_frequencies(), 1.0, None),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("name", list(baseline_cases()))
@@ -379,7 +415,9 @@ def test_baseline_protocol_keeps_positions_within_two_thirds_of_training(trainin
         "self_extend": lambda p: [
             self_extend_relative(p["neighbor_window"], p["group_size"])(training_length - 1, int(n))[0] for n in m
         ],
-        "dca": lambda p: [dca_relative(p["chunk_size"], p["local_window"])(int(i), int(n))[0] for i in m[-1:] for n in m],
+        "dca": lambda p: [
+            dca_relative(p["chunk_size"], p["local_window"])(int(i), int(n))[0] for i in m[-1:] for n in m
+        ],
     }
     for name, row in last_row.items():
         params = baseline_protocol(name, training_length)
@@ -395,7 +433,9 @@ def test_baseline_protocol_keeps_positions_within_two_thirds_of_training(trainin
 def test_dca_relative_positions_never_exceed_chunk_plus_window():
     method = dca_method(rotary(), 10, 4)
     q, k, v = random_qkv(1, 60, 60)
-    expected = dense_reference(q, k, v, torch.arange(60)[None], torch.zeros(1, 60), dca_relative(10, 4), plain_frequencies())
+    expected = dense_reference(
+        q, k, v, torch.arange(60)[None], torch.zeros(1, 60), dca_relative(10, 4), plain_frequencies()
+    )
     torch.testing.assert_close(method.attend(q, k, v), expected, atol=1e-10, rtol=0)
     assert max(dca_relative(10, 4)(59, n)[0] for n in range(60)) == 13  # c - 1
 
@@ -449,7 +489,17 @@ def test_positions_must_be_consecutive_inside_a_document():
 
 
 def documented_flash_attn_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size, return_attn_probs
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale,
+    causal,
+    window_size,
+    return_attn_probs,
 ):
     """flash-attn 2's varlen attention as its docstring defines it, densely on CPU: per
     sequence, query i may see key j iff j <= i + sk - sq (causal, bottom-right aligned)
@@ -492,9 +542,13 @@ def test_flash_layout_matches_torch_path_with_documented_kernel_semantics(name, 
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     for t in (0, 9, 10, 19, 20, 35):
         step = method.attend(
-            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1],
-            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], backend="flash",
-        )  # fmt: skip
+            q[:, t : t + 1],
+            k[:, : t + 1],
+            v[:, : t + 1],
+            position_ids=positions[:, : t + 1],
+            document_ids=docs[:, : t + 1],
+            backend="flash",
+        )
         torch.testing.assert_close(step[:, 0], expected[:, t], atol=1e-12, rtol=0)
 
 
@@ -518,7 +572,6 @@ def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
     torch.testing.assert_close(causal_lse, fused_lse, atol=1e-5, rtol=0)
 
 
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["string", "string-repo", "rerope", "self_extend"])
 def test_flash_path_matches_torch_path(name):
@@ -527,11 +580,17 @@ def test_flash_path_matches_torch_path(name):
     positions, docs = (t.cuda() for t in two_rows([19, 1, 16], 36))
     q, k, v = (t.cuda() for t in random_qkv(2, 36, 36, dtype=torch.bfloat16))
     flash = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
-    reference = method.attend(q.float(), k.float(), v.float(), position_ids=positions, document_ids=docs, backend="sdpa")
+    reference = method.attend(
+        q.float(), k.float(), v.float(), position_ids=positions, document_ids=docs, backend="sdpa"
+    )
     torch.testing.assert_close(flash.float(), reference, atol=2e-2, rtol=0)
     for t in (0, 9, 10, 35):  # decoding rows, including the first of the second document
         step = method.attend(
-            q[:, t : t + 1], k[:, : t + 1], v[:, : t + 1],
-            position_ids=positions[:, : t + 1], document_ids=docs[:, : t + 1], backend="flash",
-        )  # fmt: skip
+            q[:, t : t + 1],
+            k[:, : t + 1],
+            v[:, : t + 1],
+            position_ids=positions[:, : t + 1],
+            document_ids=docs[:, : t + 1],
+            backend="flash",
+        )
         torch.testing.assert_close(step[:, 0].float(), reference[:, t], atol=2e-2, rtol=0)

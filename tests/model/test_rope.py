@@ -2,12 +2,10 @@
 
 import pytest
 import torch
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, inverse_frequencies
-
-transformers = pytest.importorskip("transformers")
-from transformers import LlamaConfig  # noqa: E402
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
 HEAD_DIM = 64
 BASE = 500000.0
@@ -20,19 +18,35 @@ CASES = {
     ),
     "yarn-betas": (
         RopeScaling("yarn", factor=3.0, original_max_position=1024, beta_fast=16.0, beta_slow=2.0),
-        {"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 1024, "beta_fast": 16.0, "beta_slow": 2.0},
+        {
+            "rope_type": "yarn",
+            "factor": 3.0,
+            "original_max_position_embeddings": 1024,
+            "beta_fast": 16.0,
+            "beta_slow": 2.0,
+        },
     ),
     "llama3": (
         RopeScaling("llama3", factor=8.0, original_max_position=8192, low_freq_factor=1.0, high_freq_factor=4.0),
-        {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "original_max_position_embeddings": 8192,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
     ),
 }
 
 
 def hf_inverse_frequencies(rope_scaling: dict, base: float = BASE):
     config = LlamaConfig(
-        hidden_size=HEAD_DIM * 4, num_attention_heads=4, head_dim=HEAD_DIM, rope_theta=base,
-        rope_scaling=rope_scaling, max_position_embeddings=2048,
+        hidden_size=HEAD_DIM * 4,
+        num_attention_heads=4,
+        head_dim=HEAD_DIM,
+        rope_theta=base,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=2048,
     )
     kind = rope_scaling["rope_type"]
     return ROPE_INIT_FUNCTIONS[kind](config, "cpu")

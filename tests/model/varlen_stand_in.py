@@ -58,9 +58,22 @@ def _varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, return_aux, sca
 
 
 def varlen_attn_2_14(
-    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *,
-    return_aux=None, scale=None, window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None,
-):  # fmt: skip
+    query,
+    key,
+    value,
+    cu_seq_q,
+    cu_seq_k,
+    max_q,
+    max_k,
+    *,
+    return_aux=None,
+    scale=None,
+    window_size=(-1, -1),
+    enable_gqa=False,
+    seqused_k=None,
+    block_table=None,
+    num_splits=None,
+):
     assert seqused_k is None and block_table is None
     return _varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, return_aux, scale, window_size, enable_gqa)
 

@@ -12,8 +12,8 @@ from longctx.cli import main
 from longctx.data.corpus import embedded_documents
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama, ModelConfig
-from longctx.niah.search import EffectiveLengthResult
 from longctx.niah.evaluation import format_table, peak_failure_depth
+from longctx.niah.search import EffectiveLengthResult
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,13 @@ def checkpoint(tmp_path_factory):
 
 
 def eval_args(haystack_file):
-    return [f"eval.niah.haystack={haystack_file}", "eval.niah.step=128", "eval.niah.tests_per_length=2",
-            "eval.niah.max_new_tokens=8", "log.wandb_mode=disabled"]
+    return [
+        f"eval.niah.haystack={haystack_file}",
+        "eval.niah.step=128",
+        "eval.niah.tests_per_length=2",
+        "eval.niah.max_new_tokens=8",
+        "log.wandb_mode=disabled",
+    ]
 
 
 def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, tmp_path, capsys):
@@ -50,8 +55,12 @@ def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, t
 def test_niah_command_logs_into_its_output_directory_with_a_progress_bar(checkpoint, haystack_file, tmp_path, capsys):
     """The W&B run goes under --out (not train.out_dir, which every point of a sweep
     shares), and each length shows a progress bar over its tests."""
-    args = [*eval_args(haystack_file), "log.wandb_mode=offline", f"train.out_dir={tmp_path / 'train'}",
-            "log.run_name=point_7"]
+    args = [
+        *eval_args(haystack_file),
+        "log.wandb_mode=offline",
+        f"train.out_dir={tmp_path / 'train'}",
+        "log.run_name=point_7",
+    ]
     assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path / "eval")]) == 0
     assert not (tmp_path / "train").exists()
     [run] = offline_runs(tmp_path / "eval")
@@ -68,8 +77,13 @@ def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(c
     from longctx.analysis.niah import load_niah
 
     out_dir = f"eval.out_dir={tmp_path}/W${{eval.position_method.string.local_window}}"
-    args = [*eval_args(haystack_file), "eval.position_method.name=string", "eval.position_method.string.local_window=16",
-            "eval.position_method.string.shift_ratio=0.25", out_dir]
+    args = [
+        *eval_args(haystack_file),
+        "eval.position_method.name=string",
+        "eval.position_method.string.local_window=16",
+        "eval.position_method.string.shift_ratio=0.25",
+        out_dir,
+    ]
     assert main(["niah", str(checkpoint), *args]) == 0
     written = json.loads((tmp_path / "W16" / "niah.json").read_text())
     assert written["per_length"]
@@ -82,8 +96,22 @@ def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(c
 def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
     sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
     out = tmp_path / "table.md"
-    assert main(["niah-table", str(checkpoint), "--methods", "rope,string", *sets,
-                 "--set", "eval.position_method.string.local_window=16", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "niah-table",
+                str(checkpoint),
+                "--methods",
+                "rope,string",
+                *sets,
+                "--set",
+                "eval.position_method.string.local_window=16",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     lines = out.read_text().splitlines()
     assert lines[0] == "| method | model.safetensors |"
     assert lines[2].startswith("| rope | 0.0") and lines[3].startswith("| string | 0.0")
@@ -105,12 +133,26 @@ def test_peak_failure_depth_and_table_format():
 
 def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in itertools.islice(embedded_documents(("prose",)), 60)))
+    corpus.write_text(
+        "".join(json.dumps({"text": d.text}) + "\n" for d in itertools.islice(embedded_documents(("prose",)), 60))
+    )
     assert main(["prepare", str(corpus), str(tmp_path / "data"), "--tokenizer", "bpe-8192"]) == 0
-    args = [*eval_args(haystack_file), f"data.path={tmp_path / 'data'}", "model.max_position=256", "data.window=256", "train.micro_batch_size=2",
-            "train.global_batch_tokens=512", "train.max_steps=2", "train.warmup_steps=1", f"train.out_dir={tmp_path / 'run'}",
-            "log.wandb_mode=offline", "log.every_steps=1", "probe.niah_every_steps=1", "probe.niah_tests_per_length=1",
-            "probe.fi_every_steps=1"]
+    args = [
+        *eval_args(haystack_file),
+        f"data.path={tmp_path / 'data'}",
+        "model.max_position=256",
+        "data.window=256",
+        "train.micro_batch_size=2",
+        "train.global_batch_tokens=512",
+        "train.max_steps=2",
+        "train.warmup_steps=1",
+        f"train.out_dir={tmp_path / 'run'}",
+        "log.wandb_mode=offline",
+        "log.every_steps=1",
+        "probe.niah_every_steps=1",
+        "probe.niah_tests_per_length=1",
+        "probe.fi_every_steps=1",
+    ]
     assert main(["pretrain", *args]) == 0
     history = read_history(offline_runs(tmp_path / "run")[0])
     # on the step axis of Lightning's own metrics: train/loss of optimizer step k is at k - 1
@@ -122,7 +164,9 @@ def test_training_logs_effective_length_next_to_fi(haystack_file, tmp_path):
 
 def test_niah_lengths_evaluates_every_given_length_without_the_search(checkpoint, haystack_file, tmp_path):
     """The search stops at an untrained model's first length; --lengths evaluates all."""
-    assert main(["niah", str(checkpoint), *eval_args(haystack_file), "--lengths", "256,128", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["niah", str(checkpoint), *eval_args(haystack_file), "--lengths", "256,128", "--out", str(tmp_path)]) == 0
+    )
     result = json.loads((tmp_path / "niah.json").read_text())
     assert result["lengths"] == [128, 256]
     assert [row["tests"] for row in result["per_length"]] == [2, 2]

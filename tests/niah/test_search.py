@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.niah.tasks import PromptTooShortError, make_samples
+from longctx.config import NiahConfig
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import string_method
-from longctx.config import NiahConfig
 from longctx.niah.search import (
     LlamaGenerator,
     check_task_settings,
@@ -19,7 +18,7 @@ from longctx.niah.search import (
     search_effective_length,
     wilson_interval,
 )
-
+from longctx.niah.tasks import PromptTooShortError, make_samples
 
 
 class LastKReader:

@@ -30,7 +30,6 @@ TABLE5_TAIL = "\n\nWhat are the magic numbers mentioned in the provided text?\nT
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
 
 
-
 def haystack_for(task, haystack):
     return None if TASKS[task].json_haystack else haystack
 
@@ -47,7 +46,12 @@ def test_haystack_is_its_sentences_tokenised_one_by_one(tokenizer):
     sentences = split_sentences(text)
     assert "".join(sentences) == text
     assert sentences == [
-        'He said "Stop."', " Then he left!", " Why?", " Prices rose 2.5 percent.", "The end...", "\n\nNext  para"
+        'He said "Stop."',
+        " Then he left!",
+        " Why?",
+        " Prices rose 2.5 percent.",
+        "The end...",
+        "\n\nNext  para",
     ]
     haystack = Haystack.from_text(tokenizer, text)
     expected = [tokenizer.encode(s) for s in sentences]
@@ -155,8 +159,10 @@ def test_ruler_variants(tokenizer, haystack):
     (queried,) = [n for n in multikey.needles if n.queried]
     text = tokenizer.decode(multikey.input_ids.tolist())
     assert f"special magic numbers for {queried.key} is: {answer}." in text
-    assert text.endswith(f"What is the special magic number for {queried.key} mentioned in the provided text? "
-                         f"The special magic number for {queried.key} mentioned in the provided text is")
+    assert text.endswith(
+        f"What is the special magic number for {queried.key} mentioned in the provided text? "
+        f"The special magic number for {queried.key} mentioned in the provided text is"
+    )
     assert re.fullmatch(r"[1-9]\d{6}", answer)
 
     multivalue = make_sample(tokenizer, haystack, 800, task="ruler-multivalue", index=1)

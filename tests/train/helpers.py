@@ -44,5 +44,3 @@ def overrides(workspace: Path, out_dir: Path, **extra) -> list[str]:
         **extra,
     }
     return [f"{key}={value}" for key, value in values.items()]
-
-

@@ -27,8 +27,15 @@ step); an actual change of numerics moves the first losses by far more."""
 
 
 def demo_losses(out_dir: Path) -> list[float]:
-    args = [DEMO_CONFIG, f"train.max_steps={GOLDEN_STEPS}", "log.every_steps=1", "probe.fi=false",
-            "log.wandb_mode=disabled", f"train.out_dir={out_dir}", f"train.checkpoint_every_steps={GOLDEN_STEPS}"]
+    args = [
+        DEMO_CONFIG,
+        f"train.max_steps={GOLDEN_STEPS}",
+        "log.every_steps=1",
+        "probe.fi=false",
+        "log.wandb_mode=disabled",
+        f"train.out_dir={out_dir}",
+        f"train.checkpoint_every_steps={GOLDEN_STEPS}",
+    ]
     assert main(["pretrain", *args]) == 0
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     return [row["train/loss"] for row in rows if "train/loss" in row]
@@ -49,5 +56,7 @@ if __name__ == "__main__" and sys.argv[1:] == ["--update"]:
 
     with tempfile.TemporaryDirectory() as scratch:
         values = demo_losses(Path(scratch) / "demo")
-    GOLDEN_FILE.write_text(json.dumps({"config": DEMO_CONFIG, "steps": GOLDEN_STEPS, "losses": values}, indent=1) + "\n")
+    GOLDEN_FILE.write_text(
+        json.dumps({"config": DEMO_CONFIG, "steps": GOLDEN_STEPS, "losses": values}, indent=1) + "\n"
+    )
     print(f"wrote {GOLDEN_FILE}: {values}")

@@ -26,9 +26,11 @@ from longctx.train.progress import RichStepProgressBar, TQDMStepProgressBar
 from tests.train.helpers import STEPS, overrides
 from tests.train.test_pretrain import environment
 
-LOGGERS = ["log.loggers=[wandb,csv,tensorboard,mlflow]",
-           "train.callbacks=[{class_path: lightning.pytorch.callbacks.LearningRateMonitor, "
-           "init_args: {logging_interval: step}}]"]
+LOGGERS = [
+    "log.loggers=[wandb,csv,tensorboard,mlflow]",
+    "train.callbacks=[{class_path: lightning.pytorch.callbacks.LearningRateMonitor, "
+    "init_args: {logging_interval: step}}]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +39,13 @@ def run(workspace, tmp_path_factory):
     pytest.importorskip("mlflow")
     out = tmp_path_factory.mktemp("loggers")
     args = [*overrides(workspace, out, **{"probe.fi_every_steps": 4}), *LOGGERS]
-    done = subprocess.run([sys.executable, "-m", "longctx", "pretrain", *args], env=environment(),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "longctx", "pretrain", *args],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, done.stdout + done.stderr
 
@@ -66,8 +73,11 @@ def test_wandb_gets_the_config_once_and_one_fi_artifact_per_checkpoint(run):
         updates = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
         sections += [item.key for item in updates if item.key in ("model", "train", "experiment", "config")]
     assert sections == ["model", "train"]
-    artifacts = [[entry.path for entry in record.artifact.manifest.contents] for record in records(run_dir)
-                 if record.WhichOneof("record_type") == "artifact" and record.artifact.type == "position-frequency"]
+    artifacts = [
+        [entry.path for entry in record.artifact.manifest.contents]
+        for record in records(run_dir)
+        if record.WhichOneof("record_type") == "artifact" and record.artifact.type == "position-frequency"
+    ]
     assert artifacts == [["fi-step-0000003.npz"], ["fi-step-0000006.npz"]]
 
 
@@ -133,8 +143,12 @@ def test_mlflow_gets_scalars_the_fi_table_and_the_artifacts(run, monkeypatch):
     artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id, "fi")}
     assert {"fi/fi-step-0000003.npz", "fi/fi-step-0000006.npz", "fi/curve"} <= artifacts
     curve = {a.path for a in client.list_artifacts(mlflow_run.info.run_id, "fi/curve")}
-    assert curve == {"fi/curve/step-0000003.json", "fi/curve/step-0000003.png",
-                     "fi/curve/step-0000005.json", "fi/curve/step-0000005.png"}
+    assert curve == {
+        "fi/curve/step-0000003.json",
+        "fi/curve/step-0000003.png",
+        "fi/curve/step-0000005.json",
+        "fi/curve/step-0000005.png",
+    }
     assert mlflow_run.data.params["train/max_steps"] == str(STEPS)
 
 
@@ -147,31 +161,44 @@ def test_load_from_checkpoint_rebuilds_the_trained_module(run):
     out, _ = run
     module = LanguageModelModule.load_from_checkpoint(out / "checkpoints" / "last.ckpt", map_location="cpu")
     reference = load_model(out / "checkpoints" / "last.ckpt")
-    assert module.config.train.max_steps == STEPS and module.config.log.loggers == ["wandb", "csv", "tensorboard", "mlflow"]
-    for (name, expected), (other, actual) in zip(reference.state_dict().items(), module.model.state_dict().items(), strict=True):
+    assert module.config.train.max_steps == STEPS and module.config.log.loggers == [
+        "wandb",
+        "csv",
+        "tensorboard",
+        "mlflow",
+    ]
+    for (name, expected), (other, actual) in zip(
+        reference.state_dict().items(), module.model.state_dict().items(), strict=True
+    ):
         assert name == other and torch.equal(expected, actual)
 
 
 # --- without a run ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("override,key", [
-    ("log.loggers=[wandb,neptune]", "log.loggers.1"),
-    ("log.loggers=[{class_path: csv, init_arg: {}}]", "log.loggers.0.init_arg"),
-    ("train.callbacks=[LearningRateMonitor]", "train.callbacks.0"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("log.loggers=[wandb,neptune]", "log.loggers.1"),
+        ("log.loggers=[{class_path: csv, init_arg: {}}]", "log.loggers.0.init_arg"),
+        ("train.callbacks=[LearningRateMonitor]", "train.callbacks.0"),
+    ],
+)
 def test_bad_entries_are_config_errors_naming_the_key(override, key):
     with pytest.raises(ConfigError) as error:
         load([], [override])
     assert error.value.key == key
 
 
-@pytest.mark.parametrize("override,key,message", [
-    ("log.loggers=[no.such.Logger]", "log.loggers.0", "cannot import"),
-    ("log.loggers=[lightning.pytorch.callbacks.LearningRateMonitor]", "log.loggers.0", "is not a"),
-    ("log.loggers=[{class_path: csv, init_args: {colour: red}}]", "log.loggers.0", "colour"),
-    ("train.callbacks=[lightning.pytorch.loggers.CSVLogger]", "train.callbacks.0", "is not a"),
-])
+@pytest.mark.parametrize(
+    "override,key,message",
+    [
+        ("log.loggers=[no.such.Logger]", "log.loggers.0", "cannot import"),
+        ("log.loggers=[lightning.pytorch.callbacks.LearningRateMonitor]", "log.loggers.0", "is not a"),
+        ("log.loggers=[{class_path: csv, init_args: {colour: red}}]", "log.loggers.0", "colour"),
+        ("train.callbacks=[lightning.pytorch.loggers.CSVLogger]", "train.callbacks.0", "is not a"),
+    ],
+)
 def test_classes_that_do_not_fit_are_config_errors(tmp_path, override, key, message):
     config = load([], [override, f"train.out_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=message) as error:
@@ -202,8 +229,15 @@ def test_bar_shows_optimizer_steps_out_of_max_steps(tmp_path, bar_class):
     """3 optimizer steps of 4 micro-batches each: the bar reads 3/3 (Lightning's: 12/3)."""
     bar = bar_class()
     loader = torch.utils.data.DataLoader(torch.randn(64, 2), batch_size=1)
-    trainer = L.Trainer(max_steps=3, accumulate_grad_batches=4, callbacks=[bar], logger=False,
-                        enable_checkpointing=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=3,
+        accumulate_grad_batches=4,
+        callbacks=[bar],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(_Tiny(), loader)
     if bar_class is RichStepProgressBar:
         task = bar.progress.tasks[bar.train_progress_bar_id]

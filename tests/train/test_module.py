@@ -24,8 +24,12 @@ def batch(vocab=8192, rows=2, window=32):
     ids = torch.randint(0, vocab, (rows, window + 1))
     labels = ids[:, 1:].clone()
     labels[:, :5] = IGNORE_INDEX
-    return {"input_ids": ids[:, :-1], "labels": labels, "position_ids": torch.arange(window).expand(rows, -1),
-            "document_ids": torch.zeros(rows, window, dtype=torch.long)}
+    return {
+        "input_ids": ids[:, :-1],
+        "labels": labels,
+        "position_ids": torch.arange(window).expand(rows, -1),
+        "document_ids": torch.zeros(rows, window, dtype=torch.long),
+    }
 
 
 def test_summed_loss_is_the_sum_over_labelled_tokens():

@@ -34,8 +34,17 @@ def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> s
     if nproc == 1 and not extra_torchrun:
         command = [sys.executable, "-m", "longctx", "pretrain", *args]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", *extra_torchrun,
-                   "-m", "longctx", "pretrain", *args]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            *extra_torchrun,
+            "-m",
+            "longctx",
+            "pretrain",
+            *args,
+        ]
     return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -71,8 +80,9 @@ def final_fi(out_dir: Path) -> dict:
 def expected_fi(workspace: Path) -> PositionFrequency:
     """f(i) recounted from the rows the run consumed: STEPS x 8 global rows, in order."""
     source = PackedSource(workspace / "data", seed=1234)
-    rows = PackedRows([source], [1.0], window=64, eos_id=load_tokenizer(str(workspace / "tokenizer.json")).eos_id,
-                      doc_mask=True)
+    rows = PackedRows(
+        [source], [1.0], window=64, eos_id=load_tokenizer(str(workspace / "tokenizer.json")).eos_id, doc_mask=True
+    )
     counts = PositionFrequency(64, max_position=64)
     for row in itertools.islice(rows, STEPS * 8):
         counts.update({key: value[None] for key, value in row.items()})
@@ -88,7 +98,10 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     assert all(row["train/tokens_seen"] > 0 and row["perf/tokens_per_s"] > 0 for row in history)
     assert (reference / "checkpoints" / "last.ckpt").exists()
     assert sorted(p.name for p in (reference / "checkpoints").iterdir()) == [
-        "last.ckpt", "step-0000003.ckpt", "step-0000006.ckpt"]
+        "last.ckpt",
+        "step-0000003.ckpt",
+        "step-0000006.ckpt",
+    ]
     assert torch.load(reference / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
     fi_rows = [row for row in read_history(offline_runs(reference)[0]) if "fi/f@L/4" in row]
     # measured after optimizer steps 2, 4, 6: on Lightning's step axis (step k's metrics at k - 1)
@@ -102,7 +115,8 @@ def test_single_process_run_learns_and_logs_to_wandb_offline(reference):
     assert [row["step"] for row in file_rows] == [2, 4, 6]
     for logged, written in zip(fi_rows, file_rows, strict=True):
         assert {key: value for key, value in written.items() if key != "step"} == {
-            key: value for key, value in logged.items() if key.startswith("fi/") and key in written}
+            key: value for key, value in logged.items() if key.startswith("fi/") and key in written
+        }
         assert set(written) - {"step"} == {key for key in logged if key.startswith("fi/") and "curve" not in key}
     tables = [row for row in read_history(offline_runs(reference)[0]) if "fi/curve_table.path" in row]
     assert len(tables) == 3 and tables[-1]["fi/curve_table._type"] == "table-file"
@@ -138,9 +152,17 @@ def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
 def test_two_nodes_on_loopback_match_one(workspace, reference, tmp_path):
     port = free_port()
     nodes = [
-        launch(overrides(workspace, tmp_path), nproc=1, extra_torchrun=[
-            "--nnodes=2", f"--node-rank={rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
-            "--rdzv-id=longctx-test"])
+        launch(
+            overrides(workspace, tmp_path),
+            nproc=1,
+            extra_torchrun=[
+                "--nnodes=2",
+                f"--node-rank={rank}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--rdzv-id=longctx-test",
+            ],
+        )
         for rank in range(2)
     ]
     for node in nodes:
@@ -205,8 +227,14 @@ def test_init_continues_from_a_checkpoint_at_a_longer_window(workspace, referenc
     double, RoPE base changes, shapes stay): the first step's loss is the trained model's,
     far below a fresh model's; a checkpoint of another architecture is a clear error."""
     trained = reference / "checkpoints" / "last.ckpt"
-    extended = {"model.max_position": 128, "data.window": 128, "model.rope_base": 40000.0,
-                "train.global_batch_tokens": 1024, "train.max_steps": 1, "probe.fi": False}
+    extended = {
+        "model.max_position": 128,
+        "data.window": 128,
+        "model.rope_base": 40000.0,
+        "train.global_batch_tokens": 1024,
+        "train.max_steps": 1,
+        "probe.fi": False,
+    }
     fresh, continued = tmp_path / "fresh", tmp_path / "continued"
     assert main(["pretrain", *overrides(workspace, fresh, **extended)]) == 0
     assert main(["pretrain", *overrides(workspace, continued, **extended), f"init={trained}"]) == 0

@@ -16,8 +16,9 @@ from tests.train.helpers import overrides as pretrain_overrides
 @pytest.fixture(scope="module")
 def pretrained(workspace):
     out = workspace / "sft-base"
-    args = pretrain_overrides(workspace, out, **{"train.max_steps": 2, "probe.fi": "false", "data.window": 128,
-                                                 "model.max_position": 128})
+    args = pretrain_overrides(
+        workspace, out, **{"train.max_steps": 2, "probe.fi": "false", "data.window": 128, "model.max_position": 128}
+    )
     assert main(["pretrain", *args]) == 0
     return out / "checkpoints" / "last.ckpt"
 
@@ -47,8 +48,11 @@ def sft_args(workspace, pretrained, out, **extra):
 
 @pytest.mark.parametrize(
     "variant, extra",
-    [("normal", {}), ("packed", {}),
-     ("skipalign", {"sft.strategy": "outer", "sft.extended_length": 512, "sft.rope_extension": "ntk"})],
+    [
+        ("normal", {}),
+        ("packed", {}),
+        ("skipalign", {"sft.strategy": "outer", "sft.extended_length": 512, "sft.rope_extension": "ntk"}),
+    ],
 )
 def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, variant, extra):
     args = sft_args(workspace, pretrained, tmp_path, **{"sft.variant": variant, **extra})
@@ -72,9 +76,20 @@ def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, va
 def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, tmp_path):
     haystack = tmp_path / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
-    args = sft_args(workspace, pretrained, tmp_path, **{
-        "sft.niah_after": "true", "eval.niah.haystack": haystack, "eval.niah.task": "paper",
-        "eval.niah.step": 128, "eval.niah.tests_per_length": 1, "eval.niah.max_new_tokens": 4, "sft.epochs": 0.2})
+    args = sft_args(
+        workspace,
+        pretrained,
+        tmp_path,
+        **{
+            "sft.niah_after": "true",
+            "eval.niah.haystack": haystack,
+            "eval.niah.task": "paper",
+            "eval.niah.step": 128,
+            "eval.niah.tests_per_length": 1,
+            "eval.niah.max_new_tokens": 4,
+            "sft.epochs": 0.2,
+        },
+    )
     assert main(["sft", *args]) == 0
     result = json.loads((tmp_path / "niah_after_sft" / "niah.json").read_text())
     assert max(result["lengths"] + result["skipped_lengths"]) == 256  # 2 x the base model's 128
@@ -99,4 +114,8 @@ def test_global_order_sampler_is_world_size_invariant():
     assert single[:10] != single[10:20]  # reshuffled per epoch
     ranks = [take(GlobalOrderSampler(10, seed=3, rank=r, world_size=3), 10) for r in range(3)]
     assert [ranks[k % 3][k // 3] for k in range(30)] == single
-    assert take(GlobalOrderSampler(10, seed=3, rank=1, world_size=3, start_row=7), 3) == [single[7], single[10], single[13]]
+    assert take(GlobalOrderSampler(10, seed=3, rank=1, world_size=3, start_row=7), 3) == [
+        single[7],
+        single[10],
+        single[13],
+    ]

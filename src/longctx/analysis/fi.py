@@ -79,13 +79,17 @@ def load_fi(sources: Sources, *, histogram: str = "relative") -> pd.DataFrame:
             if histogram not in arrays:
                 raise ValueError(f"{path} lacks {histogram!r}")
             counts = arrays[histogram].astype(np.int64)
-            frames.append(pd.DataFrame({
-                "run": label,
-                "step": np.int64(step),
-                "tokens_seen": np.int64(arrays["tokens_seen"]),
-                "distance": np.arange(counts.size, dtype=np.int64),
-                "count": counts,
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "run": label,
+                        "step": np.int64(step),
+                        "tokens_seen": np.int64(arrays["tokens_seen"]),
+                        "distance": np.arange(counts.size, dtype=np.int64),
+                        "count": counts,
+                    }
+                )
+            )
     return pd.concat(frames, ignore_index=True).astype({"run": str})
 
 
@@ -96,16 +100,18 @@ def fi_snapshots(sources: Sources) -> pd.DataFrame:
     for label, run_dir in label_sources(sources).items():
         for step, path in snapshot_files(run_dir):
             arrays = read_snapshot(path)
-            rows.append({
-                "run": label,
-                "step": step,
-                "tokens_seen": int(arrays["tokens_seen"]),
-                "window": int(arrays["relative"].size),
-                "pairs": int(arrays["relative"].sum()),
-                "overflow": int(arrays["overflow"]),
-                "count_only_labeled": bool(arrays.get("count_only_labeled", True)),
-                "path": str(path),
-            })
+            rows.append(
+                {
+                    "run": label,
+                    "step": step,
+                    "tokens_seen": int(arrays["tokens_seen"]),
+                    "window": int(arrays["relative"].size),
+                    "pairs": int(arrays["relative"].sum()),
+                    "overflow": int(arrays["overflow"]),
+                    "count_only_labeled": bool(arrays.get("count_only_labeled", True)),
+                    "path": str(path),
+                }
+            )
     return pd.DataFrame(rows).astype({"run": str})
 
 
@@ -119,7 +125,9 @@ def fi_growth(fi: pd.DataFrame, positions: tuple[str, ...] = ("L/4", "L/2", "3L/
     rows = []
     for (run, step), window in windows.items():
         for label in positions:
-            rows.append({"run": run, "step": step, "position": label, "distance": SUMMARY_POSITIONS[label](int(window))})
+            rows.append(
+                {"run": run, "step": step, "position": label, "distance": SUMMARY_POSITIONS[label](int(window))}
+            )
     wanted = pd.DataFrame(rows, columns=["run", "step", "position", "distance"])
     growth = wanted.merge(fi, on=["run", "step", "distance"], how="left")
     return growth[["run", "step", "tokens_seen", "position", "distance", "count"]]

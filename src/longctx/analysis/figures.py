@@ -67,8 +67,9 @@ def save(figure: Figure, directory: str | Path, name: str, dpi: int = 120) -> Pa
     return path
 
 
-def plot_history(history: pd.DataFrame, metric: str, x: str = "step", title: str | None = None,
-                 log_y: bool = False) -> Figure:
+def plot_history(
+    history: pd.DataFrame, metric: str, x: str = "step", title: str | None = None, log_y: bool = False
+) -> Figure:
     """`metric` against `x` (`step` or another metric, e.g. train/tokens_seen), one line per run."""
     figure, axis = new_figure()
     metrics = [metric] if x == "step" else [x, metric]
@@ -89,14 +90,25 @@ def plot_fi_growth(growth: pd.DataFrame, title: str = "f(i) growth during traini
     figure, axis = new_figure()
     for index, (run, rows) in enumerate(growth.groupby("run", sort=False)):
         for position, points in rows.groupby("position", sort=False):
-            axis.plot(points["tokens_seen"], points["count"], LINE_STYLES[index % len(LINE_STYLES)], marker=".",
-                      color=POSITION_COLORS.get(position), label=f"{run}: f({position})")
+            axis.plot(
+                points["tokens_seen"],
+                points["count"],
+                LINE_STYLES[index % len(LINE_STYLES)],
+                marker=".",
+                color=POSITION_COLORS.get(position),
+                label=f"{run}: f({position})",
+            )
     _count_axes(axis, growth, "tokens seen", "trained pairs f(i)")
     return _finish(figure, axis, title)
 
 
-def plot_fi(fi: pd.DataFrame, step: int | None = None, title: str = "position frequency f(i)",
-            window: int | None = None, target: int | None = None) -> Figure:
+def plot_fi(
+    fi: pd.DataFrame,
+    step: int | None = None,
+    title: str = "position frequency f(i)",
+    window: int | None = None,
+    target: int | None = None,
+) -> Figure:
     """f(i) against relative position i for each run's snapshot at `step` (default: its last), log y
     (STRING Figure 3: the same tokens at different training lengths). `window`: a dashed vertical
     line at the original training window (SkipAlign Figure 2: SFT pairs beyond it come from skips);
@@ -118,15 +130,16 @@ def _mark_window(axis, window: int | None) -> None:
         axis.axvline(window, color="gray", linestyle="--", linewidth=1, label=f"original window ({window})")
 
 
-def plot_pass_rate(per_length: pd.DataFrame, window: int | None = None,
-                   title: str = "NIAH pass rate by length") -> Figure:
+def plot_pass_rate(
+    per_length: pd.DataFrame, window: int | None = None, title: str = "NIAH pass rate by length"
+) -> Figure:
     """NIAH pass rate (Wilson interval shaded) against context length, one line per run, from
     `niah.load_niah(...).per_length`; `window` marks the original window (SkipAlign Figure 3:
     retrieval within and beyond it)."""
     figure, axis = new_figure()
     for run, rows in per_length.groupby("run", sort=False):
         rows = rows.sort_values("length")
-        line, = axis.plot(rows["length"], rows["rate"], marker="o", label=run)
+        (line,) = axis.plot(rows["length"], rows["rate"], marker="o", label=run)
         axis.fill_between(rows["length"], rows["wilson_low"], rows["wilson_high"], color=line.get_color(), alpha=0.15)
     if per_length.empty:
         _no_data(axis, "no NIAH result")
@@ -147,8 +160,9 @@ def _count_axes(axis, frame: pd.DataFrame, xlabel: str, ylabel: str) -> None:
     axis.set_ylabel(ylabel)
 
 
-def plot_effective_length_vs_tokens(table: pd.DataFrame,
-                                    title: str = "Fig. 2a: effective length vs consumed tokens") -> Figure:
+def plot_effective_length_vs_tokens(
+    table: pd.DataFrame, title: str = "Fig. 2a: effective length vs consumed tokens"
+) -> Figure:
     """STRING Figure 2a from `tables.effective_length_table`: one line per run."""
     figure, axis = new_figure()
     for run, rows in table.groupby("run", sort=False):
@@ -161,8 +175,9 @@ def plot_effective_length_vs_tokens(table: pd.DataFrame,
     return _finish(figure, axis, title)
 
 
-def plot_effective_length_vs_frequency(table: pd.DataFrame,
-                                       title: str = "Fig. 2b: effective length vs position frequency") -> Figure:
+def plot_effective_length_vs_frequency(
+    table: pd.DataFrame, title: str = "Fig. 2b: effective length vs position frequency"
+) -> Figure:
     """STRING Figure 2b: effective length L_eff (x) against f(L_eff - 1), the trained pairs at
     that relative position (y, log), one line per run; probes with L_eff = 0 have no f."""
     figure, axis = new_figure()
@@ -179,8 +194,12 @@ def plot_effective_length_vs_frequency(table: pd.DataFrame,
     return _finish(figure, axis, title)
 
 
-def plot_ablation(grid: pd.DataFrame, title: str = "Fig. 7: StRing local window W x shift S",
-                  value_label: str = "effective length", vmax: float | None = None) -> Figure:
+def plot_ablation(
+    grid: pd.DataFrame,
+    title: str = "Fig. 7: StRing local window W x shift S",
+    value_label: str = "effective length",
+    vmax: float | None = None,
+) -> Figure:
     """STRING Figure 7 as a heatmap of `tables.ablation_grid`: rows = W, columns = S, cells
     annotated; colours from 0 to `vmax` (default: the largest cell, 1 for an all-zero grid)."""
     figure, axis = new_figure(max(4.5, 1.1 * grid.shape[1] + 2.5), max(3.5, 0.6 * grid.shape[0] + 2))

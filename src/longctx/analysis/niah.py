@@ -67,10 +67,12 @@ class NiahFrames:
 
     @staticmethod
     def concat(parts: list[NiahFrames]) -> NiahFrames:
-        return NiahFrames(*(
-            pd.concat([getattr(p, name) for p in parts], ignore_index=True)
-            for name in ("results", "per_length", "heatmap")
-        ))
+        return NiahFrames(
+            *(
+                pd.concat([getattr(p, name) for p in parts], ignore_index=True)
+                for name in ("results", "per_length", "heatmap")
+            )
+        )
 
 
 # --- niah.json ----------------------------------------------------------------------------
@@ -113,8 +115,10 @@ def niah_files(spec) -> list[Path]:
     recursively (W&B's own folders excepted)."""
     files: list[Path] = []
     for path in expand(spec):
-        found = [path] if path.is_file() else sorted(
-            p for p in path.rglob(NIAH_FILE) if "wandb" not in p.relative_to(path).parts
+        found = (
+            [path]
+            if path.is_file()
+            else sorted(p for p in path.rglob(NIAH_FILE) if "wandb" not in p.relative_to(path).parts)
         )
         files.extend(f for f in found if f not in files)
     if not files:
@@ -139,11 +143,19 @@ def load_niah(sources, params: dict | None = None) -> NiahFrames:
             method, method_params = _method_params(data["position_method"], method, method_params)
         method, method_params = _method_params(params.get(path.resolve(), {}), method, method_params)
         config = data["config"]
-        records.append(_record(
-            source=str(path), run=label or run, step=step, method=method, params=method_params, data=data,
-            top_length=_round_down(config.get("max_length"), config.get("step")),
-            task=config.get("task"), pass_threshold=config.get("pass_threshold"),
-        ))
+        records.append(
+            _record(
+                source=str(path),
+                run=label or run,
+                step=step,
+                method=method,
+                params=method_params,
+                data=data,
+                top_length=_round_down(config.get("max_length"), config.get("step")),
+                task=config.get("task"),
+                pass_threshold=config.get("pass_threshold"),
+            )
+        )
     return _frames(records)
 
 
@@ -162,8 +174,11 @@ def load_niah_wandb(sources) -> NiahFrames:
                 raise ValueError(f"{path} is a W&B run of job type {job!r}, not a `longctx niah` evaluation")
             runs.append(path)
         else:
-            runs.extend(r for r in wandb_offline.offline_runs(path)
-                        if list(r.glob("run-*.wandb")) and wandb_offline.job_type(r) == "niah")
+            runs.extend(
+                r
+                for r in wandb_offline.offline_runs(path)
+                if list(r.glob("run-*.wandb")) and wandb_offline.job_type(r) == "niah"
+            )
     if not runs:
         raise FileNotFoundError(f"{sources} holds no W&B run of `longctx niah` (job type niah)")
     return _frames([_wandb_record(path) for path in runs])
@@ -189,16 +204,24 @@ def _wandb_record(path: Path) -> dict:
     method = evaluation.get("position_method", {})
     name = method.get("name")
     # eval.niah.* since the NIAH settings became one nested config; eval.niah_* in older runs.
-    niah = evaluation.get("niah") or {key.removeprefix("niah_"): value for key, value in evaluation.items()
-                                      if key.startswith("niah_") or key == "pass_threshold"}
+    niah = evaluation.get("niah") or {
+        key.removeprefix("niah_"): value
+        for key, value in evaluation.items()
+        if key.startswith("niah_") or key == "pass_threshold"
+    }
     step = niah.get("step")
     data = {"effective_length": lengths[-1]["niah/effective_length"], "per_length": per_length}
     out_dir = config.get("train", {}).get("out_dir")
     return _record(
-        source=str(path), run=Path(out_dir).name if out_dir else (info["name"] or info["run_id"]), step=None,
-        method=name, params=dict(method.get(name, {})) if name else {}, data=data,
+        source=str(path),
+        run=Path(out_dir).name if out_dir else (info["name"] or info["run_id"]),
+        step=None,
+        method=name,
+        params=dict(method.get(name, {})) if name else {},
+        data=data,
         top_length=_round_down(niah.get("max_length") or model.get("max_position"), step),
-        task=niah.get("task"), pass_threshold=niah.get("pass_threshold"),
+        task=niah.get("task"),
+        pass_threshold=niah.get("pass_threshold"),
     )
 
 
@@ -267,12 +290,15 @@ def _defaults(method: str | None) -> dict:
 
 
 def method_label(method: str | None, params: dict) -> str:
-    """"string (local_window=32, shift_ratio=0.25)": the method and its non-default parameters."""
+    """ "string (local_window=32, shift_ratio=0.25)": the method and its non-default parameters."""
     if not method:
         return "unknown"
     defaults = _defaults(method)
-    shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-             for k, v in sorted(params.items()) if k not in defaults or defaults[k] != v]
+    shown = [
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in sorted(params.items())
+        if k not in defaults or defaults[k] != v
+    ]
     return f"{method} ({', '.join(shown)})" if shown else method
 
 
@@ -294,13 +320,21 @@ def _record(*, source, run, step, method, params, data, top_length, task, pass_t
     at_top = [row["rate"] for row in rows if top_length is not None and row["length"] == top_length]
     low, high = _failure_depth(data)
     return {
-        "source": source, "run": run, "step": step, "method": method, "label": method_label(method, params),
+        "source": source,
+        "run": run,
+        "step": step,
+        "method": method,
+        "label": method_label(method, params),
         "effective_length": int(data["effective_length"]),
         "accuracy": float(at_top[0]) if at_top else math.nan,
-        "length": top_length, "task": task,
+        "length": top_length,
+        "task": task,
         "tests_per_length": int(rows[0]["tests"]) if rows else None,
-        "pass_threshold": pass_threshold, "failure_depth_low": low, "failure_depth_high": high,
-        "params": params, "data": data,
+        "pass_threshold": pass_threshold,
+        "failure_depth_low": low,
+        "failure_depth_high": high,
+        "params": params,
+        "data": data,
     }
 
 
@@ -309,21 +343,46 @@ def _frames(records: list[dict]) -> NiahFrames:
     results, per_length, heatmap = [], [], []
     for record in records:
         ids = {key: record[key] for key in ID_COLUMNS}
-        results.append({**{k: v for k, v in record.items() if k not in ("params", "data")},
-                        **{name: record["params"].get(name) for name in param_names}})
+        results.append(
+            {
+                **{k: v for k, v in record.items() if k not in ("params", "data")},
+                **{name: record["params"].get(name) for name in param_names},
+            }
+        )
         for row in record["data"]["per_length"]:
             per_length.append({**ids, **{key: row.get(key, math.nan) for key in LENGTH_COLUMNS}})
         data = record["data"]
         if "heatmap" in data:
             edges = data["depth_edges"]
             for band, values in enumerate(data["heatmap"]):
-                for length, value in zip(data.get("lengths", [r["length"] for r in data["per_length"]]), values, strict=True):
-                    heatmap.append({**ids, "depth_low": edges[band], "depth_high": edges[band + 1], "length": length,
-                                    "recall": math.nan if value is None else float(value)})
+                for length, value in zip(
+                    data.get("lengths", [r["length"] for r in data["per_length"]]), values, strict=True
+                ):
+                    heatmap.append(
+                        {
+                            **ids,
+                            "depth_low": edges[band],
+                            "depth_high": edges[band + 1],
+                            "length": length,
+                            "recall": math.nan if value is None else float(value),
+                        }
+                    )
     frames = NiahFrames(
-        pd.DataFrame(results, columns=[*ID_COLUMNS, "effective_length", "accuracy", "length", "task",
-                                       "tests_per_length", "pass_threshold", "failure_depth_low",
-                                       "failure_depth_high", *param_names]),
+        pd.DataFrame(
+            results,
+            columns=[
+                *ID_COLUMNS,
+                "effective_length",
+                "accuracy",
+                "length",
+                "task",
+                "tests_per_length",
+                "pass_threshold",
+                "failure_depth_low",
+                "failure_depth_high",
+                *param_names,
+            ],
+        ),
         pd.DataFrame(per_length, columns=[*ID_COLUMNS, *LENGTH_COLUMNS]),
         pd.DataFrame(heatmap, columns=[*ID_COLUMNS, "depth_low", "depth_high", "length", "recall"]),
     )

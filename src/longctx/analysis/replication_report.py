@@ -67,7 +67,9 @@ def last_probe(run_dir: Path) -> tuple[int, dict]:
     files = sorted(run_dir.glob("niah/step-*/niah.json"))
     if not files:
         raise FileNotFoundError(f"{run_dir} has no niah/step-*/niah.json (probe.niah_every_steps must be > 0)")
-    return int(re.search(r"step-(\d+)", str(files[-1])).group(1)), _read(files[-1])
+    step = re.search(r"step-(\d+)", str(files[-1]))
+    assert step is not None, files[-1]  # the glob above matched `step-*`
+    return int(step.group(1)), _read(files[-1])
 
 
 def f_at(run_dir: Path, distance: int) -> float:
@@ -87,8 +89,11 @@ def far_near_counts(result: dict, needles_per_test: int = 4) -> tuple[tuple[int,
     per_band = needles / len(recall)
     far = [r for r, low in zip(recall, edges[:-1], strict=True) if low < 0.5 and r is not None]
     near = [r for r, low in zip(recall, edges[:-1], strict=True) if low >= 0.5 and r is not None]
-    count = lambda bands: (round(sum(bands) * per_band), round(len(bands) * per_band))  # noqa: E731
-    return count(far), count(near)
+
+    def found_of_total(bands: list[float]) -> tuple[int, int]:
+        return round(sum(bands) * per_band), round(len(bands) * per_band)
+
+    return found_of_total(far), found_of_total(near)
 
 
 def judge(root: Path) -> tuple[list[Finding], dict]:

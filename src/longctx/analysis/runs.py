@@ -61,7 +61,8 @@ Sources = str | Path | Iterable[str | Path] | Mapping[str, str | Path]
 def training_wandb_runs(run_dir: str | Path) -> list[Path]:
     """The offline W&B runs of a run directory that are training runs (not evaluations), oldest first."""
     return [
-        run for run in wandb_offline.offline_runs(run_dir)
+        run
+        for run in wandb_offline.offline_runs(run_dir)
         if list(run.glob("run-*.wandb")) and wandb_offline.job_type(run) not in EVALUATION_JOB_TYPES
     ]
 
@@ -233,8 +234,11 @@ def _wandb_records(rows: Iterable[dict]) -> list[tuple[int, str, float]]:
             continue
         media = tuple(key[: -len("_type")] for key in row if key.endswith("._type"))  # tables, images
         records.extend(
-            (step, key, float(value)) for key, value in row.items()
-            if _scalar(value) and not key.startswith("_") and key not in _WANDB_BOOKKEEPING
+            (step, key, float(value))
+            for key, value in row.items()
+            if _scalar(value)
+            and not key.startswith("_")
+            and key not in _WANDB_BOOKKEEPING
             and not (media and key.startswith(media))
         )
     return records

@@ -53,12 +53,19 @@ def effective_length_table(history: pd.DataFrame, fi: pd.DataFrame | None = None
             tokens = step * per_step.get(run, math.nan)
         if math.isnan(frequency) and fi is not None and length > 0:
             frequency = f_at(fi, run, step, int(length) - 1)
-        rows.append({"run": run, "step": int(step), "tokens_seen": tokens, "effective_length": length,
-                     "f_at_effective_length": frequency})
+        rows.append(
+            {
+                "run": run,
+                "step": int(step),
+                "tokens_seen": tokens,
+                "effective_length": length,
+                "f_at_effective_length": frequency,
+            }
+        )
     columns = ["run", "step", "tokens_seen", "effective_length", "f_at_effective_length"]
-    return pd.DataFrame(rows, columns=columns).astype({"step": "int64", "tokens_seen": "float64",
-                                                       "effective_length": "float64",
-                                                       "f_at_effective_length": "float64"})
+    return pd.DataFrame(rows, columns=columns).astype(
+        {"step": "int64", "tokens_seen": "float64", "effective_length": "float64", "f_at_effective_length": "float64"}
+    )
 
 
 def _checkpoint_results(results: pd.DataFrame) -> pd.DataFrame:
@@ -72,8 +79,13 @@ def _unique_cells(results: pd.DataFrame, keys: list[str], what: str) -> None:
         raise ValueError(f"{what}: several evaluations for one cell ({', '.join(map(str, first))}); select one first")
 
 
-def ablation_grid(results: pd.DataFrame, value: str = "effective_length", rows: str = "local_window",
-                  columns: str = "shift_ratio", method: str = "string") -> pd.DataFrame:
+def ablation_grid(
+    results: pd.DataFrame,
+    value: str = "effective_length",
+    rows: str = "local_window",
+    columns: str = "shift_ratio",
+    method: str = "string",
+) -> pd.DataFrame:
     """STRING Figure 7: `value` (effective_length or accuracy) of `method` evaluations,
     one row per `rows` parameter value and one column per `columns` value (W x S for StRing)."""
     chosen = _checkpoint_results(results)
@@ -111,9 +123,13 @@ def table1_markdown(results: pd.DataFrame) -> str:
     accuracy = table1(chosen)
     depth = {(row.label, row.run): (row.failure_depth_low, row.failure_depth_high) for row in chosen.itertuples()}
     nested = {
-        model: {label: {"accuracy": accuracy.loc[label, model], "peak_failure_depth": depth.get((label, model),
-                                                                                                (math.nan, math.nan))}
-                for label in accuracy.index}
+        model: {
+            label: {
+                "accuracy": accuracy.loc[label, model],
+                "peak_failure_depth": depth.get((label, model), (math.nan, math.nan)),
+            }
+            for label in accuracy.index
+        }
         for model in accuracy.columns
     }
     return format_table(nested, list(accuracy.index))
@@ -138,8 +154,14 @@ def sft_settings(run_dirs) -> pd.DataFrame:
         if experiment is None or "sft" not in experiment:
             raise ValueError(f"{path}: its recorded experiment config holds no sft section (not a `longctx sft` run)")
         sft = experiment["sft"]
-        rows.append({"run": label, "window": int(experiment["data"]["window"]),
-                     **{key: sft.get(key) for key in SFT_SETTINGS}, "init": experiment.get("init")})
+        rows.append(
+            {
+                "run": label,
+                "window": int(experiment["data"]["window"]),
+                **{key: sft.get(key) for key in SFT_SETTINGS},
+                "init": experiment.get("init"),
+            }
+        )
     return pd.DataFrame(rows, columns=["run", "window", *SFT_SETTINGS, "init"])
 
 
@@ -158,7 +180,15 @@ def beyond_window_table(fi: pd.DataFrame, window: int | dict, snapshots: pd.Data
         pairs = int(last["count"].sum()) + extra
         beyond = int(last.loc[last["distance"] >= limit, "count"].sum()) + extra
         used = last.loc[last["count"] > 0, "distance"]
-        rows.append({"run": run, "step": step, "window": limit, "pairs": pairs, "beyond": beyond,
-                     "fraction_beyond": beyond / pairs if pairs else math.nan,
-                     "max_distance": int(used.max()) if len(used) else -1})
+        rows.append(
+            {
+                "run": run,
+                "step": step,
+                "window": limit,
+                "pairs": pairs,
+                "beyond": beyond,
+                "fraction_beyond": beyond / pairs if pairs else math.nan,
+                "max_distance": int(used.max()) if len(used) else -1,
+            }
+        )
     return pd.DataFrame(rows, columns=["run", "step", "window", "pairs", "beyond", "fraction_beyond", "max_distance"])

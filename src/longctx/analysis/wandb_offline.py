@@ -26,8 +26,13 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wandb.proto import wandb_internal_pb2
+
+# wandb's `wandb_internal_pb2` picks its generated classes with a protobuf-version-dependent
+# star import and ships no stubs, so mypy cannot see `Record`; records are typed `Any`.
+_Record: Any = wandb_internal_pb2.Record  # type: ignore[attr-defined]
 
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK_SIZE = 32 * 1024
@@ -115,7 +120,7 @@ def run_file(run_dir: str | Path) -> Path:
     return files[0]
 
 
-def records(path: str | Path, end: LogEnd | None = None) -> Iterator[wandb_internal_pb2.Record]:
+def records(path: str | Path, end: LogEnd | None = None) -> Iterator[Any]:
     """The parsed records of a run (`.wandb` file or run directory), in log order.
 
     A file that ends mid-record or in damaged bytes is read up to its last complete
@@ -126,7 +131,7 @@ def records(path: str | Path, end: LogEnd | None = None) -> Iterator[wandb_inter
         path = run_file(path)
     end = LogEnd() if end is None else end
     for payload in _payloads(path.read_bytes(), path, end):
-        record = wandb_internal_pb2.Record()
+        record = _Record()
         record.ParseFromString(payload)
         yield record
     if end.dropped:
@@ -165,7 +170,7 @@ def read_run(path: str | Path) -> dict:
     """Who the run is: `run_id`, `name`, `project`, `job_type` (empty for training runs,
     "niah" for `longctx niah` evaluations) and `config` (the logged config as plain JSON
     values, later config records applied over earlier ones)."""
-    info = {"run_id": "", "name": "", "project": "", "job_type": "", "config": {}}
+    info: dict[str, Any] = {"run_id": "", "name": "", "project": "", "job_type": "", "config": {}}
     for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":

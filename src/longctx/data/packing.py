@@ -67,8 +67,12 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     batch, window = input_ids.shape
     if not doc_mask:
         positions = torch.arange(window).expand(batch, window).clone()
-        return {"input_ids": input_ids, "labels": labels, "position_ids": positions,
-                "document_ids": torch.zeros_like(input_ids)}
+        return {
+            "input_ids": input_ids,
+            "labels": labels,
+            "position_ids": positions,
+            "document_ids": torch.zeros_like(input_ids),
+        }
     is_eos = input_ids == eos_id
     # A document starts at t = 0 and right after every EOS.
     starts_here = torch.zeros_like(is_eos)
@@ -77,8 +81,12 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     document_ids = starts_here.long().cumsum(dim=1) - 1
     index = torch.arange(window).expand(batch, window)
     labels[is_eos] = IGNORE_INDEX
-    return {"input_ids": input_ids, "labels": labels, "position_ids": index - document_start_index(document_ids),
-            "document_ids": document_ids}
+    return {
+        "input_ids": input_ids,
+        "labels": labels,
+        "position_ids": index - document_start_index(document_ids),
+        "document_ids": document_ids,
+    }
 
 
 class PackedSource:
@@ -87,7 +95,9 @@ class PackedSource:
     def __init__(self, path: str | Path, seed: int, shuffle: bool = True, group_size: int = 1024):
         self.path = str(path)
         if not storage.exists(storage.join(self.path, "index.json")):
-            raise FileNotFoundError(f"{self.path} is not a prepared dataset (no index.json); run `longctx prepare` first")
+            raise FileNotFoundError(
+                f"{self.path} is not a prepared dataset (no index.json); run `longctx prepare` first"
+            )
         lengths_file = storage.join(self.path, LENGTHS_FILE)
         if not storage.exists(lengths_file):
             raise FileNotFoundError(f"{lengths_file} is missing; re-run `longctx prepare` on this dataset")
@@ -101,8 +111,9 @@ class PackedSource:
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")
         self.seed, self.shuffle, self.group_size = seed, shuffle, group_size
-        self._epoch = -1
-        self._order = self._ends = None
+        self._epoch = -1  # no epoch loaded yet: _order/_ends are filled by _use_epoch
+        self._order: np.ndarray = np.empty(0, dtype=np.int64)
+        self._ends: np.ndarray = np.empty(0, dtype=np.int64)
 
     def document_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -259,7 +270,7 @@ class GlobalOrderSampler(torch.utils.data.Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         first = self.start_row + (self.rank - self.start_row) % self.world_size
-        epoch, order = -1, None
+        epoch, order = -1, np.empty(0, dtype=np.int64)
         for index in itertools.count(first, self.world_size):
             if index // self.size != epoch:
                 epoch = index // self.size

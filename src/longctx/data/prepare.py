@@ -68,9 +68,17 @@ def read_manifest(directory: str | Path) -> dict | None:
     return json.loads(storage.read_bytes(path))
 
 
-def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_workers: int = 1,
-            chunk_bytes: str = "64MB", verbose: bool = True, documents: Iterable[Document] | None = None,
-            extra: dict | None = None) -> dict:
+def prepare(
+    source: str,
+    output_dir: str | Path,
+    tokenizer_spec: str,
+    *,
+    num_workers: int = 1,
+    chunk_bytes: str = "64MB",
+    verbose: bool = True,
+    documents: Iterable[Document] | None = None,
+    extra: dict | None = None,
+) -> dict:
     """Tokenise `source` (see corpus.open_source) into `output_dir` (a local directory or an
     object-store prefix such as `s3://bucket/data`); returns the manifest.
 
@@ -83,7 +91,9 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
     tokenizer = load_tokenizer(tokenizer_spec)
     if manifest is not None and manifest.get("complete"):
         if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-            raise DataError(f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory")
+            raise DataError(
+                f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory"
+            )
         return manifest
 
     report = CorpusReport()
@@ -113,7 +123,7 @@ def prepare(source: str, output_dir: str | Path, tokenizer_spec: str, *, num_wor
         "tokenizer_fingerprint": tokenizer.fingerprint,
         "eos_id": tokenizer.eos_id,
         "vocab_size": tokenizer.vocab_size,
-        "documents": int(len(lengths)),
+        "documents": len(lengths),
         "tokens": int(lengths.sum()),
         "rejected": report.count_by_kind(),
         "rejected_items": [vars(r) for r in report.rejections],
@@ -132,7 +142,9 @@ def check_dataset(directory: str | Path, tokenizer: Tokenizer) -> dict:
     """The manifest of a prepared dataset, after checking it matches `tokenizer`."""
     manifest = read_manifest(directory)
     if manifest is None or not manifest.get("complete"):
-        raise FileNotFoundError(f"{directory} is not a completely prepared dataset (no complete {MANIFEST_FILE}); run `longctx prepare`")
+        raise FileNotFoundError(
+            f"{directory} is not a completely prepared dataset (no complete {MANIFEST_FILE}); run `longctx prepare`"
+        )
     if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
         raise DataError(
             f"{directory} was tokenised with {manifest['tokenizer']} (fingerprint {manifest['tokenizer_fingerprint'][:12]}), "

@@ -70,8 +70,8 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
     data = config.data
     if tokenizer.vocab_size > config.model.vocab_size:
         raise ConfigError(
-            "data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is "
-            f"{config.model.vocab_size}"
+            "data.tokenizer",
+            f"{tokenizer.name} has {tokenizer.vocab_size} tokens but model.vocab_size is {config.model.vocab_size}",
         )
     if data.mixture:
         sources = []

@@ -46,8 +46,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from longctx.errors import DataError
 from longctx.data.corpus import CorpusReport, embedded_documents
+from longctx.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -46,6 +46,8 @@ layer, so the per-batch work (cu_seqlens, BlockMask, document starts) is not rep
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,19 +157,21 @@ def attention(
             f"but got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    run = {
+    backends: dict[str, Callable[..., torch.Tensor]] = {
         "sdpa": _sdpa_attention,
         "varlen": functools.partial(_varlen_attention, block_size=block_size),
         "flex": _flex_attention,
         "flash": _flash_attention,
         "xformers": _xformers_attention,
-    }[mask.backend]
-    return run(q, k, v, mask, scale)
+    }
+    return backends[mask.backend](q, k, v, mask, scale)
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
-        raise ValueError(f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[1] > k.shape[1]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch, head_dim or length")
     if q.shape[2] % k.shape[2]:
@@ -225,7 +229,7 @@ def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
     bounds = [*is_start.nonzero().flatten().tolist(), row.shape[0]]
     chunks: list[tuple[int, int, bool]] = []
     group_start = None
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, end in itertools.pairwise(bounds):
         if group_start is not None and (end - start >= SHORT_DOCUMENT or end - group_start > SHORT_DOCUMENT):
             chunks.append((group_start, start, True))
             group_start = None
@@ -258,14 +262,22 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
     for b, (q_row, k_row, v_row) in enumerate(zip(q.unbind(0), k.unbind(0), v.unbind(0), strict=True)):
         sizes = [end - start for start, end, _ in chunks[b]]
         pieces = []
-        for (start, end, masked), qc, kc, vc in zip(chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True):
-            options = {"is_causal": True}
+        for (start, end, masked), qc, kc, vc in zip(
+            chunks[b], q_row.split(sizes), k_row.split(sizes), v_row.split(sizes), strict=True
+        ):
+            attn_mask = None
             if masked:
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
-                options = {"attn_mask": _allowed(docs, docs, index, index)}
+                attn_mask = _allowed(docs, docs, index, index)
             out = F.scaled_dot_product_attention(
-                qc.transpose(0, 1), kc.transpose(0, 1), vc.transpose(0, 1), scale=scale, enable_gqa=gqa, **options
+                qc.transpose(0, 1),
+                kc.transpose(0, 1),
+                vc.transpose(0, 1),
+                attn_mask=attn_mask,
+                is_causal=attn_mask is None,
+                scale=scale,
+                enable_gqa=gqa,
             )
             pieces.append(out.transpose(0, 1))
         rows.append(torch.cat(pieces, dim=0))
@@ -286,7 +298,10 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) 
             k_start = starts[b][offset + q_start]
             k_end = offset + q_end
             allowed = _allowed(
-                doc[b, offset + q_start : k_end], doc[b, k_start:k_end], positions[offset + q_start : k_end], positions[k_start:k_end]
+                doc[b, offset + q_start : k_end],
+                doc[b, k_start:k_end],
+                positions[offset + q_start : k_end],
+                positions[k_start:k_end],
             )
             out = F.scaled_dot_product_attention(
                 q[b, q_start:q_end].transpose(0, 1),

@@ -72,9 +72,11 @@ def load_model(path: str | Path) -> Llama:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
             if CONFIG_METADATA_KEY not in metadata:
-                raise CheckpointError(f"{path}: no '{CONFIG_METADATA_KEY}' metadata; was it written by longctx save_model?")
+                raise CheckpointError(
+                    f"{path}: no '{CONFIG_METADATA_KEY}' metadata; was it written by longctx save_model?"
+                )
             config = model_config_from_dict(json.loads(metadata[CONFIG_METADATA_KEY]), str(path))
-            state = {name: handle.get_tensor(name) for name in handle.keys()}
+            state = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (safe_open is not iterable)
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
@@ -87,5 +89,7 @@ def load_model(path: str | Path) -> Llama:
     model = Llama(config)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise CheckpointError(f"{path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise CheckpointError(
+            f"{path}: weights do not match the config (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     return model

@@ -81,7 +81,7 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @classmethod
-    def from_preset(cls, name: str, **overrides) -> "ModelConfig":
+    def from_preset(cls, name: str, **overrides) -> ModelConfig:
         if name not in PRESETS:
             raise ConfigError("model.preset", f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         values = {**PRESETS[name], **overrides}
@@ -106,23 +106,31 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ConfigError(
-                "model.d_model", f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE", ("model.n_heads",)
+                "model.d_model",
+                f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE",
+                ("model.n_heads",),
             )
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(
-                "model.n_kv_heads", f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}", ("model.n_heads",)
+                "model.n_kv_heads",
+                f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}",
+                ("model.n_heads",),
             )
         if self.rope_base <= 1:
             raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
         if self.norm_eps <= 0:
             raise ConfigError("model.norm_eps", f"must be > 0, got {self.norm_eps}")
         if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ConfigError("model.attention_backend", f"{self.attention_backend!r} is not one of {ATTENTION_BACKENDS}")
+            raise ConfigError(
+                "model.attention_backend", f"{self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
+            )
         scaling = self.rope_scaling
         if scaling.type not in ROPE_SCALING_TYPES:
             raise ConfigError("model.rope_scaling.type", f"{scaling.type!r} is not one of {ROPE_SCALING_TYPES}")
         if scaling.type != "none" and scaling.factor < 1:
-            raise ConfigError("model.rope_scaling.factor", f"must be >= 1 for {scaling.type} scaling, got {scaling.factor}")
+            raise ConfigError(
+                "model.rope_scaling.factor", f"must be >= 1 for {scaling.type} scaling, got {scaling.factor}"
+            )
         if scaling.original_max_position < 0:
             raise ConfigError("model.rope_scaling.original_max_position", "must be >= 0 (0 = model.max_position)")
         if scaling.type == "llama3" and scaling.high_freq_factor <= scaling.low_freq_factor:
@@ -131,14 +139,20 @@ class ModelConfig:
                 f"{scaling.high_freq_factor} must exceed low_freq_factor={scaling.low_freq_factor}",
             )
         if scaling.type == "yarn" and scaling.beta_fast <= scaling.beta_slow:
-            raise ConfigError("model.rope_scaling.beta_fast", f"{scaling.beta_fast} must exceed beta_slow={scaling.beta_slow}")
+            raise ConfigError(
+                "model.rope_scaling.beta_fast", f"{scaling.beta_fast} must exceed beta_slow={scaling.beta_slow}"
+            )
 
 
 PRESETS: dict[str, dict] = {
     # TinyLlama 1.1B (Zhang et al., 2024): Llama-2 tokenizer.
-    "tinyllama-1.1b": dict(vocab_size=32000, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048),
+    "tinyllama-1.1b": dict(
+        vocab_size=32000, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048
+    ),
     # STRING paper's 1.3B pretraining runs (Appendix A.2): TinyLlama body, Llama 3 tokenizer.
-    "string-1.3b": dict(vocab_size=128256, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048),
+    "string-1.3b": dict(
+        vocab_size=128256, d_model=2048, n_layers=22, n_heads=32, n_kv_heads=4, d_ff=5632, max_position=2048
+    ),
     # CPU experiments: minutes per thousand steps at T=1024 on two cores.
     "tiny": dict(vocab_size=8192, d_model=256, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=1024, max_position=1024),
     # Unit tests.
@@ -153,8 +167,11 @@ these (continued pretraining at a longer window, a new RoPE base, model merging)
 
 def shape_mismatches(config: ModelConfig, other: ModelConfig) -> list[str]:
     """'field: a vs b' for every shape-defining field on which the two configs differ."""
-    return [f"{field}: {getattr(config, field)} vs {getattr(other, field)}"
-            for field in SHAPE_FIELDS if getattr(config, field) != getattr(other, field)]
+    return [
+        f"{field}: {getattr(config, field)} vs {getattr(other, field)}"
+        for field in SHAPE_FIELDS
+        if getattr(config, field) != getattr(other, field)
+    ]
 
 
 def config_dict(config: ModelConfig) -> dict:

@@ -93,10 +93,18 @@ def varlen_flash(
     kernel = kernel or resolve_kernel()
     if kernel.flash_attn:
         result = kernel.function(
-            q, k, v,
-            cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q, max_seqlen_k=max_k,
-            softmax_scale=scale, causal=window[1] == 0, window_size=window, return_attn_probs=lse,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            softmax_scale=scale,
+            causal=window[1] == 0,
+            window_size=window,
+            return_attn_probs=lse,
+        )
         return (result[0], result[1]) if lse else (result, None)
     options: dict[str, Any] = {"scale": scale, "window_size": window}
     if k.shape[1] != q.shape[1]:

@@ -123,8 +123,9 @@ def hf_config(config: ModelConfig) -> dict:
     }
 
 
-def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = None,
-              tokenizer: Tokenizer | None = None) -> Path:
+def export_hf(
+    model: Llama, out_dir: str | Path, dtype: torch.dtype | None = None, tokenizer: Tokenizer | None = None
+) -> Path:
     """Write `model` as an HF LlamaForCausalLM directory; returns the directory.
 
     With `tokenizer`, the directory is complete for `AutoTokenizer` + `AutoModelForCausalLM`
@@ -147,7 +148,11 @@ def export_hf(model: Llama, out_dir: str | Path, dtype: torch.dtype | None = Non
                 f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens, the model's vocab_size is "
                 f"{model.config.vocab_size}: not the tokenizer this model was trained with"
             )
-        special_ids = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+        special_ids = {
+            "bos_token_id": tokenizer.bos_id,
+            "eos_token_id": tokenizer.eos_id,
+            "pad_token_id": tokenizer.pad_id,
+        }
         config.update(special_ids)
         _write_tokenizer(tokenizer, out, model.config.max_position)
         (out / GENERATION_CONFIG_FILE).write_text(json.dumps(special_ids, indent=2) + "\n")
@@ -161,9 +166,14 @@ def _write_tokenizer(tokenizer: Tokenizer, out: Path, max_position: int) -> None
     `AutoTokenizer` reads: the special tokens by spelling, no BOS/EOS added on encode (as
     `Tokenizer.encode`), the model's context as `model_max_length`."""
     tokenizer.hf_tokenizer.save(str(out / TOKENIZER_FILE))
-    spelled = {name: None if token_id is None else tokenizer.token(token_id)
-               for name, token_id in (("bos_token", tokenizer.bos_id), ("eos_token", tokenizer.eos_id),
-                                      ("pad_token", tokenizer.pad_id))}
+    spelled = {
+        name: None if token_id is None else tokenizer.token(token_id)
+        for name, token_id in (
+            ("bos_token", tokenizer.bos_id),
+            ("eos_token", tokenizer.eos_id),
+            ("pad_token", tokenizer.pad_id),
+        )
+    }
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **spelled,
@@ -190,10 +200,14 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
         raise CheckpointError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'llama'")
     for field, meaning in UNSUPPORTED.items():
         if hf.get(field):
-            raise CheckpointError(f"{source}: {field}={json.dumps(hf[field])} is not supported (longctx models have no {meaning})")
+            raise CheckpointError(
+                f"{source}: {field}={json.dumps(hf[field])} is not supported (longctx models have no {meaning})"
+            )
     activation = hf.get("hidden_act", "silu")
     if activation not in ("silu", "swish"):
-        raise CheckpointError(f"{source}: hidden_act={activation!r} is not supported (longctx models use SwiGLU with silu)")
+        raise CheckpointError(
+            f"{source}: hidden_act={activation!r} is not supported (longctx models use SwiGLU with silu)"
+        )
     if hf.get("pretraining_tp", 1) != 1:
         raise CheckpointError(f"{source}: pretraining_tp={hf['pretraining_tp']} is not supported (only 1)")
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
@@ -273,7 +287,9 @@ def import_hf(directory: str | Path) -> Llama:
         if key not in hf_tensors:
             raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
         if hf_tensors[key].shape != ours.shape:
-            raise CheckpointError(f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}")
+            raise CheckpointError(
+                f"{directory}: {key} has shape {tuple(hf_tensors[key].shape)}, expected {tuple(ours.shape)}"
+            )
         state[name] = hf_tensors.pop(key)
     unused = [k for k in hf_tensors if not k.endswith("rotary_emb.inv_freq")]
     if unused:

@@ -35,7 +35,14 @@ from longctx.model.rope import RotaryEmbedding, apply_rotary
 
 # ModelConfig and its helpers moved to longctx.model.config; these names stay importable here.
 __all__ = [
-    "PRESETS", "SHAPE_FIELDS", "ConfigError", "KVCache", "Llama", "ModelConfig", "config_dict", "shape_mismatches",
+    "PRESETS",
+    "SHAPE_FIELDS",
+    "ConfigError",
+    "KVCache",
+    "Llama",
+    "ModelConfig",
+    "config_dict",
+    "shape_mismatches",
 ]
 
 

@@ -34,9 +34,15 @@ import torch
 from longctx.model.config import ROPE_SCALING_TYPES, RopeScaling
 
 __all__ = [
-    "ROPE_SCALING_TYPES", "RopeScaling", "RotaryEmbedding", "apply_rotary", "inverse_frequencies", "rotate_half",
+    "ROPE_SCALING_TYPES",
+    "RopeScaling",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "inverse_frequencies",
+    "rotate_half",
     "rotation_dtype",
 ]
+
 
 def yarn_attention_factor(scaling: RopeScaling) -> float:
     """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""
@@ -77,7 +83,7 @@ def _yarn_inverse_frequencies(
         return head_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
     low = max(math.floor(dimension_with_rotations(scaling.beta_fast)), 0)
-    high = min(math.ceil(dimension_with_rotations(scaling.beta_slow)), head_dim - 1)
+    high: float = min(math.ceil(dimension_with_rotations(scaling.beta_slow)), head_dim - 1)
     if low == high:
         high += 0.001  # avoid a zero-width ramp
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
@@ -99,6 +105,8 @@ def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: RopeScaling, ma
 
 class RotaryEmbedding(torch.nn.Module):
     """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k."""
+
+    inv_freq: torch.Tensor
 
     def __init__(self, head_dim: int, base: float, scaling: RopeScaling, max_position: int):
         super().__init__()

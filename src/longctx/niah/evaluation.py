@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from longctx.config import ExperimentConfig, NiahConfig
-from longctx.niah.tasks import Haystack
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethodConfig, build_position_method
@@ -33,6 +32,7 @@ from longctx.niah.search import (
     plot_heatmap,
     search_effective_length,
 )
+from longctx.niah.tasks import Haystack
 
 
 def search_settings(
@@ -110,8 +110,11 @@ def method_settings(config: ExperimentConfig, model: Llama) -> dict:
     model (its training length is the checkpoint's max_position, as in `evaluate`)."""
     method = config.eval.position_method
     section = getattr(method, method.name, None)
-    return {"name": method.name, **(vars(section) if section is not None else {}),
-            "resolved": method.resolved(model.config.max_position)}
+    return {
+        "name": method.name,
+        **(vars(section) if section is not None else {}),
+        "resolved": method.resolved(model.config.max_position),
+    }
 
 
 def format_search(result: EffectiveLengthResult) -> str:
@@ -124,8 +127,9 @@ def format_search(result: EffectiveLengthResult) -> str:
     return "\n".join(lines)
 
 
-def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str,
-                 out_dir: str | Path) -> None:
+def log_to_wandb(
+    result: EffectiveLengthResult, config: ExperimentConfig, heatmap: Path, job: str, out_dir: str | Path
+) -> None:
     """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back), written
     under the evaluation's own `out_dir` (`<out_dir>/wandb/`), so the points of a sweep do not
     share one directory."""
@@ -137,12 +141,25 @@ def log_to_wandb(result: EffectiveLengthResult, config: ExperimentConfig, heatma
         return
     import wandb
 
-    run = wandb.init(project=config.log.project, name=config.log.run_name or None, job_type=job, mode=mode,  # type: ignore[arg-type]  # resolve_wandb_mode returns one of wandb's modes
-                     dir=str(out_dir), config=as_dict(config))
-    table = wandb.Table(columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
-                        data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length])
-    run.log({"niah/effective_length": result.effective_length, "niah/pass_rate": table,
-             "niah/heatmap": wandb.Image(str(heatmap))})
+    run = wandb.init(
+        project=config.log.project,
+        name=config.log.run_name or None,
+        job_type=job,
+        mode=mode,  # type: ignore[arg-type]  # resolve_wandb_mode returns one of wandb's modes
+        dir=str(out_dir),
+        config=as_dict(config),
+    )
+    table = wandb.Table(
+        columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+        data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
+    )
+    run.log(
+        {
+            "niah/effective_length": result.effective_length,
+            "niah/pass_rate": table,
+            "niah/heatmap": wandb.Image(str(heatmap)),
+        }
+    )
     run.finish()
     wandb.teardown()  # a later run in this process (a test, a notebook) starts from clean settings
 
@@ -157,7 +174,10 @@ def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
 
 
 def method_table(
-    models: dict[str, Llama], methods: list[str], config: ExperimentConfig, tokenizer: Tokenizer,
+    models: dict[str, Llama],
+    methods: list[str],
+    config: ExperimentConfig,
+    tokenizer: Tokenizer,
     haystack: Haystack | None,
 ) -> dict:
     """{model: {method: {"accuracy", "peak_failure_depth"}}} at each model's training length."""

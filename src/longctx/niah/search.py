@@ -47,10 +47,10 @@ from tqdm import tqdm
 
 from longctx.config import NiahConfig
 from longctx.errors import ConfigError
-from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
+from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 
 WILSON_Z = 1.96
 
@@ -334,7 +334,8 @@ def plot_heatmap(result: EffectiveLengthResult, path: str | Path, title: str | N
     image = ax.imshow(np.ma.masked_invalid(result.heatmap), cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(result.lengths)), [str(length) for length in result.lengths], rotation=45)
     ax.set_yticks(
-        range(bands), [f"{100 * a:.0f}-{100 * b:.0f}%" for a, b in zip(result.depth_edges[:-1], result.depth_edges[1:], strict=True)]
+        range(bands),
+        [f"{100 * a:.0f}-{100 * b:.0f}%" for a, b in zip(result.depth_edges[:-1], result.depth_edges[1:], strict=True)],
     )
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("needle depth")

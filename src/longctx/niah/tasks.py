@@ -72,19 +72,110 @@ VALUE_TYPES = ("numbers", "words", "uuids")
 _JSON_UNITS_PER_DRAW = 16
 
 # Adjective-noun keys and word values (RULER draws them from the `wonderwords` lists).
-_ADJECTIVES = (
-    "amber ancient bitter bold brave bright calm clever cold crisp curious dark eager "
-    "early fancy fierce gentle golden grand happy hidden hollow humble icy jolly keen "
-    "lazy little lively loud lucky mellow misty noble odd pale proud quiet rapid rough "
-    "rusty silent silver sleepy smooth stormy sunny tidy wild wise"
-).split()
-_NOUNS = (
-    "anchor badger banjo beacon bridge candle canyon castle cherry cloud comet compass "
-    "copper crater dragon falcon feather forest garden glacier harbor hammer island "
-    "jungle kettle lantern lemon meadow mirror needle orchard otter panther pepper pillow "
-    "planet pocket puzzle rabbit river rocket saddle shadow spider temple thunder tunnel "
-    "valley violin walnut"
-).split()
+_ADJECTIVES = [
+    "amber",
+    "ancient",
+    "bitter",
+    "bold",
+    "brave",
+    "bright",
+    "calm",
+    "clever",
+    "cold",
+    "crisp",
+    "curious",
+    "dark",
+    "eager",
+    "early",
+    "fancy",
+    "fierce",
+    "gentle",
+    "golden",
+    "grand",
+    "happy",
+    "hidden",
+    "hollow",
+    "humble",
+    "icy",
+    "jolly",
+    "keen",
+    "lazy",
+    "little",
+    "lively",
+    "loud",
+    "lucky",
+    "mellow",
+    "misty",
+    "noble",
+    "odd",
+    "pale",
+    "proud",
+    "quiet",
+    "rapid",
+    "rough",
+    "rusty",
+    "silent",
+    "silver",
+    "sleepy",
+    "smooth",
+    "stormy",
+    "sunny",
+    "tidy",
+    "wild",
+    "wise",
+]
+_NOUNS = [
+    "anchor",
+    "badger",
+    "banjo",
+    "beacon",
+    "bridge",
+    "candle",
+    "canyon",
+    "castle",
+    "cherry",
+    "cloud",
+    "comet",
+    "compass",
+    "copper",
+    "crater",
+    "dragon",
+    "falcon",
+    "feather",
+    "forest",
+    "garden",
+    "glacier",
+    "harbor",
+    "hammer",
+    "island",
+    "jungle",
+    "kettle",
+    "lantern",
+    "lemon",
+    "meadow",
+    "mirror",
+    "needle",
+    "orchard",
+    "otter",
+    "panther",
+    "pepper",
+    "pillow",
+    "planet",
+    "pocket",
+    "puzzle",
+    "rabbit",
+    "river",
+    "rocket",
+    "saddle",
+    "shadow",
+    "spider",
+    "temple",
+    "thunder",
+    "tunnel",
+    "valley",
+    "violin",
+    "walnut",
+]
 
 
 class NiahError(LongctxError, ValueError):
@@ -225,7 +316,7 @@ TASKS: dict[str, NeedleTask] = {
         name="helmet-json-kv",
         prefix="JSON data:\n{",
         needle='"{key}": "{value}",\n ',
-        question='}}\n\nExtract the value corresponding to the specified key in the JSON object below.'
+        question="}}\n\nExtract the value corresponding to the specified key in the JSON object below."
         '\n\nKey: "{query}"',
         answer_prefix="\nCorresponding value:",
         values_per_key=1,
@@ -282,7 +373,7 @@ class Haystack:
     """int64 [S]: index in `ids` where each sentence starts (ascending, the first is 0)."""
 
     @classmethod
-    def from_pieces(cls, tokenizer: TextTokenizer, pieces: Sequence[str], name: str) -> "Haystack":
+    def from_pieces(cls, tokenizer: TextTokenizer, pieces: Sequence[str], name: str) -> Haystack:
         """Each piece (sentence, JSON pair) tokenised on its own, then concatenated."""
         token_lists = [ids for ids in tokenizer.encode_batch(pieces) if ids]
         if not token_lists:
@@ -292,18 +383,18 @@ class Haystack:
         return cls(name, tokenizer.name, ids, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
 
     @classmethod
-    def from_text(cls, tokenizer: TextTokenizer, text: str, name: str = "text") -> "Haystack":
+    def from_text(cls, tokenizer: TextTokenizer, text: str, name: str = "text") -> Haystack:
         return cls.from_pieces(tokenizer, split_sentences(text), name)
 
     @classmethod
-    def from_file(cls, tokenizer: TextTokenizer, path: str | Path) -> "Haystack":
+    def from_file(cls, tokenizer: TextTokenizer, path: str | Path) -> Haystack:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"haystack file {path} does not exist")
         return cls.from_text(tokenizer, path.read_text(encoding="utf-8"), name=path.name)
 
     @classmethod
-    def paul_graham(cls, tokenizer: TextTokenizer) -> "Haystack":
+    def paul_graham(cls, tokenizer: TextTokenizer) -> Haystack:
         return cls.from_text(tokenizer, paul_graham_text(), name="paul-graham-essays")
 
     def region(self, start_sentence: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:

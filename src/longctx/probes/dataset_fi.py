@@ -86,7 +86,7 @@ class DatasetFrequency:
         return {
             "window": self.window,
             "frequency": {k: v.tolist() for k, v in self.frequency.items()},
-            "documents": {k: int(len(v)) for k, v in self.lengths.items()},
+            "documents": {k: len(v) for k, v in self.lengths.items()},
             "summary": self.summary_lines(),
             "tokens": int(self.lengths["natural"].sum()),
         }
@@ -129,8 +129,9 @@ def packed_rows_fi(directory: str | Path, window: int, eos_id: int, doc_mask: bo
 TRANSFORMS = ("pose", "randpos")
 
 
-def transformed_fi(document_lengths: np.ndarray, window: int, transform: str, target_length: int,
-                   seed: int = 0) -> np.ndarray:
+def transformed_fi(
+    document_lengths: np.ndarray, window: int, transform: str, target_length: int, seed: int = 0
+) -> np.ndarray:
     """f(i) for i < target_length of the natural pieces under a position-id transform."""
     from longctx.data.positions import pose_position_ids, randpos_position_ids
     from longctx.probes.position_frequency import PositionFrequency
@@ -150,8 +151,14 @@ def transformed_fi(document_lengths: np.ndarray, window: int, transform: str, ta
         else:
             ids = np.arange(n)
         row = torch.as_tensor(ids)[None]
-        counts.update({"position_ids": row, "document_ids": torch.zeros_like(row), "input_ids": row,
-                       "labels": torch.zeros_like(row)})
+        counts.update(
+            {
+                "position_ids": row,
+                "document_ids": torch.zeros_like(row),
+                "input_ids": row,
+                "labels": torch.zeros_like(row),
+            }
+        )
     return counts.relative.numpy()
 
 

@@ -237,9 +237,7 @@ def _fft_counts(
     """f(d), d < max_distance, of the documents in use_fft by cross-correlation, one batched
     FFT per distinct FFT length."""
     counts = torch.zeros(max_distance, dtype=torch.long)
-    first_id = torch.full_like(fft_length, torch.iinfo(torch.long).max).scatter_reduce_(
-        0, document, positions, "amin"
-    )
+    first_id = torch.full_like(fft_length, torch.iinfo(torch.long).max).scatter_reduce_(0, document, positions, "amin")
     for length in _take(fft_length, _indices(use_fft)).unique().tolist():
         group = use_fft & (fft_length == length)
         row_of_document = torch.where(group, group.cumsum(0) - 1, -1)

@@ -40,7 +40,9 @@ GPU_PEAK_FLOPS = {
 
 def training_flops_per_token(config: ExperimentConfig) -> float:
     model = config.model
-    matmul_parameters = model.num_parameters() - model.vocab_size * model.d_model - (2 * model.n_layers + 1) * model.d_model
+    matmul_parameters = (
+        model.num_parameters() - model.vocab_size * model.d_model - (2 * model.n_layers + 1) * model.d_model
+    )
     return 6 * matmul_parameters + 6 * model.n_layers * model.d_model * config.data.window
 
 
@@ -138,8 +140,8 @@ class TrainingSpeed(L.Callback):
         self.tokens_per_step = config.data.window * config.train.micro_batch_size * world_size * accumulation
         self.flops_per_token = training_flops_per_token(config)
         self.world_size = world_size
-        self.peak = None
-        self.last_time = None
+        self.peak: float | None = None
+        self.last_time: float | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.peak = peak_flops(pl_module.device)
@@ -147,6 +149,7 @@ class TrainingSpeed(L.Callback):
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer) -> None:
         now = time.perf_counter()
+        assert self.last_time is not None  # set by on_train_start, which Lightning calls first
         elapsed, self.last_time = now - self.last_time, now
         tokens_per_second = self.tokens_per_step / elapsed
         metrics = {
@@ -181,7 +184,9 @@ class MetricsFile(L.Callback):
         if not trainer.is_global_zero or step == self._last_step:
             return
         self._last_step = step
-        append_metrics(self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))})
+        append_metrics(
+            self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}
+        )
 
 
 METRICS_FILE = "metrics.jsonl"

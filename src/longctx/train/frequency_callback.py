@@ -27,6 +27,7 @@ artifact, once per step (the numbered and the `last.ckpt` checkpoint of a step s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -73,8 +74,14 @@ class PositionFrequencyCallback(L.Callback):
         step = logger_step(trainer)
         log_scalars(trainer, metrics, step)
         distance, count = total.downsample(MAX_TABLE_ROWS)
-        log_table(trainer, "fi/curve", ["relative_position", "f"], [[int(d), int(c)] for d, c in zip(distance, count, strict=True)],
-                  step, line=("relative_position", "f", "f(i): trained pairs per relative position"))
+        log_table(
+            trainer,
+            "fi/curve",
+            ["relative_position", "f"],
+            [[int(d), int(c)] for d, c in zip(distance, count, strict=True)],
+            step,
+            line=("relative_position", "f", "f(i): trained pairs per relative position"),
+        )
 
     def state_dict(self) -> dict:
         # Called on every rank while a checkpoint is taken; rank 0's copy is saved.
@@ -87,7 +94,9 @@ class PositionFrequencyCallback(L.Callback):
             self.counts.load_state_dict(state)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        total = PositionFrequency(self.window, max_position=self.window, count_only_labeled=self.counts.count_only_labeled)
+        total = PositionFrequency(
+            self.window, max_position=self.window, count_only_labeled=self.counts.count_only_labeled
+        )
         total.load_state_dict(checkpoint["callbacks"][self.state_key])
         if not trainer.is_global_zero or trainer.global_step == self._saved_step:
             return
@@ -99,6 +108,11 @@ class PositionFrequencyCallback(L.Callback):
 def save_npz(counts: PositionFrequency, path: Path) -> Path:
     """The full arrays: relative[d], absolute[p] and the scalar totals."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value) for key, value in counts.state_dict().items()}
+    # Any: numpy's `savez(file, *args, allow_pickle: bool, **kwds)` stub would read an
+    # array-valued dict as possibly holding `allow_pickle`.
+    state: dict[str, Any] = {
+        key: value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        for key, value in counts.state_dict().items()
+    }
     np.savez(path, **state)
     return path

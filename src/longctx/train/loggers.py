@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from longctx.config import ConfigError, ExperimentConfig, as_dict, component_spec
 
@@ -83,8 +83,11 @@ def _defaults(name: str, config: ExperimentConfig) -> dict:
     if name == "mlflow":
         # MLflow 3 keeps its file store (no database server or SQLAlchemy needed) behind a flag
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        return {"experiment_name": config.log.project, "run_name": config.log.run_name or None,
-                "save_dir": str(out_dir.resolve() / "mlruns")}
+        return {
+            "experiment_name": config.log.project,
+            "run_name": config.log.run_name or None,
+            "save_dir": str(out_dir.resolve() / "mlruns"),
+        }
     return {}
 
 
@@ -92,7 +95,7 @@ def build_loggers(config: ExperimentConfig) -> list[Logger]:
     """The loggers `log.loggers` names (W&B left out when `log.wandb_mode=disabled`)."""
     from longctx.train.logging import make_wandb_logger
 
-    loggers = []
+    loggers: list[Logger] = []
     for i, spec in enumerate(config.log.loggers):
         key = f"log.loggers.{i}"
         class_path, init_args = component_spec(spec, key)
@@ -108,8 +111,10 @@ def build_loggers(config: ExperimentConfig) -> list[Logger]:
 
 def build_callbacks(config: ExperimentConfig) -> list[L.Callback]:
     """The extra callbacks `train.callbacks` names."""
-    return [instantiate(*component_spec(spec, f"train.callbacks.{i}"), f"train.callbacks.{i}", L.Callback)
-            for i, spec in enumerate(config.train.callbacks)]
+    return [
+        instantiate(*component_spec(spec, f"train.callbacks.{i}"), f"train.callbacks.{i}", L.Callback)
+        for i, spec in enumerate(config.train.callbacks)
+    ]
 
 
 class LogConfig(L.Callback):
@@ -134,15 +139,6 @@ def logger_step(trainer: L.Trainer) -> int:
     return max(trainer.global_step - 1, 0)
 
 
-def _kind(logger: Logger) -> str:
-    from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
-
-    for cls, kind in ((WandbLogger, "wandb"), (MLFlowLogger, "mlflow"), (TensorBoardLogger, "tensorboard")):
-        if isinstance(logger, cls):
-            return kind
-    return "files"
-
-
 def _files_dir(logger: Logger) -> Path | None:
     directory = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
     return Path(directory) if directory else None
@@ -153,25 +149,31 @@ def log_scalars(trainer: L.Trainer, metrics: dict[str, float], step: int) -> Non
         logger.log_metrics(metrics, step=step)
 
 
-def log_table(trainer: L.Trainer, key: str, columns: list[str], rows: list[list], step: int,
-              line: tuple[str, str, str] | None = None) -> None:
+def log_table(
+    trainer: L.Trainer,
+    key: str,
+    columns: list[str],
+    rows: list[list],
+    step: int,
+    line: tuple[str, str, str] | None = None,
+) -> None:
     """A table (rows of `columns`); `line=(x, y, title)` also draws y over x where a
     logger can show a plot."""
     for logger in trainer.loggers:
-        kind = _kind(logger)
-        if kind == "wandb":
+        if isinstance(logger, WandbLogger):
             import wandb
 
-            table = wandb.Table(columns=columns, data=rows)
+            table = wandb.Table(columns=list(columns), data=rows)  # its stub wants list[str | int]
             value = wandb.plot.line(table, line[0], line[1], title=line[2]) if line else table
             logger.experiment.log({key: value, "trainer/global_step": step})
-        elif kind == "mlflow":
+        elif isinstance(logger, MLFlowLogger):
             name = f"{key}/step-{step:07d}"
-            logger.experiment.log_table(logger.run_id, {c: [r[i] for r in rows] for i, c in enumerate(columns)},
-                                        artifact_file=f"{name}.json")
+            logger.experiment.log_table(
+                logger.run_id, {c: [r[i] for r in rows] for i, c in enumerate(columns)}, artifact_file=f"{name}.json"
+            )
             if line:
                 logger.experiment.log_figure(logger.run_id, _figure(columns, rows, line), f"{name}.png")
-        elif kind == "tensorboard":
+        elif isinstance(logger, TensorBoardLogger):
             if line:
                 logger.experiment.add_figure(key, _figure(columns, rows, line), global_step=step)
             else:
@@ -190,14 +192,13 @@ def log_table(trainer: L.Trainer, key: str, columns: list[str], rows: list[list]
 def log_image(trainer: L.Trainer, key: str, path: Path, step: int) -> None:
     """A PNG file as an image."""
     for logger in trainer.loggers:
-        kind = _kind(logger)
-        if kind == "wandb":
+        if isinstance(logger, WandbLogger):
             import wandb
 
             logger.experiment.log({key: wandb.Image(str(path)), "trainer/global_step": step})
-        elif kind == "mlflow":
+        elif isinstance(logger, MLFlowLogger):
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path=f"{key}/step-{step:07d}")
-        elif kind == "tensorboard":
+        elif isinstance(logger, TensorBoardLogger):
             import matplotlib.image
 
             logger.experiment.add_image(key, matplotlib.image.imread(str(path)), global_step=step, dataformats="HWC")
@@ -211,14 +212,13 @@ def log_file(trainer: L.Trainer, path: Path, name: str, kind: str) -> None:
     """A file as a versioned artifact `name` (W&B) or under `name/` (MLflow); other loggers
     keep none (the file is in the run directory)."""
     for logger in trainer.loggers:
-        logger_kind = _kind(logger)
-        if logger_kind == "wandb":
+        if isinstance(logger, WandbLogger):
             import wandb
 
             artifact = wandb.Artifact(f"{name}-{logger.experiment.id}", type=kind)
             artifact.add_file(str(path))
             logger.experiment.log_artifact(artifact)
-        elif logger_kind == "mlflow":
+        elif isinstance(logger, MLFlowLogger):
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path=name)
 
 

@@ -26,6 +26,11 @@ def make_wandb_logger(config: ExperimentConfig, **init_args) -> WandbLogger | No
     os.environ["WANDB_MODE"] = mode  # also read by W&B child processes
     save_dir = Path(config.train.out_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
-    defaults = {"project": config.log.project, "name": config.log.run_name or None, "save_dir": str(save_dir),
-                "offline": mode == "offline", "log_model": False}
+    defaults = {
+        "project": config.log.project,
+        "name": config.log.run_name or None,
+        "save_dir": str(save_dir),
+        "offline": mode == "offline",
+        "log_model": False,
+    }
     return WandbLogger(**{**defaults, **init_args})

@@ -23,6 +23,7 @@ and then the root with `fully_shard`, optionally after activation checkpointing 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import lightning as L
 import torch
@@ -32,6 +33,9 @@ from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
 from longctx.model.config import config_dict
 from longctx.model.llama import Llama
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:
@@ -73,33 +77,39 @@ class LanguageModelModule(L.LightningModule):
         if self.model is not None:
             return
         torch.manual_seed(self.config.train.seed)
-        self.model = Llama(self.config.model)
+        self.model = model = Llama(self.config.model)
         if self.initial_state is not None:
-            self.model.load_state_dict(self.initial_state)
+            model.load_state_dict(self.initial_state)
             self.initial_state = None
         # Both keep parameter names unchanged, so checkpoints load into a plain Llama.
-        self.model.activation_checkpointing = self.config.train.activation_checkpointing
+        model.activation_checkpointing = self.config.train.activation_checkpointing
         if self.config.train.compile:
-            for block in self.model.blocks:
+            for block in model.blocks:
                 block.compile()
-        if getattr(self, "device_mesh", None) is not None:
-            self._fully_shard()
+        device_mesh = getattr(self, "device_mesh", None)
+        if device_mesh is not None:
+            self._fully_shard(model, device_mesh["data_parallel"])
 
-    def _fully_shard(self) -> None:
+    def _fully_shard(self, model: Llama, mesh: DeviceMesh) -> None:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mesh = self.device_mesh["data_parallel"]
         policy = MixedPrecisionPolicy()
         if self.config.train.precision.startswith("bf16") or (
             self.config.train.precision == "auto" and torch.cuda.is_available()
         ):
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for block in self.model.blocks:
+        for block in model.blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(self.model, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+
+    def _llama(self) -> Llama:
+        """The model `configure_model` built (Lightning calls it before any step)."""
+        if self.model is None:
+            raise RuntimeError("LanguageModelModule.configure_model() has not run: no model yet")
+        return self.model
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(batch["input_ids"], batch["position_ids"], batch["document_ids"])
+        return self._llama()(batch["input_ids"], batch["position_ids"], batch["document_ids"])
 
     def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens)."""
@@ -107,7 +117,7 @@ class LanguageModelModule(L.LightningModule):
         chunk_tokens = self.config.train.loss_chunk_tokens
         if chunk_tokens:
             ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
-            loss = self.model(*ids, labels=batch["labels"], loss_chunk_tokens=chunk_tokens)
+            loss = self._llama()(*ids, labels=batch["labels"], loss_chunk_tokens=chunk_tokens)
         else:
             logits = self(batch)
             loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
@@ -126,7 +136,7 @@ class LanguageModelModule(L.LightningModule):
         loss_sum, labelled, capacity = totals.tolist()
         if labelled > 0:
             scale = capacity / labelled
-            for parameter in self.model.parameters():
+            for parameter in self._llama().parameters():
                 if parameter.grad is not None:
                     parameter.grad.mul_(scale)
         self.log("train/loss", loss_sum / max(labelled, 1), on_step=True, prog_bar=True)
@@ -136,15 +146,15 @@ class LanguageModelModule(L.LightningModule):
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # clip_grad_norm_ handles FSDP2's sharded DTensor gradients (the norm is all-reduced).
         max_norm = self.config.train.grad_clip or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self._llama().parameters(), max_norm=max_norm)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         self.log("train/grad_norm", norm, on_step=True)
 
     def configure_optimizers(self):
         train = self.config.train
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        decay = [p for p in self._llama().parameters() if p.dim() >= 2]
+        no_decay = [p for p in self._llama().parameters() if p.dim() < 2]
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=train.lr,
@@ -156,7 +166,12 @@ class LanguageModelModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: learning_rate(
-                step, warmup=warmup, total=train.max_steps, peak=1.0, floor=train.min_lr / train.lr, shape=train.schedule
+                step,
+                warmup=warmup,
+                total=train.max_steps,
+                peak=1.0,
+                floor=train.min_lr / train.lr,
+                shape=train.schedule,
             ),
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

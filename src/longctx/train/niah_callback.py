@@ -27,9 +27,10 @@ from pathlib import Path
 import lightning as L
 
 from longctx.config import ExperimentConfig
-from longctx.niah.tasks import Haystack
 from longctx.data.tokenizer import Tokenizer
+from longctx.model.llama import Llama
 from longctx.niah.evaluation import evaluate, search_settings, write_result
+from longctx.niah.tasks import Haystack
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
@@ -50,12 +51,14 @@ class EffectiveLengthCallback(L.Callback):
         if not completed or step % self.every_steps:
             return
         model = pl_module.model
+        assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`
         settings = search_settings(self.config, model, tests_per_length=self.config.probe.niah_tests_per_length)
         data = self.config.data
         trained = data.window if data.position_transform == "none" else data.target_length  # ids reach L_t
         settings = dataclasses.replace(settings, max_length=min(settings.max_length, trained))
         result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings)
-        frequency = next((c for c in trainer.callbacks if isinstance(c, PositionFrequencyCallback)), None)
+        callbacks: list[L.Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
+        frequency = next((c for c in callbacks if isinstance(c, PositionFrequencyCallback)), None)
         total = frequency.counts.all_reduce() if frequency is not None else None  # collective
         if not trainer.is_global_zero:
             return
@@ -66,6 +69,11 @@ class EffectiveLengthCallback(L.Callback):
         _, heatmap = write_result(result, self.out_dir / "niah" / f"step-{step:07d}", f"step {step}")
         at = logger_step(trainer)  # the step of Lightning's metrics for this optimizer step
         log_scalars(trainer, metrics, at)
-        log_table(trainer, "niah/pass_rate", ["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
-                  [[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length], at)
+        log_table(
+            trainer,
+            "niah/pass_rate",
+            ["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
+            [[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
+            at,
+        )
         log_image(trainer, "niah/heatmap", heatmap, at)

@@ -19,16 +19,18 @@ from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 DESCRIPTION = "step"
 
 
-class _OptimizerSteps:
-    """Mixin over a Lightning progress bar: the training bar's total is max_steps, its
-    position the optimizer steps done."""
+class _OptimizerSteps(ProgressBar):
+    """Mixin over a Lightning progress bar (listed before it in the bases, so `super()`
+    reaches the concrete bar): the training bar's total is max_steps, its position the
+    optimizer steps done."""
 
     @property
     def total_train_batches(self) -> int | float:
         return self.trainer.max_steps if self.trainer.max_steps > 0 else float("inf")
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # the parent shows `batch_idx + 1`: hand it the optimizer steps done instead
         super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)
 

@@ -38,14 +38,26 @@ from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 def build_rows(config: ExperimentConfig, tokenizer: Tokenizer) -> SFTRows:
     sft = config.sft
     samples, report = load_sft_samples(
-        sft.data, tokenizer, max_sample_length=sft.max_sample_length, on_bad_sample=sft.on_bad_sample,
-        embedded_samples=sft.embedded_samples, seed=config.data.seed,
-    )  # fmt: skip
+        sft.data,
+        tokenizer,
+        max_sample_length=sft.max_sample_length,
+        on_bad_sample=sft.on_bad_sample,
+        embedded_samples=sft.embedded_samples,
+        seed=config.data.seed,
+    )
     print(f"sft: {len(samples)} samples from {sft.data}; {report.summary()}")
     return SFTRows(
-        samples, variant=sft.variant, window=config.data.window, pad_id=tokenizer.pad_id, seed=config.data.seed,
-        pack=sft.pack, strategy=sft.strategy, extended_length=sft.extended_length, p=sft.p, p_scope=sft.p_scope,
-    )  # fmt: skip
+        samples,
+        variant=sft.variant,
+        window=config.data.window,
+        pad_id=tokenizer.pad_id,
+        seed=config.data.seed,
+        pack=sft.pack,
+        strategy=sft.strategy,
+        extended_length=sft.extended_length,
+        p=sft.p,
+        p_scope=sft.p_scope,
+    )
 
 
 def extended_model_config(model: ModelConfig, position_limit: int, rope_extension: str) -> ModelConfig:
@@ -63,10 +75,14 @@ class SFTDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
+        assert trainer is not None  # Lightning attaches the trainer before it asks for data
         sampler = GlobalOrderSampler(
-            len(self.rows), seed=self.config.data.seed, rank=trainer.global_rank, world_size=trainer.world_size,
+            len(self.rows),
+            seed=self.config.data.seed,
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,
-        )  # fmt: skip
+        )
         return torch.utils.data.DataLoader(self.rows, batch_size=self.config.train.micro_batch_size, sampler=sampler)
 
 
@@ -74,17 +90,24 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
     if not config.init:
         raise ConfigError("init", "SFT starts from a trained model; pass init=CHECKPOINT")
     if config.data.position_transform != "none":
-        raise ConfigError("data.position_transform", "applies to pretraining rows; SFT positions come from "
-                          "sft.variant (skipalign spreads them over sft.extended_length)")
+        raise ConfigError(
+            "data.position_transform",
+            "applies to pretraining rows; SFT positions come from "
+            "sft.variant (skipalign spreads them over sft.extended_length)",
+        )
     base = load_model(config.init)
     if tokenizer.vocab_size > base.config.vocab_size:
-        raise ConfigError("data.tokenizer", f"{tokenizer.name} has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}")
+        raise ConfigError(
+            "data.tokenizer",
+            f"{tokenizer.name} has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}",
+        )
     rows = build_rows(config, tokenizer)
     model_config = extended_model_config(base.config, rows.position_limit, config.sft.rope_extension)
     if rows.position_limit > model_config.max_position:
         raise ConfigError(
-            "sft.extended_length", f"{config.sft.variant} rows use positions up to {rows.position_limit - 1}, beyond the model's "
-            f"max_position={model_config.max_position}; set sft.rope_extension=ntk or lower sft.extended_length"
+            "sft.extended_length",
+            f"{config.sft.variant} rows use positions up to {rows.position_limit - 1}, beyond the model's "
+            f"max_position={model_config.max_position}; set sft.rope_extension=ntk or lower sft.extended_length",
         )
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
@@ -95,8 +118,13 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
         train=dataclasses.replace(config.train, max_steps=steps),
     )
     print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
-    trainer = fit(config, SFTDataModule(config, rows, rows_per_step), fi_window=rows.position_limit,
-                  initial_state=base.state_dict(), tokenizer=tokenizer)
+    trainer = fit(
+        config,
+        SFTDataModule(config, rows, rows_per_step),
+        fi_window=rows.position_limit,
+        initial_state=base.state_dict(),
+        tokenizer=tokenizer,
+    )
     if config.sft.niah_after and trainer.is_global_zero:
         niah_after_sft(config, tokenizer, base.config.max_position)
     return trainer

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 import lightning as L
 import torch
@@ -30,16 +31,16 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.errors import CheckpointError, ConfigError
 from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
 from longctx.data.sentences import sentence_end_table
 from longctx.data.transforms import PositionTransform
+from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
-from longctx.train.progress import step_progress_bar
 from longctx.train.module import LanguageModelModule
+from longctx.train.progress import step_progress_bar
 
 
 @dataclass
@@ -58,22 +59,29 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
     if "LOCAL_WORLD_SIZE" in os.environ and "WORLD_SIZE" in os.environ:
         local, world = int(os.environ["LOCAL_WORLD_SIZE"]), int(os.environ["WORLD_SIZE"])
         if world % local:
-            raise ConfigError("train.devices", f"torchrun set WORLD_SIZE={world}, not a multiple of LOCAL_WORLD_SIZE={local}")
+            raise ConfigError(
+                "train.devices", f"torchrun set WORLD_SIZE={world}, not a multiple of LOCAL_WORLD_SIZE={local}"
+            )
         found = WorldSize(local, world // local)
         for key, expected in (("devices", found.devices), ("num_nodes", found.num_nodes)):
             value = getattr(train, key)
             if value and value != expected:
                 raise ConfigError(
-                    f"train.{key}", f"{value} but torchrun launched {expected} "
-                    f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun"
+                    f"train.{key}",
+                    f"{value} but torchrun launched {expected} "
+                    f"({'--nproc-per-node' if key == 'devices' else '--nnodes'}); set train.{key}=0 to follow torchrun",
                 )
         return found
     return WorldSize(train.devices or 1, train.num_nodes or 1)
 
 
-def resolve_precision(config: ExperimentConfig) -> str:
+Precision = Literal["32-true", "bf16-mixed", "bf16-true"]
+"""The `train.precision` values besides "auto" (config.py checks them), as Lightning names them."""
+
+
+def resolve_precision(config: ExperimentConfig) -> Precision:
     if config.train.precision != "auto":
-        return config.train.precision
+        return cast(Precision, config.train.precision)
     return "bf16-mixed" if torch.cuda.is_available() else "32-true"
 
 
@@ -132,6 +140,7 @@ class PackedDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
+        assert trainer is not None  # Lightning attaches the trainer before it asks for data
         data = self.config.data
         rows = PackedRows(
             [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(self.sources)],
@@ -169,8 +178,13 @@ def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform
     if data.position_transform == "longrecipe":
         ends_sentence = sentence_end_table(tokenizer, data.longrecipe.delimiters)
     return PositionTransform(
-        data.position_transform, data.target_length, data.seed, pose_chunks=data.pose.chunks,
-        pose_compat=data.pose.compat, longrecipe_compat=data.longrecipe.compat, ends_sentence=ends_sentence,
+        data.position_transform,
+        data.target_length,
+        data.seed,
+        pose_chunks=data.pose.chunks,
+        pose_compat=data.pose.compat,
+        longrecipe_compat=data.longrecipe.compat,
+        ends_sentence=ends_sentence,
     )
 
 
@@ -183,7 +197,8 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
     mismatches = shape_mismatches(base.config, config.model)
     if mismatches:
         raise ConfigError(
-            "init", f"{config.init} does not fit model.* ({'; '.join(mismatches)}: checkpoint vs config); "
+            "init",
+            f"{config.init} does not fit model.* ({'; '.join(mismatches)}: checkpoint vs config); "
             "set the model preset/fields to the checkpoint's architecture (max_position and RoPE may differ)",
         )
     return base.state_dict()
@@ -191,7 +206,9 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
 
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
     """(gradient accumulation steps, rows per optimizer step) for this world size."""
-    return tokens_per_step(config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens)
+    return tokens_per_step(
+        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
+    )
 
 
 def fit(
@@ -220,9 +237,11 @@ def fit(
         step_progress_bar(),
     ]
     if config.probe.fi:
-        callbacks.append(PositionFrequencyCallback(
-            fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
-        ))
+        callbacks.append(
+            PositionFrequencyCallback(
+                fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
+            )
+        )
     if config.probe.niah_every_steps:
         from longctx.niah.evaluation import load_haystack
         from longctx.train.niah_callback import EffectiveLengthCallback

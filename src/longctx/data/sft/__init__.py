@@ -9,15 +9,42 @@ SkipAlign rows of the batch contract), `synthetic` (the embedded conversations).
 of such rows (SkipAlign Figure 2) is a probe: `longctx.probes.dataset_fi.relative_distance_histogram`.
 """
 
-from longctx.data.sft.jsonl import CHAT_ROLES, EMBEDDED, ON_BAD_SAMPLE, SFTDataError, SFTReport, conversation_problem, read_conversations
+from longctx.data.sft.jsonl import (
+    CHAT_ROLES,
+    EMBEDDED,
+    ON_BAD_SAMPLE,
+    SFTDataError,
+    SFTReport,
+    conversation_problem,
+    read_conversations,
+)
 from longctx.data.sft.rows import VARIANTS, SFTRows
 from longctx.data.sft.synthetic import EMBEDDED_SAMPLES, embedded_conversations
-from longctx.data.sft.template import ASSISTANT_HEADER, ChatSample, load_sft_samples, render_blocks, tokenize_conversations
+from longctx.data.sft.template import (
+    ASSISTANT_HEADER,
+    ChatSample,
+    load_sft_samples,
+    render_blocks,
+    tokenize_conversations,
+)
 
 __all__ = [
-    "ASSISTANT_HEADER", "CHAT_ROLES", "EMBEDDED", "EMBEDDED_SAMPLES", "ON_BAD_SAMPLE", "VARIANTS", "ChatSample",
-    "SFTDataError", "SFTReport", "SFTRows", "conversation_problem", "embedded_conversations", "load_sft_samples",
-    "read_conversations", "render_blocks", "tokenize_conversations",
+    "ASSISTANT_HEADER",
+    "CHAT_ROLES",
+    "EMBEDDED",
+    "EMBEDDED_SAMPLES",
+    "ON_BAD_SAMPLE",
+    "VARIANTS",
+    "ChatSample",
+    "SFTDataError",
+    "SFTReport",
+    "SFTRows",
+    "conversation_problem",
+    "embedded_conversations",
+    "load_sft_samples",
+    "read_conversations",
+    "render_blocks",
+    "tokenize_conversations",
 ]
 
 _MOVED = {"relative_distance_histogram": "longctx.probes.dataset_fi.relative_distance_histogram"}

@@ -90,7 +90,7 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     columns = (first, end, common_first, common_end, has_empty, covered.any(-1))
     return [
         [
-            _spans(*block, kv_len) if block[-1] else None
+            _spans(kv_len, *block) if block[-1] else None
             for block in zip(*(column.tolist() for column in row), strict=True)
         ]
         for row in zip(*columns, strict=True)
@@ -98,7 +98,7 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
 
 
 def _spans(
-    first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool, kv_len: int
+    kv_len: int, first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool
 ) -> KeySpans:
     bulk_len = max(common_end - common_first, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
     if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
@@ -219,17 +219,20 @@ def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document]
             if first > nearest:  # chunked prefill: the keys before the chunk, seen by all its queries
                 parts.append(_squeeze(_kernel(rows, *_unsqueeze(key_value(0, first - nearest)), scale)))
             write(first, _merge(parts))
+        if farthest is None:  # every query reaches its document's start: covered above
+            continue
+        assert block_mask is not None  # built whenever farthest is set
         start = max(first, reaching_start)
         blocks = (doc.keys - start) // BAND_BLOCK
         end = start + blocks * BAND_BLOCK
         if blocks:
             rows = query(start, end).unflatten(0, (blocks, BAND_BLOCK))
             span = block_mask.shape[1]
-            windows = (
+            key_windows, value_windows = (
                 t.unfold(0, span, BAND_BLOCK).permute(0, 3, 1, 2)
                 for t in key_value(start - farthest, end - BAND_BLOCK - farthest + span)
             )
-            block_out, block_lse = _kernel(rows, *windows, scale, allowed=block_mask)
+            block_out, block_lse = _kernel(rows, key_windows, value_windows, scale, allowed=block_mask)
             write(start, (block_out.flatten(0, 1), block_lse.flatten(0, 1)))
         if end < doc.keys:
             tail_keys = _unsqueeze(key_value(end - farthest, doc.keys - nearest))
@@ -246,8 +249,8 @@ def _window_mask(queries: int, width: int, device: torch.device) -> torch.Tensor
     return (key_index >= query_index) & (key_index <= query_index + width - 1)
 
 
-def _unsqueeze(tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    return tuple(t[None] for t in tensors)
+def _unsqueeze(tensors: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return tensors[0][None], tensors[1][None]
 
 
 def _squeeze(result: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

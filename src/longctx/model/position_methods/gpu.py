@@ -170,10 +170,18 @@ def varlen_passes(
                 continue
             call_q = flat_q if call.query_index is None else flat_q[call.query_index]
             call_out, call_lse = varlen_flash(
-                call_q, flat_k[call.key_index], flat_v[call.key_index],
-                call.cu_seqlens_q, call.cu_seqlens_k, call.max_seqlen_q, call.max_seqlen_k,
-                scale=scale, window=call.window, lse=True, kernel=layout.kernel,
-            )  # fmt: skip
+                call_q,
+                flat_k[call.key_index],
+                flat_v[call.key_index],
+                call.cu_seqlens_q,
+                call.cu_seqlens_k,
+                call.max_seqlen_q,
+                call.max_seqlen_k,
+                scale=scale,
+                window=call.window,
+                lse=True,
+                kernel=layout.kernel,
+            )
             if call_lse is None or call_lse.shape != (heads, call_out.shape[0]):
                 raise RuntimeError(
                     f"the varlen kernel returned a log-sum-exp of shape {getattr(call_lse, 'shape', None)}, expected "

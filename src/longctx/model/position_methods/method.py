@@ -303,9 +303,14 @@ class PositionMethod(nn.Module):
         if position_ids is None:
             position_ids = torch.arange(k.shape[1], device=k.device).expand(k.shape[0], -1)
         plan = self.plan(
-            position_ids, document_ids, q.shape[1],
-            keys_rotated=keys_rotated, backend=backend, block_size=block_size, dtype=q.dtype,
-        )  # fmt: skip
+            position_ids,
+            document_ids,
+            q.shape[1],
+            keys_rotated=keys_rotated,
+            backend=backend,
+            block_size=block_size,
+            dtype=q.dtype,
+        )
         return self(q, k, v, plan, scale=scale)
 
 
@@ -324,9 +329,14 @@ def ntk_method(head_dim: int, base: float, factor: float, training_length: int) 
 
 
 def yarn_method(
-    head_dim: int, base: float, factor: float, original_max_position: int, training_length: int,
-    beta_fast: float = 32.0, beta_slow: float = 1.0,
-) -> PositionMethod:  # fmt: skip
+    head_dim: int,
+    base: float,
+    factor: float,
+    original_max_position: int,
+    training_length: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+) -> PositionMethod:
     """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
     scaling = RopeScaling(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
@@ -390,11 +400,13 @@ def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size
     passes = [
         band_pass("neighbor", 0, neighbor_window - 1, _own),
         band_pass(
-            "grouped", neighbor_window, None,
+            "grouped",
+            neighbor_window,
+            None,
             lambda p: torch.div(p, group_size, rounding_mode="floor") + offset,
             lambda p: torch.div(p, group_size, rounding_mode="floor"),
         ),
-    ]  # fmt: skip
+    ]
     params = {"neighbor_window": neighbor_window, "group_size": group_size}
     return PositionMethod("self_extend", rotary, passes, params=params)
 
