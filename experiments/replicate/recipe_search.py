@@ -43,11 +43,26 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 tokenizer = load_tokenizer("bpe-512")
 retrieval = RetrievalConfig(
-    documents=10**9, facts=args.facts, queries=args.queries, list_query=args.list_query,
-    filler_min=args.filler_min, filler_max=args.filler_max, value_digits=args.digits,
+    documents=10**9,
+    facts=args.facts,
+    queries=args.queries,
+    list_query=args.list_query,
+    filler_min=args.filler_min,
+    filler_max=args.filler_max,
+    value_digits=args.digits,
 )
-model = Llama(ModelConfig(vocab_size=512, d_model=args.d_model, n_layers=args.layers, n_heads=4, n_kv_heads=4,
-                          d_ff=4 * args.d_model, max_position=max(512, args.window), attention_backend="sdpa"))
+model = Llama(
+    ModelConfig(
+        vocab_size=512,
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=4,
+        n_kv_heads=4,
+        d_ff=4 * args.d_model,
+        max_position=max(512, args.window),
+        attention_backend="sdpa",
+    )
+)
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
 filler = filler_sentences()
 index = 0
@@ -76,9 +91,20 @@ for step in range(1, args.steps + 1):
     out_of_time = time.time() - start > args.minutes * 60
     if step % args.eval_every == 0 or step == args.steps or out_of_time:
         metrics = answer_metrics(model, tokenizer, retrieval, args.window, documents=32)
-        print(json.dumps({"step": step, "wall_s": round(time.time() - start), "train_loss": round(loss.item(), 3),
-                          "answer_loss": round(metrics["answer_loss"], 3), "value_exact": metrics["value_exact"],
-                          "answers": metrics["answers"], "docs_seen": index}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "step": step,
+                    "wall_s": round(time.time() - start),
+                    "train_loss": round(loss.item(), 3),
+                    "answer_loss": round(metrics["answer_loss"], 3),
+                    "value_exact": metrics["value_exact"],
+                    "answers": metrics["answers"],
+                    "docs_seen": index,
+                }
+            ),
+            flush=True,
+        )
     if out_of_time:
         break
 if args.save:
