@@ -206,3 +206,20 @@ def test_bad_sources_are_named(tmp_path):
         load_history([tmp_path / "a" / "same", tmp_path / "b" / "same"])
     with pytest.raises(ValueError, match="prefer must be"):
         load_history(tmp_path / "a" / "same", prefer="csv")
+
+
+def test_recorded_configs_name_the_run_without_a_checkpoint_or_section(tmp_path):
+    import torch
+
+    from longctx.analysis.runs import recorded_configs
+
+    good, bare, other = tmp_path / "good", tmp_path / "bare", tmp_path / "other"
+    for run, record in ((good, {"data": {"window": 64}, "sft": {"variant": "normal"}}), (other, {"data": {}})):
+        (run / "checkpoints").mkdir(parents=True)
+        torch.save({"hyper_parameters": {"config": record}}, run / "checkpoints" / "last.ckpt")
+    bare.mkdir()
+    assert recorded_configs([good], "sft") == [("good", {"data": {"window": 64}, "sft": {"variant": "normal"}})]
+    with pytest.raises(FileNotFoundError, match="bare has no checkpoints/last.ckpt to read its sft config"):
+        recorded_configs([bare], "sft")
+    with pytest.raises(ValueError, match="holds no sft section"):
+        recorded_configs([other], "sft")

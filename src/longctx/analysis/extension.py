@@ -13,11 +13,10 @@ run's last in-training probe and the best one.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
-from longctx.analysis.runs import label_sources
+from longctx.analysis.runs import recorded_configs
 from longctx.analysis.tables import beyond_window_table
 
 SETTINGS = [
@@ -37,16 +36,8 @@ SETTINGS = [
 def extension_settings(run_dirs) -> pd.DataFrame:
     """One row per `longctx pretrain` run directory: run and SETTINGS, from the
     experiment config recorded in its checkpoints/last.ckpt."""
-    from longctx.model.checkpoint import experiment_settings
-
     rows = []
-    for label, run_dir in label_sources(run_dirs).items():
-        path = Path(run_dir) / "checkpoints" / "last.ckpt"
-        if not path.is_file():
-            raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its data config from")
-        experiment = experiment_settings(path)
-        if experiment is None or "data" not in experiment:
-            raise ValueError(f"{path}: its recorded experiment config holds no data section")
+    for label, experiment in recorded_configs(run_dirs, "data"):
         data = experiment["data"]
         transform = data.get("position_transform", "none")
         rows.append(

@@ -132,6 +132,23 @@ def wide(history: pd.DataFrame, metrics: Iterable[str] | None = None) -> pd.Data
     return table.reset_index()
 
 
+def recorded_configs(run_dirs: Sources, section: str) -> list[tuple[str, dict]]:
+    """(label, experiment config) of each run directory, as its checkpoints/last.ckpt
+    recorded it; raises naming the run or file that lacks the checkpoint or `section`."""
+    from longctx.model.checkpoint import experiment_settings
+
+    configs = []
+    for label, run_dir in label_sources(run_dirs).items():
+        path = Path(run_dir) / "checkpoints" / "last.ckpt"
+        if not path.is_file():
+            raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its {section} config from")
+        experiment = experiment_settings(path)
+        if experiment is None or section not in experiment:
+            raise ValueError(f"{path}: its recorded experiment config holds no {section} section")
+        configs.append((label, experiment))
+    return configs
+
+
 def label_sources(sources: Sources) -> dict[str, str | Path]:
     """{label: source}: a mapping as given; otherwise each source labelled by its run
     directory's name (a `.wandb` file by its run id, an online run by its path)."""

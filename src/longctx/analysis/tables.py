@@ -31,7 +31,6 @@ both, so nothing is averaged silently: select with `results[...]` first.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
@@ -142,17 +141,10 @@ def sft_settings(run_dirs) -> pd.DataFrame:
     """One row per SFT run directory (a list or a {label: dir} mapping): run, window (the
     config's `data.window`, the original window of the rows), the `sft.*` settings of
     SFT_SETTINGS and init, from `checkpoints/last.ckpt`'s hyper_parameters["config"]."""
-    from longctx.analysis.runs import label_sources
-    from longctx.model.checkpoint import experiment_settings
+    from longctx.analysis.runs import recorded_configs
 
     rows = []
-    for label, run_dir in label_sources(run_dirs).items():
-        path = Path(run_dir) / "checkpoints" / "last.ckpt"
-        if not path.is_file():
-            raise FileNotFoundError(f"{run_dir} has no checkpoints/last.ckpt to read its SFT config from")
-        experiment = experiment_settings(path)
-        if experiment is None or "sft" not in experiment:
-            raise ValueError(f"{path}: its recorded experiment config holds no sft section (not a `longctx sft` run)")
+    for label, experiment in recorded_configs(run_dirs, "sft"):
         sft = experiment["sft"]
         rows.append(
             {
