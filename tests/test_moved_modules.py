@@ -1,4 +1,4 @@
-"""Modules that moved in the NIAH package redesign fail on import with their new name."""
+"""Modules and names that moved in the redesign fail with their new name."""
 
 import importlib
 
@@ -11,6 +11,7 @@ import pytest
         ("longctx.data.niah", "longctx.niah.tasks"),
         ("longctx.probes.effective_length", "longctx.niah.search"),
         ("longctx.probes.niah_eval", "longctx.niah.evaluation"),
+        ("longctx.model.attention_passes", "longctx.model.position_methods"),
     ],
 )
 def test_old_module_names_point_to_the_new_ones(old, new):
@@ -28,3 +29,10 @@ def test_old_niah_config_keys_name_their_new_spelling():
     ):
         with pytest.raises(ConfigError, match=f"renamed to {new}"):
             load([], [old])
+
+
+def test_the_replaced_round_robin_names_its_successor():
+    import longctx.data.packing
+
+    with pytest.raises(AttributeError, match=r"replaced by Mixture\(weights\)\.locate"):
+        longctx.data.packing.weighted_round_robin  # noqa: B018
