@@ -30,7 +30,7 @@ from longctx.model.position_methods import (
     string_method,
     yarn_method,
 )
-from longctx.model.position_methods import cpu as attention_passes
+from longctx.model.position_methods import cpu as cpu_kernels
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
 from tests.helpers import packed_document_ids, reset_position_ids
 
@@ -248,14 +248,14 @@ def test_long_documents_with_batched_blocks_match_reference(name, band_block, mo
     positions, docs = reset_position_ids([250, 70]), packed_document_ids([250, 70])
     q, k, v = random_qkv(1, 320, 320, heads=2, kv_heads=1, dim=8)
     calls = []
-    kernel = attention_passes._kernel
+    kernel = cpu_kernels._kernel
 
     def recording_kernel(q, k, v, scale, *, causal=False, allowed=None):
         calls.append((q.shape[0], causal, allowed is None))
         return kernel(q, k, v, scale, causal=causal, allowed=allowed)
 
-    monkeypatch.setattr(attention_passes, "_kernel", recording_kernel)
-    monkeypatch.setattr(attention_passes, "BAND_BLOCK", band_block)
+    monkeypatch.setattr(cpu_kernels, "_kernel", recording_kernel)
+    monkeypatch.setattr(cpu_kernels, "BAND_BLOCK", band_block)
     plan = method.plan(positions, docs, block_size=16, dtype=q.dtype)
     got = method(q, k, v, plan)
     expected = dense_reference(q, k, v, positions, docs, relative, plain_frequencies(dim=8))
