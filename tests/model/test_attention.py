@@ -83,9 +83,10 @@ def test_varlen_long_and_short_documents_match_sdpa(lengths):
 
 
 def test_varlen_chunks_partition_rows():
+    from longctx.batch import document_start_mask
     from longctx.model.attention import SHORT_DOCUMENT, _row_chunks
 
-    chunks = _row_chunks(packed_document_ids([300, 20, 3, 400, 100, 100, 100])[0])
+    chunks = _row_chunks(document_start_mask(packed_document_ids([300, 20, 3, 400, 100, 100, 100]))[0])
     assert chunks == [(0, 300, False), (300, 323, True), (323, 723, False), (723, 923, True), (923, 1023, True)]
     assert all(end - start <= SHORT_DOCUMENT for start, end, masked in chunks if masked)
 

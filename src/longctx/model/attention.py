@@ -54,7 +54,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from longctx.batch import cu_seqlens, document_segments, document_start_index
+from longctx.batch import cu_seqlens, document_segments, document_start_index, document_start_mask
 from longctx.model import flash
 from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
 
@@ -218,15 +218,14 @@ class _VarlenPlan:
 
 def _varlen_plan(document_ids: torch.Tensor, q_len: int) -> _VarlenPlan:
     if q_len == document_ids.shape[1]:
-        return _VarlenPlan(chunks=[_row_chunks(row) for row in document_ids], starts=None)
+        return _VarlenPlan(chunks=[_row_chunks(row) for row in document_start_mask(document_ids)], starts=None)
     return _VarlenPlan(chunks=None, starts=_document_starts(document_ids))
 
 
-def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
-    """Long documents alone (causal, no mask); runs of short ones grouped (masked)."""
-    is_start = torch.ones_like(row, dtype=torch.bool)
-    is_start[1:] = row[1:] != row[:-1]
-    bounds = [*is_start.nonzero().flatten().tolist(), row.shape[0]]
+def _row_chunks(is_start: torch.Tensor) -> list[tuple[int, int, bool]]:
+    """One row's document-start mask -> long documents alone (causal, no mask); runs of
+    short ones grouped (masked)."""
+    bounds = [*is_start.nonzero().flatten().tolist(), is_start.shape[0]]
     chunks: list[tuple[int, int, bool]] = []
     group_start = None
     for start, end in itertools.pairwise(bounds):
@@ -238,7 +237,7 @@ def _row_chunks(row: torch.Tensor) -> list[tuple[int, int, bool]]:
         elif group_start is None:
             group_start = start
     if group_start is not None:
-        chunks.append((group_start, row.shape[0], True))
+        chunks.append((group_start, is_start.shape[0], True))
     return chunks
 
 
