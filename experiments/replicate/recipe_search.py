@@ -15,9 +15,12 @@ import time
 import torch
 import torch.nn.functional as F
 
+from longctx.config import NiahConfig
 from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.llama import Llama, ModelConfig
+from longctx.niah.search import LlamaGenerator, evaluate_length
+from longctx.niah.tasks import Haystack
 from longctx.probes.retrieval_answers import answer_metrics
 
 parser = argparse.ArgumentParser()
@@ -27,6 +30,11 @@ parser.add_argument("--list-query", action="store_true")
 parser.add_argument("--filler-min", type=int, default=0)
 parser.add_argument("--filler-max", type=int, default=2)
 parser.add_argument("--digits", type=int, default=5)
+parser.add_argument("--digits-max", type=int, default=0)
+parser.add_argument("--template", default="inventory")
+parser.add_argument("--niah-lengths", default="", help="comma-separated NIAH (paper task) lengths to test")
+parser.add_argument("--niah-tests", type=int, default=20)
+parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--window", type=int, default=192)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--steps", type=int, default=3000)
@@ -39,7 +47,7 @@ parser.add_argument("--minutes", type=float, default=1e9)
 parser.add_argument("--save", default="")
 args = parser.parse_args()
 
-torch.set_num_threads(1)
+torch.set_num_threads(args.threads)
 torch.manual_seed(0)
 tokenizer = load_tokenizer("bpe-512")
 retrieval = RetrievalConfig(
@@ -50,7 +58,12 @@ retrieval = RetrievalConfig(
     filler_min=args.filler_min,
     filler_max=args.filler_max,
     value_digits=args.digits,
+    value_digits_max=args.digits_max,
+    template=args.template,
 )
+niah_lengths = [int(length) for length in args.niah_lengths.split(",") if length]
+haystack = Haystack.paul_graham(tokenizer) if niah_lengths else None
+niah = NiahConfig(tests_per_length=args.niah_tests, max_new_tokens=40)
 model = Llama(
     ModelConfig(
         vocab_size=512,
@@ -59,7 +72,7 @@ model = Llama(
         n_heads=4,
         n_kv_heads=4,
         d_ff=4 * args.d_model,
-        max_position=max(512, args.window),
+        max_position=max(512, args.window, *niah_lengths),
         attention_backend="sdpa",
     )
 )
@@ -91,6 +104,12 @@ for step in range(1, args.steps + 1):
     out_of_time = time.time() - start > args.minutes * 60
     if step % args.eval_every == 0 or step == args.steps or out_of_time:
         metrics = answer_metrics(model, tokenizer, retrieval, args.window, documents=32)
+        model.eval()
+        passes = {}
+        for length in niah_lengths:
+            row, _, hits = evaluate_length(LlamaGenerator(model), tokenizer, haystack, length, niah)
+            passes[length] = f"{row.passed}/{row.tests} recall {hits.mean():.2f}"
+            passes[f"out{length}"] = row.example_output[:60]
         print(
             json.dumps(
                 {
@@ -101,6 +120,7 @@ for step in range(1, args.steps + 1):
                     "value_exact": metrics["value_exact"],
                     "answers": metrics["answers"],
                     "docs_seen": index,
+                    "niah": passes,
                 }
             ),
             flush=True,

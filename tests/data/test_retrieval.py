@@ -8,12 +8,15 @@ import pytest
 from longctx import config as config_module
 from longctx.config import ConfigError
 from longctx.data.retrieval import (
+    NIAH_LIST_QUESTION,
+    NIAH_NEEDLE,
     RETRIEVAL_PHRASES,
     RetrievalConfig,
     distance_frequency,
     make_document,
     retrieval_documents,
     retrieval_report,
+    value_lengths,
 )
 from longctx.niah import tasks as niah
 
@@ -76,6 +79,37 @@ def test_text_is_disjoint_from_the_niah_tasks():
         assert not words.intersection(doc.keys)
 
 
+def test_niah_template_is_the_paper_tasks_wording():
+    paper = niah.TASKS["paper"]
+    assert NIAH_NEEDLE + " " == paper.needle.format(value="{value}")
+    assert NIAH_LIST_QUESTION == paper.question + paper.answer_prefix + " "
+
+
+def test_niah_template_documents_list_every_needle_in_order():
+    config = RetrievalConfig(facts=4, queries=0, filler_max=5, template="niah", value_digits=4, value_digits_max=9)
+    lengths_seen = set()
+    for index in range(60):
+        doc = make_document(config, index, FILLER)
+        assert doc.keys == ()
+        assert doc.text.count(" One of the magic numbers is ") == 4
+        for i, offset in enumerate(doc.fact_offsets):
+            value = doc.values[i]
+            assert doc.text[offset : offset + len(value) + 1] == value + "."
+            lengths_seen.add(len(value))
+        listed = doc.text.rsplit("\nThe numbers are ", 1)[1]
+        assert listed == f"{doc.values[0]}, {doc.values[1]}, {doc.values[2]} and {doc.values[3]}."
+        assert [fact for fact, _ in doc.answer_offsets] == [0, 1, 2, 3]
+        for fact, offset in doc.answer_offsets:
+            assert doc.text[offset:].startswith(doc.values[fact])
+    # every allowed length is drawn, NIAH's 6 and 7 never
+    assert lengths_seen == {4, 5, 8, 9}
+
+
+def test_value_lengths_skip_the_niah_lengths():
+    assert value_lengths(RetrievalConfig(value_digits=5)) == [5]
+    assert value_lengths(RetrievalConfig(value_digits=3, value_digits_max=8)) == [3, 4, 5, 8]
+
+
 def test_filler_is_not_the_niah_haystack():
     from longctx.data.retrieval import filler_sentences
 
@@ -97,6 +131,9 @@ def test_filler_is_not_the_niah_haystack():
         ("filler_min: 9\n        filler_max: 3", "data.mixture.1.retrieval.filler_max"),
         ("documents: 0", "data.mixture.1.retrieval.documents"),
         ("queries: 0\n        list_query: false", "data.mixture.1.retrieval.queries"),
+        ("value_digits: 5\n        value_digits_max: 4", "data.mixture.1.retrieval.value_digits_max"),
+        ("template: magic", "data.mixture.1.retrieval.template"),
+        ("template: niah\n        queries: 2", "data.mixture.1.retrieval.queries"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, settings, key):

@@ -51,7 +51,15 @@ _FACT = " The crate {key} holds {value} units."
 _QUESTION = "\nHow many units does the crate {key} hold? It holds {value} units."
 _LIST_QUESTION = "\nWhich counts were listed? The counts were "
 RETRIEVAL_PHRASES = (_HEADER, _FACT, _QUESTION, _LIST_QUESTION)
-"""Every template; tests check none shares wording with a NIAH task."""
+"""Every `inventory` template; tests check none shares wording with a NIAH task."""
+
+NIAH_NEEDLE = " One of the magic numbers is {value}."
+NIAH_LIST_QUESTION = "\n\nWhat are the magic numbers mentioned in the provided text?\nThe numbers are "
+"""The `niah` template: STRING's NIAH needle, question and answer prefix (Table 5), the same
+strings as niah/tasks.py's `paper` task (checked in tests; data/ may not import niah/)."""
+TEMPLATES = ("inventory", "niah")
+NIAH_DIGITS = (6, 7)
+"""Needle lengths of the NIAH tasks (6: STRING's, 7: RULER's), never drawn for training."""
 FILLER_MIN_CHARS = 20
 """Filler sentences shorter than this (headings, stray fragments) are not used."""
 
@@ -74,6 +82,15 @@ class RetrievalConfig:
     """Most filler sentences per document; the count is log-uniform in [min, max]."""
     value_digits: int = 5
     """Digits of a value; NIAH uses 6 and 7, so keep it outside {6, 7}."""
+    value_digits_max: int = 0
+    """> 0: each value draws its digit count uniformly from [value_digits, value_digits_max]
+    minus {6, 7}, so a model learns to copy a number to its end, not a fixed count of digits
+    (the `niah` template trains on 4-5 and 8-9 digits and is tested on 6). 0 = value_digits."""
+    template: str = "inventory"
+    """inventory: keyed facts in wording disjoint from every NIAH task, asked back one by one
+    and as a list. niah: STRING's NIAH wording (needle " One of the magic numbers is N.",
+    its question and answer prefix) over this source's filler and values, `facts` needles,
+    only the list question (queries must be 0); see docs/replication.md for why."""
     seed: int = 0
     """Generator seed; document k uses numpy's generator seeded with [seed, k]."""
 
@@ -88,11 +105,23 @@ class RetrievalConfig:
             raise ConfigError(
                 f"{key}.filler_max", f"need 0 <= filler_min <= filler_max, got {self.filler_min} and {self.filler_max}"
             )
-        if self.value_digits in (6, 7):
+        if self.value_digits in NIAH_DIGITS:
             raise ConfigError(
                 f"{key}.value_digits",
                 f"{self.value_digits} is a NIAH needle length (6: STRING, 7: RULER); "
                 "training on it would leak the evaluation's number format",
+            )
+        if self.value_digits_max and self.value_digits_max < self.value_digits:
+            raise ConfigError(
+                f"{key}.value_digits_max",
+                f"must be 0 or >= value_digits={self.value_digits}, got {self.value_digits_max}",
+            )
+        if self.template not in TEMPLATES:
+            raise ConfigError(f"{key}.template", f"must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
+        if self.template == "niah" and (self.queries or not self.list_query):
+            raise ConfigError(
+                f"{key}.queries",
+                "template niah asks only NIAH's list question: set queries: 0 and list_query: true",
             )
         if self.queries == 0 and not self.list_query:
             raise ConfigError(
@@ -152,19 +181,24 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
     low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
     n_filler = math.floor(math.exp(rng.uniform(low, high))) - 1 if high > low else config.filler_min
     n_filler = min(max(n_filler, config.filler_min), config.filler_max)
-    keys = _distinct(lambda: _pseudo_word(rng), config.facts)
-    first = 10 ** (config.value_digits - 1)
-    values = _distinct(lambda: str(rng.integers(first, 10 * first)), config.facts)
+    keys = _distinct(lambda: _pseudo_word(rng), config.facts) if config.template == "inventory" else []
+    lengths = value_lengths(config)
+    values = _distinct(lambda: _random_number(rng, lengths), config.facts)
     slots = np.sort(rng.integers(0, n_filler + 1, size=config.facts))
     sentences = [filler[i] for i in rng.integers(0, len(filler), size=n_filler)]
 
-    text = _HEADER.format(place=_PLACES[rng.integers(len(_PLACES))])
+    niah = config.template == "niah"
+    text = "" if niah else _HEADER.format(place=_PLACES[rng.integers(len(_PLACES))])
     fact_offsets = []
     fact = 0
     for slot in range(n_filler + 1):
         while fact < config.facts and slots[fact] == slot:
-            piece = _FACT.format(key=keys[fact], value=values[fact])
-            fact_offsets.append(len(text) + piece.index(values[fact] + " units"))
+            if niah:
+                piece = NIAH_NEEDLE.format(value=values[fact])
+                fact_offsets.append(len(text) + piece.rindex(values[fact]))
+            else:
+                piece = _FACT.format(key=keys[fact], value=values[fact])
+                fact_offsets.append(len(text) + piece.index(values[fact] + " units"))
             text += piece
             fact += 1
         if slot < n_filler:
@@ -175,7 +209,7 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
         answers.append((int(asked), len(text) + piece.rindex(values[asked])))
         text += piece
     if config.list_query:
-        piece = _LIST_QUESTION
+        piece = NIAH_LIST_QUESTION if niah else _LIST_QUESTION
         for i, value in enumerate(values):
             piece += "" if i == 0 else (" and " if i == len(values) - 1 else ", ")
             answers.append((i, len(text) + len(piece)))
@@ -183,6 +217,17 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
         piece += "."
         text += piece
     return RetrievalDocument(text, tuple(keys), tuple(values), tuple(fact_offsets), tuple(answers))
+
+
+def value_lengths(config: RetrievalConfig) -> list[int]:
+    """The digit counts a value may have: [value_digits, value_digits_max] minus NIAH's {6, 7}."""
+    top = max(config.value_digits, config.value_digits_max)
+    return [digits for digits in range(config.value_digits, top + 1) if digits not in NIAH_DIGITS]
+
+
+def _random_number(rng: np.random.Generator, lengths: Sequence[int]) -> str:
+    digits = lengths[int(rng.integers(len(lengths)))] if len(lengths) > 1 else lengths[0]
+    return str(rng.integers(10 ** (digits - 1), 10**digits))
 
 
 def retrieval_documents(config: RetrievalConfig) -> Iterator[Document]:
