@@ -141,3 +141,20 @@ def test_shipped_experiment_files_load():
     assert files, "no experiment YAMLs found"
     for path in files:
         load([path])
+
+
+def test_override_indexes_a_list_entry(tmp_path):
+    path = tmp_path / "mix.yaml"
+    path.write_text(
+        "data:\n  mixture:\n    - kind: retrieval\n      retrieval:\n        filler_max: 16\n    - path: somewhere\n"
+    )
+    config = load([path], ["data.mixture.0.retrieval.filler_max=4", "data.mixture.1.weight=2.5"])
+    assert config.data.mixture[0].retrieval.filler_max == 4
+    assert config.data.mixture[1].weight == 2.5
+    assert config.data.mixture[1].path == "somewhere"
+    with pytest.raises(ConfigError, match=r"data\.mixture\.2\.weight.*has 2 entries"):
+        load([path], ["data.mixture.2.weight=1"])
+    with pytest.raises(ConfigError, match=r"nokey"):
+        load([path], ["data.mixture.0.nokey=1"])
+    with pytest.raises(ConfigError, match=r"data\.window.*not a list"):
+        load([path], ["data.window.0=1"])

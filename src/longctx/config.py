@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longctx.data.retrieval import RetrievalConfig
@@ -570,6 +570,9 @@ class _Source:
     name: str
     values: dict
     locations: dict[str, str]
+    list_item: tuple[str, Any] | None = None
+    """An override that indexes a list (`data.mixture.0.weight=2`): (dotted key, value),
+    applied with OmegaConf.update, since merging {'0': ...} into a list is a type error."""
 
 
 def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ExperimentConfig:
@@ -599,7 +602,10 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
     merged = cast(DictConfig, OmegaConf.structured(base))
     for source in sources:
         try:
-            merged = cast(DictConfig, OmegaConf.merge(merged, source.values))
+            if source.list_item is None:
+                merged = cast(DictConfig, OmegaConf.merge(merged, source.values))
+            else:
+                _update_list_item(merged, *source.list_item)
         except OmegaConfBaseException as error:
             raise _omegaconf_error(error, source, merged) from None
     try:
@@ -668,7 +674,27 @@ def _read_override(text: str) -> _Source:
         values = cast(dict, OmegaConf.to_container(OmegaConf.from_dotlist([text])))
     except OmegaConfBaseException as error:
         raise ConfigError(key, f"override {text!r} could not be parsed: {error}") from None
-    return _Source(f"override '{text}'", values, {key: f"override '{text}'"})
+    list_item = None
+    if any(part.isdigit() for part in key.split(".")):
+        leaf: Any = values
+        for part in key.split("."):
+            leaf = leaf[part]
+        list_item = (key, leaf)
+    return _Source(f"override '{text}'", values, {key: f"override '{text}'"}, list_item)
+
+
+def _update_list_item(merged: DictConfig, key: str, value: Any) -> None:
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not part.isdigit():
+            continue
+        parent = ".".join(parts[:depth])
+        node = OmegaConf.select(merged, parent)
+        if not isinstance(node, ListConfig):
+            raise ConfigError(key, f"{parent} is not a list, so {part!r} cannot index it")
+        if int(part) >= len(node):
+            raise ConfigError(key, f"{parent} has {len(node)} entries (indices 0-{len(node) - 1}); no entry {part}")
+    OmegaConf.update(merged, key, value, merge=True)
 
 
 def _key_lines(text: str) -> dict[str, int]:

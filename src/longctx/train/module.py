@@ -111,8 +111,9 @@ class LanguageModelModule(L.LightningModule):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self._llama()(batch["input_ids"], batch["position_ids"], batch["document_ids"])
 
-    def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens)."""
+    def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens),
+        both 0-dim tensors on the batch's device."""
         labels = batch["labels"].flatten()
         chunk_tokens = self.config.train.loss_chunk_tokens
         if chunk_tokens:
@@ -121,12 +122,15 @@ class LanguageModelModule(L.LightningModule):
         else:
             logits = self(batch)
             loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
-        return loss, int((labels != IGNORE_INDEX).sum())
+        return loss, (labels != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss_sum, labelled = self.summed_loss(batch)
         capacity = batch["labels"].numel()
-        self._step_totals += torch.tensor([loss_sum.item(), labelled, capacity], dtype=torch.float64)
+        # Accumulated on the batch's device: a .item() here would make every micro-batch wait
+        # for its forward to finish on the GPU; the one host read is per optimizer step.
+        totals = torch.stack([loss_sum.detach(), labelled, labelled.new_tensor(capacity)]).to(torch.float64)
+        self._step_totals = self._step_totals.to(totals.device) + totals
         return loss_sum / capacity
 
     def on_before_optimizer_step(self, optimizer) -> None:
