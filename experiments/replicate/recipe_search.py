@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from longctx.config import NiahConfig
+from longctx.data.packing import contract_from_blocks
 from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.llama import Llama, ModelConfig
@@ -35,6 +36,7 @@ parser.add_argument("--template", default="inventory")
 parser.add_argument("--niah-lengths", default="", help="comma-separated NIAH (paper task) lengths to test")
 parser.add_argument("--niah-tests", type=int, default=20)
 parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--packed", action="store_true", help="pack documents + EOS into rows of --window (doc mask)")
 parser.add_argument("--window", type=int, default=192)
 parser.add_argument("--batch", type=int, default=16)
 parser.add_argument("--steps", type=int, default=3000)
@@ -73,30 +75,42 @@ model = Llama(
         n_kv_heads=4,
         d_ff=4 * args.d_model,
         max_position=max(512, args.window, *niah_lengths),
-        attention_backend="sdpa",
+        attention_backend="varlen" if args.packed else "sdpa",
     )
 )
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
 filler = filler_sentences()
 index = 0
+stream: list[int] = []
 start = time.time()
 for step in range(1, args.steps + 1):
+    if args.packed:
+        while len(stream) < args.batch * (args.window + 1):
+            stream += tokenizer.encode(make_document(retrieval, index, filler).text) + [tokenizer.eos_id]
+            index += 1
+        take = args.batch * (args.window + 1)
+        blocks, stream = torch.tensor(stream[:take]).view(args.batch, args.window + 1), stream[take:]
+        packed = contract_from_blocks(blocks, tokenizer.eos_id, True)
+        inputs, labels = packed["input_ids"], packed["labels"]
+        positions, documents = packed["position_ids"], packed["document_ids"]
     rows = []
-    while len(rows) < args.batch:
+    while not args.packed and len(rows) < args.batch:
         ids = tokenizer.encode(make_document(retrieval, index, filler).text)
         index += 1
         if len(ids) <= args.window + 1:
             rows.append(ids)
-    length = max(map(len, rows))
+    length = max(map(len, rows), default=0)
     batch = torch.full((len(rows), length), -100)
     for i, ids in enumerate(rows):
         batch[i, : len(ids)] = torch.tensor(ids)
-    inputs, labels = batch[:, :-1].clamp(min=0), batch[:, 1:]
+    if not args.packed:
+        inputs, labels = batch[:, :-1].clamp(min=0), batch[:, 1:]
+        positions = documents = None
     lr = args.lr * min(1.0, step / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
     for group in optimizer.param_groups:
         group["lr"] = lr
     model.train()
-    loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(), ignore_index=-100)
+    loss = F.cross_entropy(model(inputs, positions, documents).flatten(0, 1), labels.flatten(), ignore_index=-100)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

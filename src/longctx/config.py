@@ -108,6 +108,10 @@ class DataConfig:
     """Tokens per packed row: the training context length L. 0 = model.max_position."""
     doc_mask: bool = True
     """True: positions reset and attention confined per document. False: plain causal row."""
+    packing: str = "stream"
+    """stream: rows are consecutive blocks of the shuffled token stream, documents cut at row
+    boundaries (STRING, TinyLlama). documents: whole documents per row, the rest padded;
+    longer ones split into rows of their own (data/packing.py)."""
     seed: int = 1234
     """Shuffling, packing and position-transform seed."""
     long_share: float = 0.0
@@ -165,6 +169,7 @@ class DataConfig:
                 "(the context the model is configured for) or shorten the window",
                 ("model.max_position",),
             )
+        _choice("data.packing", self.packing, ("stream", "documents"))
         _choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
         _positive_int("data.target_length", self.target_length)
         if self.position_transform != "none":  # target_length matters only to a transform

@@ -1,5 +1,6 @@
 """Packing: the batch contract, exact coverage of the token stream, world-size invariance."""
 
+import itertools
 import signal
 from contextlib import contextmanager
 from fractions import Fraction
@@ -17,6 +18,7 @@ from longctx.data.packing import (
     PackedRows,
     PackedSource,
     contract_from_blocks,
+    pad_documents_row,
     tokens_per_step,
 )
 
@@ -301,3 +303,60 @@ def test_resuming_at_a_huge_step_seeks_instead_of_replaying(tmp_path):
         source_row = (index // 5) * (3 if source == 0 else 2) + within_period
         expected = sources[source].read(source_row * 17, 17)[:-1]
         assert torch.equal(row, expected)
+
+
+def _document_rows(source, window, count, start=0):
+    rows = PackedRows([source], [1.0], window=window, eos_id=EOS, doc_mask=True, start_row=start, packing="documents")
+    return list(itertools.islice(iter(rows), count))
+
+
+def test_documents_packing_keeps_every_short_document_whole_and_in_order(tmp_path):
+    docs = random_documents(80, seed=6, high=60)  # some longer than a 41-token row
+    write_token_dataset(tmp_path, docs)
+    window, block = 40, 41
+    source = PackedSource(tmp_path, seed=2)
+    order = source.document_order(0)
+    rows_in_epoch = len(source.document_rows(0, block))
+    pieces = [source.read_row(r, block) for r in range(rows_in_epoch)]
+    # The rows partition the epoch's documents, in order, each row within its budget ...
+    assert torch.equal(torch.cat(pieces), torch.from_numpy(np.concatenate([docs[d] for d in order])).long())
+    assert all(0 < len(piece) <= block for piece in pieces)
+    # ... and a row is whole documents (starts at one, ends with EOS) or a piece of one long document.
+    for piece in pieces:
+        owners = sorted({int(t) // 1000 - 1 for t in piece if t != EOS})
+        if len(owners) == 1 and len(docs[owners[0]]) > block:
+            continue  # a piece of a long document
+        assert piece[-1] == EOS and int(piece[0]) % 1000 == 0  # starts a document, ends one
+        assert all(len(docs[d]) <= block for d in owners)
+    assert sum(len(d) > block for d in docs) > 0 and sum(len(d) <= block for d in docs) > 0
+    # The contract rows: valid batches whose padding carries no label.
+    rows = _document_rows(source, window, rows_in_epoch + 3)
+    for row, piece in zip(rows, pieces, strict=False):
+        check_batch({key: value[None] for key, value in row.items()})
+        assert torch.equal(row["input_ids"][: len(piece)], piece[:window])
+        assert (row["labels"][len(piece) - 1 :] == IGNORE_INDEX).all()
+    # rows after the first epoch come from epoch 1's order, and a resume seeks to them
+    resumed = _document_rows(PackedSource(tmp_path, seed=2), window, 3, start=rows_in_epoch)
+    for got, expected_row in zip(resumed, rows[rows_in_epoch:], strict=True):
+        assert torch.equal(got["input_ids"], expected_row["input_ids"])
+    assert not torch.equal(rows[rows_in_epoch]["input_ids"], rows[0]["input_ids"])
+
+
+def test_documents_packing_pads_with_one_unlabelled_segment():
+    tokens = torch.tensor([5, 6, EOS, 7, EOS])
+    row = pad_documents_row(tokens, block=9, eos_id=EOS, doc_mask=True)
+    check_batch({key: value[None] for key, value in row.items()})
+    assert row["input_ids"].tolist() == [5, 6, EOS, 7, EOS, EOS, EOS, EOS]
+    assert row["labels"].tolist() == [6, EOS, IGNORE_INDEX, EOS] + [IGNORE_INDEX] * 4
+    assert row["document_ids"].tolist() == [0, 0, 0, 1, 1, 2, 2, 2]
+    assert row["position_ids"].tolist() == [0, 1, 2, 0, 1, 0, 1, 2]
+    full = pad_documents_row(torch.tensor([5, 6, 7, EOS]), block=4, eos_id=EOS, doc_mask=True)
+    assert full["labels"].tolist() == [6, 7, EOS]
+    with pytest.raises(ValueError, match="at most 4"):
+        pad_documents_row(torch.arange(1, 6), block=4, eos_id=EOS, doc_mask=True)
+
+
+def test_unknown_packing_is_refused(tmp_path):
+    write_token_dataset(tmp_path, random_documents(5, seed=1))
+    with pytest.raises(ValueError, match="packing"):
+        PackedRows([PackedSource(tmp_path, seed=0)], [1.0], window=8, eos_id=EOS, doc_mask=True, packing="greedy")

@@ -22,6 +22,21 @@ A block x[0..T] becomes one row of the contract:
     doc_mask=false (TinyLlama/litgpt: EOS-separated, plain causal)
       document_ids  0 everywhere;  position_ids 0..T-1
 
+Packing `documents` (`data.packing`, after Ding et al. 2024, "Fewer Truncations Improve
+Language Modeling"): rows hold whole documents instead of stream blocks. The epoch's
+documents, in the same shuffled order, fill rows greedily: a document goes into the
+current row if it fits in its `window + 1` tokens, else it starts the next row; a document
+longer than a row fills rows of its own, cut into `window + 1`-token pieces. The unused end
+of a row is padding: one padding segment (its own document id, positions from 0) of EOS
+inputs whose labels are all -100, so it trains nothing and no real token attends to it.
+The cost is the padding (with the CPU replication's documents: a quarter to a third of a
+row); the gain is that a document shorter than the window is never cut, so a question and
+the facts it asks for are always in one row when the window can hold them. The `stream`
+default cuts every document a row boundary crosses (the usual pretraining packing, and
+STRING's): its second piece asks for facts it cannot see. A row is located by the row
+tables of the epochs before it (one greedy pass over the documents per epoch), so a resume
+costs O(documents) per epoch skipped instead of the stream's closed form.
+
 Order. litdata's distributed split hands each rank a contiguous range of items, so the
 rows of one optimizer step would change with the world size and a 2-GPU run could not
 reproduce a 1-GPU run. Here global row k is the same row in every run with the same seed,
@@ -56,6 +71,8 @@ from longctx.data import storage
 from longctx.data.transforms import PositionTransform
 
 LENGTHS_FILE = "lengths.npy"
+PACKINGS = ("stream", "documents")
+"""`data.packing`: stream blocks (documents cut at row boundaries) | whole documents per row."""
 
 
 def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
@@ -114,6 +131,12 @@ class PackedSource:
         self._epoch = -1  # no epoch loaded yet: _order/_ends are filled by _use_epoch
         self._order: np.ndarray = np.empty(0, dtype=np.int64)
         self._ends: np.ndarray = np.empty(0, dtype=np.int64)
+        # packing=documents: rows per epoch (filled in order as rows are asked for) and the
+        # row table of one epoch, for rows of `_table_block` tokens.
+        self._epoch_rows: list[int] = []
+        self._table_block = 0
+        self._table_epoch = -1
+        self._table: np.ndarray = np.empty((0, 3), dtype=np.int64)
 
     def document_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -141,6 +164,69 @@ class PackedSource:
             offset += len(piece)
             count -= len(piece)
         return torch.cat(pieces).long()
+
+    def document_rows(self, epoch: int, block: int) -> np.ndarray:
+        """The rows of `epoch` under packing=documents: int64 [rows, 3] of (first slot, end
+        slot, piece) into `document_order(epoch)`; piece -1 = whole documents first..end-1,
+        piece p >= 0 = tokens [p block, (p + 1) block) of the one longer document `first`."""
+        lengths = self.lengths[self.document_order(epoch)]
+        rows: list[tuple[int, int, int]] = []
+        first, used = 0, 0
+        for slot, length in enumerate(lengths.tolist()):
+            if length > block:
+                if used:
+                    rows.append((first, slot, -1))
+                rows += [(slot, slot + 1, piece) for piece in range(-(-length // block))]
+                first, used = slot + 1, 0
+            elif used + length > block:
+                rows.append((first, slot, -1))
+                first, used = slot, length
+            else:
+                used += length
+        if used:
+            rows.append((first, len(lengths), -1))
+        return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+    def read_row(self, row: int, block: int) -> torch.Tensor:
+        """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
+        if block != self._table_block:
+            self._epoch_rows, self._table_block, self._table_epoch = [], block, -1
+        epoch = 0
+        while True:
+            if epoch == len(self._epoch_rows):
+                self._epoch_rows.append(len(self.document_rows(epoch, block)))
+            if row < self._epoch_rows[epoch]:
+                break
+            row -= self._epoch_rows[epoch]
+            epoch += 1
+        if epoch != self._table_epoch:
+            self._table, self._table_epoch = self.document_rows(epoch, block), epoch
+            self._use_epoch(epoch)
+        first, end, piece = (int(value) for value in self._table[row])
+        if piece >= 0:
+            tokens = np.asarray(self.documents[int(self._order[first])])[piece * block : (piece + 1) * block]
+            return torch.as_tensor(tokens).long()
+        return torch.cat(
+            [torch.as_tensor(np.asarray(self.documents[int(self._order[slot])])) for slot in range(first, end)]
+        ).long()
+
+
+def pad_documents_row(tokens: torch.Tensor, block: int, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
+    """The contract row of `tokens` (<= block, ending in EOS when shorter) padded to `block`:
+    the padding is one segment of EOS inputs with label -100 and positions from 0."""
+    real = len(tokens)
+    if real > block:
+        raise ValueError(f"a row holds at most {block} tokens, got {real}")
+    padded = torch.full((1, block), eos_id, dtype=torch.long)
+    padded[0, :real] = tokens
+    contract = {key: value[0] for key, value in contract_from_blocks(padded, eos_id, doc_mask).items()}
+    if real < block:
+        contract["labels"][max(real - 1, 0) :] = IGNORE_INDEX
+        if doc_mask and real < block - 1:
+            padding = torch.arange(block - 1 - real)
+            contract["document_ids"][real:] = contract["document_ids"][real]
+            contract["position_ids"][real:] = padding
+    return contract
 
 
 def _grouped_permutation(n: int, group_size: int, rng: np.random.Generator) -> np.ndarray:
@@ -206,16 +292,19 @@ class PackedRows(torch.utils.data.IterableDataset):
         world_size: int = 1,
         start_row: int = 0,
         transform: PositionTransform | None = None,
+        packing: str = "stream",
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         if len(sources) != len(weights):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
+        if packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
         Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
-        self.transform = transform
+        self.transform, self.packing = transform, packing
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank, from the
@@ -228,9 +317,13 @@ class PackedRows(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
         for index, source, row in self.global_rows():
-            tokens = self.sources[source].read(row * block, block)
-            contract = contract_from_blocks(tokens[None], self.eos_id, self.doc_mask)
-            contract = {key: value[0] for key, value in contract.items()}
+            if self.packing == "documents":
+                contract = pad_documents_row(
+                    self.sources[source].read_row(row, block), block, self.eos_id, self.doc_mask
+                )
+            else:
+                tokens = self.sources[source].read(row * block, block)
+                contract = {k: v[0] for k, v in contract_from_blocks(tokens[None], self.eos_id, self.doc_mask).items()}
             yield contract if self.transform is None else self.transform.apply(contract, index)
 
 

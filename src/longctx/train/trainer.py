@@ -152,6 +152,7 @@ class PackedDataModule(L.LightningDataModule):
             world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
+            packing=data.packing,
         )
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
 
