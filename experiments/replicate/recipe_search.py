@@ -86,7 +86,7 @@ start = time.time()
 for step in range(1, args.steps + 1):
     if args.packed:
         while len(stream) < args.batch * (args.window + 1):
-            stream += tokenizer.encode(make_document(retrieval, index, filler).text) + [tokenizer.eos_id]
+            stream += [*tokenizer.encode(make_document(retrieval, index, filler).text), tokenizer.eos_id]
             index += 1
         take = args.batch * (args.window + 1)
         blocks, stream = torch.tensor(stream[:take]).view(args.batch, args.window + 1), stream[take:]

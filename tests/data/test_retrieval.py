@@ -81,8 +81,8 @@ def test_text_is_disjoint_from_the_niah_tasks():
 
 def test_niah_template_is_the_paper_tasks_wording():
     paper = niah.TASKS["paper"]
-    assert NIAH_NEEDLE + " " == paper.needle.format(value="{value}")
-    assert NIAH_LIST_QUESTION == paper.question + paper.answer_prefix + " "
+    assert paper.needle.format(value="{value}") == NIAH_NEEDLE + " "
+    assert paper.question + paper.answer_prefix + " " == NIAH_LIST_QUESTION
 
 
 def test_niah_template_documents_list_every_needle_in_order():
