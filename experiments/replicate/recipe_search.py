@@ -36,6 +36,7 @@ parser.add_argument("--template", default="inventory")
 parser.add_argument("--niah-lengths", default="", help="comma-separated NIAH (paper task) lengths to test")
 parser.add_argument("--niah-tests", type=int, default=20)
 parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--packed", action="store_true", help="pack documents + EOS into rows of --window (doc mask)")
 parser.add_argument("--window", type=int, default=192)
 parser.add_argument("--batch", type=int, default=16)
@@ -50,7 +51,7 @@ parser.add_argument("--save", default="")
 args = parser.parse_args()
 
 torch.set_num_threads(args.threads)
-torch.manual_seed(0)
+torch.manual_seed(args.seed)
 tokenizer = load_tokenizer("bpe-512")
 retrieval = RetrievalConfig(
     documents=10**9,
