@@ -77,12 +77,11 @@ def final_fi(out_dir: Path) -> dict:
     return dict(np.load(out_dir / "fi" / f"fi-step-{STEPS:07d}.npz"))
 
 
-def expected_fi(workspace: Path) -> PositionFrequency:
+def expected_fi(workspace: Path, packing: str = "stream") -> PositionFrequency:
     """f(i) recounted from the rows the run consumed: STEPS x 8 global rows, in order."""
     source = PackedSource(workspace / "data", seed=1234)
-    rows = PackedRows(
-        [source], [1.0], window=64, eos_id=load_tokenizer(str(workspace / "tokenizer.json")).eos_id, doc_mask=True
-    )
+    eos_id = load_tokenizer(str(workspace / "tokenizer.json")).eos_id
+    rows = PackedRows([source], [1.0], window=64, eos_id=eos_id, doc_mask=True, packing=packing)
     counts = PositionFrequency(64, max_position=64)
     for row in itertools.islice(rows, STEPS * 8):
         counts.update({key: value[None] for key, value in row.items()})
@@ -136,6 +135,16 @@ def test_fi_totals_equal_a_recount_of_the_consumed_rows(workspace, reference):
     assert np.array_equal(saved["relative"], expected.relative.numpy())
     assert np.array_equal(saved["absolute"], expected.absolute.numpy())
     assert int(saved["tokens_seen"]) == STEPS * 512
+
+
+def test_documents_packing_trains_whole_documents_and_counts_no_padding(workspace, tmp_path):
+    out = tmp_path / "documents"
+    finish(launch(overrides(workspace, out, **{"data.packing": "documents"})))
+    expected = expected_fi(workspace, packing="documents")
+    saved = final_fi(out)
+    assert np.array_equal(saved["relative"], expected.relative.numpy())
+    # padding carries no label, so fewer queries are counted than in the stream run
+    assert expected.relative[0] < expected_fi(workspace).relative[0]
 
 
 def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
