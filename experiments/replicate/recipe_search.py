@@ -37,6 +37,9 @@ parser.add_argument("--niah-lengths", default="", help="comma-separated NIAH (pa
 parser.add_argument("--niah-tests", type=int, default=20)
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--decay", choices=("all", "matrices"), default="all", help="weight decay on every parameter or on >= 2-D ones (the trainer's)")
+parser.add_argument("--eos", action="store_true", help="end every document with EOS (as prepared data does)")
+parser.add_argument("--first-document", type=int, default=0, help="index of the first training document")
 parser.add_argument("--packed", action="store_true", help="pack documents + EOS into rows of --window (doc mask)")
 parser.add_argument("--window", type=int, default=192)
 parser.add_argument("--batch", type=int, default=16)
@@ -79,9 +82,16 @@ model = Llama(
         attention_backend="varlen" if args.packed else "sdpa",
     )
 )
-optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+if args.decay == "all":
+    groups = [{"params": list(model.parameters()), "weight_decay": 0.1}]
+else:
+    groups = [
+        {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0},
+    ]
+optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
 filler = filler_sentences()
-index = 0
+index = args.first_document
 stream: list[int] = []
 start = time.time()
 for step in range(1, args.steps + 1):
@@ -96,7 +106,7 @@ for step in range(1, args.steps + 1):
         positions, documents = packed["position_ids"], packed["document_ids"]
     rows = []
     while not args.packed and len(rows) < args.batch:
-        ids = tokenizer.encode(make_document(retrieval, index, filler).text)
+        ids = tokenizer.encode(make_document(retrieval, index, filler).text) + ([tokenizer.eos_id] if args.eos else [])
         index += 1
         if len(ids) <= args.window + 1:
             rows.append(ids)
