@@ -39,6 +39,8 @@ parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--decay", choices=("all", "matrices"), default="all", help="weight decay on every parameter or on >= 2-D ones (the trainer's)")
 parser.add_argument("--eos", action="store_true", help="end every document with EOS (as prepared data does)")
+parser.add_argument("--rows-from", default="", help="a prepared dataset: train on its documents-packing rows (the trainer's)")
+parser.add_argument("--drop-pieces", action="store_true", help="with --rows-from: skip rows holding a piece of a longer document")
 parser.add_argument("--first-document", type=int, default=0, help="index of the first training document")
 parser.add_argument("--packed", action="store_true", help="pack documents + EOS into rows of --window (doc mask)")
 parser.add_argument("--window", type=int, default=192)
@@ -79,7 +81,7 @@ model = Llama(
         n_kv_heads=4,
         d_ff=4 * args.d_model,
         max_position=max(512, args.window, *niah_lengths),
-        attention_backend="varlen" if args.packed else "sdpa",
+        attention_backend="varlen" if args.packed or args.rows_from else "sdpa",
     )
 )
 if args.decay == "all":
@@ -93,9 +95,31 @@ optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
 filler = filler_sentences()
 index = args.first_document
 stream: list[int] = []
+trainer_rows = None
+if args.rows_from:
+    from longctx.data.packing import PackedRows, PackedSource
+
+    source = PackedSource(args.rows_from, seed=args.seed)
+    trainer_rows = iter(
+        PackedRows([source], [1.0], window=args.window, eos_id=tokenizer.eos_id, doc_mask=True, packing="documents")
+    )
+    if args.drop_pieces:
+        from longctx.data.packing import pad_documents_row
+
+        table = source.document_rows(0, args.window + 1)
+        whole = [r for r in range(len(table)) if table[r, 2] < 0]
+        trainer_rows = (
+            pad_documents_row(source.read_row(r, args.window + 1), args.window + 1, tokenizer.eos_id, True)
+            for r in whole
+        )
 start = time.time()
 for step in range(1, args.steps + 1):
-    if args.packed:
+    if trainer_rows is not None:
+        taken = [next(trainer_rows) for _ in range(args.batch)]
+        inputs, labels, positions, documents = (
+            torch.stack([row[key] for row in taken]) for key in ("input_ids", "labels", "position_ids", "document_ids")
+        )
+    elif args.packed:
         while len(stream) < args.batch * (args.window + 1):
             stream += [*tokenizer.encode(make_document(retrieval, index, filler).text), tokenizer.eos_id]
             index += 1
@@ -105,7 +129,7 @@ for step in range(1, args.steps + 1):
         inputs, labels = packed["input_ids"], packed["labels"]
         positions, documents = packed["position_ids"], packed["document_ids"]
     rows = []
-    while not args.packed and len(rows) < args.batch:
+    while not args.packed and trainer_rows is None and len(rows) < args.batch:
         ids = tokenizer.encode(make_document(retrieval, index, filler).text) + ([tokenizer.eos_id] if args.eos else [])
         index += 1
         if len(ids) <= args.window + 1:
@@ -114,7 +138,7 @@ for step in range(1, args.steps + 1):
     batch = torch.full((len(rows), length), -100)
     for i, ids in enumerate(rows):
         batch[i, : len(ids)] = torch.tensor(ids)
-    if not args.packed:
+    if not args.packed and trainer_rows is None:
         inputs, labels = batch[:, :-1].clamp(min=0), batch[:, 1:]
         positions = documents = None
     lr = args.lr * min(1.0, step / args.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))

@@ -112,6 +112,9 @@ class DataConfig:
     """stream: rows are consecutive blocks of the shuffled token stream, documents cut at row
     boundaries (STRING, TinyLlama). documents: whole documents per row, the rest padded;
     longer ones split into rows of their own (data/packing.py)."""
+    long_documents: str = "split"
+    """packing=documents: a document longer than a row is split into rows of its own
+    (split) or left out (drop)."""
     seed: int = 1234
     """Shuffling, packing and position-transform seed."""
     long_share: float = 0.0
@@ -170,6 +173,7 @@ class DataConfig:
                 ("model.max_position",),
             )
         _choice("data.packing", self.packing, ("stream", "documents"))
+        _choice("data.long_documents", self.long_documents, ("split", "drop"))
         _choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
         _positive_int("data.target_length", self.target_length)
         if self.position_transform != "none":  # target_length matters only to a transform

@@ -11,6 +11,7 @@ import torch
 from litdata import optimize
 
 from longctx.batch import check_batch
+from longctx.errors import DataError
 from longctx.data.packing import (
     IGNORE_INDEX,
     LENGTHS_FILE,
@@ -340,6 +341,26 @@ def test_documents_packing_keeps_every_short_document_whole_and_in_order(tmp_pat
     for got, expected_row in zip(resumed, rows[rows_in_epoch:], strict=True):
         assert torch.equal(got["input_ids"], expected_row["input_ids"])
     assert not torch.equal(rows[rows_in_epoch]["input_ids"], rows[0]["input_ids"])
+
+
+def test_documents_packing_can_drop_long_documents(tmp_path):
+    docs = random_documents(60, seed=9, high=60)
+    write_token_dataset(tmp_path, docs)
+    block = 41
+    source = PackedSource(tmp_path, seed=4)
+    order = source.document_order(0)
+    table = source.document_rows(0, block, "drop")
+    pieces = [source.read_row(r, block, "drop") for r in range(len(table))]
+    kept = [d for d in order if len(docs[d]) <= block]
+    assert len(kept) < len(order)  # some documents are too long and left out
+    assert torch.equal(torch.cat(pieces), torch.from_numpy(np.concatenate([docs[d] for d in kept])).long())
+    rows = PackedRows(
+        [source], [1.0], window=block - 1, eos_id=EOS, doc_mask=True, packing="documents", long_documents="drop"
+    )
+    first = next(iter(rows))
+    assert torch.equal(first["input_ids"][: len(pieces[0])], pieces[0][: block - 1])
+    with pytest.raises(DataError, match="no document fits a row of 1 tokens"):
+        source.read_row(0, 1, "drop")
 
 
 def test_documents_packing_pads_with_one_unlabelled_segment():

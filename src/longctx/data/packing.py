@@ -26,7 +26,10 @@ Packing `documents` (`data.packing`, after Ding et al. 2024, "Fewer Truncations 
 Language Modeling"): rows hold whole documents instead of stream blocks. The epoch's
 documents, in the same shuffled order, fill rows greedily: a document goes into the
 current row if it fits in its `window + 1` tokens, else it starts the next row; a document
-longer than a row fills rows of its own, cut into `window + 1`-token pieces. The unused end
+longer than a row fills rows of its own, cut into `window + 1`-token pieces, or with
+`data.long_documents: drop` is left out (a piece of a retrieval document can ask for facts
+that are in another piece: docs/replication.md measured that 18% of such rows keep a
+2-layer model at chance). The unused end
 of a row is padding: one padding segment (its own document id, positions from 0) of EOS
 inputs whose labels are all -100, so it trains nothing and no real token attends to it.
 The cost is the padding (with the CPU replication's documents: a quarter to a third of a
@@ -69,6 +72,7 @@ from litdata import StreamingDataset
 from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.transforms import PositionTransform
+from longctx.errors import DataError
 
 LENGTHS_FILE = "lengths.npy"
 PACKINGS = ("stream", "documents")
@@ -132,9 +136,9 @@ class PackedSource:
         self._order: np.ndarray = np.empty(0, dtype=np.int64)
         self._ends: np.ndarray = np.empty(0, dtype=np.int64)
         # packing=documents: rows per epoch (filled in order as rows are asked for) and the
-        # row table of one epoch, for rows of `_table_block` tokens.
+        # row table of one epoch, for the (row tokens, long_documents) in `_table_key`.
         self._epoch_rows: list[int] = []
-        self._table_block = 0
+        self._table_key: tuple[int, str] = (0, "")
         self._table_epoch = -1
         self._table: np.ndarray = np.empty((0, 3), dtype=np.int64)
 
@@ -165,10 +169,11 @@ class PackedSource:
             count -= len(piece)
         return torch.cat(pieces).long()
 
-    def document_rows(self, epoch: int, block: int) -> np.ndarray:
+    def document_rows(self, epoch: int, block: int, long_documents: str = "split") -> np.ndarray:
         """The rows of `epoch` under packing=documents: int64 [rows, 3] of (first slot, end
         slot, piece) into `document_order(epoch)`; piece -1 = whole documents first..end-1,
-        piece p >= 0 = tokens [p block, (p + 1) block) of the one longer document `first`."""
+        piece p >= 0 = tokens [p block, (p + 1) block) of the one longer document `first`.
+        long_documents="drop" leaves documents longer than `block` out instead of splitting."""
         lengths = self.lengths[self.document_order(epoch)]
         rows: list[tuple[int, int, int]] = []
         first, used = 0, 0
@@ -176,7 +181,8 @@ class PackedSource:
             if length > block:
                 if used:
                     rows.append((first, slot, -1))
-                rows += [(slot, slot + 1, piece) for piece in range(-(-length // block))]
+                if long_documents == "split":
+                    rows += [(slot, slot + 1, piece) for piece in range(-(-length // block))]
                 first, used = slot + 1, 0
             elif used + length > block:
                 rows.append((first, slot, -1))
@@ -187,20 +193,23 @@ class PackedSource:
             rows.append((first, len(lengths), -1))
         return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
-    def read_row(self, row: int, block: int) -> torch.Tensor:
+    def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
         """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
-        if block != self._table_block:
-            self._epoch_rows, self._table_block, self._table_epoch = [], block, -1
+        if (block, long_documents) != self._table_key:
+            self._epoch_rows, self._table_key, self._table_epoch = [], (block, long_documents), -1
         epoch = 0
         while True:
             if epoch == len(self._epoch_rows):
-                self._epoch_rows.append(len(self.document_rows(epoch, block)))
+                count = len(self.document_rows(epoch, block, long_documents))
+                if count == 0:
+                    raise DataError(f"{self.path}: no document fits a row of {block} tokens (data.long_documents=drop)")
+                self._epoch_rows.append(count)
             if row < self._epoch_rows[epoch]:
                 break
             row -= self._epoch_rows[epoch]
             epoch += 1
         if epoch != self._table_epoch:
-            self._table, self._table_epoch = self.document_rows(epoch, block), epoch
+            self._table, self._table_epoch = self.document_rows(epoch, block, long_documents), epoch
             self._use_epoch(epoch)
         first, end, piece = (int(value) for value in self._table[row])
         if piece >= 0:
@@ -293,6 +302,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         start_row: int = 0,
         transform: PositionTransform | None = None,
         packing: str = "stream",
+        long_documents: str = "split",
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
@@ -304,7 +314,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
-        self.transform, self.packing = transform, packing
+        self.transform, self.packing, self.long_documents = transform, packing, long_documents
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank, from the
@@ -319,7 +329,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         for index, source, row in self.global_rows():
             if self.packing == "documents":
                 contract = pad_documents_row(
-                    self.sources[source].read_row(row, block), block, self.eos_id, self.doc_mask
+                    self.sources[source].read_row(row, block, self.long_documents), block, self.eos_id, self.doc_mask
                 )
             else:
                 tokens = self.sources[source].read(row * block, block)

@@ -153,6 +153,7 @@ class PackedDataModule(L.LightningDataModule):
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
             packing=data.packing,
+            long_documents=data.long_documents,
         )
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
 
