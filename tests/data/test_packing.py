@@ -11,7 +11,6 @@ import torch
 from litdata import optimize
 
 from longctx.batch import check_batch
-from longctx.errors import DataError
 from longctx.data.packing import (
     IGNORE_INDEX,
     LENGTHS_FILE,
@@ -22,6 +21,7 @@ from longctx.data.packing import (
     pad_documents_row,
     tokens_per_step,
 )
+from longctx.errors import DataError
 
 EOS = 0
 
