@@ -381,3 +381,5 @@ def test_unknown_packing_is_refused(tmp_path):
     write_token_dataset(tmp_path, random_documents(5, seed=1))
     with pytest.raises(ValueError, match="packing"):
         PackedRows([PackedSource(tmp_path, seed=0)], [1.0], window=8, eos_id=EOS, doc_mask=True, packing="greedy")
+    with pytest.raises(ValueError, match="long_documents"):
+        PackedRows([PackedSource(tmp_path, seed=0)], [1.0], window=8, eos_id=EOS, doc_mask=True, long_documents="Drop")

@@ -77,6 +77,8 @@ from longctx.errors import DataError
 LENGTHS_FILE = "lengths.npy"
 PACKINGS = ("stream", "documents")
 """`data.packing`: stream blocks (documents cut at row boundaries) | whole documents per row."""
+LONG_DOCUMENTS = ("split", "drop")
+"""`data.long_documents` (packing=documents): split a document longer than a row | leave it out."""
 
 
 def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
@@ -199,18 +201,18 @@ class PackedSource:
             self._epoch_rows, self._table_key, self._table_epoch = [], (block, long_documents), -1
         epoch = 0
         while True:
-            if epoch == len(self._epoch_rows):
-                count = len(self.document_rows(epoch, block, long_documents))
-                if count == 0:
+            if epoch == len(self._epoch_rows):  # first visit: its table is counted and kept
+                self._table, self._table_epoch = self.document_rows(epoch, block, long_documents), epoch
+                if len(self._table) == 0:
                     raise DataError(f"{self.path}: no document fits a row of {block} tokens (data.long_documents=drop)")
-                self._epoch_rows.append(count)
+                self._epoch_rows.append(len(self._table))
             if row < self._epoch_rows[epoch]:
                 break
             row -= self._epoch_rows[epoch]
             epoch += 1
         if epoch != self._table_epoch:
             self._table, self._table_epoch = self.document_rows(epoch, block, long_documents), epoch
-            self._use_epoch(epoch)
+        self._use_epoch(epoch)
         first, end, piece = (int(value) for value in self._table[row])
         if piece >= 0:
             tokens = np.asarray(self.documents[int(self._order[first])])[piece * block : (piece + 1) * block]
@@ -310,6 +312,8 @@ class PackedRows(torch.utils.data.IterableDataset):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
         if packing not in PACKINGS:
             raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
+        if long_documents not in LONG_DOCUMENTS:
+            raise ValueError(f"long_documents must be one of {LONG_DOCUMENTS}, got {long_documents!r}")
         Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
