@@ -74,3 +74,47 @@ def test_source_without_usable_documents(tmp_path, tokenizer_path):
     corpus.write_text(json.dumps({"text": "   "}) + "\n")
     with pytest.raises(ValueError, match="yielded no usable document"):
         prepare(str(corpus), tmp_path / "out", str(tokenizer_path), verbose=False)
+
+
+def _prepare_slowly(directory, log_path):
+    """A stand-in for prepare_retrieval: logs its start and end, takes 0.5 s, writes a complete manifest."""
+    import json
+    import time
+    from pathlib import Path
+
+    from longctx.data.prepare import MANIFEST_FILE
+
+    with open(log_path, "a") as log:
+        log.write(f"start {time.monotonic()}\n")
+    time.sleep(0.5)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    (Path(directory) / MANIFEST_FILE).write_text(json.dumps({"complete": True}))
+    with open(log_path, "a") as log:
+        log.write(f"end {time.monotonic()}\n")
+
+
+def test_concurrent_launches_prepare_a_retrieval_source_once(tmp_path, monkeypatch):
+    """Two processes asking for the same generated source: one prepares, the other waits
+    for it (a file lock) and finds it complete, so nobody reads a half-written dataset."""
+    import multiprocessing
+
+    from longctx.config import DataSource
+    from longctx.data import sources
+
+    log_path = tmp_path / "log.txt"
+    monkeypatch.setattr(
+        sources, "prepare_retrieval", lambda source, directory, *args: _prepare_slowly(directory, log_path)
+    )
+    directory = tmp_path / "retrieval-x"
+    context = multiprocessing.get_context("fork")
+    workers = [
+        context.Process(target=sources._prepare_once, args=(directory, None, "bpe-512", DataSource(kind="retrieval")))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=30)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    events = log_path.read_text().split()
+    assert events[0::2] == ["start", "end"], f"prepared more than once: {events}"

@@ -8,14 +8,20 @@ An empty `data.path` means the embedded corpus: it is prepared on first use into
 `$LONGCTX_CACHE/data/embedded-<tokenizer fingerprint>` (default `~/.cache/longctx`), once
 per machine. Under torchrun, local rank 0 prepares while the other ranks wait for its
 manifest, so a multi-process launch never tokenises twice or reads half-written chunks.
+Separate launches on one machine (two `longctx pretrain` commands, a sweep's agents) take
+an exclusive file lock beside the directory, so only the first prepares and the others
+wait for it and then read the finished dataset.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -51,12 +57,31 @@ def prepare_retrieval(source: DataSource, directory: Path, tokenizer: Tokenizer,
     return prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
 
 
+@contextlib.contextmanager
+def _exclusive(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `<parent>/.<name>.lock` (local directories only): without it
+    two processes tokenise into the same directory and one reads the other's half-written
+    litdata index (seen as a JSONDecodeError in `optimize`)."""
+    if storage.is_remote(directory):
+        yield
+        return
+    lock_path = Path(directory).parent / f".{Path(directory).name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _prepare_once(directory: Path, tokenizer: Tokenizer, spec: str, source: DataSource | None = None) -> None:
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        if source is None:
-            prepare("embedded", directory, spec)
-        elif not (read_manifest(directory) or {}).get("complete"):
-            prepare_retrieval(source, directory, tokenizer, spec)
+        with _exclusive(directory):
+            if source is None:
+                prepare("embedded", directory, spec)
+            elif not (read_manifest(directory) or {}).get("complete"):
+                prepare_retrieval(source, directory, tokenizer, spec)
         return
     deadline = time.monotonic() + WAIT_FOR_PREPARE_S
     while not (read_manifest(directory) or {}).get("complete"):
