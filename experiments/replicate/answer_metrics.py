@@ -6,14 +6,11 @@ python experiments/replicate/answer_metrics.py CKPT experiments/replicate/cpu_ba
 import json
 import sys
 
-import torch
-
 from longctx.config import load
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.probes.retrieval_answers import answer_metrics
 
-torch.set_num_threads(2)
 checkpoint, *items = sys.argv[1:]
 config = load([i for i in items if "=" not in i], [i for i in items if "=" in i])
 source = next(s for s in config.data.mixture if s.kind == "retrieval")
