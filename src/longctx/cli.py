@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from longctx import config as config_module
-from longctx.errors import DataError, LongctxError
+from longctx.errors import ConfigError, DataError, LongctxError
 from longctx.runtime import tune_cpu_allocator
 
 
@@ -174,7 +174,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluation_setup(items: list[str]):
+def _evaluation_setup(items: list[str], checkpoints: list[str]):
     from longctx.data.tokenizer import load_tokenizer
     from longctx.niah.evaluation import load_haystack
 
@@ -184,8 +184,42 @@ def _evaluation_setup(items: list[str]):
         import torch
 
         torch.set_num_threads(cfg.eval.threads)
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer = load_tokenizer(_trained_tokenizer(cfg.data.tokenizer, checkpoints))
     return cfg, tokenizer, load_haystack(cfg, tokenizer)
+
+
+def _trained_tokenizer(configured: str, checkpoints: list[str]) -> str:
+    """The tokenizer NIAH prompts are written in: the one the checkpoints were trained with
+    (their recorded data.tokenizer), so `longctx niah CKPT` needs no config for a model
+    trained with a non-default tokenizer. A configured data.tokenizer other than the default
+    that disagrees with the recorded one is an error, as are checkpoints that disagree."""
+    from longctx.config import DataConfig
+    from longctx.model.checkpoint import experiment_settings
+
+    recorded = {}
+    for path in checkpoints:
+        name = ((experiment_settings(path) or {}).get("data") or {}).get("tokenizer")
+        if name:
+            recorded[path] = name
+    if len(set(recorded.values())) > 1:
+        listing = ", ".join(f"{path}: {name}" for path, name in recorded.items())
+        raise ConfigError("data.tokenizer", f"the checkpoints were trained with different tokenizers ({listing})")
+    if not recorded:
+        return configured
+    path, name = next(iter(recorded.items()))
+    if configured not in (name, DataConfig.tokenizer):
+        raise ConfigError("data.tokenizer", f"is {configured}, but {path} was trained with {name}")
+    return name
+
+
+def _check_vocabulary(tokenizer, model, path: str) -> None:
+    """A prompt token the model has no embedding for would fail deep in the forward pass."""
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(
+            "data.tokenizer",
+            f"{tokenizer.name} has {tokenizer.vocab_size} tokens but {path} has vocab_size {model.config.vocab_size}; "
+            "set data.tokenizer to the tokenizer it was trained with",
+        )
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -200,8 +234,9 @@ def cmd_niah(args: argparse.Namespace) -> int:
     )
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
-    cfg, tokenizer, haystack = _evaluation_setup(items)
+    cfg, tokenizer, haystack = _evaluation_setup(items, [args.checkpoint])
     model = load_model(args.checkpoint).to(evaluation_device(cfg))
+    _check_vocabulary(tokenizer, model, args.checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
@@ -216,12 +251,13 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
     from longctx.niah.evaluation import format_table, method_table
 
-    cfg, tokenizer, haystack = _evaluation_setup(args.items)
+    cfg, tokenizer, haystack = _evaluation_setup(args.items, args.checkpoints)
     methods = args.methods.split(",")
-    models = {
-        Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name: load_model(path)
-        for path in args.checkpoints
-    }
+    models = {}
+    for path in args.checkpoints:
+        model = load_model(path)
+        _check_vocabulary(tokenizer, model, path)
+        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = model
     table = method_table(models, methods, cfg, tokenizer, haystack)
     text = format_table(table, methods)
     print(text)
@@ -406,7 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # `longctx niah CKPT --out DIR key=value`: argparse stops filling the positional
+    # CFG.yaml|key=value list at the first option; what follows the options joins it, in order.
+    if extra and isinstance(getattr(args, "items", None), list) and not any(a.startswith("-") for a in extra):
+        args.items = [*args.items, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     tune_cpu_allocator()  # reuse freed activation memory (runtime.py: 12% of a CPU training step)
     try:
         return args.run(args)

@@ -175,3 +175,46 @@ def test_niah_lengths_evaluates_every_given_length_without_the_search(checkpoint
 def test_niah_lengths_must_be_positive(checkpoint, haystack_file, tmp_path, capsys):
     assert main(["niah", str(checkpoint), *eval_args(haystack_file), "eval.niah.lengths=[128,0]"]) == 2
     assert "eval.niah.lengths" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def bpe512_checkpoint(tmp_path_factory):
+    """A Lightning-layout checkpoint of a vocabulary-512 model whose run recorded data.tokenizer=bpe-512."""
+    from longctx.config import ExperimentConfig, as_dict
+    from longctx.model.config import config_dict
+
+    model = Llama(ModelConfig.from_preset("debug", vocab_size=512, max_position=512))
+    experiment = as_dict(ExperimentConfig())
+    experiment["data"]["tokenizer"] = "bpe-512"
+    path = tmp_path_factory.mktemp("ckpt") / "last.ckpt"
+    torch.save(
+        {
+            "state_dict": {f"model.{name}": tensor for name, tensor in model.state_dict().items()},
+            "hyper_parameters": {"config": experiment, "model": config_dict(model.config)},
+        },
+        path,
+    )
+    return path
+
+
+def test_niah_command_writes_prompts_in_the_checkpoints_tokenizer(bpe512_checkpoint, haystack_file, tmp_path):
+    """No data.tokenizer given: the prompts use the recorded bpe-512 (the default bpe-8192 would
+    index past the 512-row embedding); overrides may follow the options."""
+    out = tmp_path / "eval"
+    assert main(["niah", str(bpe512_checkpoint), "--lengths", "256", "--out", str(out), *eval_args(haystack_file)]) == 0
+    result = json.loads((out / "niah.json").read_text())
+    assert [row["length"] for row in result["per_length"]] == [256]
+
+
+def test_niah_command_refuses_a_tokenizer_the_checkpoint_was_not_trained_with(bpe512_checkpoint, haystack_file, capsys):
+    args = eval_args(haystack_file)
+    assert main(["niah", str(bpe512_checkpoint), *args, "data.tokenizer=bpe-1024"]) == 2
+    assert "data.tokenizer: is bpe-1024, but" in capsys.readouterr().err
+
+
+def test_niah_command_names_a_tokenizer_larger_than_the_vocabulary(haystack_file, tmp_path, capsys):
+    """A safetensors file records no tokenizer: the default bpe-8192 does not fit a 512-token model."""
+    path = tmp_path / "small.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", vocab_size=512, max_position=512)), path)
+    assert main(["niah", str(path), *eval_args(haystack_file)]) == 2
+    assert f"bpe-8192 has 8192 tokens but {path} has vocab_size 512" in capsys.readouterr().err
