@@ -102,3 +102,18 @@ def test_far_near_counts_by_hand():
     far, near = far_near_counts(result)
     assert far == (4, 20)  # (0.1 + 0.3) x 10 of 2 bands x 10
     assert near == (8, 10)  # the empty band (no needle fell there) is left out
+
+
+def test_f_at_effective_length_reads_the_longest_distance_it_spans(tmp_path):
+    """An effective length equal to the window (256 in a 256-window run) spans distances 0..255:
+    f(255), the last bin, not a bin past the array (which read as 0 and broke Finding 2)."""
+    import numpy as np
+
+    from longctx.analysis.replication_report import f_at_effective_length
+
+    (tmp_path / "fi").mkdir()
+    relative = np.arange(256, 0, -1, dtype=np.int64)  # f(d) = 256 - d
+    np.savez(tmp_path / "fi" / "fi-step-0000010.npz", relative=relative, overflow=np.int64(0), tokens_seen=np.int64(9))
+    assert f_at_effective_length(tmp_path, 256) == 1.0
+    assert f_at_effective_length(tmp_path, 64) == 256 - 63
+    assert f_at_effective_length(tmp_path, 0) == 0.0

@@ -72,10 +72,12 @@ def last_probe(run_dir: Path) -> tuple[int, dict]:
     return int(step.group(1)), _read(files[-1])
 
 
-def f_at(run_dir: Path, distance: int) -> float:
-    """f(distance) in the run's last f(i) snapshot (pairs trained at that relative distance)."""
+def f_at_effective_length(run_dir: Path, effective_length: int) -> float:
+    """f(L_eff - 1) in the run's last f(i) snapshot: the pairs trained at the longest relative
+    distance an effective length L_eff spans (its distances are 0 .. L_eff - 1), as the
+    training probe logs `niah/f_at_effective_length`; 0 for L_eff = 0."""
     relative = read_snapshot(snapshot_files(run_dir)[-1][1])["relative"]
-    return float(relative[distance]) if distance < len(relative) else 0.0
+    return float(relative[effective_length - 1]) if 0 < effective_length <= len(relative) else 0.0
 
 
 def far_near_counts(result: dict, needles_per_test: int = 4) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -106,7 +108,7 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
     largest = max(runs)
     findings = [
         effective_length_grows(effective, rows),
-        f_at_effective_length_aligns({w: f_at(runs[w], effective[w]) for w in runs}, effective),
+        f_at_effective_length_aligns({w: f_at_effective_length(runs[w], effective[w]) for w in runs}, effective),
         failures_far_from_question(*far_near_counts(probes[largest][1])),
         effective_below_window(largest, effective[largest], rows[largest], threshold),
     ]
