@@ -157,3 +157,19 @@ def test_string_rows_before_the_shift_equal_plain_rope(model):
     ids = torch.randint(0, model.config.vocab_size, (1, 60))
     with torch.no_grad():
         torch.testing.assert_close(model(ids, position_method=method)[:, :24], model(ids)[:, :24], atol=1e-4, rtol=0)
+
+
+def test_kv_cache_takes_the_autocast_compute_dtype(model):
+    """Under bf16 autocast the projections give bf16 k/v while the weights stay float32: the
+    cache must hand the kernel bf16 keys with bf16 queries (a float32 cache crashed the flash
+    kernels on the first GPU run), and decoding must still follow the full forward."""
+    ids = torch.randint(0, model.config.vocab_size, (2, 24))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = model(ids)
+        cache = model.new_kv_cache(2, 25)
+        model(ids[:, :20], kv_cache=cache)
+        steps = [model(ids[:, t : t + 1], kv_cache=cache)[:, 0] for t in range(20, 24)]
+    assert cache.keys is not None and cache.keys.dtype == torch.bfloat16
+    torch.testing.assert_close(torch.stack(steps, 1).float(), full[:, 20:].float(), atol=0.1, rtol=0.05)
+    with torch.no_grad(), pytest.raises(TypeError, match="same precision"):
+        model(ids[:, :1], kv_cache=cache)  # float32 decoding into a bf16 cache

@@ -71,10 +71,14 @@ class KVCache:
     (ReRoPE, Self-Extend, DCA), which cache them un-rotated.
     """
 
-    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, dtype=torch.float32):
-        shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
+    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None):
+        # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
+        # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
+        # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
+        # (the flash kernels take one dtype; the first GPU run's NIAH probe crashed on it).
+        self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
         self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
         self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -83,6 +87,14 @@ class KVCache:
 
     def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this step's k/v for `layer`; return all cached k/v up to and including it."""
+        if self.keys is None or self.values is None:
+            self.keys = torch.zeros(self._shape, device=k.device, dtype=k.dtype)
+            self.values = torch.zeros(self._shape, device=v.device, dtype=v.dtype)
+        elif (k.dtype, v.dtype) != (self.keys.dtype, self.values.dtype):
+            raise TypeError(
+                f"KV cache holds {self.keys.dtype} keys/values, this step computed {k.dtype}/{v.dtype}: "
+                "prefill and decoding must run under the same precision (autocast on for both or neither)"
+            )
         end = self.length + k.shape[1]
         self.keys[layer, :, self.length : end] = k
         self.values[layer, :, self.length : end] = v
@@ -205,8 +217,7 @@ class Llama(nn.Module):
                 nn.init.ones_(module.weight)
 
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
-        weight = self.tok_embeddings.weight
-        return KVCache(self.config, batch_size, max_len, device=weight.device, dtype=weight.dtype)
+        return KVCache(self.config, batch_size, max_len, device=self.tok_embeddings.weight.device)
 
     def forward(
         self,
