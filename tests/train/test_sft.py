@@ -119,3 +119,30 @@ def test_global_order_sampler_is_world_size_invariant():
         single[10],
         single[13],
     ]
+
+
+def test_niah_after_sft_runs_on_the_evaluation_device(workspace, pretrained, tmp_path, monkeypatch):
+    """The fine-tuned checkpoint is moved to eval.device before the search (on a GPU machine
+    it had stayed on the CPU); `meta` stands in for the GPU, and the search is intercepted."""
+    import shutil
+
+    from longctx import config as config_module
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.niah import evaluation
+    from longctx.train.sft import niah_after_sft
+
+    (tmp_path / "checkpoints").mkdir()
+    shutil.copy(pretrained, tmp_path / "checkpoints" / "last.ckpt")
+    config = config_module.load([], sft_args(workspace, pretrained, tmp_path))
+    searched_on = []
+
+    def intercepted(model, *args, **kwargs):
+        searched_on.append(model.tok_embeddings.weight.device)
+        raise InterruptedError
+
+    monkeypatch.setattr(evaluation, "evaluation_device", lambda config: torch.device("meta"))
+    monkeypatch.setattr(evaluation, "evaluate", intercepted)
+    monkeypatch.setattr(evaluation, "load_haystack", lambda config, tokenizer: None)
+    with pytest.raises(InterruptedError):
+        niah_after_sft(config, load_tokenizer(config.data.tokenizer), 128)
+    assert searched_on == [torch.device("meta")]

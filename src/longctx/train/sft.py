@@ -133,13 +133,17 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
 def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
     """The effective-length search of the fine-tuned model within and beyond the base
     model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
-    from longctx.niah.evaluation import evaluate, format_search, load_haystack, search_settings, write_result
+    from longctx.niah import evaluation
 
     out_dir = Path(config.train.out_dir)
-    model = load_model(out_dir / "checkpoints" / "last.ckpt")
-    settings = search_settings(config, model, max_length=config.sft.niah_max_length or 2 * original_window)
+    # On eval.device (auto: the GPU when there is one), as `longctx niah` runs: the checkpoint
+    # loads on the CPU, where the first GPU run's search up to 8K ran for minutes at 0% GPU.
+    model = load_model(out_dir / "checkpoints" / "last.ckpt").to(evaluation.evaluation_device(config))
+    settings = evaluation.search_settings(config, model, max_length=config.sft.niah_max_length or 2 * original_window)
     settings = dataclasses.replace(settings, stop_at_first_failure=False)  # the whole curve, beyond the window too
-    result = evaluate(model, config, tokenizer, load_haystack(config, tokenizer), settings=settings)
-    print(format_search(result))
-    numbers, _ = write_result(result, out_dir / "niah_after_sft", f"after SFT ({config.sft.variant})")
+    result = evaluation.evaluate(
+        model, config, tokenizer, evaluation.load_haystack(config, tokenizer), settings=settings
+    )
+    print(evaluation.format_search(result))
+    numbers, _ = evaluation.write_result(result, out_dir / "niah_after_sft", f"after SFT ({config.sft.variant})")
     return numbers
