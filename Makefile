@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo replicate replicate-smoke test test-slow test-gpu lint format golden bench clean
+.PHONY: setup demo replicate replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,13 @@ replicate: $(STAMP)
 	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_cpu_table1.yaml --keep-going
 	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_cpu_sft.yaml --keep-going
 	$(BIN)/python -m longctx.analysis.replication_report runs/replicate_cpu --docs docs --name cpu
+
+# The one-GPU twin (docs/replication.md, "The one-GPU run"): windows 1K/2K/4K, `tiny` body.
+replicate-gpu: $(STAMP)
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_gpu.yaml
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_gpu_table1.yaml --keep-going
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_gpu_sft.yaml --keep-going
+	$(BIN)/python -m longctx.analysis.replication_report runs/replicate_gpu --docs docs --name gpu
 
 # The same chain at 10 steps per window: checks that every step runs, decides nothing.
 replicate-smoke: $(STAMP)
