@@ -67,11 +67,11 @@ golden: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" -q
 
-# Every `gpu` test (tests/test_gpu_path.py and the CUDA cases beside the CPU tests). Backend
+# Every fast `gpu` test (tests/test_gpu_path.py and the CUDA cases beside the CPU tests). Backend
 # `flash` uses torch's own varlen kernel; flash-attn/xformers (the `gpu` extra, source
 # builds) are used when installed, not required.
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -m gpu -q
+	$(BIN)/python -m pytest -m "gpu and not slow" -q
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py

@@ -1,7 +1,8 @@
-"""The CPU miniature replication still reaches its committed verdicts (minutes to an hour).
+"""The miniature replication still reaches its committed verdicts (minutes to an hour).
 
-One test per scale: `smoke` (sweeps/replicate_smoke*.yaml, `make replicate-smoke`) and
-`cpu` (sweeps/replicate_cpu*.yaml, `make replicate`). Each re-runs its three sweeps and
+One test per scale: `smoke` (sweeps/replicate_smoke*.yaml, `make replicate-smoke`),
+`cpu` (sweeps/replicate_cpu*.yaml, `make replicate`) and, on a GPU machine, `gpu`
+(sweeps/replicate_gpu*.yaml, `make replicate-gpu`; `pytest -m "gpu and slow"`). Each re-runs its three sweeps and
 the report in a scratch directory and compares the verdicts with the committed
 docs/replication_summary_<scale>.json.
 """
@@ -20,8 +21,13 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scale", ["smoke", "cpu"])
+@pytest.mark.parametrize("scale", ["smoke", "cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_replication_verdicts_hold(tmp_path, scale):
+    if scale == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("the gpu scale needs CUDA")
     committed = REPOSITORY / "docs" / f"replication_summary_{scale}.json"
     if not committed.exists():
         pytest.skip(f"{committed.name} is not committed: `make replicate` has not been run at this scale yet")
