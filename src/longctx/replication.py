@@ -238,7 +238,7 @@ def skipalign_beyond_window(
             "skipalign_beyond_window",
             title,
             INCONCLUSIVE,
-            "neither SFT model passes any NIAH test: the base models do not retrieve",
+            "neither SFT model passes any NIAH test, within the SFT window or beyond it",
             numbers,
         )
     holds = skipalign > normal and skipalign > window
