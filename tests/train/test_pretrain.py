@@ -251,3 +251,22 @@ def test_init_continues_from_a_checkpoint_at_a_longer_window(workspace, referenc
     wider = overrides(workspace, tmp_path / "wider", **{**extended, "model.d_ff": 512})
     assert main(["pretrain", *wider, f"init={trained}"]) == 2
     assert "init: " in (error := capsys.readouterr().err) and "d_ff: 256 vs 512" in error
+
+
+def test_packed_rows_split_one_stream_across_ranks_and_resume_mid_stream(workspace):
+    """The trainer's rows (and benchmarks/loader.py's): two ranks interleave the single-rank
+    stream, and starting at global row k continues it exactly."""
+    from longctx import config as config_module
+    from longctx.train.trainer import packed_rows
+
+    config = config_module.load([], [f"data.path={workspace / 'data'}", "data.window=64"])
+    sources = [(str(workspace / "data"), 1.0)]
+
+    def ids(rows, count):
+        return [row["input_ids"].tolist() for row in itertools.islice(iter(rows), count)]
+
+    single = ids(packed_rows(config, sources, eos_id=0), 12)
+    rank0 = ids(packed_rows(config, sources, eos_id=0, rank=0, world_size=2), 6)
+    rank1 = ids(packed_rows(config, sources, eos_id=0, rank=1, world_size=2), 6)
+    assert sorted(rank0 + rank1) == sorted(single)
+    assert ids(packed_rows(config, sources, eos_id=0, start_row=5), 7) == single[5:]

@@ -141,21 +141,44 @@ class PackedDataModule(L.LightningDataModule):
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
-        data = self.config.data
-        rows = PackedRows(
-            [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(self.sources)],
-            [weight for _, weight in self.sources],
-            window=data.window,
-            eos_id=self.eos_id,
-            doc_mask=data.doc_mask,
+        rows = packed_rows(
+            self.config,
+            self.sources,
+            self.eos_id,
             rank=trainer.global_rank,
             world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
-            packing=data.packing,
-            long_documents=data.long_documents,
         )
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
+
+
+def packed_rows(
+    config: ExperimentConfig,
+    sources: list[tuple[str, float]],
+    eos_id: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    start_row: int = 0,
+    transform: PositionTransform | None = None,
+) -> PackedRows:
+    """The rows one rank trains on: the prepared `sources` [(path, weight)] mixed and packed
+    as config.data says, from global row `start_row` (benchmarks/loader.py times these)."""
+    data = config.data
+    return PackedRows(
+        [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(sources)],
+        [weight for _, weight in sources],
+        window=data.window,
+        eos_id=eos_id,
+        doc_mask=data.doc_mask,
+        rank=rank,
+        world_size=world_size,
+        start_row=start_row,
+        transform=transform,
+        packing=data.packing,
+        long_documents=data.long_documents,
+    )
 
 
 def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokenizer) -> L.Trainer:
