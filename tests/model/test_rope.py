@@ -5,6 +5,7 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from longctx.model.llama import Llama, ModelConfig
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, inverse_frequencies
 
 HEAD_DIM = 64
@@ -99,3 +100,46 @@ def test_scores_depend_only_on_relative_position():
 def test_odd_head_dim_is_rejected():
     with pytest.raises(ValueError, match="even head_dim"):
         RotaryEmbedding(33, 10000.0, RopeScaling(), 2048)
+
+
+@pytest.mark.parametrize(("head_dim", "base"), [(64, 10000.0), (64, 500000.0), (128, 10000.0)])
+def test_bf16_true_model_rotates_with_fp32_frequencies_up_to_128k(head_dim, base):
+    """Lightning's `bf16-true` (default dtype bf16 while the model is built, then
+    `module.to(bfloat16)`) must not round theta_i. Reference: angles m * theta_i in float64.
+    Bound from fp32 theory: theta_i carries a relative error <= 2^-24, the product m * theta_i
+    another <= 2^-24, so |angle error| <= m * theta_i * 2^-23 (times 1.01); cos/sin are
+    1-Lipschitz and fp32 evaluates them to ~1 ulp (4e-6 absolute allowed). bf16 theta_i
+    (8 mantissa bits) misses this by radians at m = 131,071."""
+    from lightning.pytorch.plugins.precision import HalfPrecision
+
+    precision = HalfPrecision("bf16-true")
+    config = ModelConfig.from_preset(
+        "debug", d_model=head_dim * 2, n_heads=2, n_kv_heads=1, rope_base=base, max_position=131072
+    )
+    with precision.module_init_context():
+        model = Llama(config)
+    model = precision.convert_module(model)
+    assert model.tok_embeddings.weight.dtype == torch.bfloat16
+    positions = torch.tensor([[0, 1, 2047, 2048, 32767, 65535, 100003, 131071]])
+    cos, sin = model.rope(positions, torch.bfloat16)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
+    theta = 1.0 / base**exponents
+    angles = positions.double()[..., None] * theta
+    angles = torch.cat([angles, angles], dim=-1)
+    bound = angles * 2.0**-23 * 1.01 + 4e-6
+    assert cos.dtype == sin.dtype == torch.float32
+    assert ((cos.double() - angles.cos()).abs() <= bound).all()
+    assert ((sin.double() - angles.sin()).abs() <= bound).all()
+
+
+def test_dtype_casts_leave_frequencies_bitwise_unchanged():
+    """fp32 numerics must not move (the golden loss curve): after any cast or round trip the
+    frequencies are exactly the constructor's."""
+    rope = RotaryEmbedding(HEAD_DIM, BASE, RopeScaling("llama3", factor=8.0, original_max_position=8192), 131072)
+    before = rope.inv_freq.clone()
+    for cast in (torch.bfloat16, torch.float16, torch.float32):
+        rope.to(cast)
+        assert rope.inv_freq.dtype == torch.float32
+        assert torch.equal(rope.inv_freq, before)
+    rope.to(torch.float64)
+    assert torch.equal(rope.inv_freq, before)

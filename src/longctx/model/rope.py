@@ -120,6 +120,16 @@ class RotaryEmbedding(torch.nn.Module):
         # Not persistent: derived from the config, so checkpoints stay config-independent.
         self.register_buffer("inv_freq", inverse_frequencies(head_dim, base, scaling, max_position), persistent=False)
 
+    def _apply(self, fn, recurse=True):
+        """Moves follow the module; dtype casts do not. `model.to(torch.bfloat16)` (Lightning's
+        `bf16-true`) would round theta_i to 8 mantissa bits, an angle error of m * theta_i * 2^-9
+        (~0.4-0.9 rad at m = 2,047, tens of rad at 32K), so theta_i is recomputed in float32
+        on the buffer's new device: bitwise the constructor's value, whatever `fn` did."""
+        super()._apply(fn, recurse)
+        exact = inverse_frequencies(self.head_dim, self.base, self.scaling, self.max_position)
+        self.inv_freq = exact.to(self.inv_freq.device)
+        return self
+
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """position_ids [B, T] (any integers) -> cos, sin [B, T, head_dim] in the rotation's
         compute dtype `rotation_dtype(dtype)` (fp32; fp64 for fp64 inputs)."""

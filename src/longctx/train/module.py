@@ -22,6 +22,7 @@ and then the root with `fully_shard`, optionally after activation checkpointing 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING
 
@@ -98,8 +99,12 @@ class LanguageModelModule(L.LightningModule):
             self.config.train.precision == "auto" and torch.cuda.is_available()
         ):
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # A block's inputs are left as they come: the activations are already in param_dtype
+        # (the embedding's output), and casting them would also cast the fp32 RoPE cos/sin that
+        # FSDP2 finds inside the positions dataclass (single-device runs rotate in fp32).
+        block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
         for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=policy)
+            fully_shard(block, mesh=mesh, mp_policy=block_policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
 
     def _llama(self) -> Llama:
