@@ -163,3 +163,32 @@ def test_greedy_decoding_with_string_on_the_varlen_kernel_equals_the_cpu_path(mo
     flash = greedy_generate(model, prompts, 6, attention_backend="flash", position_method=method)
     cpu = greedy_generate(model, prompts, 6, attention_backend="varlen", position_method=method)
     assert torch.equal(flash, cpu)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stand_in_lse_carries_no_gradient_like_the_kernel(version):
+    """torch's varlen_attn backward drops grad_lse (2.11 and 2.14): the stand-in's lse is
+    detached, its output differentiable."""
+    kernel = varlen_stand_in.STAND_INS[version]
+    q, k, v = (torch.randn(6, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    from torch.nn.attention.varlen import AuxRequest
+
+    out, lse = kernel(q, k, v, cu, cu, 4, 4, return_aux=AuxRequest(lse=True), window_size=(-1, 0))
+    assert out.requires_grad and not lse.requires_grad
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["string", "rerope", "self_extend", "dca"])
+def test_merged_passes_on_the_varlen_kernel_refuse_backward(version, name, monkeypatch):
+    """The lse merge would need grad_lse, which the kernel drops: a clear error, not silently
+    wrong gradients; inference (no_grad) still runs."""
+    varlen_stand_in.install(monkeypatch, version)
+    method = BAND_METHODS[name][0]()
+    positions, docs = two_rows([19, 1, 4, 12], 36)
+    q, k, v = (t.requires_grad_() for t in random_qkv(2, 36, 36))
+    with pytest.raises(RuntimeError, match="drops the gradient of its log-sum-exp"):
+        method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
+    with torch.no_grad():
+        out = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
+    assert out.shape == q.shape

@@ -9,8 +9,11 @@
 - return_aux.lse: also the log-sum-exp [Hq, Nq] in fp32 (+inf for a query that sees no
   key, as flash-attn reports it); such queries output 0.
 
-Autograd flows through (dense math per sequence), so backward can be checked too. The
-stand-ins also check what the real kernels require: one dtype for q/k/v, int32
+Autograd flows through the output (dense math per sequence), so backward can be checked
+too, with the kernels' gradient semantics: the lse comes back detached, as torch's
+`varlen.py` registers a backward that drops grad_lse (read in the installed 2.14 and in
+pytorch's source without `enable_gqa`), so a caller that differentiates through the lse
+gets no gradient from it here either. The stand-ins also check what the real kernels require: one dtype for q/k/v, int32
 cu_seqlens, and Python-int max lengths that bound every sequence.
 """
 
@@ -53,7 +56,7 @@ def _varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, return_aux, sca
         lses.append(lse.masked_fill(~seen.any(-1), math.inf).float())
     out = torch.cat(outs)
     if return_aux is not None and return_aux.lse:
-        return out, torch.cat(lses, dim=1)
+        return out, torch.cat(lses, dim=1).detach()
     return out
 
 

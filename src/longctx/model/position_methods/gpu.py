@@ -19,6 +19,11 @@ own chunk up to the query (causal), the previous chunk, or all chunks before tha
 mask). The last relation gathers O(T^2 / s) keys in all, so its segments are split into
 calls of at most KEYS_PER_CALL gathered keys (at least one segment each).
 
+No backward: torch's varlen_attn (2.11 and 2.14) registers a backward that drops the
+gradient of the lse, so autograd through `plan.merge` would silently omit the lse path's
+term of dq and dk. `varlen_passes` refuses to run with autograd recording when passes
+are merged; the position methods are evaluation-time methods.
+
 No [T, T] tensor exists anywhere: memory is O(T) per call. Decoding with a KV cache (one
 query per row) is the same layout with one query per document.
 """
@@ -155,6 +160,12 @@ def varlen_passes(
 ):
     """Attention output [B, Tq, H, D] of a band/chunk-pass plan: the passes' kernel calls, merged."""
     layout: VarlenLayout = plan.layout
+    if len(plan.passes) > 1 and torch.is_grad_enabled() and any(t.requires_grad for t in (*queries, *keys, v)):
+        raise RuntimeError(
+            "position-method passes on the varlen flash kernel have no correct backward: torch's varlen_attn "
+            "drops the gradient of its log-sum-exp, which the merge of the passes needs; run under "
+            "torch.no_grad() (evaluation), or use backend 'varlen' or 'sdpa' to differentiate"
+        )
     batch, q_len, heads, dim = queries[0].shape
     kv_heads = v.shape[2]
     flat_v = v.reshape(-1, kv_heads, dim)
