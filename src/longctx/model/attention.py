@@ -26,12 +26,17 @@ Backends:
              [T, T] mask is built. Decoding / chunked prefill (Tq < Tk): queries in blocks
              of `block_size`, each attending keys from the start of its first query's
              document to its last query with a small dense mask.
-- `flex`     FlexAttention with a document+causal BlockMask, compiled once per shape.
+- `flex`     FlexAttention with a document+causal BlockMask built from document
+             boundaries (no [Tq, Tk] tensor), compiled once per shape. Decoding
+             (Tq <= FLEX_DECODE_QUERIES < Tk) runs `sdpa` instead: its mask is [Tq, Tk], and
+             the key length grows every step, which would recompile flex every step.
              torch 2.14 has no FlexAttention backward on CPU: there it serves inference.
 - `flash`    variable-length FlashAttention-2 on cu_seqlens (CUDA, fp16/bf16): flash-attn's
              `flash_attn_varlen_func` when installed, else torch's own
              `torch.nn.attention.varlen.varlen_attn` (model/flash.py). The documents of
              all rows are laid end to end; causal = window (-1, 0), bottom-right aligned.
+             One query per row (decoding) needs no causal window: the query sees its whole
+             document, and a window keeps FA2 off its GQA/split-KV decoding path.
 - `xformers` `memory_efficient_attention` with a block-diagonal causal bias (CUDA).
 - `auto`     on CUDA: flash when the compute dtype is fp16/bf16 (autocast's dtype under
              autocast) and a varlen kernel exists, else flex; elsewhere varlen.
@@ -59,6 +64,8 @@ from longctx.model import flash
 from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
 
 DEFAULT_BLOCK_SIZE = 256
+FLEX_DECODE_QUERIES = 16
+"""flex: at most this many queries over a longer key range go to `sdpa` (module docstring)."""
 SHORT_DOCUMENT = 256
 """varlen: documents shorter than this share masked calls (one call per document has a
 fixed cost on CPU larger than a short document's attention)."""
@@ -111,9 +118,13 @@ def build_mask(
     kv_len: int | None = None,
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
+    max_seqlen: int | None = None,
 ) -> AttentionMask:
     """Precompute what `backend` needs to mask a batch. `document_ids` None = one document
-    per row; `dtype`: the activations' dtype, which `auto` may depend on (resolve_backend)."""
+    per row; `dtype`: the activations' dtype, which `auto` may depend on (resolve_backend).
+    `max_seqlen`: a host-side upper bound on every document's length (the loader's window,
+    or the longest document as a collate function counted it); `flash` then reads no
+    maximum from the device (else one `.max()` read, a host sync, per batch)."""
     if document_ids is None:
         if batch_size is None or kv_len is None:
             raise ValueError("build_mask needs batch_size and kv_len when document_ids is None")
@@ -124,11 +135,14 @@ def build_mask(
     if not 0 < q_len <= kv_len:
         raise ValueError(f"q_len={q_len} must be in [1, kv_len={kv_len}]")
     backend = resolve_backend(backend, document_ids.device, dtype)
+    if backend == "flex" and q_len <= FLEX_DECODE_QUERIES < kv_len:
+        backend = "sdpa"
+    if backend == "flash":
+        return AttentionMask(backend, document_ids, q_len, _flash_cu_seqlens(document_ids, q_len, max_seqlen))
     builders = {
         "sdpa": _dense_mask,
         "varlen": _varlen_plan,
         "flex": _flex_block_mask,
-        "flash": _flash_cu_seqlens,
         "xformers": _xformers_bias,
     }
     return AttentionMask(backend, document_ids, q_len, builders[backend](document_ids, q_len))
@@ -326,17 +340,56 @@ def _compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=False)
 
 
+FLEX_BLOCK = 128
+"""FlexAttention's default sparse block (queries and keys)."""
+
+
 def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
-    from torch.nn.attention.flex_attention import create_block_mask
+    """The document+causal BlockMask built from document boundaries, O(T + (T / 128)^2)
+    memory. `create_block_mask` would evaluate the mask_mod on a dense [B, 1, Tq, Tk]
+    boolean (4 GiB at 64K, 16 GiB at 128K per row).
+
+    Query block [f, l] (key coordinates) sees exactly the keys [start(f), l], start(f) the
+    first key of f's document: a key in f's document up to f is seen by f, a later key j <= l
+    by query j itself (documents are contiguous runs), nothing else by anyone. So its key
+    blocks are start(f) // 128 .. l // 128, none empty. A block is *full* (the kernel skips
+    the mask_mod) iff both blocks are whole (T need not divide by 128; create_block_mask pads
+    with masked positions), the key block lies inside l's document (first key >= start(l))
+    and wholly before the first query (last key <= f). Blocks are listed as
+    `create_block_mask` lists them: in ascending key-block order."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     batch, kv_len = document_ids.shape
     offset = kv_len - q_len
+    device = document_ids.device
+    q_blocks, kv_blocks = -(-q_len // FLEX_BLOCK), -(-kv_len // FLEX_BLOCK)
+    first = offset + torch.arange(q_blocks, device=device) * FLEX_BLOCK  # [Qb] first query, key coordinates
+    last = torch.clamp(first + FLEX_BLOCK, max=kv_len) - 1
+    starts = document_start_index(document_ids)  # [B, Tk]
+    seen_from = starts[:, first, None]  # [B, Qb, 1]
+    key_first = torch.arange(kv_blocks, device=device) * FLEX_BLOCK  # [Kb]
+    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
+    any_seen = (key_last >= seen_from) & (key_first <= last[:, None])
+    whole = ((last - first + 1) == FLEX_BLOCK)[:, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
+    full = whole & (key_first >= starts[:, last, None]) & (key_last <= first[:, None])
+    partial = any_seen & ~full
+
+    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]: one head dimension, broadcast
+        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
 
     def document_causal(b, h, q_idx, kv_idx):
         query = q_idx + offset
         return (document_ids[b, query] == document_ids[b, kv_idx]) & (kv_idx <= query)
 
-    return create_block_mask(document_causal, batch, None, q_len, kv_len, device=document_ids.device)
+    return BlockMask.from_kv_blocks(
+        *ordered(partial),
+        *ordered(full),
+        BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
+        mask_mod=document_causal,
+        seq_lengths=(q_len, kv_len),
+    )
 
 
 def _flex_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
@@ -386,9 +439,12 @@ class _FlashSegments:
     kernel: flash.VarlenKernel
 
 
-def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int) -> _FlashSegments:
+def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | None = None) -> _FlashSegments:
     _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    max_q, max_k = torch.stack([q_lengths.max(), k_lengths.max()]).tolist()
+    if max_seqlen is None:
+        max_q, max_k = torch.stack([q_lengths.max(), k_lengths.max()]).tolist()
+    else:
+        max_q, max_k = min(max_seqlen, q_len), max_seqlen
     return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k, flash.resolve_kernel())
 
 
@@ -404,7 +460,7 @@ def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor
         seg.max_q,
         seg.max_k,
         scale=scale,
-        window=flash.CAUSAL,
+        window=flash.CAUSAL if q_len > 1 else flash.FULL,
         kernel=seg.kernel,
     )
     return out.reshape(batch, q_len, heads, dim)

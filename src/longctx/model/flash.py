@@ -15,8 +15,10 @@ Kernels, first available wins:
 - flash-attn's `flash_attn_varlen_func` (the `gpu` extra; needs a source build on most
   images);
 - torch's own `torch.nn.attention.varlen.varlen_attn` (FlashAttention-2 kernels shipped in
-  torch). torch 2.14 takes GQA (`enable_gqa`); older versions (2.11) do not, and get k/v
-  expanded to the query heads here.
+  torch). GQA: `kv_repeats` decides from the wrapper's signature: 2.14's takes fewer k/v
+  heads with `enable_gqa` (and refuses them without it); 2.11's has no `enable_gqa`, and
+  k/v are expanded to the query heads here (its FA2 kernel may take GQA natively; no GPU
+  test of that exists, so the copy stays).
 
 `max_q`/`max_k` are Python ints computed once per batch by the caller (a `.max()` here
 would synchronise the host with the GPU on every layer).
@@ -35,6 +37,7 @@ from typing import Any
 import torch
 
 CAUSAL = (-1, 0)
+FULL = (-1, -1)
 
 
 def available() -> bool:
@@ -72,6 +75,14 @@ def resolve_kernel() -> VarlenKernel:
     return VarlenKernel(varlen, flash_attn=False, enable_gqa="enable_gqa" in parameters)
 
 
+def kv_repeats(kernel: VarlenKernel, heads: int, kv_heads: int) -> int:
+    """How many copies of each k/v head the kernel must be given: 1 when heads are equal or
+    the kernel takes GQA natively (flash-attn; torch's `enable_gqa`), else heads / kv_heads."""
+    if heads % kv_heads:
+        raise ValueError(f"query heads {heads} are not a multiple of key/value heads {kv_heads}")
+    return 1 if kernel.enable_gqa else heads // kv_heads
+
+
 def varlen_flash(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -107,12 +118,11 @@ def varlen_flash(
         )
         return (result[0], result[1]) if lse else (result, None)
     options: dict[str, Any] = {"scale": scale, "window_size": window}
-    if k.shape[1] != q.shape[1]:
-        if kernel.enable_gqa:
-            options["enable_gqa"] = True
-        else:
-            group = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    repeats = kv_repeats(kernel, q.shape[1], k.shape[1])
+    if repeats > 1:
+        k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+    elif k.shape[1] != q.shape[1]:
+        options["enable_gqa"] = True
     if lse:
         from torch.nn.attention.varlen import AuxRequest
 

@@ -230,6 +230,7 @@ class Llama(nn.Module):
         last_logits_only: bool = False,
         labels: torch.Tensor | None = None,
         loss_chunk_tokens: int = 0,
+        max_seqlen: int | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
         [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
@@ -241,7 +242,12 @@ class Llama(nn.Module):
         position_ids continue each row from the cache, missing document_ids continue each
         row's last document. `position_method` (StRing, ReRoPE, ...; evaluation only)
         replaces plain RoPE attention; use the same method for the prefill and every
-        decoding step of one cache.
+        decoding step of one cache. `max_seqlen`: a host-side bound on every document's
+        length, which spares the `flash` backend a device read (attention.build_mask).
+
+        With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
+        keeps the uncompiled call as `_call_impl`): the cache's key length changes every
+        token, and each new length would be a recompilation of every block.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
@@ -274,13 +280,16 @@ class Llama(nn.Module):
         positions: Positions
         if position_method is None:
             cos, sin = self.rope(position_ids, dtype)
-            positions = RotaryPositions(cos, sin, build_mask(key_document_ids, seq, backend, dtype=dtype))
+            mask = build_mask(key_document_ids, seq, backend, dtype=dtype, max_seqlen=max_seqlen)
+            positions = RotaryPositions(cos, sin, mask)
         else:
             positions = position_method.prepare(
                 position_ids, key_position_ids, key_document_ids, seq, backend=backend, dtype=dtype
             )
         for block in self.blocks:
-            if self.activation_checkpointing and torch.is_grad_enabled():
+            if kv_cache is not None:
+                x = block._call_impl(x, positions, kv_cache)
+            elif self.activation_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
                 x = block(x, positions, kv_cache)
