@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from longctx.model import attention as attention_module
+from longctx.model import flash
 from longctx.model.attention import attention, resolve_backend
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama, ModelConfig
@@ -192,3 +193,77 @@ def test_merged_passes_on_the_varlen_kernel_refuse_backward(version, name, monke
     with torch.no_grad():
         out = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash")
     assert out.shape == q.shape
+
+
+@pytest.mark.parametrize(
+    ("version", "kv_heads", "repeats", "enable_gqa"),
+    [
+        ("torch-2.14", 4, 1, False),
+        ("torch-2.14", 1, 1, True),
+        ("torch-2.11", 4, 1, False),
+        ("torch-2.11", 2, 2, False),
+        ("torch-2.11", 1, 4, False),
+    ],
+)
+def test_gqa_is_native_where_the_signature_has_enable_gqa(version, kv_heads, repeats, enable_gqa, monkeypatch):
+    """The decision reads the wrapper's signature (2.14: `enable_gqa`; 2.11: none), and the
+    kernel gets exactly the heads it decided on."""
+    varlen_stand_in.install(monkeypatch, version)
+    kernel = flash.resolve_kernel()
+    assert flash.kv_repeats(kernel, 4, kv_heads) == repeats
+    calls = []
+    stand_in = varlen_stand_in.STAND_INS[version]
+
+    @functools.wraps(stand_in)
+    def recording(q, k, v, *args, **kwargs):
+        calls.append((k.shape[1], kwargs.get("enable_gqa", False)))
+        return stand_in(q, k, v, *args, **kwargs)
+
+    kernel = flash.VarlenKernel(recording, flash_attn=False, enable_gqa=kernel.enable_gqa)
+    q, k, v = torch.randn(10, 4, 8), torch.randn(10, kv_heads, 8), torch.randn(10, kv_heads, 8)
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    flash.varlen_flash(q, k, v, cu, cu, 7, 7, scale=0.3, kernel=kernel)
+    assert calls == [(kv_heads * repeats, enable_gqa)]
+    with pytest.raises(ValueError, match="not a multiple"):
+        flash.kv_repeats(kernel, 4, 3)
+
+
+@pytest.mark.parametrize(("q_len", "window"), [(1, (-1, -1)), (2, (-1, 0)), (32, (-1, 0))])
+def test_decoding_passes_no_causal_window(q_len, window, monkeypatch):
+    """One query per row sees its whole document: no window (FA2's GQA decoding path needs
+    right < 0); more queries need the causal one. Outputs equal sdpa either way."""
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    windows = []
+    stand_in = varlen_stand_in.STAND_INS["torch-2.14"]
+
+    @functools.wraps(stand_in)
+    def recording(*args, **kwargs):
+        windows.append(kwargs["window_size"])
+        return stand_in(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", recording)
+    docs = document_rows()
+    q, k, v = random_qkv(2, q_len, 32)
+    got = attention(q, k, v, document_ids=docs, backend="flash")
+    assert windows == [window]
+    torch.testing.assert_close(got, attention(q, k, v, document_ids=docs, backend="sdpa"), atol=1e-10, rtol=0)
+
+
+def test_max_seqlen_from_the_host_skips_the_device_read(monkeypatch):
+    """With a host bound (the row length here) the plan reads no maximum from the device:
+    the kernel gets the bound, and the result is unchanged."""
+    varlen_stand_in.install(monkeypatch, "torch-2.11")
+    docs = document_rows()
+
+    def no_max(*args, **kwargs):
+        raise AssertionError("max() read from the device")
+
+    plan = attention_module.build_mask(docs, 32, "flash", max_seqlen=32)
+    assert (plan.extra.max_q, plan.extra.max_k) == (32, 32)
+    decode = attention_module.build_mask(docs, 1, "flash", max_seqlen=32)
+    assert (decode.extra.max_q, decode.extra.max_k) == (1, 32)
+    q, k, v = random_qkv(2, 32, 32)
+    expected = attention(q, k, v, document_ids=docs, backend="sdpa")
+    monkeypatch.setattr(torch.Tensor, "max", no_max)
+    got = attention(q, k, v, mask=attention_module.build_mask(docs, 32, "flash", max_seqlen=32))
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)

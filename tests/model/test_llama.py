@@ -173,3 +173,22 @@ def test_kv_cache_takes_the_autocast_compute_dtype(model):
     torch.testing.assert_close(torch.stack(steps, 1).float(), full[:, 20:].float(), atol=0.1, rtol=0.05)
     with torch.no_grad(), pytest.raises(TypeError, match="same precision"):
         model(ids[:, :1], kv_cache=cache)  # float32 decoding into a bf16 cache
+
+
+def test_generation_runs_compiled_blocks_eagerly():
+    """Blocks compiled for training (`block.compile()`, as train/module.py does) compile in a
+    training forward, but greedy decoding, whose key length grows every token, compiles
+    nothing and gives the uncompiled model's tokens."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch.manual_seed(0)
+    model = Llama(ModelConfig.from_preset("debug"))
+    prompts = torch.randint(0, 8192, (2, 20))
+    expected = greedy_generate(model, prompts, 12)
+    counter = CompileCounter()
+    for block in model.blocks:
+        block.compile(backend=counter, dynamic=False)
+    assert torch.equal(greedy_generate(model, prompts, 12), expected)
+    assert counter.frame_count == 0
+    model(prompts)
+    assert counter.frame_count > 0
