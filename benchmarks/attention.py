@@ -1,9 +1,10 @@
-"""Document-masked attention on CPU: `varlen` and `flex` against the dense-mask `sdpa` reference.
+"""Document-masked attention: the CPU table (`varlen`, `flex` vs `sdpa`) and the kernel table (GPU).
 
 Launch from the repository root:
 
     .venv/bin/python benchmarks/attention.py [--lengths 1024 2048 4096 8192] [--repeats 5]
-                                             [--batch 1] [--skip-flex]
+                                             [--batch 1] [--skip-flex]        # CPU table
+    python benchmarks/attention.py --out DIR [--smoke]                       # kernel table
 
 What it measures, for each sequence length T:
 
@@ -25,13 +26,30 @@ What it measures, for each sequence length T:
 Before timing, the outputs (and, for `varlen`, the q/k/v gradients) must match `sdpa`
 to 1e-4 max abs difference, or the script aborts.
 
-`--device cuda` (runs on CPU too with `--device cpu --kernels`): every backend of
-`--backends` (default sdpa, flex, flash on CUDA; sdpa, varlen on CPU) on the same packed
-rows at TinyLlama's attention shapes (32 heads, 4 key/value heads, head_dim 64), bf16 on
-CUDA: forward ms (no grad), forward+backward ms, useful TFLOP/s of forward+backward
-(device_timing.py), peak MiB above the inputs. Outputs must match sdpa to 2e-2 (bf16)
-where sdpa's dense mask fits (T <= --check-max); a backend that fails is reported, not
-timed.
+The kernel table (`make bench-gpu-kernels`: `benchmarks/attention.py --out DIR`; also
+`--device cuda|cpu`, `--kernels`): doc-masked attention at T = 4K, 16K, 64K on the same
+packed rows, TinyLlama's attention shapes (32 heads, 4 key/value heads, head_dim 64), bf16
+on CUDA (fp32 on CPU). Backends: `sdpa` (dense mask), `flex`, `flash` (varlen FA2, native
+GQA where the kernel takes it: flash-attn, or torch's `enable_gqa`) and `flash-expanded`
+(k/v expanded to the query heads before the call, the copy and its gradient inside the
+timed call: what torch 2.11 gets). Each backend's mask (build_mask) is built once, outside
+the timed calls. Columns: forward ms (no grad), forward+backward ms, useful TFLOP/s of
+each, fwd+bwd speed relative to sdpa, peak MiB above the inputs (CUDA allocator). Times
+are the median of at least MIN_REPEATS = 10 calls per cell after one warm-up call (which
+compiles flex), backends taking turns; --repeats can raise it, never lower it. Outputs
+must match sdpa (2e-2 in bf16) where sdpa's dense mask fits (T <= --check-max); a backend
+that fails or differs is reported, not timed. `--out DIR` writes DIR/attention.json (every
+number) and DIR/attention.md (the header line and the Markdown rows for
+docs/benchmarks.md). `--smoke`: the same code on CPU at T = 128, 320 with 4/2 heads of
+16 (a test runs it).
+
+Useful FLOPs (device_timing.causal_attention_flops) count only the (query, key) pairs a
+causal document-masked kernel must compute, P = sum_docs l (l + 1) / 2 per head: forward
+QK^T and PV each take 2 D FLOPs per pair, so fwd = 4 P D H; backward recomputes QK^T and
+computes dV = P^T dO, dP = dO V^T, dQ = dS K and dK = dS^T Q, 5 products of 2 P D each,
+2.5x the forward (FlashAttention-2's accounting), so fwd+bwd = 3.5 x fwd = 14 P D H. Padding
+or masked-out work a kernel does anyway is not counted: a kernel that computes the full
+T x T square scores at most half its raw rate here.
 
 Memory (Linux only, `cpu_memory.py`): torch has no allocator statistics on CPU, and its
 CPU tensors are plain malloc/mmap memory, so the peak is read from the kernel. Each
@@ -49,6 +67,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import os
 import random
 import statistics
@@ -62,6 +81,7 @@ import cpu_memory
 import device_timing
 import torch
 
+from longctx.model import flash
 from longctx.model.attention import attention, build_mask
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
@@ -263,13 +283,32 @@ def markdown_table(rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
-# --- --device cuda: every backend at TinyLlama shapes ------------------------------------
+# --- kernel table (`make bench-gpu-kernels`): every backend at TinyLlama's attention shapes --
 
-DEVICE_COLUMNS = ("T", "docs/row", "backend", "fwd ms", "fwd+bwd ms", "fwd+bwd TFLOP/s", "vs sdpa", "peak MiB")
+MIN_REPEATS = 10
+"""Timed calls per kernel-table cell (the median is reported): --repeats may raise it, never
+lower it, and --smoke keeps it."""
+KERNEL_LENGTHS = [4096, 16384, 65536]
+SMOKE_LENGTHS = [128, 320]
+EXPANDED = "flash-expanded"
+"""flash with k/v expanded to the query heads before the call (what torch 2.11 is given), the
+copy and its backward inside the timed call: against `flash` (native GQA where the kernel
+takes it), the cost of the copies."""
+KERNEL_COLUMNS = (
+    "T",
+    "docs/row",
+    "backend",
+    "fwd ms",
+    "fwd+bwd ms",
+    "fwd TFLOP/s",
+    "fwd+bwd TFLOP/s",
+    "fwd+bwd vs sdpa",
+    "peak MiB",
+)
 
 
-def device_rows(seq_len: int, document_lengths: list[int], args: argparse.Namespace) -> list[list[str]]:
-    """Rows of the device table for one T (columns DEVICE_COLUMNS)."""
+def kernel_rows(seq_len: int, document_lengths: list[int], args: argparse.Namespace) -> list[dict]:
+    """One record per backend for sequence length seq_len (keys: KERNEL_COLUMNS' quantities)."""
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     document_ids, pieces = pack_rows(document_lengths, seq_len, args.batch)
@@ -281,95 +320,151 @@ def device_rows(seq_len: int, document_lengths: list[int], args: argparse.Namesp
         return torch.randn(shape, generator=generator, device=device, dtype=dtype).requires_grad_(grad)
 
     q, k, v, grad_out = randn(args.heads), randn(args.kv_heads), randn(args.kv_heads), randn(args.heads, False)
+    group = args.heads // args.kv_heads
 
-    def forward(backend: str) -> torch.Tensor:
-        return attention(q, k, v, backend=backend, mask=build_mask(document_ids, seq_len, backend))
+    def prepare(backend: str) -> Callable[[], torch.Tensor]:
+        """The forward of `backend` with its mask built here, outside every timed call."""
+        mask = build_mask(document_ids, seq_len, "flash" if backend == EXPANDED else backend, dtype=dtype)
+        if backend != EXPANDED:
+            return lambda: attention(q, k, v, mask=mask)
+        return lambda: attention(q, k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2), mask=mask)
 
-    def forward_no_grad(backend: str) -> torch.Tensor:
+    def forward_no_grad(forward: Callable[[], torch.Tensor]) -> torch.Tensor:
         with torch.no_grad():
-            return forward(backend)
+            return forward()
 
-    def train(backend: str) -> None:
+    def train(forward: Callable[[], torch.Tensor]) -> None:
         q.grad = k.grad = v.grad = None
-        forward(backend).backward(grad_out)
+        forward().backward(grad_out)
 
-    reference = forward_no_grad("sdpa") if seq_len <= args.check_max and "sdpa" in args.backends else None
-    working, failed = [], {}
+    check = seq_len <= args.check_max and "sdpa" in args.backends
+    reference = forward_no_grad(prepare("sdpa")) if check else None
+    forwards, failed = {}, {}
     for backend in args.backends:
         try:
-            out = forward_no_grad(backend)
-            train(backend)
+            forward = prepare(backend)
+            out = forward_no_grad(forward)
+            train(forward)
         except Exception as error:  # a backend this machine lacks: report it, time the others
             failed[backend] = f"failed: {type(error).__name__}: {str(error).splitlines()[0][:60]}"
             continue
-        if reference is not None and (out.float() - reference.float()).abs().max().item() > 2e-2:
-            failed[backend] = "differs from sdpa"
+        tolerance = 2e-2 if dtype == torch.bfloat16 else TOLERANCE
+        if reference is not None and (out.float() - reference.float()).abs().max().item() > tolerance:
+            failed[backend] = f"differs from sdpa by more than {tolerance:g}"
             continue
-        working.append(backend)
+        forwards[backend] = forward
     forward_ms = device_timing.interleaved_median_ms(
-        {b: functools.partial(forward_no_grad, b) for b in working}, args.repeats, device
+        {b: functools.partial(forward_no_grad, f) for b, f in forwards.items()}, args.repeats, device
     )
     train_ms = device_timing.interleaved_median_ms(
-        {b: functools.partial(train, b) for b in working}, args.repeats, device
+        {b: functools.partial(train, f) for b, f in forwards.items()}, args.repeats, device
     )
-    flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
-    rows = []
+    fwd_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=False)
+    train_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
+    records = []
     for backend in args.backends:
-        cells = [str(seq_len), f"{len(pieces) / args.batch:.2f}", backend]
-        if backend in failed:
-            rows.append([*cells, failed[backend], "", "", "", ""])
-            continue
-        peak = device_timing.peak_extra_mib(functools.partial(train, backend), device)
-        versus = f"{train_ms['sdpa'] / train_ms[backend]:.2f}x" if "sdpa" in train_ms else ""
-        rows.append(
-            [
-                *cells,
-                f"{forward_ms[backend]:.2f}",
-                f"{train_ms[backend]:.2f}",
-                f"{flops / train_ms[backend] / 1e9:.1f}",
-                versus,
-                device_timing.mib(peak),
-            ]
-        )
-    return rows
+        record: dict = {"T": seq_len, "docs_per_row": len(pieces) / args.batch, "backend": backend}
+        if backend in forwards:
+            record |= {
+                "fwd_ms": forward_ms[backend],
+                "fwd_bwd_ms": train_ms[backend],
+                "fwd_tflops": fwd_flops / forward_ms[backend] / 1e9,
+                "fwd_bwd_tflops": train_flops / train_ms[backend] / 1e9,
+                "fwd_bwd_vs_sdpa": train_ms["sdpa"] / train_ms[backend] if "sdpa" in train_ms else None,
+                "peak_mib": device_timing.peak_extra_mib(functools.partial(train, forwards[backend]), device),
+            }
+        else:
+            record["failed"] = failed[backend]
+        records.append(record)
+    return records
 
 
-def device_main(args: argparse.Namespace) -> None:
+def kernel_cells(record: dict) -> list[str]:
+    cells = [str(record["T"]), f"{record['docs_per_row']:.2f}", record["backend"]]
+    if "failed" in record:
+        return [*cells, record["failed"], "", "", "", "", ""]
+    versus = record["fwd_bwd_vs_sdpa"]
+    return [
+        *cells,
+        f"{record['fwd_ms']:.2f}",
+        f"{record['fwd_bwd_ms']:.2f}",
+        f"{record['fwd_tflops']:.1f}",
+        f"{record['fwd_bwd_tflops']:.1f}",
+        "" if versus is None else f"{versus:.2f}x",
+        device_timing.mib(record["peak_mib"]),
+    ]
+
+
+def kernel_main(args: argparse.Namespace) -> None:
+    """The kernel table; with --out, also DIR/attention.json and DIR/attention.md."""
+    if args.repeats < MIN_REPEATS:
+        raise SystemExit(f"--repeats {args.repeats}: the kernel table takes at least {MIN_REPEATS}")
     device = torch.device(args.device)
+    if args.smoke:
+        args.lengths = args.lengths or SMOKE_LENGTHS
+        args.heads, args.kv_heads, args.head_dim = 4, 2, 16
+    args.lengths = args.lengths or KERNEL_LENGTHS
     if args.backends is None:
-        args.backends = ["sdpa", "flex", "flash"] if device.type == "cuda" else ["sdpa", "varlen"]
-    print(
-        f"{device_timing.device_name(device)}; batch {args.batch}, H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}"
+        args.backends = ["sdpa", "flex", "flash", EXPANDED] if device.type == "cuda" else ["sdpa", "varlen"]
+    gqa = "n/a"
+    if "flash" in args.backends and flash.available():
+        gqa = "native" if flash.resolve_kernel().enable_gqa else "expanded"
+    header = (
+        f"{device_timing.device_name(device)}; batch {args.batch}, H={args.heads}, Hkv={args.kv_heads}, "
+        f"D={args.head_dim}, {'bf16' if device.type == 'cuda' else 'fp32'}, median of {args.repeats} calls; "
+        f"flash GQA: {gqa}"
     )
+    print(header, flush=True)
     document_lengths = stdlib_document_lengths()
-    rows = [row for seq_len in args.lengths for row in device_rows(seq_len, document_lengths, args)]
-    lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
-    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
+    records = [record for seq_len in args.lengths for record in kernel_rows(seq_len, document_lengths, args)]
+    lines = [KERNEL_COLUMNS, ("---:",) * len(KERNEL_COLUMNS), *(kernel_cells(r) for r in records)]
+    table = "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        result = {
+            "benchmark": "attention",
+            "header": header,
+            "device": device_timing.device_name(device),
+            "torch": torch.__version__,
+            "shapes": {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim},
+            "repeats": args.repeats,
+            "flash_gqa": gqa,
+            "flops": "useful fwd = 4 H D sum_doc l(l+1)/2; fwd+bwd = 3.5 x fwd (module docstring)",
+            "rows": [{key: value for key, value in r.items() if value == value} for r in records],  # NaN -> absent
+        }
+        (args.out / "attention.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / "attention.md").write_text(f"{header}\n\n{table}\n")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)"
-    )
-    parser.add_argument("--kernels", action="store_true", help="the device table on --device cpu (smoke test)")
-    parser.add_argument("--backends", nargs="+", default=None, help="device table: backends to time")
-    parser.add_argument("--heads", type=int, default=32, help="device table: query heads")
-    parser.add_argument("--kv-heads", type=int, default=4, help="device table: key/value heads")
-    parser.add_argument("--head-dim", type=int, default=64, help="device table: head_dim")
-    parser.add_argument("--check-max", type=int, default=16384, help="device table: largest T checked against sdpa")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192], help="sequence lengths T")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement (median reported)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="kernel table device (default: cuda)")
+    parser.add_argument("--kernels", action="store_true", help="the kernel table (implied by --device/--out/--smoke)")
+    parser.add_argument("--out", type=Path, default=None, help="kernel table: write DIR/attention.json and .md")
+    parser.add_argument("--smoke", action="store_true", help="kernel table at tiny sizes (runs on CPU)")
+    parser.add_argument("--backends", nargs="+", default=None, help=f"kernel table: backends to time, or {EXPANDED}")
+    parser.add_argument("--heads", type=int, default=32, help="kernel table: query heads")
+    parser.add_argument("--kv-heads", type=int, default=4, help="kernel table: key/value heads")
+    parser.add_argument("--head-dim", type=int, default=64, help="kernel table: head_dim")
+    parser.add_argument("--check-max", type=int, default=16384, help="kernel table: largest T checked against sdpa")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None, help="sequence lengths T")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median reported)")
     parser.add_argument("--batch", type=int, default=1, help="packed rows per batch")
-    parser.add_argument("--skip-flex", action="store_true", help="do not compile or time flex")
+    parser.add_argument("--skip-flex", action="store_true", help="CPU table: do not compile or time flex")
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
-    if args.device == "cuda" or args.kernels:
-        device_main(args)
+    if args.device or args.kernels or args.out or args.smoke:
+        if args.device is None:
+            args.device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
+        args.repeats = MIN_REPEATS if args.repeats is None else args.repeats
+        kernel_main(args)
         return
+    args.lengths = args.lengths or [1024, 2048, 4096, 8192]
+    args.repeats = args.repeats or 5
     load_at_start = os.getloadavg()[0]  # other work on the machine skews the times
     document_lengths = stdlib_document_lengths()
     print(

@@ -359,7 +359,7 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
     `create_block_mask` lists them: in ascending key-block order."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    batch, kv_len = document_ids.shape
+    kv_len = document_ids.shape[1]
     offset = kv_len - q_len
     device = document_ids.device
     q_blocks, kv_blocks = -(-q_len // FLEX_BLOCK), -(-kv_len // FLEX_BLOCK)
