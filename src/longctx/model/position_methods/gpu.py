@@ -19,10 +19,12 @@ own chunk up to the query (causal), the previous chunk, or all chunks before tha
 mask). The last relation gathers O(T^2 / s) keys in all, so its segments are split into
 calls of at most KEYS_PER_CALL gathered keys (at least one segment each).
 
-No backward: torch's varlen_attn (2.11 and 2.14) registers a backward that drops the
-gradient of the lse, so autograd through `plan.merge` would silently omit the lse path's
-term of dq and dk. `varlen_passes` refuses to run with autograd recording when passes
-are merged; the position methods are evaluation-time methods.
+Backward: torch's varlen_attn (2.11 and 2.14) registers a backward that drops the
+gradient of the lse, which the merge needs (a pass's weight in the merge is a function of
+its lse). So when autograd records, each call's lse gets the missing term back exactly
+(`_lse_with_gradient`): d lse_i / d q_i = s sum_j P_ij k_j and d lse_i / d k_j = s P_ij q_i
+(s the softmax scale, P the call's attention weights), both read off one more kernel call
+that attends with the keys as values.
 
 No [T, T] tensor exists anywhere: memory is O(T) per call. Decoding with a KV cache (one
 query per row) is the same layout with one query per document.
@@ -160,12 +162,6 @@ def varlen_passes(
 ):
     """Attention output [B, Tq, H, D] of a band/chunk-pass plan: the passes' kernel calls, merged."""
     layout: VarlenLayout = plan.layout
-    if len(plan.passes) > 1 and torch.is_grad_enabled() and any(t.requires_grad for t in (*queries, *keys, v)):
-        raise RuntimeError(
-            "position-method passes on the varlen flash kernel have no correct backward: torch's varlen_attn "
-            "drops the gradient of its log-sum-exp, which the merge of the passes needs; run under "
-            "torch.no_grad() (evaluation), or use backend 'varlen' or 'sdpa' to differentiate"
-        )
     batch, q_len, heads, dim = queries[0].shape
     kv_heads = v.shape[2]
     flat_v = v.reshape(-1, kv_heads, dim)
@@ -180,9 +176,10 @@ def varlen_passes(
             if call.max_seqlen_k == 0:  # every document is shorter than the band's `nearest`
                 continue
             call_q = flat_q if call.query_index is None else flat_q[call.query_index]
+            call_k = flat_k[call.key_index]
             call_out, call_lse = varlen_flash(
                 call_q,
-                flat_k[call.key_index],
+                call_k,
                 flat_v[call.key_index],
                 call.cu_seqlens_q,
                 call.cu_seqlens_k,
@@ -199,6 +196,8 @@ def varlen_passes(
                     f"{(heads, call_out.shape[0])} (flash-attn >= 2.5 or torch >= 2.11)"
                 )
             call_lse = call_lse.transpose(0, 1).to(merge_dtype)
+            if torch.is_grad_enabled() and (call_q.requires_grad or call_k.requires_grad):
+                call_lse = _lse_with_gradient(call_lse, call_q, call_k, call, scale, layout.kernel)
             if call.query_index is None:
                 out, lse = call_out.to(merge_dtype), call_lse
             else:
@@ -206,3 +205,29 @@ def varlen_passes(
         empty = (pass_plan.upper < pass_plan.lower).reshape(-1, 1)  # the kernel's value for these varies
         parts.append((out.masked_fill(empty[..., None], 0.0), lse.masked_fill(empty, -math.inf)))
     return merge(parts)[0].view(batch, q_len, heads, dim).to(v.dtype)
+
+
+def _lse_with_gradient(
+    lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, call: VarlenCall, scale: float, kernel: VarlenKernel
+) -> torch.Tensor:
+    """lse [Nq, H] (from the kernel, whose backward ignores it) plus a term of value exactly 0
+    whose gradient is d lse / d (q, k). With A_i = sum_j P_ij k_j, the output of the call
+    with the keys as values: f_i = s (q_i . sg(A_i) + sg(q_i) . A_i), where the second A_i
+    is differentiable in the value slot only (q, k detached in the score slots), so
+    df_i / dq_i = s A_i and df_i / dk_j = s P_ij q_i; f - sg(f) is 0 (sg: stop-gradient)."""
+    keys_as_values, _ = varlen_flash(
+        q.detach(),
+        k.detach(),
+        k,
+        call.cu_seqlens_q,
+        call.cu_seqlens_k,
+        call.max_seqlen_q,
+        call.max_seqlen_k,
+        scale=scale,
+        window=call.window,
+        kernel=kernel,
+    )
+    mean_key = keys_as_values.to(lse.dtype)
+    wide_q = q.to(lse.dtype)
+    term = scale * ((wide_q * mean_key.detach()).sum(-1) + (wide_q.detach() * mean_key).sum(-1))
+    return lse + (term - term.detach())

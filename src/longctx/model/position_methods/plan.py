@@ -181,10 +181,10 @@ def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor,
         return parts[0]
     if len(parts) == 2:
         (out_a, lse_a), (out_b, lse_b) = parts
-        weight_a = torch.sigmoid(lse_a - lse_b).nan_to_num_(0.0)  # nan: neither part covers the query
+        weight_a = torch.sigmoid(lse_a - lse_b).nan_to_num(0.0)  # nan: neither part covers the query
         return torch.addcmul(out_b, weight_a[..., None], out_a - out_b), torch.logaddexp(lse_a, lse_b)
     outs = torch.stack([out for out, _ in parts])
     lses = torch.stack([lse for _, lse in parts])
     total = torch.logsumexp(lses, dim=0)
-    weights = torch.exp(lses - total).nan_to_num_(0.0)
+    weights = torch.exp(lses - total).nan_to_num(0.0)
     return (outs * weights[..., None]).sum(0), total
