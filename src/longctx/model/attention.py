@@ -429,8 +429,10 @@ def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
 
 @dataclass
 class _FlashSegments:
-    """The flash kernel's view of a batch; the max lengths are host ints read once here
-    (the one host sync of the batch), not per layer."""
+    """The flash kernel's view of a batch; the max lengths are host ints, read once here, not
+    per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
+    Finding the document boundaries (`document_segments`, a `nonzero`) still synchronises
+    once per batch when document_ids live on the GPU."""
 
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor
