@@ -219,6 +219,16 @@ def test_missing_data_directory_is_a_clear_error(workspace, tmp_path, capsys):
     assert "nowhere does not exist; run `longctx prepare" in capsys.readouterr().err
 
 
+def test_run_prints_its_memory_estimate_and_refuses_one_that_cannot_fit(workspace, tmp_path, capsys):
+    """train.memory_limit_gib (the device's total on CUDA) is checked before step 1."""
+    args = overrides(workspace, tmp_path, **{"train.memory_limit_gib": 0.001, "log.wandb_mode": "disabled"})
+    assert main(["pretrain", *args]) == 2
+    captured = capsys.readouterr()
+    assert "memory estimate per device" in captured.out and "activations" in captured.out
+    assert "train.micro_batch_size" in captured.err and "train.activation_checkpointing" in captured.err
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
 def test_torchrun_world_size_mismatch_is_a_clear_error(workspace, tmp_path, monkeypatch):
     from longctx.config import load
     from longctx.train.trainer import world_size_from_environment
