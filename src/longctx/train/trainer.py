@@ -37,7 +37,7 @@ from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
-from longctx.train.frequency_callback import PositionFrequencyCallback
+from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
 from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
 from longctx.train.memory import check_run_memory
 from longctx.train.module import LanguageModelModule
@@ -121,7 +121,7 @@ def verify_checkpoint(path: Path) -> None:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
 
 
-class PackedDataModule(L.LightningDataModule):
+class PackedDataModule(HostBatchDataModule):
     """Builds each rank's loader after a resume has restored the global step."""
 
     def __init__(
