@@ -146,4 +146,3 @@ def test_memory_estimate_bounds_the_measured_peak(checkpointing):
     peak = torch.cuda.max_memory_allocated()
     estimate = estimate_memory(config, world_size=1, precision="bf16-mixed", cuda=False)
     assert peak <= estimate.total <= 1.25 * peak, f"peak {peak / 2**30:.2f} GiB\n{estimate.table()}"
-
