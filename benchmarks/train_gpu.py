@@ -13,8 +13,8 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    stream:
    - `HF sdpa`: `LlamaForCausalLM(attn_implementation="sdpa")` on plain causal rows;
    - `HF sdpa, packed`: the packed, document-masked rows with restarting position ids and
-     a 4D boolean mask [B, 1, T, T] (same document and causal), which transformers uses
-     as given;
+     a 4D boolean mask [B, 1, T, T] (same document and causal), which transformers >= 5
+     uses as given (4.x: position ids only; the table's note says which);
    - `longctx <backend>` and `longctx <backend>, packed`: our model with each of
      `--backends` (default flash, flex) on the same rows;
    - `litgpt compiled`: litgpt's `GPT` (`Config.from_name("tiny-llama-1.1b")`, vocab set
@@ -54,6 +54,7 @@ from pathlib import Path
 import device_timing
 import report
 import torch
+import transformers
 from attention import stdlib_document_lengths
 from train_step import LEARNING_RATE, Batch, Implementation, TrainingStep, rows_for, seeded_llama, token_blocks
 
@@ -68,6 +69,12 @@ E2E_SKIPPED_STEPS = 5
 LITGPT = Implementation("litgpt", "compiled")
 STEP_COLUMNS = ["T", "impl", "step ms", "tokens/s", "vs HF", "vs litgpt", "MFU", "peak MiB"]
 E2E_COLUMNS = ["T", "rows x accumulation", "steps", "tokens/s", "MFU", "peak GiB", "estimate GiB"]
+
+
+HF_TAKES_BOOLEAN_4D_MASK = int(transformers.__version__.split(".")[0]) >= 5
+"""transformers 5 passes a 4D mask to sdpa as given (bool: True = attend); 4.x inverts a
+0/1 mask arithmetically, which a bool tensor refuses: there the packed rows keep only
+their restarting position ids (train_step.py's packed HF rows), and the table says so."""
 
 
 def document_mask_4d(document_ids: torch.Tensor) -> torch.Tensor:
@@ -87,7 +94,7 @@ class DeviceStep(TrainingStep):
         self.device = device
 
     def logits(self, batch: Batch) -> torch.Tensor:
-        if self.implementation.library == "hf" and self.implementation.packed:
+        if self.implementation.library == "hf" and self.implementation.packed and HF_TAKES_BOOLEAN_4D_MASK:
             mask = document_mask_4d(batch["document_ids"])
             return self.model(
                 input_ids=batch["input_ids"], position_ids=batch["position_ids"], attention_mask=mask, use_cache=False
@@ -103,8 +110,8 @@ class LitGPTStep(DeviceStep):
     """litgpt's compiled GPT with the same shapes (its own initialisation, plain rows)."""
 
     def __init__(self, config: ModelConfig, seq_len: int, device: torch.device):
+        from litgpt.config import Config as LitConfig
         from litgpt.model import GPT
-        from litgpt.model import Config as LitConfig
 
         self.implementation = LITGPT
         lit = LitConfig.from_name(
@@ -276,7 +283,13 @@ def main() -> None:
     device = torch.device(args.device)
     settings = {"preset": args.preset, "vocab": args.vocab, "batch": args.batch, "repeats": args.repeats}
     rows = [row for seq_len in args.lengths for row in step_rows(seq_len, args)]
-    notes = ["litgpt runs without document masking (it has none): compare it with the plain rows."]
+    notes = [
+        "litgpt runs without document masking (it has none): compare it with the plain rows.",
+        "HF packed rows: "
+        + (
+            "a 4D boolean document mask." if HF_TAKES_BOOLEAN_4D_MASK else "restarting position ids (transformers 4.x)."
+        ),
+    ]
     report.write(
         args.out,
         "train_step",

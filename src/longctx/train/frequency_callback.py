@@ -65,7 +65,8 @@ class PositionFrequencyCallback(L.Callback):
         self._steps_seen = self._logged_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        host_batch = getattr(trainer.datamodule, "host_batch", None)  # the same rows, before the device copy
+        # The same rows before the device copy (Lightning sets `trainer.datamodule` at fit time).
+        host_batch = getattr(getattr(trainer, "datamodule", None), "host_batch", None)
         self.counts.update(batch if host_batch is None else host_batch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
