@@ -158,6 +158,14 @@ def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
         assert np.array_equal(final_fi(tmp_path)[key], value), key
 
 
+def test_loader_workers_reproduce_the_in_process_run(workspace, reference, tmp_path):
+    """train.loader_workers=2 builds the rows in worker processes: same losses and f(i)."""
+    finish(launch(overrides(workspace, tmp_path, **{"train.loader_workers": 2})))
+    assert losses(tmp_path) == losses(reference)
+    for key, value in final_fi(reference).items():
+        assert np.array_equal(final_fi(tmp_path)[key], value), key
+
+
 def test_two_nodes_on_loopback_match_one(workspace, reference, tmp_path):
     port = free_port()
     nodes = [
