@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
 # (docs/benchmarks.md, "GPU runbook": carry .device, prefix `source .device/env.sh;`).
+# On a machine with the venv: `make test-gpu PYTHON_GPU=.venv/bin/python`.
 PYTHON_GPU ?= python3
 BENCH_OUT  ?= bench-gpu-out
 GPU_RUN    := PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU)
