@@ -4,7 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo replicate replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean
+.PHONY: setup demo replicate replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean \
+	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
+
+# The GPU targets run on the GPU image with its own python: no .venv, no network
+# (docs/benchmarks.md, "GPU runbook": carry .device, prefix `source .device/env.sh;`).
+# On a machine with the venv: `make test-gpu PYTHON_GPU=.venv/bin/python`.
+PYTHON_GPU ?= python3
+BENCH_OUT  ?= bench-gpu-out
+GPU_RUN    := PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU)
+GPU_TESTS  := $(shell grep -rlE 'mark\.gpu' tests | grep -v test_replication_slow | sort)
 
 setup: $(STAMP)
 
@@ -67,11 +76,32 @@ golden: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not gpu" -q
 
-# Every fast `gpu` test (tests/test_gpu_path.py and the CUDA cases beside the CPU tests). Backend
-# `flash` uses torch's own varlen kernel; flash-attn/xformers (the `gpu` extra, source
-# builds) are used when installed, not required.
-test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -m "gpu and not slow" -q
+# Every `gpu` test, the heavy ones included (StRing prefill at 32K; a 20-step fsdp + compile
+# pretrain resumed from step 10), with the GPU image's python; the GPU replication
+# (tests/test_replication_slow.py, an hour) is `make replicate-gpu`. Backend `flash` uses
+# torch's own varlen kernel; flash-attn/xformers are used when installed, not required.
+test-gpu:
+	$(GPU_RUN) -m pytest -m gpu -q -p no:cacheprovider $(GPU_TESTS)
+
+# Each bench-gpu-* target should finish within 9 minutes on one H100 and writes
+# $(BENCH_OUT)/<table>.json and .md (the rows of docs/benchmarks.md).
+bench-gpu: bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
+
+bench-gpu-kernels:
+	$(GPU_RUN) benchmarks/attention.py --out $(BENCH_OUT)
+
+bench-gpu-train:
+	$(GPU_RUN) benchmarks/train_gpu.py --out $(BENCH_OUT)
+
+bench-gpu-positions:
+	$(GPU_RUN) benchmarks/position_methods.py --device cuda --lengths 8192 32768 131072 \
+		--methods string rerope self_extend dca --repeats 5 --out $(BENCH_OUT)
+	$(GPU_RUN) benchmarks/position_methods.py --device cuda --preset llama3.1-8b --lengths 131072 \
+		--methods string --repeats 3 --out $(BENCH_OUT)
+
+bench-gpu-effective-length:
+	$(GPU_RUN) benchmarks/niah.py --device cuda --preset tinyllama-1.1b --backend auto --skip-throughput \
+		--search-max-length 4096 --tests 50 --out $(BENCH_OUT)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py

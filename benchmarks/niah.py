@@ -21,6 +21,13 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    128, 256, ... `--search-max-length`, `--tests` prompts each, every length evaluated
    (`stop_at_first_failure=False`), wall time per length and in total, sample building and
    scoring included. A random-init model finds no needle, so its effective length is 0.
+   `--out DIR` writes the search's table to DIR/niah_search.json and .md (report.py).
+
+`make bench-gpu-effective-length` (issue 24 (d)): `--device cuda --preset tinyllama-1.1b
+--skip-throughput --search-max-length 4096 --tests 50`: the search's time on the 1.1B
+shapes in bf16 (random weights: every length is evaluated, none passes), at least 50
+tests per length (the script refuses fewer on a GPU). `--smoke` runs it on CPU with the
+debug model up to 256 tokens, 2 tests per length.
 
 The host's load average is printed: other processes on a 2-core machine slow torch's
 thread pool a lot. Measured on the 2-core dev VM (torch 2.14.1, load average 0.9-1.7),
@@ -39,6 +46,7 @@ import os
 import time
 
 import numpy as np
+import report
 import torch
 
 from longctx.config import NiahConfig
@@ -51,6 +59,7 @@ from longctx.niah.tasks import Haystack, make_samples
 from longctx.runtime import tune_cpu_allocator
 
 WIDTHS = (6, 13, 14, 14, 19, 9)
+MIN_TESTS = 50
 
 
 def timed(fn):
@@ -91,7 +100,10 @@ def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend
         print("".join(f"{c:>{w}}" for c, w in zip(cells, WIDTHS, strict=True)))
 
 
-def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> None:
+SEARCH_COLUMNS = ["length", "rows per batch", "passed", "rate [Wilson 95%]", "seconds"]
+
+
+def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> list[list[str]]:
     config = NiahConfig(
         max_length=max_length, tests_per_length=tests, max_new_tokens=new_tokens, stop_at_first_failure=False
     )
@@ -112,6 +124,17 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
     )
     if heatmap:
         print(f"heatmap -> {plot_heatmap(result, heatmap)}")
+    rows = [
+        [
+            str(row.length),
+            str(generator.rows_per_batch(row.length)),
+            f"{row.passed}/{row.tests}",
+            f"{row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]",
+            f"{row.seconds:.1f}",
+        ]
+        for row in result.per_length
+    ]
+    return [*rows, ["all", "", f"effective length {result.effective_length}", "", f"{total:.1f}"]]
 
 
 def main() -> None:
@@ -129,13 +152,31 @@ def main() -> None:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-search", action="store_true")
     parser.add_argument("--heatmap", help="write the search's depth x length PNG here")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the model in bf16 on the GPU")
+    parser.add_argument("--out", help="directory for niah_search.json and .md (the search's table)")
+    parser.add_argument("--smoke", action="store_true", help="debug model, lengths to 256, 2 tests: checks the script")
     args = parser.parse_args()
+    if args.smoke:
+        args.preset, args.skip_throughput, args.search_max_length, args.tests, args.new_tokens = (
+            "debug",
+            True,
+            256,
+            2,
+            4,
+        )
+    elif args.device == "cuda" and not args.skip_search and args.tests < MIN_TESTS:
+        parser.error(f"--tests must be at least {MIN_TESTS} per length on a GPU (the stated minimum)")
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = load_model(args.checkpoint) if args.checkpoint else Llama(ModelConfig.from_preset(args.preset))
-    model.eval()
+    device = torch.device(args.device)
+    if args.checkpoint:
+        model = load_model(args.checkpoint)
+    else:
+        with device:  # initialised on the device (tinyllama-1.1b: 4.4 GB in fp32)
+            model = Llama(ModelConfig.from_preset(args.preset))
+    model.to(device, torch.bfloat16 if device.type == "cuda" else torch.float32).eval()
     tokenizer = load_tokenizer("bpe-8192")
     haystack = Haystack.paul_graham(tokenizer)
     print(
@@ -146,9 +187,11 @@ def main() -> None:
     if not args.skip_throughput:
         throughput(model, tokenizer, haystack, args.lengths, args.prompts, args.new_tokens, args.backend)
     if not args.skip_search:
-        full_search(
+        rows = full_search(
             model, tokenizer, haystack, args.search_max_length, args.tests, args.new_tokens, args.backend, args.heatmap
         )
+        settings = {"model": args.checkpoint or args.preset, "tests per length": args.tests, "backend": args.backend}
+        report.write(args.out, "niah_search", SEARCH_COLUMNS, rows, settings)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -45,6 +45,18 @@ self_extend and dca), one document of T tokens, training length
 T. Reports prefill and decode-step ms (median of --repeats, CUDA-synchronised), their
 ratio to plain RoPE, and the prefill's peak MiB above the weights (device_timing.py).
 Decoding must match the prefill's last logits to 5% of their range (bf16).
+`--preset llama3.1-8b`: a random-initialised Llama-3.1-8B configuration (32 layers,
+d_model 4,096, 32/8 heads, d_ff 14,336, vocabulary 128,256, RoPE base 500,000 with
+llama3 scaling 8x from 8,192), for the memory case of a real model at 128K.
+
+`make bench-gpu-positions` (issue 24 (c)) runs, with `--out DIR` writing
+DIR/positions_<preset>.json and .md (benchmarks/report.py):
+
+    --device cuda --lengths 8192 32768 131072 --methods string rerope self_extend dca
+    --device cuda --preset llama3.1-8b --lengths 131072 --methods string --repeats 3
+
+Minimum repeats on a GPU: 5 for tinyllama-1.1b, 3 for the 8B case (its 128K prefill takes
+seconds); decode takes 5x as many. `--smoke` runs the same code on CPU at debug sizes.
 """
 
 from __future__ import annotations
@@ -54,10 +66,12 @@ import time
 from collections.abc import Callable
 
 import device_timing
+import report
 import torch
 
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
+from longctx.model.rope import RopeScaling
 from longctx.runtime import tune_cpu_allocator
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
@@ -67,8 +81,28 @@ METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "str
 GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE (issue 6)
 
 
+LLAMA31_8B = dict(
+    vocab_size=128256,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    n_kv_heads=8,
+    d_ff=14336,
+    rope_base=500000.0,
+    rope_scaling=RopeScaling("llama3", factor=8.0, original_max_position=8192),
+)
+"""Llama-3.1-8B's config.json, as model fields (random weights: a memory and time case)."""
+
+
+def model_config(preset: str, max_position: int) -> ModelConfig:
+    """A preset of model/config.py, or `llama3.1-8b`."""
+    if preset == "llama3.1-8b":
+        return ModelConfig(preset=preset, max_position=max_position, **LLAMA31_8B)  # type: ignore[arg-type]
+    return ModelConfig.from_preset(preset, max_position=max_position)
+
+
 def build(name: str, training_length: int, preset: str = "tiny") -> PositionMethod:
-    model = ModelConfig.from_preset(preset, max_position=training_length)
+    model = model_config(preset, training_length)
     if name == "string-repo":
         return build_position_method(PositionMethodConfig(name="string", string=StringConfig(compat="repo")), model)
     return build_position_method(PositionMethodConfig(name=name), model)
@@ -205,7 +239,9 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(SEED)
-    model = Llama(ModelConfig.from_preset(args.preset, max_position=seq_len)).to(device, dtype).eval()
+    with device:  # initialised on the device: an 8B model is 32 GB in fp32
+        model = Llama(model_config(args.preset, seq_len))
+    model = model.to(dtype).eval()
     methods = {name: build(name, seq_len, args.preset).to(device) for name in args.methods}
     generator = torch.Generator().manual_seed(SEED)
     input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=generator).to(device)
@@ -239,8 +275,8 @@ def device_main(args: argparse.Namespace) -> None:
         args.methods = ["rope", *args.methods]
     print(f"{device_timing.device_name(device)}; preset {args.preset}, batch 1, one document", flush=True)
     rows = [row for seq_len in args.lengths for row in device_rows(seq_len, args)]
-    lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
-    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
+    settings = {"preset": args.preset, "repeats": args.repeats, "device_name": device_timing.device_name(device)}
+    report.write(args.out, f"positions_{args.preset}", list(DEVICE_COLUMNS), rows, settings)
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -270,7 +306,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--portable", action="store_true", help="the device table on --device cpu (smoke test)")
     parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="device table: methods")
-    return parser.parse_args()
+    parser.add_argument("--out", help="device table: directory for positions_<preset>.json and .md")
+    parser.add_argument("--smoke", action="store_true", help="the device table on CPU at debug sizes, 1 repeat")
+    args = parser.parse_args()
+    if args.smoke:
+        args.device, args.portable, args.preset, args.lengths, args.repeats = "cpu", True, "debug", [512], 1
+    return args
 
 
 def main() -> None:

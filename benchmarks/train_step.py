@@ -56,15 +56,9 @@ What it measures, for each model (`tiny`, 8.1M parameters, and `tiny` with 6 lay
 Before timing, the first step's loss of every implementation must equal HF's on the same
 kind of rows to 1e-5, or the script aborts (same weights, same rows, same loss).
 
-`--device cuda` (on CPU too with `--device cpu --portable`): one training step of
-`--preset` (default tinyllama-1.1b) with `--vocab` (default 8192) at each T, `--batch`
-rows, under bf16 autocast on CUDA (Lightning's `bf16-mixed`; fp32 master
-weights, fused AdamW), our model with each of `--backends` (default flash, flex) against
-HF `LlamaForCausalLM` sdpa, on plain and packed rows as above. Reports step ms (median,
-CUDA-synchronised), tokens/s, the ratio to HF on the same kind of rows, MFU = tokens/s *
-FLOPs per token / the device's dense bf16 peak (train/callbacks.py GPU_PEAK_FLOPS, by
-device name) and the step's peak MiB above the model and optimizer state. First losses
-must agree with HF's to 2e-2 (bf16).
+The GPU table (tinyllama-1.1b shapes in bf16 against HF and litgpt, and `longctx
+pretrain` end to end) is benchmarks/train_gpu.py, which reuses this script's rows and
+training step.
 
 Caveats: on a machine shared with other work, torch's multi-threaded kernels wait for
 descheduled threads: with 2 threads and a load average of ~4 on 2 CPUs, fill/copy/mul on
@@ -89,7 +83,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import cpu_memory
-import device_timing
 import torch
 import torch.nn.functional as F
 import transformers
@@ -100,7 +93,7 @@ from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
 from longctx.model.hf import export_hf
 from longctx.model.llama import Llama, ModelConfig
 from longctx.runtime import tune_cpu_allocator
-from longctx.train.callbacks import measure_cpu_gemm_flops, peak_flops, training_flops_per_token
+from longctx.train.callbacks import measure_cpu_gemm_flops, training_flops_per_token
 
 PRESET = "tiny"
 EOS_ID = 0
@@ -344,102 +337,8 @@ def markdown_table(rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
-# --- --device cuda -------------------------------------------------------------------------
-
-DEVICE_COLUMNS = ("T", "impl", "step ms", "tokens/s", "vs HF", "MFU", "peak MiB")
-
-
-class DeviceStep(TrainingStep):
-    """TrainingStep on a device, under bf16 autocast on CUDA."""
-
-    def __init__(self, implementation: Implementation, config: ModelConfig, hf_dir: Path, device: torch.device):
-        super().__init__(implementation, config, hf_dir)
-        self.model.to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, fused=True)
-        self.device = device
-
-    def __call__(self, batch: Batch) -> float:
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            return super().__call__(batch)
-
-
-def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
-    device = torch.device(args.device)
-    config = ModelConfig.from_preset(args.preset, vocab_size=args.vocab, max_position=seq_len)
-    implementations = [Implementation("hf", "sdpa"), *(Implementation("longctx", b) for b in args.backends)]
-    if not args.skip_packed:
-        implementations += [
-            Implementation("hf", "sdpa", packed=True),
-            *(Implementation("longctx", b, packed=True) for b in args.backends),
-        ]
-    blocks = token_blocks(stdlib_document_lengths(), args.batch, seq_len, config.vocab_size)
-    batches = {impl: {k: v.to(device) for k, v in rows_for(impl, blocks).items()} for impl in implementations}
-    experiment = ExperimentConfig(model=config, data=DataConfig(window=seq_len))
-    flops_per_token, peak = training_flops_per_token(experiment), peak_flops(device)
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="hf-llama-") as hf_dir:
-        export_hf(seeded_llama(config), hf_dir)
-        for impl in implementations:  # one model on the device at a time
-            try:
-                step = DeviceStep(impl, config, Path(hf_dir), device)
-                loss = step(batches[impl])
-                ms = device_timing.interleaved_median_ms(
-                    {"step": functools.partial(step, batches[impl])}, args.repeats, device
-                )
-                results[impl] = (
-                    loss,
-                    ms["step"],
-                    device_timing.peak_extra_mib(functools.partial(step, batches[impl]), device),
-                )
-            except torch.OutOfMemoryError:
-                results[impl] = None
-            finally:
-                step = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-    rows = []
-    for impl in implementations:
-        if results[impl] is None:
-            rows.append([str(seq_len), impl.name, "out of memory", "", "", "", ""])
-            continue
-        loss, ms, peak_mib = results[impl]
-        hf = results.get(Implementation("hf", "sdpa", packed=impl.packed))
-        if hf is not None and abs(loss - hf[0]) > 2e-2:
-            raise SystemExit(f"{impl.name}: first loss {loss:.4f} differs from HF's {hf[0]:.4f}")
-        tokens_per_s = args.batch * seq_len / (ms / 1e3)
-        rows.append(
-            [
-                str(seq_len),
-                impl.name,
-                f"{ms:.0f}",
-                f"{tokens_per_s:.0f}",
-                "" if hf is None else f"{hf[1] / ms:.2f}x",
-                "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
-                device_timing.mib(peak_mib),
-            ]
-        )
-    return rows
-
-
-def device_main(args: argparse.Namespace) -> None:
-    device = torch.device(args.device)
-    if args.backends is None:
-        args.backends = ["flash", "flex"] if device.type == "cuda" else ["varlen"]
-    print(f"{device_timing.device_name(device)}; {args.preset}, vocab {args.vocab}, batch {args.batch}", flush=True)
-    rows = [row for seq_len in args.lengths for row in device_rows(seq_len, args)]
-    lines = [DEVICE_COLUMNS, ("---:",) * len(DEVICE_COLUMNS), *rows]
-    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the device table (module docstring)"
-    )
-    parser.add_argument("--portable", action="store_true", help="the device table on --device cpu (smoke test)")
-    parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
-    parser.add_argument("--vocab", type=int, default=8192, help="device table: vocabulary size")
-    parser.add_argument("--backends", nargs="+", default=None, help="device table: our attention backends")
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 6], help="n_layers of the `tiny` models compared")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024], help="sequence lengths T")
     parser.add_argument("--batch", type=int, default=4, help="rows per step")
@@ -461,9 +360,6 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if args.device == "cuda" or args.portable:
-        device_main(args)
-        return
     tune_cpu_allocator()  # as `longctx pretrain` does; every implementation runs in this process
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -162,6 +162,8 @@ def test_pretrain_20_steps_on_cuda_resumes_to_the_same_losses(tmp_path):
         "train.max_steps": 20,
         "train.checkpoint_every_steps": 10,
         "probe.fi_every_steps": 0,
+        "log.wandb_mode": "disabled",  # the GPU image has no wandb
+        "train.loader_workers": 2,  # rows from worker processes, pinned: resume must stay exact
     }
     first = tmp_path / "first"
     finish(launch(overrides(workspace, first, **cuda)), timeout=900)

@@ -250,6 +250,12 @@ class TrainConfig:
     """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
     recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
     at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
+    loader_workers: int = 0
+    """DataLoader worker processes building the packed rows (0 = in the training process).
+    Any value yields the same batches in the same order (data/packing.py)."""
+    memory_limit_gib: float = 0.0
+    """Device memory the run may use, GiB, for the memory check before step 1
+    (train/memory.py); 0 = the CUDA device's total memory (no check on CPU)."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -274,6 +280,10 @@ class TrainConfig:
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
         _positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
+        if self.loader_workers < 0:
+            raise ConfigError("train.loader_workers", f"must be >= 0 (0 = in-process), got {self.loader_workers}")
+        if self.memory_limit_gib < 0:
+            raise ConfigError("train.memory_limit_gib", f"must be >= 0 (0 = the device's), got {self.memory_limit_gib}")
         if self.loss_chunk_tokens < 0:
             raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
         tokens_per_micro_batch = data.window * self.micro_batch_size

@@ -383,3 +383,33 @@ def test_unknown_packing_is_refused(tmp_path):
         PackedRows([PackedSource(tmp_path, seed=0)], [1.0], window=8, eos_id=EOS, doc_mask=True, packing="greedy")
     with pytest.raises(ValueError, match="long_documents"):
         PackedRows([PackedSource(tmp_path, seed=0)], [1.0], window=8, eos_id=EOS, doc_mask=True, long_documents="Drop")
+
+
+@pytest.mark.parametrize("start_row", [0, 11])
+def test_loader_workers_yield_the_in_process_batches_in_order(tmp_path, start_row):
+    """Workers split whole micro-batches round-robin, so batches (and a resume from
+    `start_row`) equal those of the in-process loader: reference = num_workers=0."""
+    write_token_dataset(tmp_path, random_documents(50, seed=4))
+    micro_batch = 3
+
+    def batches(workers):
+        rows = PackedRows(
+            [PackedSource(tmp_path, seed=1)],
+            [1.0],
+            window=23,
+            eos_id=EOS,
+            doc_mask=True,
+            rank=1,
+            world_size=2,
+            start_row=start_row,
+            micro_batch_size=micro_batch,
+        )
+        loader = torch.utils.data.DataLoader(rows, batch_size=micro_batch, num_workers=workers)
+        return list(itertools.islice(iter(loader), 7))
+
+    reference, split = batches(0), batches(2)
+    assert len(split) == len(reference) == 7
+    for expected, got in zip(reference, split, strict=True):
+        assert expected.keys() == got.keys()
+        for key in expected:
+            assert torch.equal(expected[key], got[key]), key

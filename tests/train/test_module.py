@@ -7,7 +7,7 @@ import torch
 
 from longctx.config import load
 from longctx.data.packing import IGNORE_INDEX
-from longctx.train.module import LanguageModelModule, cosine_schedule
+from longctx.train.module import LanguageModelModule, cosine_schedule, rescale_gradients
 
 
 def test_cosine_schedule_hand_worked():
@@ -109,3 +109,30 @@ def test_chunked_loss_gives_the_plain_loss_and_gradients():
     torch.testing.assert_close(chunked, plain, rtol=1e-5, atol=0)
     for got, expected in zip(chunked_grads, plain_grads, strict=True):  # fp32: summation order differs
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-3 * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("labelled", [37, 0])
+def test_rescale_equals_the_per_parameter_loop_bitwise(dtype, labelled):
+    """One foreach multiply by a device scalar = the old `grad.mul_(capacity / labelled)`
+    per parameter with a Python float (and no change when nothing is labelled)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(13, 7), torch.nn.LayerNorm(7), torch.nn.Linear(7, 3, bias=False))
+    model.to(dtype)
+    for parameter in model.parameters():
+        parameter.grad = torch.randn_like(parameter) * 3
+    model[1].bias.grad = None  # a parameter without a gradient is skipped
+    capacity = 1024
+    expected = {}
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            grad = parameter.grad.clone()
+            if labelled > 0:
+                grad.mul_(capacity / labelled)
+            expected[name] = grad
+    totals = torch.tensor([float(capacity), float(labelled)], dtype=torch.float64)
+    rescale_gradients(list(model.parameters()), totals[0], totals[1])
+    assert model[1].bias.grad is None
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            assert torch.equal(parameter.grad, expected[name]), name

@@ -158,6 +158,14 @@ def test_fsdp_on_two_processes_matches_one(workspace, reference, tmp_path):
         assert np.array_equal(final_fi(tmp_path)[key], value), key
 
 
+def test_loader_workers_reproduce_the_in_process_run(workspace, reference, tmp_path):
+    """train.loader_workers=2 builds the rows in worker processes: same losses and f(i)."""
+    finish(launch(overrides(workspace, tmp_path, **{"train.loader_workers": 2})))
+    assert losses(tmp_path) == losses(reference)
+    for key, value in final_fi(reference).items():
+        assert np.array_equal(final_fi(tmp_path)[key], value), key
+
+
 def test_two_nodes_on_loopback_match_one(workspace, reference, tmp_path):
     port = free_port()
     nodes = [
@@ -217,6 +225,16 @@ def test_missing_data_directory_is_a_clear_error(workspace, tmp_path, capsys):
     args = overrides(workspace, tmp_path, **{"data.path": tmp_path / "nowhere"})
     assert main(["pretrain", *args]) == 2
     assert "nowhere does not exist; run `longctx prepare" in capsys.readouterr().err
+
+
+def test_run_prints_its_memory_estimate_and_refuses_one_that_cannot_fit(workspace, tmp_path, capsys):
+    """train.memory_limit_gib (the device's total on CUDA) is checked before step 1."""
+    args = overrides(workspace, tmp_path, **{"train.memory_limit_gib": 0.001, "log.wandb_mode": "disabled"})
+    assert main(["pretrain", *args]) == 2
+    captured = capsys.readouterr()
+    assert "memory estimate per device" in captured.out and "activations" in captured.out
+    assert "train.micro_batch_size" in captured.err and "train.activation_checkpointing" in captured.err
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
 
 
 def test_torchrun_world_size_mismatch_is_a_clear_error(workspace, tmp_path, monkeypatch):

@@ -285,10 +285,11 @@ class Mixture:
 class PackedRows(torch.utils.data.IterableDataset):
     """Endless contract rows of `window` tokens for one rank, from global row `start_row` on.
 
-    Iterated by a plain `DataLoader` (batch_size = micro-batch, num_workers = 0: a row is a
-    few memory-mapped slices, far cheaper than a training step). A `transform` (PoSE,
-    RandPos, LongRecipe: data/transforms.py) rewrites each row's position ids, seeded by the
-    row's global index.
+    Iterated by a `DataLoader` with batch_size = `micro_batch_size`. With `num_workers` = W
+    > 0, worker w yields this rank's micro-batches w, w + W, w + 2W, ... (whole batches,
+    which the DataLoader takes from its workers in turn), so the batch sequence equals the
+    in-process one and resume stays exact. A `transform` (PoSE, RandPos, LongRecipe:
+    data/transforms.py) rewrites each row's position ids, seeded by the row's global index.
     """
 
     def __init__(
@@ -305,6 +306,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         transform: PositionTransform | None = None,
         packing: str = "stream",
         long_documents: str = "split",
+        micro_batch_size: int = 1,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
@@ -319,6 +321,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
         self.transform, self.packing, self.long_documents = transform, packing, long_documents
+        self.micro_batch_size = micro_batch_size
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank, from the
@@ -328,9 +331,19 @@ class PackedRows(torch.utils.data.IterableDataset):
         for index in itertools.count(first, self.world_size):
             yield index, *mixture.locate(index)
 
+    def worker_rows(self) -> Iterator[tuple[int, int, int]]:
+        """`global_rows` of this DataLoader worker: its share of whole micro-batches."""
+        worker = torch.utils.data.get_worker_info()
+        if worker is None:
+            yield from self.global_rows()
+            return
+        for k, located in enumerate(self.global_rows()):
+            if (k // self.micro_batch_size) % worker.num_workers == worker.id:
+                yield located
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
-        for index, source, row in self.global_rows():
+        for index, source, row in self.worker_rows():
             if self.packing == "documents":
                 contract = pad_documents_row(
                     self.sources[source].read_row(row, block, self.long_documents), block, self.eos_id, self.doc_mask

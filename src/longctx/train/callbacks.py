@@ -92,8 +92,9 @@ class LastCheckpoint(L.Callback):
     rename), so a kill during the write leaves the previous `last.ckpt` intact. The SIGTERM handler is installed when training
     starts and replaces Lightning's, which would stop after the current *micro-batch*: a
     checkpoint taken mid-accumulation would shift every later accumulation boundary on
-    resume and break exact reproduction. Ranks agree on the flag with an all-reduce after
-    every batch, so all of them save the same step together.
+    resume and break exact reproduction. Ranks agree on the flag with an all-reduce at
+    every optimizer-step boundary (the only batches where it is read), so all of them save
+    the same step together; between boundaries the callback touches no tensor.
     """
 
     def __init__(self, path: Path, every_steps: int):
@@ -115,14 +116,16 @@ class LastCheckpoint(L.Callback):
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
-        stop = torch.tensor([int(self.received_sigterm)], device=trainer.strategy.root_device)
-        if trainer.world_size > 1:
-            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
         step_completed = trainer.global_step != self._steps_seen
         self._steps_seen = trainer.global_step
         if not step_completed:
-            return
-        if stop.item():
+            return  # mid-accumulation: nothing to decide, no device work (no host sync per micro-batch)
+        stop = self.received_sigterm
+        if trainer.world_size > 1:
+            flag = torch.full((1,), int(stop), device=trainer.strategy.root_device)  # a fill, not a host copy
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            stop = bool(flag.item())  # the one read per optimizer step, where ranks must agree
+        if stop:
             self.save(trainer)
             trainer.should_stop = True
         elif trainer.global_step % self.every_steps == 0:

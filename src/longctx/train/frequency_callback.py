@@ -39,6 +39,18 @@ from longctx.train.loggers import log_file, log_scalars, log_table, logger_step
 MAX_TABLE_ROWS = 10_000
 
 
+class HostBatchDataModule(L.LightningDataModule):
+    """Keeps each batch as its loader made it (host memory) before Lightning copies it to
+    the device, so the f(i) count reads the rows without copying the device batch back (a
+    device-to-host read would make every micro-batch wait for the GPU)."""
+
+    host_batch: Any = None
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        self.host_batch = batch
+        return batch
+
+
 class PositionFrequencyCallback(L.Callback):
     def __init__(self, window: int, out_dir: Path, every_steps: int, count_only_labeled: bool = True):
         self.window = window
@@ -53,7 +65,9 @@ class PositionFrequencyCallback(L.Callback):
         self._steps_seen = self._logged_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
-        self.counts.update(batch)
+        # The same rows before the device copy (Lightning sets `trainer.datamodule` at fit time).
+        host_batch = getattr(getattr(trainer, "datamodule", None), "host_batch", None)
+        self.counts.update(batch if host_batch is None else host_batch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         step = trainer.global_step

@@ -15,6 +15,11 @@ grad sum(CE) / capacity for the step's token capacity; `on_before_optimizer_step
 all-reduces the labelled-token count and rescales the gradients by capacity / labelled,
 so the update is exactly grad [sum(CE) / labelled tokens] of the global batch.
 
+No host synchronisation in a step: the step's totals stay on the device (the capacity is
+written with a fill, not copied from the host), the rescale is one `torch._foreach_mul_`
+by a device scalar (one launch for all ~200 gradients instead of one `mul_` each) and the
+loss is logged as a device tensor; the only reads are Lightning's own, when it logs.
+
 Under FSDP2 (`ModelParallelStrategy`), `configure_model` shards each transformer block
 and then the root with `fully_shard`, optionally after activation checkpointing and
 `torch.compile` per block (order: AC -> compile -> FSDP, as torchtitan does).
@@ -56,6 +61,23 @@ def learning_rate(step: int, *, warmup: int, total: int, peak: float, floor: flo
     return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
+def rescale_gradients(parameters: list[torch.nn.Parameter], capacity: torch.Tensor, labelled: torch.Tensor) -> None:
+    """grad *= capacity / labelled for every parameter with a gradient, in one
+    `_foreach_mul_` by a device scalar (no host read); unchanged when nothing is labelled.
+
+    The scale is rounded to the gradients' compute type (float32 for float32/bf16 gradients)
+    before the product, as a Python-float `mul_` does, so the result equals the old
+    per-parameter loop bitwise.
+    """
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    if not grads:
+        return
+    scale = torch.where(labelled > 0, capacity / labelled.clamp(min=1), torch.ones_like(capacity))
+    for dtype in {grad.dtype for grad in grads}:
+        same = [grad for grad in grads if grad.dtype == dtype]
+        torch._foreach_mul_(same, scale.to(torch.promote_types(dtype, torch.float32)))
+
+
 class LanguageModelModule(L.LightningModule):
     """`LanguageModelModule.load_from_checkpoint(path)` rebuilds the module from the saved
     hyper-parameters: `config` (the experiment as a dict) and `model` (the ModelConfig, what
@@ -72,7 +94,7 @@ class LanguageModelModule(L.LightningModule):
         self.save_hyperparameters({"config": as_dict(config), "model": config_dict(config.model)}, logger=False)
         self.model: Llama | None = None
         # Summed cross-entropy, labelled tokens and token capacity since the last step.
-        self._step_totals = torch.zeros(3, dtype=torch.float64)
+        self._step_totals: torch.Tensor | None = None
 
     def configure_model(self) -> None:
         if self.model is not None:
@@ -132,25 +154,23 @@ class LanguageModelModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss_sum, labelled = self.summed_loss(batch)
         capacity = batch["labels"].numel()
-        # Accumulated on the batch's device: a .item() here would make every micro-batch wait
-        # for its forward to finish on the GPU; the one host read is per optimizer step.
-        totals = torch.stack([loss_sum.detach(), labelled, labelled.new_tensor(capacity)]).to(torch.float64)
-        self._step_totals = self._step_totals.to(totals.device) + totals
+        # Kept on the batch's device and built without a host copy (`new_full` is a fill
+        # kernel; `new_tensor` would copy from pageable memory and wait for the stream).
+        totals = torch.stack([loss_sum.detach().double(), labelled.double(), loss_sum.new_full((), capacity).double()])
+        self._step_totals = totals if self._step_totals is None else self._step_totals + totals
         return loss_sum / capacity
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        totals = self._step_totals.to(self.device)
+        totals = self._step_totals
+        if totals is None:
+            raise RuntimeError("on_before_optimizer_step before any training_step: no step totals")
         if self.trainer.world_size > 1:
             torch.distributed.all_reduce(totals)
-        loss_sum, labelled, capacity = totals.tolist()
-        if labelled > 0:
-            scale = capacity / labelled
-            for parameter in self._llama().parameters():
-                if parameter.grad is not None:
-                    parameter.grad.mul_(scale)
-        self.log("train/loss", loss_sum / max(labelled, 1), on_step=True, prog_bar=True)
+        loss_sum, labelled, capacity = totals.unbind()
+        rescale_gradients(list(self._llama().parameters()), capacity, labelled)
+        self.log("train/loss", loss_sum / labelled.clamp(min=1), on_step=True, prog_bar=True)
         self.log("train/lr", optimizer.param_groups[0]["lr"], on_step=True)
-        self._step_totals.zero_()
+        self._step_totals = None
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         # clip_grad_norm_ handles FSDP2's sharded DTensor gradients (the norm is all-reduced).

@@ -32,6 +32,7 @@ from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling
+from longctx.train.frequency_callback import HostBatchDataModule
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 
 
@@ -68,7 +69,7 @@ def extended_model_config(model: ModelConfig, position_limit: int, rope_extensio
     return dataclasses.replace(model, max_position=position_limit, rope_scaling=RopeScaling("ntk", factor=factor))
 
 
-class SFTDataModule(L.LightningDataModule):
+class SFTDataModule(HostBatchDataModule):
     def __init__(self, config: ExperimentConfig, rows: SFTRows, rows_per_step: int):
         super().__init__()
         self.config, self.rows, self.rows_per_step = config, rows, rows_per_step

@@ -37,8 +37,9 @@ from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
-from longctx.train.frequency_callback import PositionFrequencyCallback
+from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
 from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
+from longctx.train.memory import check_run_memory
 from longctx.train.module import LanguageModelModule
 from longctx.train.progress import step_progress_bar
 
@@ -120,7 +121,7 @@ def verify_checkpoint(path: Path) -> None:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
 
 
-class PackedDataModule(L.LightningDataModule):
+class PackedDataModule(HostBatchDataModule):
     """Builds each rank's loader after a resume has restored the global step."""
 
     def __init__(
@@ -150,7 +151,15 @@ class PackedDataModule(L.LightningDataModule):
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
         )
-        return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
+        workers = self.config.train.loader_workers
+        return torch.utils.data.DataLoader(
+            rows,
+            batch_size=self.config.train.micro_batch_size,
+            num_workers=workers,
+            pin_memory=torch.cuda.is_available(),  # pinned rows reach the GPU without a host sync
+            persistent_workers=workers > 0,
+            prefetch_factor=4 if workers else None,
+        )
 
 
 def packed_rows(
@@ -178,6 +187,7 @@ def packed_rows(
         transform=transform,
         packing=data.packing,
         long_documents=data.long_documents,
+        micro_batch_size=config.train.micro_batch_size,
     )
 
 
@@ -251,6 +261,7 @@ def fit(
     out_dir = Path(config.train.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     resume = resolve_resume(config)
+    check_run_memory(config, world.total, resolve_precision(config))
     L.seed_everything(config.train.seed, workers=True, verbose=False)
 
     callbacks = [
