@@ -115,6 +115,10 @@ class DataConfig:
     long_documents: str = "split"
     """packing=documents: a document longer than a row is split into rows of its own
     (split) or left out (drop)."""
+    mask_cut_answers: bool = True
+    """Retrieval sources: an answer whose fact lies before its row (a row edge cut the
+    document between them) gets label -100 instead of a target it cannot see
+    (data/answer_spans.py); each run counts them in <out_dir>/answer_masking.json."""
     seed: int = 1234
     """Shuffling, packing and position-transform seed."""
     long_share: float = 0.0
