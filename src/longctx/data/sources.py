@@ -60,16 +60,18 @@ def prepare_retrieval(source: DataSource, directory: Path, tokenizer: Tokenizer,
     distances = answer_distances(tokenizer, source.retrieval)
     extra = {"retrieval": asdict(source.retrieval), "retrieval_report": retrieval_report(distances, REPORT_WINDOWS)}
     manifest = prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
-    write_answer_spans(source, directory, tokenizer)
+    # Where each answer and its fact are (data/answer_spans.py), written after the tokens; a
+    # source prepared before this file existed gets it here on its next use.
+    lengths = np.load(io.BytesIO(storage.read_bytes(storage.join(directory, LENGTHS_FILE))))
+    write_answers(directory, answer_table(source.retrieval, tokenizer, lengths))
     return manifest
 
 
-def write_answer_spans(source: DataSource, directory: Path, tokenizer: Tokenizer) -> None:
-    """`answers.npy` of a prepared retrieval source (data/answer_spans.py): where each answer
-    and its fact are, so stream packing can leave answers cut from their facts unsupervised.
-    Written after the tokens; a source prepared before this file existed gets it on next use."""
-    lengths = np.load(io.BytesIO(storage.read_bytes(storage.join(directory, LENGTHS_FILE))))
-    write_answers(directory, answer_table(source.retrieval, tokenizer, lengths))
+def _retrieval_ready(directory: Path) -> bool:
+    """A generated source is ready when its tokens are complete and its answer spans written."""
+    return bool((read_manifest(directory) or {}).get("complete")) and storage.exists(
+        storage.join(directory, ANSWERS_FILE)
+    )
 
 
 @contextlib.contextmanager
@@ -95,15 +97,11 @@ def _prepare_once(directory: Path, tokenizer: Tokenizer, spec: str, source: Data
         with _exclusive(directory):
             if source is None:
                 prepare("embedded", directory, spec)
-            elif not (read_manifest(directory) or {}).get("complete"):
+            elif not _retrieval_ready(directory):
                 prepare_retrieval(source, directory, tokenizer, spec)
-            elif not storage.exists(storage.join(directory, ANSWERS_FILE)):
-                write_answer_spans(source, directory, tokenizer)
         return
     deadline = time.monotonic() + WAIT_FOR_PREPARE_S
-    while not (read_manifest(directory) or {}).get("complete") or (
-        source is not None and not storage.exists(storage.join(directory, ANSWERS_FILE))
-    ):
+    while not (_retrieval_ready(directory) if source else (read_manifest(directory) or {}).get("complete")):
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for local rank 0 to prepare {directory}")
         time.sleep(2)
