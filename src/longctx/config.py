@@ -371,10 +371,18 @@ class ProbeConfig:
     steps during training; 0 = never."""
     niah_tests_per_length: int = 10
     """Tests per length during training (eval.niah.tests_per_length is for `longctx niah`)."""
+    answer_every_steps: int = 0
+    """Held-out answer loss of the data.mixture retrieval sources every this many optimizer
+    steps (train/answer_callback.py: when a run leaves chance); 0 = never."""
+    answer_documents: int = 32
+    """Held-out documents per retrieval source for that probe."""
 
     def validate(self) -> None:
         _positive_int("probe.fi_every_steps", self.fi_every_steps)
         _positive_int("probe.niah_tests_per_length", self.niah_tests_per_length)
+        _positive_int("probe.answer_documents", self.answer_documents)
+        if self.answer_every_steps < 0:
+            raise ConfigError("probe.answer_every_steps", f"must be >= 0, got {self.answer_every_steps}")
         if self.niah_every_steps < 0:
             raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")
 

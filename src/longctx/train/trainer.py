@@ -298,6 +298,12 @@ def fit(
         if tokenizer is None:
             raise ConfigError("probe.niah_every_steps", "needs the tokenizer (data.tokenizer)")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
+    if config.probe.answer_every_steps:
+        from longctx.train.answer_callback import AnswerLossCallback
+
+        if tokenizer is None or not any(source.kind == "retrieval" for source in config.data.mixture):
+            raise ConfigError("probe.answer_every_steps", "needs a kind: retrieval source in data.mixture")
+        callbacks.append(AnswerLossCallback(config, tokenizer, out_dir))
     callbacks += build_callbacks(config)
     trainer = L.Trainer(
         accelerator="auto",
