@@ -115,9 +115,7 @@ def test_headline_table1_and_skipalign_by_hand():
     assert table1.numbers["interval"] == pytest.approx([0.1133 - 0.2008, 0.1133 + 0.2008], abs=2e-4)
     # SkipAlign judged against the Normal arm with the same scaling, not the plain one:
     # 256, 192, 256 -> mean 234.7, sd 36.95, half 4.3027 * 36.95 / sqrt(3) = 91.8: [142.9, 326.5]
-    skip = skipalign_beyond_window(
-        512, {0: 768, 1: 704, 2: 704}, {0: 512, 1: 512, 2: 448}, {0: 1024, 1: 1024, 2: 1024}
-    )
+    skip = skipalign_beyond_window(512, {0: 768, 1: 704, 2: 704}, {0: 512, 1: 512, 2: 448}, {0: 1024, 1: 1024, 2: 1024})
     assert skip.verdict == HOLDS and skip.numbers["per_seed"] == [256, 192, 256]
     assert skip.numbers["interval"] == pytest.approx([142.9, 326.5], abs=0.1)
     # 256, 128, 320: mean 234.7, sd 97.8, half 242.9: the interval contains 0

@@ -217,7 +217,7 @@ def f_aligns(curves: Mapping[int, Mapping[int, Sequence[Probe]]]) -> Finding:
     )
 
 
-def first_third_excess(depth_edges: Sequence[float], recall: Sequence[float | None], needles: Sequence[int]) -> float:
+def first_third_excess(depth_edges: Sequence[float], recall: Sequence[float | None], needles: Sequence[float]) -> float:
     """Share of missed needles in the bands whose centre lies in the context's first third,
     minus the share of needles placed there (Fig. 4: failures far from the question)."""
     missed = [0.0 if r is None else (1 - r) * n for r, n in zip(recall, needles, strict=True)]
@@ -254,7 +254,9 @@ def effective_below_window(window: int, effective: Mapping[int, int]) -> Finding
     )
 
 
-def string_beats_rope(window: int, rope: Mapping[int, tuple[int, int]], string: Mapping[int, tuple[int, int]]) -> Finding:
+def string_beats_rope(
+    window: int, rope: Mapping[int, tuple[int, int]], string: Mapping[int, tuple[int, int]]
+) -> Finding:
     """Table 1 from {seed: (passed, tests)} at the training window, RoPE and StRing."""
     seeds = sorted(set(rope) & set(string))
     per_seed = {s: string[s][0] / string[s][1] - rope[s][0] / rope[s][1] for s in seeds if rope[s][1] and string[s][1]}

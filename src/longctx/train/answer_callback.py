@@ -25,6 +25,7 @@ import lightning as L
 
 from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
+from longctx.model.llama import Llama
 from longctx.probes.retrieval_answers import answer_metrics
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_scalars, logger_step
@@ -45,6 +46,7 @@ class AnswerLossCallback(L.Callback):
         if not completed or step % self.config.probe.answer_every_steps or not trainer.is_global_zero:
             return
         model = pl_module.model
+        assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`
         was_training = model.training
         metrics: dict[str, float] = {}
         loss_sum = exact_sum = answers = 0.0
