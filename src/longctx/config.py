@@ -326,7 +326,8 @@ class SftConfig:
     strategy: str = "outer"
     """skipalign: which block boundaries may skip: all | inner | outer."""
     extended_length: int = 100_000
-    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny)."""
+    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny);
+    with rope_extension=ntk, the length RoPE is scaled to for every variant."""
     p: float = 0.5
     """skipalign: probability of a skip (per boundary or per sample, see p_scope)."""
     p_scope: str = "boundary"
@@ -334,8 +335,9 @@ class SftConfig:
     epochs: float = 2.0
     """Passes over the rows; sets train.max_steps."""
     rope_extension: str = "none"
-    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to the rows'
-    position limit (the paper extends LLaMA-2 this way)."""
+    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to
+    max(extended_length, the rows' position limit), whatever the variant (the paper extends
+    LLaMA-2 this way; Normal SFT with ntk is SkipAlign's control with the same RoPE)."""
     niah_after: bool = False
     """After SFT, search the NIAH effective length up to `niah_max_length` (SkipAlign
     Figure 3: within and beyond the original window); results in <out_dir>/niah_after_sft/."""
