@@ -187,7 +187,9 @@ def _interpolate(path: str, cfg) -> str:
     def value(match: re.Match) -> str:
         found = OmegaConf.select(values, match.group(1), default=None)
         if found is None:
-            raise ConfigError(match.group(1), f"is not a config key with a value; the checkpoint path {path} refers to it")
+            raise ConfigError(
+                match.group(1), f"is not a config key with a value; the checkpoint path {path} refers to it"
+            )
         return str(found)
 
     return re.sub(r"\$\{([A-Za-z0-9_.]+)\}", value, path)
