@@ -116,6 +116,7 @@ def test_main_writes_summary_results_and_figures(root, tmp_path):
     assert main([str(root), "--docs", str(docs), "--name", "test"]) == 0
     summary = json.loads((docs / "replication_summary_test.json").read_text())
     assert summary["findings"]["effective_length_grows"]["verdict"] == HOLDS
+    assert summary["meta"]["commit"]  # every summary records the code it came from
     results = (docs / "replication" / "test" / "results.md").read_text()
     assert "| 3 | 200 | - |" in results and "40 of 100 (40%)" in results
     for figure in ("fig2a.png", "fig2b.png", "fig4_w512.png"):
