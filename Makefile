@@ -27,32 +27,34 @@ demo: $(STAMP)
 # verdict seed pretrains at 3 windows on one token stream, then Table 1 position methods,
 # SkipAlign vs Normal SFT with the same RoPE scaling (and plain Normal SFT), each through
 # `longctx sweep` (W&B offline), then the seed-level verdicts and figures
-# (docs/replication/<name>/). `replicate`: 3 seeds, <= 90 minutes by the estimate in
-# docs/replication.md; `replicate-full`: 5 seeds, started in the background (log in
-# runs/replicate_full.log); the published verdicts come from replicate-full.
+# (docs/replication/<name>/). `replicate`: 3 seeds, without the unjudged plain-Normal SFT
+# arm, <= 90 minutes by the estimate in docs/replication.md; `replicate-full`: 5 seeds and
+# every arm, started in the background (log in runs/replicate_full.log); the published
+# verdicts come from replicate-full.
+# $(1): scale (sweeps/replicate_$(1)*.yaml, runs/replicate_$(1)), $(2): where the results go,
+# $(3): the sweeps after pretraining (a failed point of those is reported, the rest go on).
 REPLICATE_CHAIN = \
 	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1).yaml && { \
-	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)_table1.yaml --keep-going; \
-	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)_sft.yaml --keep-going; \
-	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)_sft_plain.yaml --keep-going; \
+	for step in $(3); do WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)$$step.yaml --keep-going; done; \
 	true; } && $(BIN)/python -m longctx.analysis.replication_report runs/replicate_$(1) --docs $(2) --name $(1)
+REPLICATE_STEPS = _table1 _sft _sft_plain
 
 replicate: $(STAMP)
-	$(call REPLICATE_CHAIN,cpu,docs)
+	$(call REPLICATE_CHAIN,cpu,docs,_table1 _sft)
 
 replicate-full: $(STAMP)
 	mkdir -p runs
-	nohup sh -c '$(call REPLICATE_CHAIN,full,docs)' > runs/replicate_full.log 2>&1 &
+	nohup sh -c '$(call REPLICATE_CHAIN,full,docs,$(REPLICATE_STEPS))' > runs/replicate_full.log 2>&1 &
 	@echo "make replicate-full runs in the background: tail -f runs/replicate_full.log"
 
 # The one-GPU twin (docs/replication.md): windows 1K/2K/4K, `tiny` body, 3 seeds.
 replicate-gpu: $(STAMP)
-	$(call REPLICATE_CHAIN,gpu,docs)
+	$(call REPLICATE_CHAIN,gpu,docs,$(REPLICATE_STEPS))
 
 # The same chain at 10 steps per run: checks that every step runs, decides nothing; its
 # results stay under runs/replicate_smoke/docs (not published).
 replicate-smoke: $(STAMP)
-	$(call REPLICATE_CHAIN,smoke,runs/replicate_smoke/docs)
+	$(call REPLICATE_CHAIN,smoke,runs/replicate_smoke/docs,$(REPLICATE_STEPS))
 
 # The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
 test: $(STAMP)
