@@ -3,7 +3,7 @@
 # sweeps expand to, but the three windows x seeds train at once, then per seed the five
 # Table 1 methods and the three SFT arms at once. A 2M-parameter model keeps one H100 mostly idle (one run:
 # ~5 steps/s of 64K tokens, under 2% MFU), so this is how the measured run fitted a 30-minute
-# GPU lease (docs/replication.md, "The one-GPU run"). From the project root:
+# GPU lease (docs/replication_log.md, 2026-11-24, the one-GPU run). From the project root:
 #
 #     bash experiments/replicate/gpu_side_by_side.sh            # W&B offline
 #     LOG=log.wandb_mode=disabled bash experiments/replicate/gpu_side_by_side.sh   # no wandb installed

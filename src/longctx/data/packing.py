@@ -28,7 +28,7 @@ documents, in the same shuffled order, fill rows greedily: a document goes into 
 current row if it fits in its `window + 1` tokens, else it starts the next row; a document
 longer than a row fills rows of its own, cut into `window + 1`-token pieces, or with
 `data.long_documents: drop` is left out (a piece of a retrieval document can ask for facts
-that are in another piece: docs/replication.md measured that 18% of such rows keep a
+that are in another piece: docs/replication_log.md measured that 18% of such rows keep a
 2-layer model at chance). The unused end
 of a row is padding: one padding segment (its own document id, positions from 0) of EOS
 inputs whose labels are all -100, so it trains nothing and no real token attends to it.
