@@ -40,6 +40,12 @@ STRING's): its second piece asks for facts it cannot see. A row is located by th
 tables of the epochs before it (one greedy pass over the documents per epoch), so a resume
 costs O(documents) per epoch skipped instead of the stream's closed form.
 
+Answers cut from their facts (`mask_cut_answers`, data/answer_spans.py). A retrieval
+source stores where each answer and the fact it copies sit; in a row whose start falls
+between the two (stream packing, or a split piece of a long document) the answer's labels
+become -100, since the row cannot see the value it would have to copy, and every other
+label stays. `masking_report` counts those answers over the rows of a run.
+
 Order. litdata's distributed split hands each rank a contiguous range of items, so the
 rows of one optimizer step would change with the world size and a 2-GPU run could not
 reproduce a 1-GPU run. Here global row k is the same row in every run with the same seed,
@@ -232,6 +238,10 @@ class PackedSource:
         starts = np.concatenate([[0], np.cumsum(self.lengths[items])[:-1]]).tolist()
         return [(item, 0, int(at)) for item, at in zip(items, starts, strict=True)]
 
+    def documents_epoch(self, row: int) -> int:
+        """The epoch of row `row` of the packing=documents sequence `row_pieces` last read."""
+        return int(np.searchsorted(np.cumsum(self._epoch_rows), row, side="right"))
+
     def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
         """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
         parts = [
@@ -391,14 +401,16 @@ class PackedRows(torch.utils.data.IterableDataset):
             if answers is None:
                 continue
             for item, first, at in self._pieces(source, row):
+                # an answer occurs once per pass over its source: key it by (item, answer, pass)
+                if self.packing == "stream":
+                    epoch = (row * block + at - first) // self.sources[source].epoch_tokens
+                else:
+                    epoch = self.sources[source].documents_epoch(row)
                 for k, (start, end, fact) in enumerate(answers.of(item).tolist()):
                     if max(start - first + at, 1) < min(end - first + at, block):
-                        # an answer is one occurrence per pass over the source: key it by that pass
-                        key = (item, k, (row * block + at - first) // self.sources[source].epoch_tokens)
-                        key = key if self.packing == "stream" else (item, k, self.sources[source]._table_epoch)
-                        seen[source].add(key)
+                        seen[source].add((item, k, epoch))
                         if fact < first:
-                            cut[source].add(key)
+                            cut[source].add((item, k, epoch))
         return [
             None if self.sources[i].answers is None else masking_report(len(seen[i]), len(cut[i]))
             for i in range(len(self.sources))
