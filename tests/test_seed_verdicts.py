@@ -70,8 +70,10 @@ def test_alignment_gap_by_hand():
     gap, detail = alignment_gap(curves)
     assert gap == pytest.approx(1 - math.log10(2))
     assert detail["shared_lengths"] == [256]
-    # no effective length shared by two windows: no statistic
+    # no effective length shared by two windows: no statistic; a curve that jumps past a
+    # length (0 -> 320) has no point there, so 256 is not shared with it
     assert alignment_gap({256: [Probe(100, 1e6, 0, 0.0)], 512: [Probe(100, 1e6, 256, 9.0)]}) is None
+    assert alignment_gap({256: [Probe(100, 1e6, 320, 5.0)], 512: [Probe(100, 1e6, 256, 9.0)]}) is None
 
 
 def test_finding2_holds_when_f_aligns_better_than_tokens():

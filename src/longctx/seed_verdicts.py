@@ -19,8 +19,8 @@ The per-seed numbers, each with STRING's / SkipAlign's figure:
 - Finding 1 (STRING Fig. 2a): d = L_eff(largest window) - L_eff(smallest window) at the
   last probe (equal tokens); claimed > 0.
 - Finding 2 (Fig. 2b): `alignment_gap`: how much tighter the windows' curves line up
-  against log10 f(L_eff) than against log10 consumed tokens, at the effective lengths the
-  windows share; claimed < 0 (f aligns them better than tokens).
+  against log10 f(L_eff) than against log10 consumed tokens, at the effective lengths
+  where two or more windows' curves have a point; claimed < 0 (f aligns them better).
 - Fig. 4: excess share of failures in the first third of the context (far from the
   question) over the share of needles placed there; claimed > 0.
 - Headline: 1 - L_eff(largest window) / window; claimed > 0.
@@ -164,9 +164,10 @@ class Probe:
 def alignment_gap(curves: Mapping[int, Sequence[Probe]]) -> tuple[float, dict] | None:
     """Finding 2's statistic for one seed, from {window: that run's probes}.
 
-    For each effective length l > 0 that at least two windows reach ("shared"), take each
-    such window's first probe with L_eff >= l and, across windows, the spread (max - min) of
-    log10 f(L_eff) and of log10 tokens consumed at those probes. The statistic is
+    Each window's probes are points (L_eff, f(L_eff)) of its Fig. 2b curve. For each
+    effective length l > 0 at which at least two windows have a point ("shared"), take
+    each such window's first probe with L_eff = l and, across windows, the spread
+    (max - min) of log10 f(l) and of log10 tokens consumed at those probes. The statistic is
 
         gap = mean over shared l of spread_f(l) - mean over shared l of spread_tokens(l)
 
@@ -179,7 +180,7 @@ def alignment_gap(curves: Mapping[int, Sequence[Probe]]) -> tuple[float, dict] |
     for length in reached:
         firsts = []
         for probes in curves.values():
-            first = next((p for p in sorted(probes, key=lambda p: p.step) if p.effective_length >= length), None)
+            first = next((p for p in sorted(probes, key=lambda p: p.step) if p.effective_length == length), None)
             if first is not None:
                 firsts.append(first)
         if len(firsts) >= 2:
