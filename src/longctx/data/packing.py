@@ -391,6 +391,8 @@ class PackedRows(torch.utils.data.IterableDataset):
         """Per source, over the first `rows` global rows (all ranks): the answers with a label
         in them and how many of those are cut from their fact (masked when
         `mask_cut_answers`); None for a source without answer spans."""
+        if all(source.answers is None for source in self.sources):
+            return [None] * len(self.sources)
         block = self.window + 1
         seen: list[set] = [set() for _ in self.sources]
         cut: list[set] = [set() for _ in self.sources]
