@@ -179,7 +179,7 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
 
 
 def _interval_cells(values: list[float]) -> str:
-    return SeedInterval.of(values).text(0) if len(values) >= 2 else "not yet run"
+    return SeedInterval.of(values).text(0) if len(values) >= 2 else f"{len(values)} seed(s) retrieve"
 
 
 def results_block(name: str, findings: list[Finding], meta: dict, figures: list[str]) -> str:
