@@ -34,7 +34,7 @@ def _curves(run_probes: dict[tuple[int, int], list[tuple[Probe, dict]]], x: str,
     axis.set_xlabel(xlabel)
     axis.set_ylabel("effective length (NIAH)")
     axis.grid(alpha=0.3)
-    if windows:
+    if axis.get_legend_handles_labels()[1]:
         axis.legend()
     return save(figure, path.parent, path.stem)
 

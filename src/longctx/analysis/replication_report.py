@@ -44,7 +44,12 @@ from longctx.seed_verdicts import (
 )
 
 RUN_NAME = re.compile(r"w(\d+)_s(\d+)$")
-MAKE_TARGETS = {"cpu": "make replicate", "full": "make replicate-full", "gpu": "make replicate-gpu"}
+MAKE_TARGETS = {
+    "cpu": "make replicate",
+    "full": "make replicate-full",
+    "gpu": "make replicate-gpu",
+    "smoke": "make replicate-smoke",
+}
 SFT_ARMS = ("normal-none", "normal-ntk", "skipalign-ntk")
 """Normal SFT, Normal SFT with SkipAlign's NTK scaling (the confound-free control), SkipAlign."""
 
@@ -131,9 +136,10 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
     findings.append(failures_far_from_question({s: e for s, e in excess.items() if e is not None}))
     findings.append(effective_below_window(largest, {s: effective[s][largest] for s in retrieving}))
 
+    # the tables show every seed; the verdicts read only the seeds whose models retrieve
     table1 = {
         (s, p.name.removeprefix("name=")): _read(p / "niah.json")
-        for s in retrieving
+        for s in seeds
         for p in (root / "table1" / f"s{s}").glob("name=*")
         if (p / "niah.json").exists()
     }
@@ -149,12 +155,13 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
     sft = {
         (arm, s): int(_read(path)["effective_length"])
         for arm in SFT_ARMS
-        for s in retrieving
+        for s in seeds
         if (path := root / "sft" / arm / f"s{s}" / "niah_after_sft" / "niah.json").exists()
     }
     by_arm = {arm: {s: v for (a, s), v in sft.items() if a == arm} for arm in SFT_ARMS}
+    judged = {arm: {s: v for s, v in by_arm[arm].items() if s in retrieving} for arm in SFT_ARMS}
     findings.append(
-        skipalign_beyond_window(largest, by_arm["skipalign-ntk"], by_arm["normal-ntk"], by_arm["normal-none"])
+        skipalign_beyond_window(largest, judged["skipalign-ntk"], judged["normal-ntk"], judged["normal-none"])
     )
     masked: dict[int, list[list[int]]] = {}  # window -> [cut, answers] per source, first seed's run
     for (_, window), path in sorted(runs.items()):
@@ -171,7 +178,7 @@ def judge(root: Path) -> tuple[list[Finding], dict]:
             s: [last[s, w][0].effective_length if (s, w) in last else None for w in windows] for s in seeds
         },
         "probe_steps": {s: [last[s, w][0].step if (s, w) in last else None for w in windows] for s in seeds},
-        "table1": {m: {s: list(at_window[s, m]) for s in retrieving if (s, m) in at_window} for m in methods},
+        "table1": {m: {s: list(at_window[s, m]) for s in seeds if (s, m) in at_window} for m in methods},
         "sft": by_arm,
         "masked_answers": masked,
     }
