@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from longctx import config as config_module
-from longctx.seed_verdicts import MIN_SEEDS
+from longctx.analysis.seed_verdicts import MIN_SEEDS
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 TUNING_SEEDS = {0, 1, 100, 101, 102}

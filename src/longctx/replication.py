@@ -3,7 +3,7 @@
 Each STRING / SkipAlign finding becomes a `Finding`: the measured numbers, a verdict
 (holds | does not hold | inconclusive) and the reason, stored in a summary JSON and shown
 as a Markdown table. The rules that produce them, with the seed as the unit, are in
-longctx/seed_verdicts.py; `wilson` gives the per-length NIAH intervals.
+longctx/analysis/seed_verdicts.py; `wilson` gives the per-length NIAH intervals.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ is a grid dimension of every sweep):
     ROOT/table1/s<seed>/name=<method>/          `longctx niah` at the largest window
     ROOT/sft/<variant>-<rope>/s<seed>/          `longctx sft` runs; niah_after_sft/niah.json
 
-applies the seed-level rules of longctx/seed_verdicts.py, draws the figures
+applies the seed-level rules of longctx/analysis/seed_verdicts.py, draws the figures
 (analysis/replication_figures.py) into DOCS/replication/NAME/, and writes
 DOCS/replication_summary_NAME.json and the generated results block
 DOCS/replication/NAME/results.md, which docs/replication.md links to (the page itself
@@ -27,9 +27,7 @@ import statistics
 from pathlib import Path
 
 from longctx.analysis import replication_figures
-from longctx.niah.search import wilson_interval
-from longctx.replication import Finding, findings_markdown, write_summary
-from longctx.seed_verdicts import (
+from longctx.analysis.seed_verdicts import (
     Probe,
     SeedInterval,
     chance_table,
@@ -42,6 +40,8 @@ from longctx.seed_verdicts import (
     skipalign_beyond_window,
     string_beats_rope,
 )
+from longctx.niah.search import wilson_interval
+from longctx.replication import Finding, findings_markdown, write_summary
 
 RUN_NAME = re.compile(r"w(\d+)_s(\d+)$")
 MAKE_TARGETS = {

@@ -13,7 +13,7 @@ held-out documents that fit the window) on every `kind: retrieval` source of
     answers/loss_s<i>     the same loss for source i alone
 
 A run "leaves chance" at the first probe with answers/loss below 2.0 nats
-(longctx.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
+(longctx.analysis.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
 skip (a teacher-forced forward of a few documents, no collective).
 """
 
