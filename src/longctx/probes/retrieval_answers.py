@@ -46,7 +46,8 @@ def answer_metrics(
     distances: list[int] = []
     index = 0
     model.eval()
-    device = next(model.parameters()).device  # the training probe calls it on the GPU model
+    # the training probe calls it on the GPU model; a parameterless stand-in runs on the CPU
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
     while len(exact) < documents * (held_out.queries + held_out.facts * held_out.list_query) and index < 50 * documents:
         doc = make_document(held_out, index, filler)
         index += 1
