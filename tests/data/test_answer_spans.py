@@ -37,7 +37,7 @@ def _rows(source, window, count, mask, packing="stream"):
 
 def test_hand_worked_stream_masks_only_the_answer_token_past_the_edge(tmp_path):
     # Window 7: rows are stream tokens [0, 8) and [8, 16); row r's labels are tokens 8r+1 .. 8r+7.
-    # Document A (items 0): 12 tokens, fact at token 2; answer 1 at tokens 5-6, answer 2 at 7-9.
+    # Document A (item 0): 12 tokens, fact at token 2; answer 1 at tokens 5-6, answer 2 at 7-9.
     # Document B (item 1): 5 tokens at stream 12-16, fact at its token 0, answer at its token 2.
     doc_a = [*range(101, 112), EOS]
     doc_b = [201, 202, 203, 204, EOS]
@@ -150,13 +150,16 @@ def test_answer_table_points_at_the_values_in_the_stored_tokens():
     encoded = [tokenizer.encode(d.text) for d in documents]
     table = answer_table(config, tokenizer, np.asarray([len(ids) + 1 for ids in encoded]), FILLER)
     assert len(table) == 4 * config.documents
-    for item, start, end, fact in table.tolist():
+    for item in range(config.documents):
         document, ids = documents[item], encoded[item]
-        answer_text = tokenizer.decode(ids[start:end])
-        value = next(v for v in document.values if v in answer_text)
-        assert answer_text.strip(" ,.").endswith(value) or value in answer_text
-        # the fact token is the first holding a digit of that value, before the answer
-        assert fact < start and value[0] in tokenizer.decode([ids[fact]])
-        assert value in tokenizer.decode(ids[fact : fact + end - start + 1])
+        rows = table[table[:, 0] == item].tolist()
+        # niah template: the list question answers fact j as its j-th value
+        for (fact_index, _), (_, start, end, fact) in zip(document.answer_offsets, rows, strict=True):
+            value = document.values[fact_index]
+            assert value in tokenizer.decode(ids[start:end])
+            assert value not in tokenizer.decode(ids[start + 1 : end])  # the span starts at the value
+            # the fact token is the first holding a digit of the needle's value, before the answer
+            assert fact < start and value in tokenizer.decode(ids[fact : fact + end - start])
+            assert value not in tokenizer.decode(ids[fact + 1 : fact + end - start + 1])
     with pytest.raises(Exception, match="item 0 .* not the documents in order"):
         answer_table(config, tokenizer, np.asarray([len(ids) + 2 for ids in encoded]), FILLER)
