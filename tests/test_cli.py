@@ -84,3 +84,16 @@ def test_domain_errors_share_one_base():
         SweepError,
     ):
         assert issubclass(error, LongctxError) and issubclass(error, ValueError), error
+
+
+def test_niah_checkpoint_path_takes_config_values():
+    """A sweep grid point names its own checkpoint: `${train.seed}` in the path is the point's seed."""
+    from longctx import config as config_module
+    from longctx.cli import _interpolate
+    from longctx.errors import ConfigError
+
+    cfg = config_module.load([], ["train.seed=11", "data.window=256"])
+    assert _interpolate("runs/x/w${data.window}_s${train.seed}/last.ckpt", cfg) == "runs/x/w256_s11/last.ckpt"
+    assert _interpolate("runs/plain/last.ckpt", cfg) == "runs/plain/last.ckpt"
+    with pytest.raises(ConfigError, match="train.nothing"):
+        _interpolate("runs/s${train.nothing}/last.ckpt", cfg)

@@ -1,4 +1,4 @@
-"""CPU recipe search for a retrieving miniature (docs/replication.md, "The recipe search").
+"""CPU recipe search for a retrieving miniature (docs/replication_log.md, the search sessions).
 
 A bare training loop (no Lightning, one thread) over retrieval documents, one document per
 row padded to the longest in the batch, loss on every token; every `--eval-every` steps

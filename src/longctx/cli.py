@@ -174,18 +174,41 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interpolate(path: str, cfg) -> str:
+    """A checkpoint path with `${key}` references to config keys filled in (as an override's
+    interpolation is), so one sweep can point each grid point at its own checkpoint:
+    `runs/x/w512_s${train.seed}/checkpoints/last.ckpt`."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.create(config_module.as_dict(cfg))
+
+    def value(match: re.Match) -> str:
+        found = OmegaConf.select(values, match.group(1), default=None)
+        if found is None:
+            raise ConfigError(
+                match.group(1), f"is not a config key with a value; the checkpoint path {path} refers to it"
+            )
+        return str(found)
+
+    return re.sub(r"\$\{([A-Za-z0-9_.]+)\}", value, path)
+
+
 def _evaluation_setup(items: list[str], checkpoints: list[str]):
+    """(config, tokenizer, haystack, checkpoints with their `${key}` references filled in)."""
     from longctx.data.tokenizer import load_tokenizer
     from longctx.niah.evaluation import load_haystack
 
     paths, overrides = _split_overrides(items)
     cfg = config_module.load(paths, overrides)
+    checkpoints = [_interpolate(path, cfg) for path in checkpoints]
     if cfg.eval.threads:
         import torch
 
         torch.set_num_threads(cfg.eval.threads)
     tokenizer = load_tokenizer(_trained_tokenizer(cfg.data.tokenizer, checkpoints))
-    return cfg, tokenizer, load_haystack(cfg, tokenizer)
+    return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
 
 
 def _trained_tokenizer(configured: str, checkpoints: list[str]) -> str:
@@ -234,13 +257,13 @@ def cmd_niah(args: argparse.Namespace) -> int:
     )
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
-    cfg, tokenizer, haystack = _evaluation_setup(items, [args.checkpoint])
-    model = load_model(args.checkpoint).to(evaluation_device(cfg))
-    _check_vocabulary(tokenizer, model, args.checkpoint)
+    cfg, tokenizer, haystack, (checkpoint,) = _evaluation_setup(items, [args.checkpoint])
+    model = load_model(checkpoint).to(evaluation_device(cfg))
+    _check_vocabulary(tokenizer, model, checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
-    title = f"{args.checkpoint} ({cfg.eval.position_method.name})"
+    title = f"{checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
     log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)
     print(f"wrote {numbers} and {figure}")
@@ -251,10 +274,10 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     from longctx.model.checkpoint import load_model
     from longctx.niah.evaluation import format_table, method_table
 
-    cfg, tokenizer, haystack = _evaluation_setup(args.items, args.checkpoints)
+    cfg, tokenizer, haystack, checkpoints = _evaluation_setup(args.items, args.checkpoints)
     methods = args.methods.split(",")
     models = {}
-    for path in args.checkpoints:
+    for path in checkpoints:
         model = load_model(path)
         _check_vocabulary(tokenizer, model, path)
         models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = model
@@ -344,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     sft.set_defaults(run=cmd_sft)
 
     niah = commands.add_parser("niah", help="effective context length by the 4-needle NIAH test")
-    niah.add_argument("checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory")
+    niah.add_argument(
+        "checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory; ${key} takes a config value"
+    )
     niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
     niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
     niah.add_argument(

@@ -115,6 +115,10 @@ class DataConfig:
     long_documents: str = "split"
     """packing=documents: a document longer than a row is split into rows of its own
     (split) or left out (drop)."""
+    mask_cut_answers: bool = True
+    """Retrieval sources: an answer whose fact lies before its row (a row edge cut the
+    document between them) gets label -100 instead of a target it cannot see
+    (data/answer_spans.py); each run counts them in <out_dir>/answer_masking.json."""
     seed: int = 1234
     """Shuffling, packing and position-transform seed."""
     long_share: float = 0.0
@@ -332,7 +336,8 @@ class SftConfig:
     strategy: str = "outer"
     """skipalign: which block boundaries may skip: all | inner | outer."""
     extended_length: int = 100_000
-    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny)."""
+    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny);
+    with rope_extension=ntk, the length RoPE is scaled to for every variant."""
     p: float = 0.5
     """skipalign: probability of a skip (per boundary or per sample, see p_scope)."""
     p_scope: str = "boundary"
@@ -340,8 +345,9 @@ class SftConfig:
     epochs: float = 2.0
     """Passes over the rows; sets train.max_steps."""
     rope_extension: str = "none"
-    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to the rows'
-    position limit (the paper extends LLaMA-2 this way)."""
+    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to
+    max(extended_length, the rows' position limit), whatever the variant (the paper extends
+    LLaMA-2 this way; Normal SFT with ntk is SkipAlign's control with the same RoPE)."""
     niah_after: bool = False
     """After SFT, search the NIAH effective length up to `niah_max_length` (SkipAlign
     Figure 3: within and beyond the original window); results in <out_dir>/niah_after_sft/."""
@@ -377,10 +383,18 @@ class ProbeConfig:
     steps during training; 0 = never."""
     niah_tests_per_length: int = 10
     """Tests per length during training (eval.niah.tests_per_length is for `longctx niah`)."""
+    answer_every_steps: int = 0
+    """Held-out answer loss of the data.mixture retrieval sources every this many optimizer
+    steps (train/answer_callback.py: when a run leaves chance); 0 = never."""
+    answer_documents: int = 32
+    """Held-out documents per retrieval source for that probe."""
 
     def validate(self) -> None:
         _positive_int("probe.fi_every_steps", self.fi_every_steps)
         _positive_int("probe.niah_tests_per_length", self.niah_tests_per_length)
+        _positive_int("probe.answer_documents", self.answer_documents)
+        if self.answer_every_steps < 0:
+            raise ConfigError("probe.answer_every_steps", f"must be >= 0, got {self.answer_every_steps}")
         if self.niah_every_steps < 0:
             raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")
 

@@ -77,11 +77,13 @@ def test_source_without_usable_documents(tmp_path, tokenizer_path):
 
 
 def _prepare_slowly(directory, log_path):
-    """A stand-in for prepare_retrieval: logs its start and end, takes 0.5 s, writes a complete manifest."""
+    """A stand-in for prepare_retrieval: logs its start and end, takes 0.5 s, writes a complete
+    manifest and the answer spans."""
     import json
     import time
     from pathlib import Path
 
+    from longctx.data.answer_spans import ANSWERS_FILE
     from longctx.data.prepare import MANIFEST_FILE
 
     with open(log_path, "a") as log:
@@ -89,6 +91,7 @@ def _prepare_slowly(directory, log_path):
     time.sleep(0.5)
     Path(directory).mkdir(parents=True, exist_ok=True)
     (Path(directory) / MANIFEST_FILE).write_text(json.dumps({"complete": True}))
+    (Path(directory) / ANSWERS_FILE).write_bytes(b"")
     with open(log_path, "a") as log:
         log.write(f"end {time.monotonic()}\n")
 

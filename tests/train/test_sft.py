@@ -50,6 +50,7 @@ def sft_args(workspace, pretrained, out, **extra):
     "variant, extra",
     [
         ("normal", {}),
+        ("normal", {"sft.extended_length": 512, "sft.rope_extension": "ntk"}),
         ("packed", {}),
         ("skipalign", {"sft.strategy": "outer", "sft.extended_length": 512, "sft.rope_extension": "ntk"}),
     ],
@@ -66,8 +67,11 @@ def test_every_variant_fine_tunes_end_to_end(workspace, pretrained, tmp_path, va
     assert not torch.equal(tuned.output.weight, base.output.weight)
     fi = np.load(tmp_path / "fi" / f"fi-step-{len(rows):07d}.npz")
     far = fi["relative"][128:].sum() + fi["overflow"]
-    if variant == "skipalign":
+    if extra.get("sft.rope_extension") == "ntk":  # scaled to extended_length whatever the variant
         assert tuned.config.rope_scaling.type == "ntk" and tuned.config.max_position == 512
+    else:
+        assert tuned.config.rope_scaling == base.config.rope_scaling
+    if variant == "skipalign":
         assert far > 0  # skipped positions put response queries beyond the 128-token window
     else:
         assert far == 0

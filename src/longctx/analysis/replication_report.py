@@ -1,18 +1,21 @@
-"""Step 4 of `make replicate`: read the runs, judge each finding, run the notebooks, write the docs.
+"""Last step of `make replicate`: read the runs of every seed, judge each finding, write the results.
 
     python -m longctx.analysis.replication_report runs/replicate_cpu --docs docs --name cpu
 
-Reads what the three sweeps wrote under ROOT (layout fixed by sweeps/replicate_*.yaml):
+Reads what the sweeps wrote under ROOT (layout fixed by sweeps/replicate_*.yaml; the seed
+is a grid dimension of every sweep):
 
-    ROOT/pretrain/w<L>/          one pretraining run per window: niah/step-*/niah.json, fi/*.npz
-    ROOT/table1/name=<method>/   `longctx niah` at the training window, one per position method
-    ROOT/sft/<variant>/          `longctx sft` runs; niah_after_sft/niah.json
+    ROOT/pretrain/w<L>_s<seed>/                 one pretraining run per (window, seed):
+                                                metrics.jsonl, niah/step-*/niah.json,
+                                                answer_masking.json
+    ROOT/table1/s<seed>/name=<method>/          `longctx niah` at the largest window
+    ROOT/sft/<variant>-<rope>/s<seed>/          `longctx sft` runs; niah_after_sft/niah.json
 
-then applies the verdict rules of longctx/replication.py, executes the analysis notebooks
-(nbclient, as tests/analysis does) on those runs with figures going to DOCS/replication/,
-writes DOCS/replication_summary[_NAME].json and replaces the generated block of
-DOCS/replication.md (between `<!-- results:begin NAME -->` and `<!-- results:end NAME -->`,
-appended when absent). A notebook that fails is reported in the block, not hidden.
+applies the seed-level rules of longctx/analysis/seed_verdicts.py, draws the figures
+(analysis/replication_figures.py) into DOCS/replication/NAME/, and writes
+DOCS/replication_summary_NAME.json and the generated results block
+DOCS/replication/NAME/results.md, which docs/replication.md links to (the page itself
+is written by hand). With `--notebooks` the analysis notebooks also run on the runs.
 """
 
 from __future__ import annotations
@@ -20,218 +23,253 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
+import statistics
 from pathlib import Path
 
-from longctx.analysis.fi import read_snapshot, snapshot_files
-from longctx.replication import (
-    Finding,
-    LengthPass,
+from longctx.analysis import replication_figures
+from longctx.analysis.seed_verdicts import (
+    Probe,
+    SeedInterval,
+    chance_table,
     effective_below_window,
     effective_length_grows,
-    f_at_effective_length_aligns,
+    f_aligns,
     failures_far_from_question,
-    findings_markdown,
+    first_third_excess,
+    leave_chance_step,
     skipalign_beyond_window,
     string_beats_rope,
-    write_summary,
 )
+from longctx.niah.search import wilson_interval
+from longctx.replication import Finding, findings_markdown, write_summary
 
-NOTEBOOKS = {
-    "string_figures.ipynb": lambda root, figures, window: {
-        "LONGCTX_RUNS": str(root / "pretrain" / "*"),
-        "LONGCTX_FIGURES": str(figures),
-        "LONGCTX_WINDOW": str(window),
-    },
-    "string_ablation.ipynb": lambda root, figures, window: {
-        "LONGCTX_NIAH": str(root / "table1"),
-        "LONGCTX_FIGURES": str(figures),
-    },
-    "skipalign.ipynb": lambda root, figures, window: {
-        "LONGCTX_SFT_RUNS": str(root / "sft" / "*"),
-        "LONGCTX_FIGURES": str(figures),
-    },
+RUN_NAME = re.compile(r"w(\d+)_s(\d+)$")
+MAKE_TARGETS = {
+    "cpu": "make replicate",
+    "full": "make replicate-full",
+    "gpu": "make replicate-gpu",
+    "smoke": "make replicate-smoke",
 }
+SFT_ARMS = ("normal-none", "normal-ntk", "skipalign-ntk")
+"""Normal SFT, Normal SFT with SkipAlign's NTK scaling (the confound-free control), SkipAlign."""
 
 
 def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _rows(result: dict) -> list[LengthPass]:
-    return [LengthPass(int(r["length"]), int(r["passed"]), int(r["tests"])) for r in result["per_length"]]
+def pretrain_runs(root: Path) -> dict[tuple[int, int], Path]:
+    """{(seed, window): run directory} under ROOT/pretrain."""
+    runs = {}
+    for path in sorted((root / "pretrain").glob("w*_s*")):
+        match = RUN_NAME.match(path.name)
+        if match:
+            runs[int(match.group(2)), int(match.group(1))] = path
+    if not runs:
+        raise FileNotFoundError(f"{root / 'pretrain'} holds no w<window>_s<seed> run directory")
+    return runs
 
 
-def last_probe(run_dir: Path) -> tuple[int, dict]:
-    """(step, niah.json) of a pretraining run's last NIAH probe."""
-    files = sorted(run_dir.glob("niah/step-*/niah.json"))
-    if not files:
-        raise FileNotFoundError(f"{run_dir} has no niah/step-*/niah.json (probe.niah_every_steps must be > 0)")
-    step = re.search(r"step-(\d+)", str(files[-1]))
-    assert step is not None, files[-1]  # the glob above matched `step-*`
-    return int(step.group(1)), _read(files[-1])
+def metric_rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: the report reads each run's own metrics file")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def f_at_effective_length(run_dir: Path, effective_length: int) -> float:
-    """f(L_eff - 1) in the run's last f(i) snapshot: the pairs trained at the longest relative
-    distance an effective length L_eff spans (its distances are 0 .. L_eff - 1), as the
-    training probe logs `niah/f_at_effective_length`; 0 for L_eff = 0."""
-    relative = read_snapshot(snapshot_files(run_dir)[-1][1])["relative"]
-    return float(relative[effective_length - 1]) if 0 < effective_length <= len(relative) else 0.0
+def _step_of(path: Path) -> int:
+    match = re.search(r"step-(\d+)", str(path))
+    if match is None:
+        raise ValueError(f"{path} is not under a niah/step-NNNNNNN directory")
+    return int(match.group(1))
 
 
-def far_near_counts(result: dict, needles_per_test: int = 4) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(found, needles) in the haystack's first half (far from the question) and second half.
+def probes(run_dir: Path, rows: list[dict]) -> list[tuple[Probe, dict]]:
+    """Every in-training NIAH probe of a run, with its niah.json; f(L_eff - 1) and tokens
+    consumed come from the same step's metrics (0 where not logged)."""
+    f_at = {r["step"]: r["niah/f_at_effective_length"] for r in rows if "niah/f_at_effective_length" in r}
+    tokens = {r["step"]: r["train/tokens_seen"] for r in rows if "train/tokens_seen" in r}
+    per_step = statistics.median(t / s for s, t in tokens.items() if s > 0) if tokens else 0.0
+    result = []
+    for path in sorted(run_dir.glob("niah/step-*/niah.json")):
+        step, niah = _step_of(path), _read(path)
+        probe = Probe(step, tokens.get(step, step * per_step), int(niah["effective_length"]), f_at.get(step, 0.0))
+        result.append((probe, niah))
+    return result
 
-    niah.json stores recall per depth band, not counts; depths are uniform, so each band
-    holds about needles / bands of the tested needles and found = recall x that count.
-    """
-    recall, edges = result["depth_recall"], result["depth_edges"]
-    needles = sum(r["tests"] for r in result["per_length"]) * needles_per_test
-    per_band = needles / len(recall)
-    far = [r for r, low in zip(recall, edges[:-1], strict=True) if low < 0.5 and r is not None]
-    near = [r for r, low in zip(recall, edges[:-1], strict=True) if low >= 0.5 and r is not None]
 
-    def found_of_total(bands: list[float]) -> tuple[int, int]:
-        return round(sum(bands) * per_band), round(len(bands) * per_band)
+def _at_length(niah: dict, length: int) -> tuple[int, int]:
+    row = [r for r in niah["per_length"] if int(r["length"]) == length]
+    return (int(row[0]["passed"]), int(row[0]["tests"])) if row else (0, 0)
 
-    return found_of_total(far), found_of_total(near)
+
+def _excess(niah: dict) -> float | None:
+    """first_third_excess of a probe, needles spread evenly over the bands that hold any."""
+    recall = niah["depth_recall"]
+    tests = sum(int(r["tests"]) for r in niah["per_length"])
+    needles = [0 if r is None else 4 * tests / len(recall) for r in recall]
+    try:
+        return first_third_excess(niah["depth_edges"], recall, needles)
+    except ValueError:  # nothing missed: no share of failures to place
+        return None
 
 
 def judge(root: Path) -> tuple[list[Finding], dict]:
-    """The findings of the runs under `root`, and the numbers behind them (meta)."""
-    runs = {int(p.name[1:]): p for p in (root / "pretrain").glob("w*") if p.name[1:].isdigit()}
-    probes = {w: last_probe(p) for w, p in sorted(runs.items())}
-    effective = {w: probe[1]["effective_length"] for w, probe in probes.items()}
-    rows = {w: _rows(probe[1]) for w, probe in probes.items()}
-    threshold = next(iter(probes.values()))[1]["config"]["pass_threshold"]
-    largest = max(runs)
+    """The findings of the runs under `root`, and the tables behind them (meta)."""
+    runs = pretrain_runs(root)
+    seeds = sorted({s for s, _ in runs})
+    windows = sorted({w for _, w in runs})
+    largest = windows[-1]
+    rows = {key: metric_rows(path) for key, path in runs.items()}
+    run_probes = {key: probes(path, rows[key]) for key, path in runs.items()}
+    losses = {key: [(r["step"], r["answers/loss"]) for r in rows[key] if "answers/loss" in r] for key in runs}
+    chance = {key: leave_chance_step(losses[key]) for key in runs}
+    # a seed counts when every window's model left chance (answer loss < 2.0 nats)
+    retrieving = [s for s in seeds if all((s, w) in runs and chance[s, w] is not None for w in windows)]
+    last = {key: run_probes[key][-1] for key in runs if run_probes[key]}
+    effective = {s: {w: last[s, w][0].effective_length for w in windows} for s in retrieving}
     findings = [
-        effective_length_grows(effective, rows),
-        f_at_effective_length_aligns({w: f_at_effective_length(runs[w], effective[w]) for w in runs}, effective),
-        failures_far_from_question(*far_near_counts(probes[largest][1])),
-        effective_below_window(largest, effective[largest], rows[largest], threshold),
+        effective_length_grows(effective),
+        f_aligns({s: {w: [p for p, _ in run_probes[s, w]] for w in windows} for s in retrieving}),
     ]
+    excess = {s: _excess(last[s, largest][1]) for s in retrieving}
+    findings.append(failures_far_from_question({s: e for s, e in excess.items() if e is not None}))
+    findings.append(effective_below_window(largest, {s: effective[s][largest] for s in retrieving}))
+
+    # the tables show every seed; the verdicts read only the seeds whose models retrieve
     table1 = {
-        p.name.removeprefix("name="): _read(p / "niah.json")
-        for p in (root / "table1").glob("name=*")
+        (s, p.name.removeprefix("name=")): _read(p / "niah.json")
+        for s in seeds
+        for p in (root / "table1" / f"s{s}").glob("name=*")
         if (p / "niah.json").exists()
     }
-
-    def at_window(method: str) -> tuple[int, int]:
-        row = [r for r in _rows(table1[method]) if r.length == largest] if method in table1 else []
-        return (row[0].passed, row[0].tests) if row else (0, 0)
-
-    findings.append(string_beats_rope(at_window("rope"), at_window("string"), largest))
-    sft = {
-        v: _read(root / "sft" / v / "niah_after_sft" / "niah.json")
-        for v in ("normal", "skipalign")
-        if (root / "sft" / v / "niah_after_sft" / "niah.json").exists()
-    }
-    if len(sft) == 2:
-        findings.append(
-            skipalign_beyond_window(
-                sft["normal"]["effective_length"],
-                sft["skipalign"]["effective_length"],
-                largest,
-                _rows(sft["normal"]),
-                _rows(sft["skipalign"]),
-            )
+    methods = sorted({m for _, m in table1})
+    at_window = {key: _at_length(niah, largest) for key, niah in table1.items()}
+    findings.append(
+        string_beats_rope(
+            largest,
+            {s: at_window[s, "rope"] for s in retrieving if (s, "rope") in at_window},
+            {s: at_window[s, "string"] for s in retrieving if (s, "string") in at_window},
         )
+    )
+    sft = {
+        (arm, s): int(_read(path)["effective_length"])
+        for arm in SFT_ARMS
+        for s in seeds
+        if (path := root / "sft" / arm / f"s{s}" / "niah_after_sft" / "niah.json").exists()
+    }
+    by_arm = {arm: {s: v for (a, s), v in sft.items() if a == arm} for arm in SFT_ARMS}
+    judged = {arm: {s: v for s, v in by_arm[arm].items() if s in retrieving} for arm in SFT_ARMS}
+    findings.append(
+        skipalign_beyond_window(largest, judged["skipalign-ntk"], judged["normal-ntk"], judged["normal-none"])
+    )
+    masked: dict[int, list[list[int]]] = {}  # window -> [cut, answers] per source, first seed's run
+    for (_, window), path in sorted(runs.items()):
+        if window not in masked and (path / "answer_masking.json").exists():
+            sources = _read(path / "answer_masking.json")["sources"]
+            masked[window] = [[src.get("cut", 0), src.get("answers", 0)] for src in sources]
     meta = {
         "root": str(root),
-        "windows": sorted(runs),
-        "probe_steps": {w: p[0] for w, p in probes.items()},
-        "table1": {m: list(at_window(m)) for m in sorted(table1)},
-        "per_length": {w: [[r.length, r.passed, r.tests] for r in rows[w]] for w in rows},
+        "seeds": seeds,
+        "windows": windows,
+        "retrieving_seeds": retrieving,
+        "leave_chance": chance_table(chance),
+        "effective_length": {
+            s: [last[s, w][0].effective_length if (s, w) in last else None for w in windows] for s in seeds
+        },
+        "probe_steps": {s: [last[s, w][0].step if (s, w) in last else None for w in windows] for s in seeds},
+        "table1": {m: {s: list(at_window[s, m]) for s in seeds if (s, m) in at_window} for m in methods},
+        "sft": by_arm,
+        "masked_answers": masked,
     }
-    return findings, meta
+    return findings, {**meta, "_probes": run_probes}
 
 
-def run_notebooks(root: Path, figures: Path, window: int, executed: Path) -> dict[str, str]:
-    """Execute each analysis notebook on the runs; {notebook: 'ok (N s)' or the error}."""
-    import os
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    repository = Path(__file__).resolve().parents[3]
-    executed.mkdir(parents=True, exist_ok=True)
-    status = {}
-    for name, environment in NOTEBOOKS.items():
-        saved = dict(os.environ)
-        os.environ.update(environment(root.resolve(), figures.resolve(), window))
-        notebook = nbformat.read(repository / "analysis" / name, as_version=4)
-        start = time.monotonic()
-        try:
-            NotebookClient(
-                notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(repository)}}
-            ).execute()
-            status[name] = f"ok ({time.monotonic() - start:.0f} s)"
-        except Exception as error:  # reported in the docs: a failing notebook is a finding about the chain
-            last_line = ANSI_COLOUR.sub("", str(error).strip().splitlines()[-1])
-            status[name] = f"failed: {type(error).__name__}: {last_line[:200]}"
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        nbformat.write(notebook, executed / name)
-    return status
+def _interval_cells(values: list[float]) -> str:
+    return SeedInterval.of(values).text(0) if len(values) >= 2 else f"{len(values)} seed(s) retrieve"
 
 
-# The make target that regenerates each named block (anything else: this module run by hand).
-MAKE_TARGETS = {"cpu": "make replicate", "gpu": "make replicate-gpu", "smoke": "make replicate-smoke"}
-ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # nbclient's tracebacks colour the exception name
-
-
-def results_block(name: str, findings: list[Finding], meta: dict, notebooks: dict[str, str], figures: list[str]) -> str:
-    lines = [
-        f"<!-- results:begin {name} -->",
-        f"### Results: {name} (generated by `{MAKE_TARGETS.get(name, 'python -m longctx.analysis.replication_report')}`)",
+def results_block(name: str, findings: list[Finding], meta: dict, figures: list[str]) -> str:
+    """The generated results (Markdown): verdicts, the seeds x windows tables, figures."""
+    windows, seeds = meta["windows"], meta["seeds"]
+    command = MAKE_TARGETS.get(name, "python -m longctx.analysis.replication_report")
+    lines = [f"# Results: {name} (generated by `{command}`)", "", f"Code: commit {meta.get('commit', 'unknown')}.", ""]
+    lines += [findings_markdown(findings), ""]
+    lines += ["Step at which each run left chance (held-out answer loss < 2.0 nats; - = never):", ""]
+    lines += ["| seed | " + " | ".join(f"L={w}" for w in windows) + " |", "|---" * (len(windows) + 1) + "|"]
+    for seed, steps in zip(seeds, meta["leave_chance"]["steps"], strict=True):
+        lines.append(f"| {seed} | " + " | ".join("-" if s is None else str(s) for s in steps) + " |")
+    recipe = meta["leave_chance"]
+    lines += [
         "",
-        findings_markdown(findings),
+        f"Seeds leaving chance at every window: {len(recipe['seeds_leaving_at_every_window'])} of {len(seeds)} "
+        f"(the recipe works when >= 80%: {'yes' if recipe['recipe_works'] else 'no'}).",
         "",
-        "NIAH pass per tested length at each window's last probe (length: passed/tests, Wilson 95%):",
+        "Effective length at the last probe (mean [95% t interval] across seeds that retrieve):",
         "",
+        "| seed | " + " | ".join(f"L={w}" for w in windows) + " |",
+        "|---" * (len(windows) + 1) + "|",
     ]
-    from longctx.replication import wilson
+    for seed in seeds:
+        cells = ["-" if v is None else str(v) for v in meta["effective_length"][seed]]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    retrieving = meta["retrieving_seeds"]
+    mean_cells = [_interval_cells([meta["effective_length"][s][i] for s in retrieving]) for i in range(len(windows))]
+    lines.append("| mean | " + " | ".join(mean_cells) + " |")
+    if meta["table1"]:
+        lines += ["", f"Table 1 at L={windows[-1]} (passed/tests per seed, Wilson 95%):", ""]
+        for method, by_seed in meta["table1"].items():
+            cells = []
+            for seed, (passed, tests) in sorted(by_seed.items()):
+                low, high = wilson_interval(passed, tests)
+                cells.append(f"s{seed} {passed}/{tests} [{low:.2f}, {high:.2f}]")
+            lines.append(f"- {method}: " + "; ".join(cells))
+    if any(meta["sft"].values()):
+        lines += ["", "Effective length after SFT, per seed:", ""]
+        lines += [
+            f"- {arm}: " + ", ".join(f"s{s} {v}" for s, v in sorted(by.items())) for arm, by in meta["sft"].items()
+        ]
+    if meta["masked_answers"]:
+        lines += ["", "Answers a row edge cut from their fact (label -100), per source, first seed's run:", ""]
+        for window, sources in meta["masked_answers"].items():
+            cells = [f"{cut:,} of {total:,} ({cut / total:.0%})" if total else "none" for cut, total in sources]
+            lines.append(f"- L={window}: " + "; ".join(cells))
+    lines += [""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
+    return "\n".join(lines) + "\n"
 
-    for window, rows in meta["per_length"].items():
-        cells = ", ".join(f"{length}: {p}/{n} [{wilson(p, n)[0]:.2f}, {wilson(p, n)[1]:.2f}]" for length, p, n in rows)
-        lines.append(f"- L={window} (step {meta['probe_steps'][window]}): {cells or 'no length tested'}")
-    lines += ["", "Notebooks: " + "; ".join(f"`{k}` {v}" for k, v in notebooks.items()), ""]
-    lines += [f"![{Path(f).stem}]({f})" for f in figures]
-    lines.append(f"<!-- results:end {name} -->")
-    return "\n".join(lines)
 
+def checkout_commit(directory: Path) -> str:
+    """The commit the runs' code came from (`git rev-parse HEAD` where the report runs, with
+    "+dirty" when tracked files differ): long runs start from a pinned checkout, and every
+    summary records which."""
+    import subprocess
 
-def write_docs(docs: Path, name: str, block: str) -> Path:
-    path = docs / "replication.md"
-    text = path.read_text() if path.exists() else "# Miniature replication of STRING\n"
-    pattern = re.compile(rf"<!-- results:begin {re.escape(name)} -->.*?<!-- results:end {re.escape(name)} -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
-    return path
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return "unknown (not a git checkout)"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path, help="the sweeps' output root, e.g. runs/replicate_cpu")
-    parser.add_argument("--docs", type=Path, default=Path("docs"))
-    parser.add_argument("--name", default="cpu", help="label of this replication (cpu | gpu)")
-    parser.add_argument("--no-notebooks", action="store_true", help="skip executing the analysis notebooks")
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="where the summary and results go")
+    parser.add_argument("--name", default="cpu", help="label of this replication (cpu | full | gpu | smoke)")
     args = parser.parse_args(argv)
     findings, meta = judge(args.root)
-    figures = args.docs / "replication" / args.name
-    figures.mkdir(parents=True, exist_ok=True)
-    window = max(meta["windows"])
-    notebooks = {} if args.no_notebooks else run_notebooks(args.root, figures, window, args.root / "notebooks")
-    summary = write_summary(
-        findings, args.docs / f"replication_summary_{args.name}.json", {**meta, "notebooks": notebooks}
-    )
-    pngs = sorted(str(p.relative_to(args.docs)) for p in figures.glob("*.png"))
-    write_docs(args.docs, args.name, results_block(args.name, findings, meta, notebooks, pngs))
+    run_probes = meta.pop("_probes")
+    figures_dir = args.docs / "replication" / args.name
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    figures = replication_figures.draw_all(run_probes, meta["windows"][-1], figures_dir)
+    meta["commit"] = checkout_commit(Path.cwd())
+    summary = write_summary(findings, args.docs / f"replication_summary_{args.name}.json", meta)
+    results = figures_dir / "results.md"
+    results.write_text(results_block(args.name, findings, meta, [str(f) for f in figures]))
     print(findings_markdown(findings))
-    print(f"wrote {summary} and {args.docs / 'replication.md'}")
+    print(f"wrote {summary} and {results}")
     return 0
 
 

@@ -28,7 +28,7 @@ documents, in the same shuffled order, fill rows greedily: a document goes into 
 current row if it fits in its `window + 1` tokens, else it starts the next row; a document
 longer than a row fills rows of its own, cut into `window + 1`-token pieces, or with
 `data.long_documents: drop` is left out (a piece of a retrieval document can ask for facts
-that are in another piece: docs/replication.md measured that 18% of such rows keep a
+that are in another piece: docs/replication_log.md measured that 18% of such rows keep a
 2-layer model at chance). The unused end
 of a row is padding: one padding segment (its own document id, positions from 0) of EOS
 inputs whose labels are all -100, so it trains nothing and no real token attends to it.
@@ -39,6 +39,12 @@ default cuts every document a row boundary crosses (the usual pretraining packin
 STRING's): its second piece asks for facts it cannot see. A row is located by the row
 tables of the epochs before it (one greedy pass over the documents per epoch), so a resume
 costs O(documents) per epoch skipped instead of the stream's closed form.
+
+Answers cut from their facts (`mask_cut_answers`, data/answer_spans.py). A retrieval
+source stores where each answer and the fact it copies sit; in a row whose start falls
+between the two (stream packing, or a split piece of a long document) the answer's labels
+become -100, since the row cannot see the value it would have to copy, and every other
+label stays. `masking_report` counts those answers over the rows of a run.
 
 Order. litdata's distributed split hands each rank a contiguous range of items, so the
 rows of one optimizer step would change with the world size and a 2-GPU run could not
@@ -71,6 +77,7 @@ from litdata import StreamingDataset
 
 from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
+from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
 from longctx.data.transforms import PositionTransform
 from longctx.errors import DataError
 
@@ -134,6 +141,9 @@ class PackedSource:
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")
         self.seed, self.shuffle, self.group_size = seed, shuffle, group_size
+        answers = read_answers(self.path)
+        self.answers = None if answers is None else AnswerIndex(answers, len(self.lengths))
+        """Answer and fact token spans of a retrieval source (data/answer_spans.py), else None."""
         self._epoch = -1  # no epoch loaded yet: _order/_ends are filled by _use_epoch
         self._order: np.ndarray = np.empty(0, dtype=np.int64)
         self._ends: np.ndarray = np.empty(0, dtype=np.int64)
@@ -156,20 +166,27 @@ class PackedSource:
             self._ends = np.cumsum(self.lengths[self._order])
             self._epoch = epoch
 
-    def read(self, offset: int, count: int) -> torch.Tensor:
-        """Tokens [offset, offset + count) of the endless stream."""
+    def stream_pieces(self, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """The documents of stream tokens [offset, offset + count): (item, first token of the
+        item inside the range, its position in the range), in stream order."""
         pieces = []
-        while count > 0:
-            epoch, within = divmod(offset, self.epoch_tokens)
+        at = 0
+        while at < count:
+            epoch, within = divmod(offset + at, self.epoch_tokens)
             self._use_epoch(epoch)
             slot = int(np.searchsorted(self._ends, within, side="right"))
             document_start = int(self._ends[slot] - self.lengths[self._order[slot]])
-            tokens = self.documents[int(self._order[slot])]
-            piece = torch.as_tensor(np.asarray(tokens))[within - document_start : within - document_start + count]
-            pieces.append(piece)
-            offset += len(piece)
-            count -= len(piece)
-        return torch.cat(pieces).long()
+            pieces.append((int(self._order[slot]), within - document_start, at))
+            at += int(self._ends[slot]) - within
+        return pieces
+
+    def read(self, offset: int, count: int) -> torch.Tensor:
+        """Tokens [offset, offset + count) of the endless stream."""
+        parts = [
+            torch.as_tensor(np.asarray(self.documents[item]))[first : first + count - at]
+            for item, first, at in self.stream_pieces(offset, count)
+        ]
+        return torch.cat(parts).long()
 
     def document_rows(self, epoch: int, block: int, long_documents: str = "split") -> np.ndarray:
         """The rows of `epoch` under packing=documents: int64 [rows, 3] of (first slot, end
@@ -195,8 +212,9 @@ class PackedSource:
             rows.append((first, len(lengths), -1))
         return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
-    def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
-        """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
+    def row_pieces(self, row: int, block: int, long_documents: str = "split") -> list[tuple[int, int, int]]:
+        """The documents of row `row` of the endless packing=documents sequence, as
+        `stream_pieces` gives them: (item, first token of the item in the row, its position)."""
         if (block, long_documents) != self._table_key:
             self._epoch_rows, self._table_key, self._table_epoch = [], (block, long_documents), -1
         epoch = 0
@@ -215,11 +233,29 @@ class PackedSource:
         self._use_epoch(epoch)
         first, end, piece = (int(value) for value in self._table[row])
         if piece >= 0:
-            tokens = np.asarray(self.documents[int(self._order[first])])[piece * block : (piece + 1) * block]
-            return torch.as_tensor(tokens).long()
-        return torch.cat(
-            [torch.as_tensor(np.asarray(self.documents[int(self._order[slot])])) for slot in range(first, end)]
-        ).long()
+            return [(int(self._order[first]), piece * block, 0)]
+        items = [int(self._order[slot]) for slot in range(first, end)]
+        starts = np.concatenate([[0], np.cumsum(self.lengths[items])[:-1]]).tolist()
+        return [(item, 0, int(at)) for item, at in zip(items, starts, strict=True)]
+
+    def documents_epoch(self, row: int) -> int:
+        """The epoch of row `row` of the packing=documents sequence `row_pieces` last read."""
+        return int(np.searchsorted(np.cumsum(self._epoch_rows), row, side="right"))
+
+    def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
+        """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
+        parts = [
+            torch.as_tensor(np.asarray(self.documents[item]))[first : first + block - at]
+            for item, first, at in self.row_pieces(row, block, long_documents)
+        ]
+        return torch.cat(parts).long()
+
+    def cut_answers(self, pieces: list[tuple[int, int, int]], count: int) -> np.ndarray:
+        """Positions of a row of `count` tokens made of `pieces` whose label is an answer cut
+        from its fact (data/answer_spans.py); empty for a source without answer spans."""
+        if self.answers is None:
+            return np.empty(0, dtype=np.int64)
+        return cut_positions(pieces, self.answers, count)
 
 
 def pad_documents_row(tokens: torch.Tensor, block: int, eos_id: int, doc_mask: bool) -> dict[str, torch.Tensor]:
@@ -307,6 +343,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         packing: str = "stream",
         long_documents: str = "split",
         micro_batch_size: int = 1,
+        mask_cut_answers: bool = False,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
@@ -322,6 +359,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         self.rank, self.world_size, self.start_row = rank, world_size, start_row
         self.transform, self.packing, self.long_documents = transform, packing, long_documents
         self.micro_batch_size = micro_batch_size
+        self.mask_cut_answers = mask_cut_answers
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank, from the
@@ -341,6 +379,12 @@ class PackedRows(torch.utils.data.IterableDataset):
             if (k // self.micro_batch_size) % worker.num_workers == worker.id:
                 yield located
 
+    def _pieces(self, source: int, row: int) -> list[tuple[int, int, int]]:
+        block = self.window + 1
+        if self.packing == "documents":
+            return self.sources[source].row_pieces(row, block, self.long_documents)
+        return self.sources[source].stream_pieces(row * block, block)
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
         for index, source, row in self.worker_rows():
@@ -351,7 +395,41 @@ class PackedRows(torch.utils.data.IterableDataset):
             else:
                 tokens = self.sources[source].read(row * block, block)
                 contract = {k: v[0] for k, v in contract_from_blocks(tokens[None], self.eos_id, self.doc_mask).items()}
+            if self.mask_cut_answers:
+                cut = self.sources[source].cut_answers(self._pieces(source, row), block)
+                contract["labels"][torch.as_tensor(cut - 1)] = IGNORE_INDEX
             yield contract if self.transform is None else self.transform.apply(contract, index)
+
+    def masking_report(self, rows: int) -> list[dict[str, float] | None]:
+        """Per source, over the first `rows` global rows (all ranks): the answers with a label
+        in them and how many of those are cut from their fact (masked when
+        `mask_cut_answers`); None for a source without answer spans."""
+        if all(source.answers is None for source in self.sources):
+            return [None] * len(self.sources)
+        block = self.window + 1
+        seen: list[set] = [set() for _ in self.sources]
+        cut: list[set] = [set() for _ in self.sources]
+        mixture = Mixture(self.weights)
+        for index in range(rows):
+            source, row = mixture.locate(index)
+            answers = self.sources[source].answers
+            if answers is None:
+                continue
+            for item, first, at in self._pieces(source, row):
+                # an answer occurs once per pass over its source: key it by (item, answer, pass)
+                if self.packing == "stream":
+                    epoch = (row * block + at - first) // self.sources[source].epoch_tokens
+                else:
+                    epoch = self.sources[source].documents_epoch(row)
+                for k, (start, end, fact) in enumerate(answers.of(item).tolist()):
+                    if max(start - first + at, 1) < min(end - first + at, block):
+                        seen[source].add((item, k, epoch))
+                        if fact < first:
+                            cut[source].add((item, k, epoch))
+        return [
+            None if self.sources[i].answers is None else masking_report(len(seen[i]), len(cut[i]))
+            for i in range(len(self.sources))
+        ]
 
 
 def tokens_per_step(window: int, micro_batch_size: int, world_size: int, global_batch_tokens: int) -> tuple[int, int]:

@@ -90,7 +90,7 @@ class RetrievalConfig:
     """inventory: keyed facts in wording disjoint from every NIAH task, asked back one by one
     and as a list. niah: STRING's NIAH wording (needle " One of the magic numbers is N.",
     its question and answer prefix) over this source's filler and values, `facts` needles,
-    only the list question (queries must be 0); see docs/replication.md for why."""
+    only the list question (queries must be 0); see docs/replication_log.md (2026-11-23) for why."""
     seed: int = 0
     """Generator seed; document k uses numpy's generator seeded with [seed, k]."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import time
@@ -25,8 +26,12 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from longctx.config import DataSource, ExperimentConfig
 from longctx.data import storage
+from longctx.data.answer_spans import ANSWERS_FILE, answer_table, write_answers
+from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
 from longctx.data.tokenizer import Tokenizer, default_cache_dir
@@ -54,7 +59,19 @@ def prepare_retrieval(source: DataSource, directory: Path, tokenizer: Tokenizer,
     needle-question distance report (`retrieval_report`: what each window can train)."""
     distances = answer_distances(tokenizer, source.retrieval)
     extra = {"retrieval": asdict(source.retrieval), "retrieval_report": retrieval_report(distances, REPORT_WINDOWS)}
-    return prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
+    manifest = prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
+    # Where each answer and its fact are (data/answer_spans.py), written after the tokens; a
+    # source prepared before this file existed gets it here on its next use.
+    lengths = np.load(io.BytesIO(storage.read_bytes(storage.join(directory, LENGTHS_FILE))))
+    write_answers(directory, answer_table(source.retrieval, tokenizer, lengths))
+    return manifest
+
+
+def _retrieval_ready(directory: Path) -> bool:
+    """A generated source is ready when its tokens are complete and its answer spans written."""
+    return bool((read_manifest(directory) or {}).get("complete")) and storage.exists(
+        storage.join(directory, ANSWERS_FILE)
+    )
 
 
 @contextlib.contextmanager
@@ -80,11 +97,11 @@ def _prepare_once(directory: Path, tokenizer: Tokenizer, spec: str, source: Data
         with _exclusive(directory):
             if source is None:
                 prepare("embedded", directory, spec)
-            elif not (read_manifest(directory) or {}).get("complete"):
+            elif not _retrieval_ready(directory):
                 prepare_retrieval(source, directory, tokenizer, spec)
         return
     deadline = time.monotonic() + WAIT_FOR_PREPARE_S
-    while not (read_manifest(directory) or {}).get("complete"):
+    while not (_retrieval_ready(directory) if source else (read_manifest(directory) or {}).get("complete")):
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for local rank 0 to prepare {directory}")
         time.sleep(2)

@@ -46,13 +46,15 @@ def answer_metrics(
     distances: list[int] = []
     index = 0
     model.eval()
+    # the training probe calls it on the GPU model; a parameterless stand-in runs on the CPU
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
     while len(exact) < documents * (held_out.queries + held_out.facts * held_out.list_query) and index < 50 * documents:
         doc = make_document(held_out, index, filler)
         index += 1
         ids = tokenizer.encode(doc.text)
         if len(ids) > window:
             continue
-        logits = model(torch.tensor([ids])).float()[0]
+        logits = model(torch.tensor([ids], device=device)).float()[0].cpu()
         log_probs = F.log_softmax(logits, dim=-1)
         fact_starts = [len(tokenizer.encode(doc.text[:offset])) for offset in doc.fact_offsets]
         for fact, offset in doc.answer_offsets:

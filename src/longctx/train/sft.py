@@ -12,7 +12,8 @@ s x rows_per_step. `train.max_steps` is set from `sft.epochs`.
 
 The model starts from `init` (its config, not the YAML `model` section, defines the
 architecture). `sft.rope_extension=ntk` first NTK-scales RoPE from the checkpoint's
-max_position to the rows' position limit (SkipAlign extends LLaMA-2 this way before SFT).
+max_position to `sft.extended_length` (SkipAlign extends LLaMA-2 this way before SFT), for
+any variant: Normal SFT with the same scaling separates SkipAlign's rows from its RoPE.
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
             f"{tokenizer.name} has {tokenizer.vocab_size} tokens, the model at {config.init} {base.config.vocab_size}",
         )
     rows = build_rows(config, tokenizer)
-    model_config = extended_model_config(base.config, rows.position_limit, config.sft.rope_extension)
+    # NTK reaches sft.extended_length for every variant, so a Normal SFT arm can carry
+    # exactly SkipAlign's RoPE scaling (the confound-free control of docs/replication.md)
+    scaled_to = rows.position_limit
+    if config.sft.rope_extension == "ntk":
+        scaled_to = max(rows.position_limit, config.sft.extended_length)
+    model_config = extended_model_config(base.config, scaled_to, config.sft.rope_extension)
     if rows.position_limit > model_config.max_position:
         raise ConfigError(
             "sft.extended_length",

@@ -20,6 +20,7 @@ states through Lightning; the data position is global row `step x rows_per_step`
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,7 @@ def packed_rows(
         packing=data.packing,
         long_documents=data.long_documents,
         micro_batch_size=config.train.micro_batch_size,
+        mask_cut_answers=data.mask_cut_answers,
     )
 
 
@@ -199,9 +201,31 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
     _, rows_per_step = batch_plan(config, world)
     transform = position_transform(config, tokenizer)
     datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step, transform)
+    if int(os.environ.get("RANK", "0")) == 0:
+        write_masking_report(config, sources, tokenizer.eos_id, config.train.max_steps * rows_per_step)
     initial_state = initial_weights(config) if config.init else None
     fi_window = config.data.window if transform is None else config.data.target_length
     return fit(config, datamodule, fi_window=fi_window, initial_state=initial_state, tokenizer=tokenizer)
+
+
+MASKING_FILE = "answer_masking.json"
+
+
+def write_masking_report(config: ExperimentConfig, sources: list[tuple[str, float]], eos_id: int, rows: int) -> None:
+    """<out_dir>/answer_masking.json: per source, the answers the run's `rows` rows supervise
+    and how many of them a row edge cut from their fact (data/answer_spans.py), and whether
+    those were masked (`data.mask_cut_answers`)."""
+    report = packed_rows(config, sources, eos_id).masking_report(rows)
+    out_dir = Path(config.train.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = {
+        "window": config.data.window,
+        "packing": config.data.packing,
+        "masked": config.data.mask_cut_answers,
+        "rows": rows,
+        "sources": [{"path": path, **(entry or {})} for (path, _), entry in zip(sources, report, strict=True)],
+    }
+    (out_dir / MASKING_FILE).write_text(json.dumps(body, indent=2) + "\n")
 
 
 def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform | None:
@@ -285,6 +309,12 @@ def fit(
         if tokenizer is None:
             raise ConfigError("probe.niah_every_steps", "needs the tokenizer (data.tokenizer)")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
+    if config.probe.answer_every_steps:
+        from longctx.train.answer_callback import AnswerLossCallback
+
+        if tokenizer is None or not any(source.kind == "retrieval" for source in config.data.mixture):
+            raise ConfigError("probe.answer_every_steps", "needs a kind: retrieval source in data.mixture")
+        callbacks.append(AnswerLossCallback(config, tokenizer, out_dir))
     callbacks += build_callbacks(config)
     trainer = L.Trainer(
         accelerator="auto",
