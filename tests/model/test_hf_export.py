@@ -109,13 +109,23 @@ def test_cli_refuses_a_tokenizer_larger_than_the_model(bpe_file, tmp_path, capsy
         ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window=true is not supported"),
         ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "layer_types[1]="),
         ({"eos_token_id": [2, "</s>"]}, 'eos_token_id=[2, "</s>"] is not a token id'),
-        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling.rope_type='dynamic' is not supported"),
+        (
+            {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+            "rope_scaling.rope_type='dynamic' is not supported",
+        ),
         (
             {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
             "rope_scaling.rope_type='longrope' is not supported",
         ),
         (
-            {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7, "original_max_position_embeddings": 64}},
+            {
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "mscale": 0.7,
+                    "original_max_position_embeddings": 64,
+                }
+            },
             "rope_scaling.mscale=0.7 is not supported",
         ),
     ],

@@ -61,9 +61,7 @@ def test_loaded_dtype_is_the_stored_tensor_rounded_once(tmp_path):
     export_hf(model, tmp_path)
     loaded = import_hf(tmp_path, dtype=torch.bfloat16)
     assert loaded.output.weight is loaded.tok_embeddings.weight
-    for (name, ours), (_, reference) in zip(
-        loaded.state_dict().items(), model.state_dict().items(), strict=True
-    ):
+    for (name, ours), (_, reference) in zip(loaded.state_dict().items(), model.state_dict().items(), strict=True):
         assert ours.dtype == torch.bfloat16, name
         assert torch.equal(ours, reference.to(torch.bfloat16)), name
     assert loaded.rope.inv_freq.dtype == model.rope.inv_freq.dtype

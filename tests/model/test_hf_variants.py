@@ -135,5 +135,7 @@ def test_llama_attention_bias_is_not_qwen2s(tmp_path):
     save_hf(build_hf("qwen2"), tmp_path, "single")
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llama", "attention_bias": True}))
-    with pytest.raises(ValueError, match=r"model.layers.0.self_attn.o_proj.bias \(for blocks.0.attn.wo.bias\) is missing"):
+    with pytest.raises(
+        ValueError, match=r"model.layers.0.self_attn.o_proj.bias \(for blocks.0.attn.wo.bias\) is missing"
+    ):
         import_hf(tmp_path)
