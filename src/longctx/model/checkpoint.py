@@ -99,9 +99,7 @@ def materialize(
     return model
 
 
-def load_model(
-    path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
-) -> Llama:
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Llama:
     """Load a model from a longctx .safetensors, a Lightning/torch checkpoint, or an HF
     directory, with parameters of `dtype` on `device`."""
     path = Path(path)
@@ -117,7 +115,7 @@ def load_model(
             raise CheckpointError(f"{path}: no '{CONFIG_METADATA_KEY}' metadata; was it written by longctx save_model?")
         config = model_config_from_dict(json.loads(file.metadata[CONFIG_METADATA_KEY]), str(path))
         shapes = {name: file.shape(name) for name in file.entries}
-        read = file.read
+        read: Callable[[str], torch.Tensor] = file.read
     else:
         checkpoint = load_torch_file(path)
         if "state_dict" not in checkpoint:

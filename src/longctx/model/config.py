@@ -178,9 +178,18 @@ PRESETS: dict[str, dict] = {
 }
 
 
-SHAPE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "tie_embeddings", "attention_bias")
-"""ModelConfig fields that fix the parameters and their shapes. Weights move between configs that agree on
-these (continued pretraining at a longer window, a new RoPE base, model merging)."""
+SHAPE_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tie_embeddings",
+    "attention_bias",
+)
+"""ModelConfig fields that fix the parameters and their shapes. Weights move between configs
+that agree on these (continued pretraining at a longer window, a new RoPE base, model merging)."""
 
 
 def shape_mismatches(config: ModelConfig, other: ModelConfig) -> list[str]:

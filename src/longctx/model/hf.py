@@ -133,9 +133,7 @@ def _write_tokenizer(tokenizer: Tokenizer, out: Path, max_position: int) -> None
     (out / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
 
-def import_hf(
-    directory: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
-) -> Llama:
+def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Llama:
     """Load an HF Llama / Mistral / Qwen2 directory into a Llama with parameters of `dtype`
     on `device`, one tensor at a time. Every file, name and shape is checked before the
     model is allocated."""
@@ -158,7 +156,9 @@ def import_hf(
         if stored != shape:
             raise CheckpointError(f"{files.source(key)}: {key} has shape {stored}, expected {shape}")
     ignored = {"lm_head.weight"} if config.tie_embeddings else set()
-    unused = [k for k in files.names() if k not in wanted and k not in ignored and not k.endswith("rotary_emb.inv_freq")]
+    unused = [
+        k for k in files.names() if k not in wanted and k not in ignored and not k.endswith("rotary_emb.inv_freq")
+    ]
     if unused:
         raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
     return materialize(model, lambda name: files.read(hf_name(name)), dtype, device)

@@ -128,10 +128,7 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
         base = hf.get("rope_theta") or (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0)
         field = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
         scaling = _scaling_from_hf(hf.get(field), f"{source}: {field}")
-    if model_type == "qwen2":
-        attention_bias = "qkv"
-    else:
-        attention_bias = "qkvo" if hf.get("attention_bias") else "none"
+    attention_bias = "qkv" if model_type == "qwen2" else "qkvo" if hf.get("attention_bias") else "none"
     return ModelConfig(
         preset=hf.get("longctx_preset", "debug"),
         vocab_size=hf["vocab_size"],

@@ -222,7 +222,7 @@ class Llama(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=self.config.init_std)
-                if getattr(module, "bias", None) is not None:
+                if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)

@@ -81,7 +81,7 @@ class SafetensorsFile:
         buffer = torch.empty(end - begin, dtype=torch.uint8)
         with self.path.open("rb") as handle:
             handle.seek(self.data_start + begin)
-            if handle.readinto(memoryview(buffer.numpy())) != end - begin:
+            if handle.readinto(buffer.numpy().data) != end - begin:
                 raise CheckpointError(f"{self.path}: {name} ends beyond the file (changed while reading?)")
         return buffer.view(dtype).reshape(shape)
 
