@@ -161,3 +161,17 @@ def test_sft_init_from_an_hf_directory(workspace, hf_dir, tmp_path, variant, ext
     if variant == "skipalign":
         assert max(rows[i]["position_ids"].max().item() for i in order[:4]) > 128  # skipped positions were scored
     check_export(tmp_path / "run" / "checkpoints" / "last.ckpt", tmp_path / "hf", directory / "tokenizer.json")
+
+
+def test_pretrain_init_names_what_does_not_fit(workspace, hf_dir, tmp_path, capsys):
+    """The YAML's model must be the directory's: a tie, bias or norm epsilon that differs is
+    named (the norm's epsilon fixes no shape but changes every logit)."""
+    directory, _, kind = hf_dir
+    for field, value, message in (
+        ("model.norm_eps", 1e-5, "norm_eps: 1e-06 vs 1e-05"),
+        ("model.tie_embeddings", "false", "tie_embeddings: True vs False"),
+        ("model.attention_bias", "qkvo", f"attention_bias: {'qkv' if kind.startswith('qwen2') else 'none'} vs qkvo"),
+    ):
+        args = pretrain_args(workspace, directory, tmp_path / "run", kind, **{field: value})
+        assert main(["pretrain", *args]) == 2
+        assert message in capsys.readouterr().err

@@ -23,9 +23,9 @@ config = load([], ["model.tie_embeddings=true", "model.vocab_size=300", "train.p
 torch.manual_seed(0)
 reference = Llama(config.model)
 module = LanguageModelModule(config, initial_state=reference.state_dict())
-module.device_mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("data_parallel",))
-module.configure_model()  # fully_shard per block, then the root
+module.configure_model()  # the init weights, as a run starts; then the trainer's sharding:
 model = module.model
+module._fully_shard(model, init_device_mesh("cpu", (1,)))  # fully_shard per block, then the root
 assert type(model.output.weight).__name__ == "DTensor", type(model.output.weight)
 assert model.output.weight is model.tok_embeddings.weight
 assert len(list(model.parameters())) == len(list(reference.parameters()))
