@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import zipfile
 from pathlib import Path
 
 import torch
@@ -126,12 +127,14 @@ class BinFile:
 
 
 def load_torch_file(path: Path) -> dict:
-    """torch.load(weights_only=True, mmap=True) of `path`, a failure named: which file and
-    what torch found wrong (a truncated zip, a forbidden global, not a torch file)."""
+    """torch.load(weights_only=True) of `path`, memory-mapped when it is a zip archive (the
+    format of torch.save since 1.6; the legacy one cannot be mapped); a failure named: which
+    file and what torch found wrong (a truncated zip, a forbidden global, not a torch file)."""
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as error:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        message = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {message[0]}" if message else f"{type(error).__name__} (truncated?)"
         raise CheckpointError(f"{path}: cannot be read as a torch checkpoint: {reason}") from None
     if not isinstance(loaded, dict):
         raise CheckpointError(f"{path}: holds a {type(loaded).__name__}, expected a dict")
