@@ -12,7 +12,7 @@ Two formats are read:
 A HF directory (config.json + weights) is read by `longctx.model.hf.import_hf`;
 `load_model` dispatches to it for directories.
 
-Every format is loaded the same way (`materialize`): the model is built on the meta
+Every format is loaded the same way (model/materialize.py): the model is built on the meta
 device, allocated once in the requested dtype and device, and filled one tensor at a
 time, so loading a bf16 model for evaluation never holds an fp32 copy. A file that
 cannot be read (truncated, corrupted, not a checkpoint) is an error naming it, raised
@@ -31,7 +31,8 @@ from safetensors.torch import save_file
 from longctx.errors import CheckpointError
 from longctx.model.config import ModelConfig, config_dict
 from longctx.model.llama import Llama
-from longctx.model.rope import RopeScaling, inverse_frequencies
+from longctx.model.materialize import materialize, meta_model, weights
+from longctx.model.rope import RopeScaling
 from longctx.model.weight_files import SafetensorsFile, load_torch_file
 
 CONFIG_METADATA_KEY = "longctx_model_config"
@@ -64,39 +65,6 @@ def model_config_from_dict(values: dict, source: str) -> ModelConfig:
         return ModelConfig(**values, rope_scaling=RopeScaling(**scaling))
     except TypeError as error:
         raise CheckpointError(f"{source}: model config does not match ModelConfig: {error}") from None
-
-
-def weights(model: Llama) -> dict[str, torch.Tensor]:
-    """The model's state dict with each tensor once: a tied head is the embedding, so
-    `output.weight` is left out (safetensors refuses two names for one storage)."""
-    state = model.state_dict()
-    if model.config.tie_embeddings:
-        state.pop("output.weight")
-    return state
-
-
-def meta_model(config: ModelConfig) -> Llama:
-    """A Llama of `config` whose tensors are on the meta device (shapes only, no memory)."""
-    with torch.device("meta"):
-        return Llama(config)
-
-
-def materialize(
-    model: Llama, read: Callable[[str], torch.Tensor], dtype: torch.dtype, device: torch.device | str
-) -> Llama:
-    """Allocate the meta `model` in `dtype` on `device` and copy each tensor of
-    `weights(model)` from `read(name)` (converted on the copy), one at a time."""
-    config = model.config
-    model.to(dtype=dtype).to_empty(device=device)
-    if config.tie_embeddings:
-        model.output.weight = model.tok_embeddings.weight
-    inv_freq = inverse_frequencies(config.head_dim, config.rope_base, config.rope_scaling, config.max_position)
-    model.rope.inv_freq = inv_freq.to(device)
-    parameters = dict(model.named_parameters())
-    with torch.no_grad():
-        for name in weights(model):
-            parameters[name].copy_(read(name))
-    return model
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> Llama:

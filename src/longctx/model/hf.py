@@ -31,9 +31,9 @@ from safetensors.torch import save_file
 
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import CheckpointError
-from longctx.model.checkpoint import materialize, meta_model, weights
 from longctx.model.hf_config import CONFIG_FILE, hf_config, model_config_from_hf
 from longctx.model.llama import Llama
+from longctx.model.materialize import materialize, meta_model, weights
 from longctx.model.weight_files import WeightFiles
 
 WEIGHTS_FILE = "model.safetensors"
