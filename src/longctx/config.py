@@ -540,7 +540,8 @@ class ExperimentConfig:
     sft: SftConfig = field(default_factory=SftConfig)
     init: str = ""
     """Checkpoint whose weights (and model config) start the run: SFT or continued
-    pretraining. '' = random initialisation from `model`."""
+    pretraining; a .ckpt, a longctx .safetensors or an HF model directory. '' = random
+    initialisation from `model`."""
 
     def __post_init__(self) -> None:
         if self.data.window == 0:

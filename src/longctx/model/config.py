@@ -19,6 +19,10 @@ ATTENTION_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
 
 ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3")
 
+ATTENTION_BIASES = ("none", "qkv", "qkvo")
+"""Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
+Llama's `attention_bias: true`: qkvo)."""
+
 
 @dataclass
 class RopeScaling:
@@ -72,6 +76,11 @@ class ModelConfig:
     """auto | sdpa | varlen | flex | flash | xformers (see model/attention.py)."""
     init_std: float = 0.02
     """Std of the normal initialisation of all linear and embedding weights."""
+    tie_embeddings: bool = False
+    """One shared [vocab, d_model] matrix for the input embedding and the output head (HF
+    tie_word_embeddings: Llama-3.2-1B/3B, SmolLM2, small Qwen2.5)."""
+    attention_bias: str = "none"
+    """none | qkv | qkvo: the attention projections that carry a bias (see ATTENTION_BIASES)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,9 +100,14 @@ class ModelConfig:
 
     def num_parameters(self) -> int:
         attn = self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        if self.attention_bias != "none":
+            attn += self.head_dim * (self.n_heads + 2 * self.n_kv_heads)
+        if self.attention_bias == "qkvo":
+            attn += self.d_model
         mlp = 3 * self.d_model * self.d_ff
         per_layer = attn + mlp + 2 * self.d_model
-        return 2 * self.vocab_size * self.d_model + self.n_layers * per_layer + self.d_model
+        embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
+        return embeddings + self.n_layers * per_layer + self.d_model
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_position"):
@@ -120,6 +134,10 @@ class ModelConfig:
             raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
         if self.norm_eps <= 0:
             raise ConfigError("model.norm_eps", f"must be > 0, got {self.norm_eps}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ConfigError("model.tie_embeddings", f"must be true or false, got {self.tie_embeddings!r}")
+        if self.attention_bias not in ATTENTION_BIASES:
+            raise ConfigError("model.attention_bias", f"{self.attention_bias!r} is not one of {ATTENTION_BIASES}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(
                 "model.attention_backend", f"{self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
@@ -160,9 +178,18 @@ PRESETS: dict[str, dict] = {
 }
 
 
-SHAPE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff")
-"""ModelConfig fields that fix parameter shapes. Weights move between configs that agree on
-these (continued pretraining at a longer window, a new RoPE base, model merging)."""
+SHAPE_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "tie_embeddings",
+    "attention_bias",
+)
+"""ModelConfig fields that fix the parameters and their shapes. Weights move between configs
+that agree on these (continued pretraining at a longer window, a new RoPE base, model merging)."""
 
 
 def shape_mismatches(config: ModelConfig, other: ModelConfig) -> list[str]:

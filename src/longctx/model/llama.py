@@ -1,4 +1,8 @@
-"""TinyLlama-style decoder (docs/design.md §5): pre-norm RMSNorm, SwiGLU, RoPE, GQA, untied head.
+"""TinyLlama-style decoder (docs/design.md §5): pre-norm RMSNorm, SwiGLU, RoPE, GQA.
+
+The head is untied by default; `model.tie_embeddings` shares one Parameter between the
+input embedding and the output head, and `model.attention_bias` adds biases to the
+attention projections, as the real checkpoints of DESIGN §14 use (Qwen2: q/k/v).
 
     model = Llama(ModelConfig.from_preset("tiny"))
     logits = model(input_ids, position_ids=..., document_ids=...)       # [B, T, vocab]
@@ -151,10 +155,11 @@ class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
-        self.wq = nn.Linear(config.d_model, self.n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
+        qkv_bias = config.attention_bias != "none"
+        self.wq = nn.Linear(config.d_model, self.n_heads * self.head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
+        self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=config.attention_bias == "qkvo")
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -203,6 +208,10 @@ class Llama(nn.Module):
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            # One Parameter under two names: the optimizer, FSDP2 (both modules are in the
+            # root's group, train/module.py) and state_dict see a single tensor.
+            self.output.weight = self.tok_embeddings.weight
         self.rope = RotaryEmbedding(config.head_dim, config.rope_base, config.rope_scaling, config.max_position)
         self.activation_checkpointing = False
         """Recompute each block's activations in backward: ~1/3 more compute, activation
@@ -213,6 +222,8 @@ class Llama(nn.Module):
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=self.config.init_std)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 

@@ -248,12 +248,15 @@ def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform
 
 
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
-    """The `init` checkpoint's weights, checked to fit `config.model`."""
+    """The `init` checkpoint's weights (a .ckpt, a .safetensors or an HF directory), checked
+    to fit `config.model`."""
     from longctx.model.checkpoint import load_model
     from longctx.model.config import shape_mismatches
 
     base = load_model(config.init)
     mismatches = shape_mismatches(base.config, config.model)
+    if base.config.norm_eps != config.model.norm_eps:  # same shapes, other function (HF Llama: 1e-6)
+        mismatches.append(f"norm_eps: {base.config.norm_eps} vs {config.model.norm_eps}")
     if mismatches:
         raise ConfigError(
             "init",
