@@ -56,8 +56,10 @@ from collections.abc import Callable
 import device_timing
 import torch
 
-from longctx.model.llama import Llama, ModelConfig
-from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethod, build_position_method
 from longctx.runtime import tune_cpu_allocator
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads

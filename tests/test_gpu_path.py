@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import attention, build_mask
 from longctx.model.checkpoint import save_model
-from longctx.model.llama import Llama, ModelConfig
-from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.model.llama import Llama
+from longctx.model.position_methods import build_position_method
 from tests.helpers import packed_document_ids, reset_position_ids
 from tests.model.test_position_methods import all_methods, random_qkv, two_rows
 

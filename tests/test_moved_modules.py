@@ -20,17 +20,6 @@ def test_old_module_names_point_to_the_new_ones(old, new):
     importlib.import_module(new)
 
 
-def test_old_niah_config_keys_name_their_new_spelling():
-    from longctx.config import ConfigError, load
-
-    for old, new in (
-        ("eval.niah_tests_per_length=5", "eval.niah.tests_per_length"),
-        ("eval.pass_threshold=0.4", "eval.niah.pass_threshold"),
-    ):
-        with pytest.raises(ConfigError, match=f"renamed to {new}"):
-            load([], [old])
-
-
 def test_the_replaced_round_robin_names_its_successor():
     import longctx.data.packing
 

@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 
 from longctx import config as config_module
-from longctx.config import ConfigError
+from longctx.config.data import RetrievalConfig
 from longctx.data.retrieval import (
     NIAH_LIST_QUESTION,
     NIAH_NEEDLE,
     RETRIEVAL_PHRASES,
-    RetrievalConfig,
     distance_frequency,
     make_document,
     retrieval_documents,
     retrieval_report,
     value_lengths,
 )
+from longctx.errors import ConfigError
 from longctx.niah import tasks as niah
 
 FILLER = tuple(f" Filler sentence number {word} goes here." for word in ("one", "two", "three", "four", "five"))

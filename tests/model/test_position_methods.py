@@ -13,13 +13,16 @@ import types
 import pytest
 import torch
 
-from longctx.model.attention import attention
-from longctx.model.llama import ConfigError, ModelConfig
-from longctx.model.position_methods import (
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import (
     REPO_STRING_ATTENTION_FACTOR,
     PositionMethodConfig,
     StringConfig,
     baseline_protocol,
+)
+from longctx.errors import ConfigError
+from longctx.model.attention import attention
+from longctx.model.position_methods import (
     build_position_method,
     dca_method,
     ntk_method,

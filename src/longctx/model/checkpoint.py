@@ -22,8 +22,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from longctx.config.model import ModelConfig, config_dict
 from longctx.errors import CheckpointError
-from longctx.model.config import ModelConfig, config_dict
 from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 

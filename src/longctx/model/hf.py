@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import CheckpointError
-from longctx.model.config import ModelConfig
 from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 

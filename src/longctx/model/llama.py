@@ -27,23 +27,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from longctx.errors import ConfigError
+from longctx.config.model import ModelConfig
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
-from longctx.model.config import PRESETS, SHAPE_FIELDS, ModelConfig, config_dict, shape_mismatches
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
-# ModelConfig and its helpers moved to longctx.model.config; these names stay importable here.
-__all__ = [
-    "PRESETS",
-    "SHAPE_FIELDS",
-    "ConfigError",
-    "KVCache",
-    "Llama",
-    "ModelConfig",
-    "config_dict",
-    "shape_mismatches",
-]
+__all__ = ["KVCache", "Llama"]
 
 
 class RMSNorm(nn.Module):

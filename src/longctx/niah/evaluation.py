@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 
 from longctx.config import ExperimentConfig, NiahConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.model.position_methods import build_position_method
 from longctx.niah.search import (
     EffectiveLengthResult,
     LlamaGenerator,

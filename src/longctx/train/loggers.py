@@ -49,7 +49,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
-from longctx.config import ConfigError, ExperimentConfig, as_dict, component_spec
+from longctx.config import ExperimentConfig, as_dict
+from longctx.config.checks import component_spec
+from longctx.errors import ConfigError
 
 LOGGER_CLASSES = {
     "wandb": "lightning.pytorch.loggers.WandbLogger",

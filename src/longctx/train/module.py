@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
-from longctx.model.config import config_dict
+from longctx.config.model import config_dict
 from longctx.model.llama import Llama
 
 if TYPE_CHECKING:

@@ -25,12 +25,12 @@ import lightning as L
 import torch
 
 from longctx.config import ExperimentConfig
+from longctx.config.model import ModelConfig
 from longctx.data.packing import GlobalOrderSampler
 from longctx.data.sft import SFTRows, load_sft_samples
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
-from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 

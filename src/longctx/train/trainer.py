@@ -215,8 +215,8 @@ def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform
 
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
     """The `init` checkpoint's weights, checked to fit `config.model`."""
+    from longctx.config.model import shape_mismatches
     from longctx.model.checkpoint import load_model
-    from longctx.model.config import shape_mismatches
 
     base = load_model(config.init)
     mismatches = shape_mismatches(base.config, config.model)

@@ -61,9 +61,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
-from longctx.model.config import ModelConfig
-from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
