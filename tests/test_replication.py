@@ -1,7 +1,6 @@
 """Verdict rules of the miniature replication (longctx/replication.py) on hand-made inputs."""
 
 import json
-import math
 
 import pytest
 
@@ -15,23 +14,11 @@ from longctx.replication import (
     f_at_effective_length_aligns,
     failures_far_from_question,
     findings_markdown,
-    read_verdicts,
     skipalign_beyond_window,
     string_beats_rope,
-    wilson,
     write_summary,
 )
-
-
-def test_wilson_by_hand():
-    # p = 0.5, n = 4, z = 1.96: centre (0.5 + 0.4802) / 1.9604 = 0.5; half = 1.96 sqrt(0.0625 + 0.0600) / 1.9604
-    low, high = wilson(2, 4)
-    half = 1.96 * math.sqrt(0.25 / 4 + 1.96**2 / 64) / (1 + 1.96**2 / 4)
-    assert (low, high) == pytest.approx((0.5 - half, 0.5 + half))
-    assert wilson(2, 4) == pytest.approx((0.1500, 0.8500), abs=1e-4)
-    # 0 of 10: lower bound 0, upper z^2/(n + z^2) = 3.8416 / 13.8416
-    assert wilson(0, 10) == pytest.approx((0.0, 3.8416 / 13.8416), abs=1e-4)
-    assert wilson(0, 0) == (0.0, 1.0)
+from tests.helpers import read_verdicts
 
 
 def rows(*passed, tests=10, step=64):

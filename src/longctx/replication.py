@@ -38,20 +38,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from longctx.niah.search import wilson_interval
+
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 F_RATIO_TOLERANCE = 2.0
 """Finding 2 holds when f(effective length) differs by at most this factor across windows."""
-
-
-def wilson(passed: int, tests: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for `passed` successes in `tests` trials (0/0 -> (0, 1))."""
-    if tests <= 0:
-        return 0.0, 1.0
-    p = passed / tests
-    denominator = 1 + z * z / tests
-    centre = (p + z * z / (2 * tests)) / denominator
-    half = z * math.sqrt(p * (1 - p) / tests + z * z / (4 * tests * tests)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass
@@ -78,7 +69,7 @@ class LengthPass:
 
     @property
     def interval(self) -> tuple[float, float]:
-        return wilson(self.passed, self.tests)
+        return wilson_interval(self.passed, self.tests)
 
 
 def _any_pass(rows: Sequence[LengthPass]) -> bool:
@@ -148,7 +139,7 @@ def f_at_effective_length_aligns(f_values: Mapping[int, float], effective: Mappi
 def failures_far_from_question(far: tuple[int, int], near: tuple[int, int]) -> Finding:
     """Fig. 4: (found, needles) far from the question (first half of the haystack) and near it."""
     title = "Fig. 4: failures concentrate where the needle is far from the question"
-    far_interval, near_interval = wilson(*far), wilson(*near)
+    far_interval, near_interval = wilson_interval(*far), wilson_interval(*near)
     numbers = {
         "far_found": far[0],
         "far_needles": far[1],
@@ -208,7 +199,7 @@ def effective_below_window(window: int, effective: int, rows: Sequence[LengthPas
 def string_beats_rope(rope: tuple[int, int], string: tuple[int, int], window: int) -> Finding:
     """Table 1: (passed, tests) at the training window for RoPE and StRing."""
     title = "Table 1: StRing beats RoPE at the training window"
-    rope_interval, string_interval = wilson(*rope), wilson(*string)
+    rope_interval, string_interval = wilson_interval(*rope), wilson_interval(*string)
     numbers = {
         "window": window,
         "rope": list(rope),
@@ -261,11 +252,6 @@ def write_summary(findings: Sequence[Finding], path: str | Path, meta: Mapping |
     }
     path.write_text(json.dumps(body, indent=2, default=float) + "\n")
     return path
-
-
-def read_verdicts(path: str | Path) -> dict[str, str]:
-    """{finding key: verdict} of a summary JSON."""
-    return {key: value["verdict"] for key, value in json.loads(Path(path).read_text())["findings"].items()}
 
 
 def findings_markdown(findings: Sequence[Finding]) -> str:

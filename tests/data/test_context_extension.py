@@ -20,7 +20,7 @@ from longctx.data.sentences import sentence_lengths
 from longctx.data.transforms import PositionTransform
 from longctx.errors import ConfigError
 from longctx.probes.position_frequency import relative_position_counts
-from tests.data.test_packing import EOS, random_documents, write_token_dataset
+from tests.data.helpers import EOS, random_documents, write_token_dataset
 
 SEEDS = range(300)
 

@@ -164,8 +164,8 @@ def test_string_rows_before_the_shift_equal_plain_rope(model):
 
 def test_kv_cache_takes_the_autocast_compute_dtype(model):
     """Under bf16 autocast the projections give bf16 k/v while the weights stay float32: the
-    cache must hand the kernel bf16 keys with bf16 queries (a float32 cache crashed the flash
-    kernels on the first GPU run), and decoding must still follow the full forward."""
+    cache must hand the kernel bf16 keys with bf16 queries (the flash kernels refuse a float32
+    cache with bf16 queries), and decoding must still follow the full forward."""
     ids = torch.randint(0, model.config.vocab_size, (2, 24))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         full = model(ids)

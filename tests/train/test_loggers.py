@@ -24,8 +24,7 @@ from longctx.model.checkpoint import load_model
 from longctx.train.loggers import build_callbacks, build_loggers
 from longctx.train.module import LanguageModelModule
 from longctx.train.progress import RichStepProgressBar, TQDMStepProgressBar
-from tests.train.helpers import STEPS, overrides
-from tests.train.test_pretrain import environment
+from tests.train.helpers import STEPS, environment, overrides
 
 LOGGERS = [
     "log.loggers=[wandb,csv,tensorboard,mlflow]",

@@ -193,10 +193,13 @@ def results_block(name: str, findings: list[Finding], meta: dict, notebooks: dic
         "NIAH pass per tested length at each window's last probe (length: passed/tests, Wilson 95%):",
         "",
     ]
-    from longctx.replication import wilson
+    from longctx.niah.search import wilson_interval
 
     for window, rows in meta["per_length"].items():
-        cells = ", ".join(f"{length}: {p}/{n} [{wilson(p, n)[0]:.2f}, {wilson(p, n)[1]:.2f}]" for length, p, n in rows)
+        cells = ", ".join(
+            f"{length}: {p}/{n} [{wilson_interval(p, n)[0]:.2f}, {wilson_interval(p, n)[1]:.2f}]"
+            for length, p, n in rows
+        )
         lines.append(f"- L={window} (step {meta['probe_steps'][window]}): {cells or 'no length tested'}")
     lines += ["", "Notebooks: " + "; ".join(f"`{k}` {v}" for k, v in notebooks.items()), ""]
     lines += [f"![{Path(f).stem}]({f})" for f in figures]

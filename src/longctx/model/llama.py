@@ -64,7 +64,7 @@ class KVCache:
         # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
         # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
         # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
-        # (the flash kernels take one dtype; the first GPU run's NIAH probe crashed on it).
+        # (the flash kernels take one dtype and refuse the mix).
         self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None

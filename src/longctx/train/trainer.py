@@ -27,20 +27,20 @@ from typing import Literal, cast
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
-from longctx.data.sentences import sentence_end_table
+from longctx.data.packing import tokens_per_step
+from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import PositionFrequencyCallback
-from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
+from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
 from longctx.train.module import LanguageModelModule
 from longctx.train.progress import step_progress_bar
+from longctx.wandb_setup import finish_loggers
 
 
 @dataclass
@@ -76,7 +76,7 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
 
 
 Precision = Literal["32-true", "bf16-mixed", "bf16-true"]
-"""The `train.precision` values besides "auto" (config.py checks them), as Lightning names them."""
+"""The `train.precision` values besides "auto" (config/train.py checks them), as Lightning names them."""
 
 
 def resolve_precision(config: ExperimentConfig) -> Precision:
@@ -142,7 +142,7 @@ class PackedDataModule(L.LightningDataModule):
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
         rows = packed_rows(
-            self.config,
+            self.config.data,
             self.sources,
             self.eos_id,
             rank=trainer.global_rank,
@@ -153,64 +153,17 @@ class PackedDataModule(L.LightningDataModule):
         return torch.utils.data.DataLoader(rows, batch_size=self.config.train.micro_batch_size, num_workers=0)
 
 
-def packed_rows(
-    config: ExperimentConfig,
-    sources: list[tuple[str, float]],
-    eos_id: int,
-    *,
-    rank: int = 0,
-    world_size: int = 1,
-    start_row: int = 0,
-    transform: PositionTransform | None = None,
-) -> PackedRows:
-    """The rows one rank trains on: the prepared `sources` [(path, weight)] mixed and packed
-    as config.data says, from global row `start_row` (benchmarks/loader.py times these)."""
-    data = config.data
-    return PackedRows(
-        [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(sources)],
-        [weight for _, weight in sources],
-        window=data.window,
-        eos_id=eos_id,
-        doc_mask=data.doc_mask,
-        rank=rank,
-        world_size=world_size,
-        start_row=start_row,
-        transform=transform,
-        packing=data.packing,
-        long_documents=data.long_documents,
-    )
-
-
 def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokenizer) -> L.Trainer:
     """Train on prepared `sources` [(path, weight)]; returns the finished Trainer. With
     `init=CKPT` the run continues from that checkpoint's weights under `model` (which may
     change max_position and RoPE, as context extension does, but not the shapes)."""
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
-    transform = position_transform(config, tokenizer)
+    transform = position_transform(config.data, tokenizer)
     datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step, transform)
     initial_state = initial_weights(config) if config.init else None
     fi_window = config.data.window if transform is None else config.data.target_length
     return fit(config, datamodule, fi_window=fi_window, initial_state=initial_state, tokenizer=tokenizer)
-
-
-def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform | None:
-    """The `data.position_transform` of the config (None for `none`), built for this tokenizer."""
-    data = config.data
-    if data.position_transform == "none":
-        return None
-    ends_sentence = None
-    if data.position_transform == "longrecipe":
-        ends_sentence = sentence_end_table(tokenizer, data.longrecipe.delimiters)
-    return PositionTransform(
-        data.position_transform,
-        data.target_length,
-        data.seed,
-        pose_chunks=data.pose.chunks,
-        pose_compat=data.pose.compat,
-        longrecipe_compat=data.longrecipe.compat,
-        ends_sentence=ends_sentence,
-    )
 
 
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
@@ -258,7 +211,7 @@ def fit(
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / METRICS_FILE),
-        LogConfig(config),
+        ConfigLogger(config),
         step_progress_bar(),
     ]
     if config.probe.fi:
@@ -295,14 +248,6 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
-    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-        import wandb
-
-        # finish() can return before W&B's service has written the offline `.wandb` log (seen
-        # with wandb 0.31: the header only); teardown waits for the service to exit, so the
-        # run files are complete when the command returns (and a later run starts clean).
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.experiment.finish()
-        wandb.teardown()
+    if trainer.is_global_zero:
+        finish_loggers(trainer.loggers)
     return trainer

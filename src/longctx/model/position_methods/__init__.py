@@ -19,7 +19,6 @@ from longctx.model.position_methods.method import (
     rerope_method,
     rope_method,
     self_extend_method,
-    string_attention,
     string_method,
     yarn_method,
 )
@@ -38,7 +37,6 @@ __all__ = [
     "rerope_method",
     "rope_method",
     "self_extend_method",
-    "string_attention",
     "string_method",
     "yarn_method",
 ]
