@@ -1,7 +1,7 @@
 """f(i) that each context-extension recipe trains on the embedded corpus: 512-token rows
 spread over L_t = 2048 vs full-length 2048-token rows, the same 409,600 tokens each (the
-table of docs/context_extension.md). Rows come from `PackedRows` with the recipe's
-`data.position_transform`, exactly as training reads them; no model is involved.
+table of docs/context_extension.md). Rows come from `data.pipeline.packed_rows` with the
+recipe's `data.position_transform`, exactly as training reads them; no model is involved.
 
     PYTHONPATH=src python analysis/recipe_fi.py
 """
@@ -9,11 +9,10 @@ table of docs/context_extension.md). Rows come from `PackedRows` with the recipe
 import numpy as np
 
 from longctx.config import load
-from longctx.data.packing import PackedRows, PackedSource
+from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.sources import embedded_dataset_dir
 from longctx.data.tokenizer import load_tokenizer
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.train.trainer import position_transform
 
 tokenizer = load_tokenizer("bpe-8192")
 data = str(embedded_dataset_dir(tokenizer))
@@ -29,14 +28,7 @@ for name, overrides in [
 ]:
     cfg = load(["experiments/longrecipe/extend.yaml"], [*overrides, "init=''"])
     window = cfg.data.window
-    rows = PackedRows(
-        [PackedSource(data, seed=cfg.data.seed)],
-        [1.0],
-        window=window,
-        eos_id=tokenizer.eos_id,
-        doc_mask=True,
-        transform=position_transform(cfg, tokenizer),
-    )
+    rows = packed_rows(cfg.data, [(data, 1.0)], tokenizer.eos_id, transform=position_transform(cfg.data, tokenizer))
     counts = PositionFrequency(TARGET, max_position=TARGET)
     for row, _ in zip(rows, range(TOKENS // window), strict=False):
         counts.update({k: v[None] for k, v in row.items()})

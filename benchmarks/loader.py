@@ -19,16 +19,16 @@ import time
 import torch
 
 from longctx import config as config_module
+from longctx.data.pipeline import packed_rows
 from longctx.data.sources import prepared_sources
 from longctx.data.tokenizer import load_tokenizer
-from longctx.train.trainer import packed_rows
 
 
 def tokens_per_second(config_path: str, window: int, seconds: float) -> float:
     config = config_module.load([config_path], [f"data.window={window}"])
     tokenizer = load_tokenizer(config.data.tokenizer)
     sources = prepared_sources(config, tokenizer)
-    rows = packed_rows(config, sources, tokenizer.eos_id)
+    rows = packed_rows(config.data, sources, tokenizer.eos_id)
     batches = iter(torch.utils.data.DataLoader(rows, batch_size=config.train.micro_batch_size, num_workers=0))
     next(batches)  # the first batch builds the epoch's tables
     count, start = 0, time.perf_counter()

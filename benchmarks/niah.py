@@ -50,10 +50,11 @@ import report
 import torch
 
 from longctx.config import NiahConfig
+from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.niah.search import LlamaGenerator, plot_heatmap, search_effective_length
 from longctx.niah.tasks import Haystack, make_samples
 from longctx.runtime import tune_cpu_allocator

@@ -51,7 +51,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from longctx.model.llama import Llama, ModelConfig
+from longctx.config.model import ModelConfig
+from longctx.model.llama import Llama
 from longctx.probes.position_frequency import IGNORE_INDEX, PositionFrequency
 
 CHARS_PER_TOKEN = 3.5

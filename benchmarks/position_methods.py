@@ -69,8 +69,10 @@ import device_timing
 import report
 import torch
 
-from longctx.model.llama import Llama, ModelConfig
-from longctx.model.position_methods import PositionMethod, PositionMethodConfig, StringConfig, build_position_method
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethod, build_position_method
 from longctx.model.rope import RopeScaling
 from longctx.runtime import tune_cpu_allocator
 

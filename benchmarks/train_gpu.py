@@ -59,8 +59,8 @@ from attention import stdlib_document_lengths
 from train_step import LEARNING_RATE, Batch, Implementation, TrainingStep, rows_for, seeded_llama, token_blocks
 
 from longctx.config import DataConfig, ExperimentConfig, load
+from longctx.config.model import ModelConfig
 from longctx.model.hf import export_hf
-from longctx.model.llama import ModelConfig
 from longctx.train.callbacks import peak_flops, training_flops_per_token
 from longctx.train.memory import GIB, estimate_memory
 

@@ -89,9 +89,10 @@ import transformers
 from attention import stdlib_document_lengths
 
 from longctx.config import DataConfig, ExperimentConfig, TrainConfig
+from longctx.config.model import ModelConfig
 from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
 from longctx.model.hf import export_hf
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.runtime import tune_cpu_allocator
 from longctx.train.callbacks import measure_cpu_gemm_flops, training_flops_per_token
 

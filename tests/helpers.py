@@ -1,5 +1,9 @@
 """Small builders shared by tests."""
 
+import itertools
+import json
+from pathlib import Path
+
 import torch
 
 
@@ -13,3 +17,22 @@ def reset_position_ids(lengths: list[int], batch: int = 1) -> torch.Tensor:
     """Positions restarting at 0 in every document."""
     ids = torch.cat([torch.arange(n) for n in lengths])
     return ids.expand(batch, -1).clone()
+
+
+def wandb_grid(sweep: dict) -> list[list[str]]:
+    """The `key=value` argument lists W&B's ${args_no_hyphens} produces for a grid sweep:
+    W&B's engine sorts the parameter names, and the last one varies fastest."""
+    names, choices = [], []
+    for name in sorted(sweep["parameters"]):
+        spec = sweep["parameters"][name]
+        names.append(name)
+        choices.append(spec["values"] if "values" in spec else [spec["value"]])
+    return [
+        [f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo, strict=True)]
+        for combo in itertools.product(*choices)
+    ]
+
+
+def read_verdicts(path: str | Path) -> dict[str, str]:
+    """{finding key: verdict} of a replication summary JSON (longctx.replication.write_summary)."""
+    return {key: value["verdict"] for key, value in json.loads(Path(path).read_text())["findings"].items()}

@@ -9,9 +9,10 @@ import yaml
 from safetensors import safe_open
 
 from longctx.cli import main
+from longctx.config.model import ModelConfig
 from longctx.model.checkpoint import save_model
 from longctx.model.hf import import_hf
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 
 
 def test_help_lists_the_commands():

@@ -1,10 +1,13 @@
 """Config loading: merge order, presets, and one test per class of error."""
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from longctx.config import ConfigError, load
+from longctx.config import load
+from longctx.errors import ConfigError
 
 
 def write(tmp_path, name, text):
@@ -159,3 +162,39 @@ def test_override_indexes_a_list_entry(tmp_path):
         load([path], ["data.mixture.0.nokey=1"])
     with pytest.raises(ConfigError, match=r"data\.window.*not a list"):
         load([path], ["data.window.0=1"])
+
+
+def test_the_config_command_imports_no_torch():
+    """`longctx config` validates a run from the config package alone (no model, no torch)."""
+    script = (
+        "import sys\n"
+        "from longctx.cli import main\n"
+        "assert main(['config', 'experiments/pretrain/tiny_1k.yaml', 'train.max_steps=3']) == 0\n"
+        "loaded = sorted(name for name in sys.modules if name == 'torch' or name.startswith('longctx.'))\n"
+        "print(','.join(loaded), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "max_steps: 3" in result.stdout
+    loaded = result.stderr.strip().splitlines()[-1].split(",")
+    assert "torch" not in loaded
+    assert {name.split(".")[1] for name in loaded} <= {"cli", "config", "errors", "runtime"}
+
+
+def test_every_section_validates_itself_when_built():
+    """A bad field fails where the section is constructed, whoever constructs it."""
+    from longctx.config import DataConfig, EvalConfig, LogConfig, NiahConfig, ProbeConfig, SftConfig, TrainConfig
+    from longctx.config.model import ModelConfig
+
+    for build, key in (
+        (lambda: ModelConfig(n_heads=3), "model.d_model"),
+        (lambda: DataConfig(packing="rows"), "data.packing"),
+        (lambda: TrainConfig(lr=0), "train.lr"),
+        (lambda: SftConfig(p=2.0), "sft.p"),
+        (lambda: NiahConfig(step=0), "eval.niah.step"),
+        (lambda: EvalConfig(device="tpu"), "eval.device"),
+        (lambda: ProbeConfig(fi_every_steps=0), "probe.fi_every_steps"),
+        (lambda: LogConfig(loggers=["nope"]), "log.loggers.0"),
+    ):
+        with pytest.raises(ConfigError) as error:
+            build()
+        assert error.value.key == key

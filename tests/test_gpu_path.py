@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import attention, build_mask
 from longctx.model.checkpoint import save_model
-from longctx.model.llama import Llama, ModelConfig
-from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.model.llama import Llama
+from longctx.model.position_methods import build_position_method
 from tests.helpers import packed_document_ids, reset_position_ids
-from tests.model.test_position_methods import all_methods, random_qkv, two_rows
+from tests.model.helpers import all_methods, random_qkv, two_rows
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -150,8 +152,7 @@ def test_string_prefill_at_32k_fits_in_linear_memory():
 def test_pretrain_20_steps_on_cuda_resumes_to_the_same_losses(tmp_path):
     """bf16-mixed, fsdp, compiled blocks, attention `auto` (flash) on CUDA: a run resumed
     from its step-10 checkpoint continues with the uninterrupted run's losses."""
-    from tests.train.helpers import make_workspace, overrides
-    from tests.train.test_pretrain import finish, launch, losses
+    from tests.train.helpers import finish, launch, losses, make_workspace, overrides
 
     workspace = make_workspace(tmp_path / "workspace")
     cuda = {

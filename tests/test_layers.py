@@ -1,5 +1,6 @@
-"""The package's import structure: layers import downwards only, and no module imports
-itself back through a chain (an import circle). Read from the source with `ast`, so an
+"""The package's import structure: layers import downwards only (and sideways only along
+the allowed peer imports), no module imports itself back through a chain (an import
+circle), and no source file is over the line limit. Read from the source with `ast`, so an
 import inside a function or under TYPE_CHECKING counts too."""
 
 import ast
@@ -11,24 +12,42 @@ SOURCE = Path(__file__).parents[1] / "src" / "longctx"
 
 LAYERS = {
     "errors": 0,
-    "batch": 0,
-    "runtime": 0,
-    "wandb_mode": 0,
-    "model": 1,
     "config": 1,
-    "data": 1,
-    "probes": 2,
-    "niah": 2,
-    "train": 3,
-    "analysis": 4,
-    "replication": 4,
-    "sweep": 4,
-    "cli": 5,
-    "__main__": 5,
+    "batch": 2,
+    "model": 2,
+    "data": 2,
+    "runtime": 2,
+    "wandb_setup": 2,
+    "probes": 3,
+    "niah": 3,
+    "train": 4,
+    "analysis": 5,
+    "replication": 5,
+    "sweep": 5,
+    "cli": 6,
+    "__main__": 6,
 }
-"""Higher numbers may import lower ones, never the reverse: model, data and the config
-schemas never reach up into probes, niah or train; only the CLI sees everything. Peers
-may import each other as long as no circle forms (test_no_import_circle)."""
+"""The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
+setup) < probes, niah < train < analysis, replication, sweep < cli. A module imports
+from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
+import each other, so data never needs a model (docs/design.md, "House rules")."""
+
+PEER_IMPORTS = {
+    ("model", "batch"),
+    ("data", "batch"),
+    ("niah", "probes"),
+    ("analysis", "replication"),
+    ("__main__", "cli"),
+}
+"""(importer, imported) pairs of top-level parts allowed inside one layer; parts import
+themselves freely (as long as no circle forms)."""
+PEER_MODULE_IMPORTS = {
+    ("longctx.model.hf", "longctx.data.tokenizer"): "the HF export writes the run's tokenizer beside the weights",
+}
+"""Single module pairs allowed between parts of one layer that PEER_IMPORTS keeps apart."""
+
+MAX_LINES = 500
+"""No source file is longer: a longer one holds more than one concern."""
 
 
 def module_name(path: Path, root: Path = SOURCE) -> str:
@@ -60,22 +79,73 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imported_modules(path, known) - {"longctx"} for name, path in paths.items()}
 
 
+def top_part(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
 def layer(module: str) -> int:
-    top = module.split(".")[1] if "." in module else module
+    top = top_part(module)
     if top not in LAYERS:
         pytest.fail(f"{module}: unknown top-level part {top!r}; give it a layer in LAYERS")
     return LAYERS[top]
 
 
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up a layer, or sideways between parts not in PEER_IMPORTS."""
+    bad = []
+    for module, targets in graph.items():
+        if module == "longctx":
+            continue
+        for target in targets:
+            source_part, target_part = top_part(module), top_part(target)
+            upward = layer(target) > layer(module)
+            sideways = (
+                layer(target) == layer(module)
+                and source_part != target_part
+                and (source_part, target_part) not in PEER_IMPORTS
+                and (module, target) not in PEER_MODULE_IMPORTS
+            )
+            if upward or sideways:
+                bad.append(f"{module} -> {target}")
+    return sorted(bad)
+
+
+def test_every_module_has_a_layer():
+    for module in import_graph():
+        if module != "longctx":
+            layer(module)
+
+
 def test_layers_import_downwards_only():
-    upward = [
+    bad = crossings(import_graph())
+    assert not bad, "imports up a layer or between peers of one layer:\n" + "\n".join(bad)
+
+
+def test_the_config_imports_nothing_of_longctx_but_errors():
+    graph = import_graph()
+    outside = {
         f"{module} -> {target}"
-        for module, targets in import_graph().items()
-        if module != "longctx"
+        for module, targets in graph.items()
+        if top_part(module) == "config"
         for target in targets
-        if layer(target) > layer(module)
-    ]
-    assert not upward, "imports from a lower layer into a higher one:\n" + "\n".join(sorted(upward))
+        if top_part(target) not in ("config", "errors")
+    }
+    assert not outside
+
+
+def test_the_checker_refuses_a_data_module_that_imports_the_model():
+    graph = {"longctx.data.x": {"longctx.model.llama"}, "longctx.model.llama": {"longctx.batch"}}
+    assert crossings(graph) == ["longctx.data.x -> longctx.model.llama"]
+    assert crossings({"longctx.config.model": {"longctx.batch"}}) == ["longctx.config.model -> longctx.batch"]
+
+
+def test_no_source_file_is_over_the_line_limit():
+    long = {
+        str(path.relative_to(SOURCE.parent)): count
+        for path in SOURCE.rglob("*.py")
+        if (count := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"source files over {MAX_LINES} lines: {long}"
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

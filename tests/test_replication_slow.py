@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from longctx.replication import read_verdicts
+from tests.helpers import read_verdicts
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 

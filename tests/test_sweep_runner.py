@@ -16,7 +16,7 @@ import yaml
 
 from longctx.cli import main
 from longctx.sweep import SweepError, expand_command, format_value, load_sweep, plan
-from tests.test_sweeps import grid as wandb_grid
+from tests.helpers import wandb_grid
 
 SWEEPS = sorted(Path("sweeps").glob("*.yaml"))
 # Appends [argv, WANDB_RUN_GROUP, LONGCTX_SWEEP_POINT] to $SWEEP_LOG; exits 3 when "fail=true" is an argument.

@@ -1,28 +1,14 @@
 """Every W&B sweep in sweeps/ expands to configs the CLI accepts, as W&B would pass them."""
 
-import itertools
 from pathlib import Path
 
 import pytest
 import yaml
 
 from longctx.config import load
+from tests.helpers import wandb_grid
 
 SWEEPS = sorted(Path("sweeps").glob("*.yaml"))
-
-
-def grid(sweep: dict) -> list[list[str]]:
-    """The `key=value` argument lists W&B's ${args_no_hyphens} produces for a grid sweep:
-    W&B's engine sorts the parameter names, and the last one varies fastest."""
-    names, choices = [], []
-    for name in sorted(sweep["parameters"]):
-        spec = sweep["parameters"][name]
-        names.append(name)
-        choices.append(spec["values"] if "values" in spec else [spec["value"]])
-    return [
-        [f"{n}={str(v).lower() if isinstance(v, bool) else v}" for n, v in zip(names, combo, strict=True)]
-        for combo in itertools.product(*choices)
-    ]
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
@@ -34,7 +20,7 @@ def test_every_grid_point_is_a_valid_config(path):
     items = command[6:-1] if command[4] == "niah" else command[5:-1]  # niah takes the checkpoint first
     files = [item for item in items if "=" not in item]
     fixed = [item for item in items if "=" in item]  # per-point output dirs, interpolating the point's values
-    points = grid(sweep)
+    points = wandb_grid(sweep)
     assert points
     out_dirs = set()
     for args in points:
@@ -56,7 +42,7 @@ def attribute(config, dotted_key: str):
 
 def test_probe_grid_keeps_tokens_per_step():
     sweep = yaml.safe_load(Path("sweeps/probe_window.yaml").read_text())
-    configs = [load(["experiments/pretrain/tinyllama_1b_2k.yaml"], args) for args in grid(sweep)]
+    configs = [load(["experiments/pretrain/tinyllama_1b_2k.yaml"], args) for args in wandb_grid(sweep)]
     assert {c.train.global_batch_tokens for c in configs} == {4_194_304}
     assert sorted({c.data.window for c in configs}) == [2048, 4096]
 
@@ -67,7 +53,9 @@ def test_runs_land_in_the_project_the_config_names(path):
     sweep = yaml.safe_load(path.read_text())
     command = sweep["command"]
     items = command[6:-1] if command[4] == "niah" else command[5:-1]
-    config = load([item for item in items if "=" not in item], [item for item in items if "=" in item] + grid(sweep)[0])
+    config = load(
+        [item for item in items if "=" not in item], [item for item in items if "=" in item] + wandb_grid(sweep)[0]
+    )
     assert sweep["project"] == config.log.project
 
 
@@ -79,7 +67,7 @@ def test_every_point_has_its_own_run_name_and_wandb_directory(path):
     items = command[6:-1] if niah else command[5:-1]
     files = [item for item in items if "=" not in item]
     fixed = [item for item in items if "=" in item]
-    configs = [load(files, fixed + args) for args in grid(sweep)]
+    configs = [load(files, fixed + args) for args in wandb_grid(sweep)]
     # `longctx niah` writes its W&B run under its output directory, training under train.out_dir
     directories = {c.eval.out_dir if niah else c.train.out_dir for c in configs}
     assert len({c.log.run_name for c in configs}) == len(configs) == len(directories)
@@ -87,7 +75,7 @@ def test_every_point_has_its_own_run_name_and_wandb_directory(path):
 
 def test_context_extension_grid_compares_the_recipes_at_equal_tokens():
     sweep = yaml.safe_load(Path("sweeps/context_extension.yaml").read_text())
-    configs = [load(["experiments/longrecipe/extend.yaml"], args) for args in grid(sweep)]
+    configs = [load(["experiments/longrecipe/extend.yaml"], args) for args in wandb_grid(sweep)]
     assert [(c.data.position_transform, c.data.window) for c in configs] == [
         ("none", 2048),
         ("pose", 512),

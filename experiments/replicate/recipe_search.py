@@ -17,9 +17,11 @@ import torch.nn.functional as F
 
 from longctx.config import NiahConfig
 from longctx.data.packing import contract_from_blocks
-from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
+from longctx.config.data import RetrievalConfig
+from longctx.data.retrieval import filler_sentences, make_document
 from longctx.data.tokenizer import load_tokenizer
-from longctx.model.llama import Llama, ModelConfig
+from longctx.config.model import ModelConfig
+from longctx.model.llama import Llama
 from longctx.niah.search import LlamaGenerator, evaluate_length
 from longctx.niah.tasks import Haystack
 from longctx.probes.retrieval_answers import answer_metrics

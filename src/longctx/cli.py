@@ -58,42 +58,35 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_impactful_tokens(args: argparse.Namespace) -> int:
-    from longctx.data import impactful
+    from longctx.data.impactful import REPORT_FILE, format_report
     from longctx.data.prepare import read_manifest
     from longctx.data.tokenizer import load_tokenizer
-    from longctx.model.checkpoint import load_model
+    from longctx.probes.impactful import impactful_tokens
 
     manifest = read_manifest(args.data) or {}
     tokenizer = load_tokenizer(args.tokenizer or manifest.get("tokenizer", "bpe-8192"))
-    report: dict[str, object]
-    if args.method == "digits":
-        report = {"method": "digits"}
-        anchors = ["digit"]
-        keep_other = impactful.DIGITS_KEEP_OTHER if args.keep_other is None else args.keep_other
-    else:
-        base, extended = load_model(args.base), load_model(args.extended)
-        length = args.length or extended.config.max_position
-        tokens, deltas = impactful.score_samples(
-            base, extended, args.data, samples=args.samples, length=length, score=args.score, device=args.device
-        )
-        analysis = impactful.analyse(tokens, deltas, tokenizer, args.fraction, args.score)
-        report = {
-            "method": "logits",
-            "base": args.base,
-            "extended": args.extended,
-            "samples": args.samples,
-            "length": length,
-            **analysis.to_dict(),
-        }
-        anchors = args.anchor_classes.split(",") if args.anchor_classes else analysis.anchors
-        keep_other = args.keep_other or 0.0
-        print(impactful.format_report(report))
-    selection = impactful.write_selection(
-        args.data, args.out, tokenizer, anchors, keep_other=keep_other, seed=args.seed, report=report
+    report, selection = impactful_tokens(
+        args.data,
+        args.out,
+        tokenizer,
+        method=args.method,
+        base=args.base,
+        extended=args.extended,
+        samples=args.samples,
+        length=args.length,
+        score=args.score,
+        fraction=args.fraction,
+        anchor_classes=args.anchor_classes.split(",") if args.anchor_classes else None,
+        keep_other=args.keep_other,
+        seed=args.seed,
+        device=args.device,
     )
+    if report["method"] == "logits":
+        print(format_report(report))
     print(
-        f"anchor classes {anchors}: kept {selection['tokens_out']:,} of {selection['tokens_in']:,} tokens in "
-        f"{selection['documents_out']} documents; wrote {args.out} (report: {args.out}/{impactful.REPORT_FILE})"
+        f"anchor classes {selection['anchor_classes']}: kept {selection['tokens_out']:,} of "
+        f"{selection['tokens_in']:,} tokens in {selection['documents_out']} documents; wrote {args.out} "
+        f"(report: {args.out}/{REPORT_FILE})"
     )
     return 0
 

@@ -126,7 +126,7 @@ def sft_runs(tmp_path_factory):
     """A tiny pretrained model and two short `longctx sft` runs of it (normal and skipalign,
     f(i) probe on, NIAH after SFT, W&B disabled), as tests/train/test_sft.py makes them."""
     from longctx.cli import main
-    from tests.train.test_sft import sft_args
+    from tests.train.helpers import sft_args
 
     root = tmp_path_factory.mktemp("skipalign")
     (root / "workspace").mkdir()

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from tests.analysis.test_notebooks import execute, images, pngs
+from tests.analysis.helpers import execute, images, pngs
 
 
 def test_context_extension_notebook(extension_runs, tmp_path, monkeypatch):

@@ -1,31 +1,12 @@
 """The analysis notebooks run top to bottom (nbclient, the venv's python3 kernel) on the tiny
 fixture run and its StRing ablation, and draw every figure they promise."""
 
-from pathlib import Path
-
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+from tests.analysis.helpers import REPOSITORY, execute, images, pngs
+
 NOTEBOOKS = sorted((REPOSITORY / "analysis").glob("*.ipynb"))
-
-
-def execute(name: str) -> nbformat.NotebookNode:
-    notebook = nbformat.read(REPOSITORY / "analysis" / name, as_version=4)
-    # Raises CellExecutionError (with the cell and its traceback) when any cell fails.
-    NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPOSITORY)}}
-    ).execute()
-    return notebook
-
-
-def images(notebook) -> int:
-    return sum("image/png" in output.get("data", {}) for cell in notebook.cells for output in cell.get("outputs", []))
-
-
-def pngs(directory: Path) -> dict[str, int]:
-    return {path.name: path.stat().st_size for path in directory.glob("*.png")}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from longctx.analysis.tables import sft_settings
-from tests.analysis.test_notebooks import execute, images, pngs
+from tests.analysis.helpers import execute, images, pngs
 
 
 def beyond_window(run_dir, window):

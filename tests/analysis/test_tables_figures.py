@@ -140,13 +140,38 @@ def test_table1_and_its_markdown():
         table1(pd.concat([results_frame(), results_frame().iloc[[0]]]))
 
 
-def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path):
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib Figure saved from now on (the figure functions return only paths)."""
+    from matplotlib.figure import Figure
+
+    saved, savefig = [], Figure.savefig
+
+    def recording_savefig(figure, *args, **kwargs):
+        saved.append(figure)
+        return savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    return saved
+
+
+def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path, monkeypatch):
     from longctx.config import NiahConfig
     from longctx.niah.evaluation import write_result
     from longctx.niah.search import EffectiveLengthResult, LengthResult
+    from longctx.probes.dataset_fi import figure1_frequencies
 
+    drawn = saved_figures(monkeypatch)
     lengths = np.array([100, 50, 256, 300, 10])
-    assert figures.figure1(lengths, 64, tmp_path / "fig1.png").stat().st_size > 10_000
+    assert figures.figure1(lengths, 64, tmp_path / "fig1.png").is_file()
+    expected = figure1_frequencies(lengths, 64)
+    panels = [axis for axis in drawn[-1].axes if axis.get_title()]
+    assert [axis.get_title() for axis in panels] == ["(a) natural", "(b) uniform", "(c) concatenated"]
+    for axis, name in zip(panels, ("natural", "uniform", "concatenated"), strict=True):
+        heights = [bar.get_height() for bar in axis.patches]
+        np.testing.assert_array_equal(heights, expected.frequency[name])  # one bar per position i < 64
+    histograms = [axis for axis in drawn[-1].axes if not axis.get_title()]
+    counts = [sum(bar.get_height() for bar in axis.patches) for axis in histograms]
+    assert counts == [len(expected.lengths[name]) for name in ("natural", "uniform", "concatenated")]
     result = EffectiveLengthResult(
         128,
         [LengthResult(128, 2, 2, 1.0, 0.3, 1.0, 1.0, "", 0.0)],
@@ -156,5 +181,9 @@ def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path):
         config=NiahConfig(step=128, max_length=128),
     )
     numbers, _ = write_result(result, tmp_path / "eval", "t")
-    assert figures.figure4(numbers, tmp_path / "fig4.png").stat().st_size > 5_000
-    assert figures.figure4(result, tmp_path / "fig4b.png").stat().st_size > 5_000
+    for source, name in ((numbers, "fig4.png"), (result, "fig4b.png")):
+        assert figures.figure4(source, tmp_path / name).is_file()
+        axis = drawn[-1].axes[0]
+        np.testing.assert_array_equal(axis.images[0].get_array().filled(np.nan), result.heatmap)
+        assert [tick.get_text() for tick in axis.get_xticklabels()] == ["128"]
+        assert [tick.get_text() for tick in axis.get_yticklabels()] == ["0-50%", "50-100%"]

@@ -5,11 +5,12 @@ import pytest
 import torch
 
 from longctx.batch import IGNORE_INDEX
+from longctx.config.data import RetrievalConfig
 from longctx.data.answer_spans import ANSWERS_FILE, answer_table, write_answers
 from longctx.data.packing import PackedRows, PackedSource
-from longctx.data.retrieval import RetrievalConfig, make_document
+from longctx.data.retrieval import make_document
 from longctx.data.tokenizer import train_bpe
-from tests.data.test_packing import EOS, write_token_dataset
+from tests.data.helpers import EOS, write_token_dataset
 
 FILLER = tuple(f" Filler sentence {word} is here." for word in ("one", "two", "three", "four", "five", "six"))
 

@@ -18,8 +18,9 @@ from longctx.data.positions import (
 )
 from longctx.data.sentences import sentence_lengths
 from longctx.data.transforms import PositionTransform
+from longctx.errors import ConfigError
 from longctx.probes.position_frequency import relative_position_counts
-from tests.data.test_packing import EOS, random_documents, write_token_dataset
+from tests.data.helpers import EOS, random_documents, write_token_dataset
 
 SEEDS = range(300)
 
@@ -279,7 +280,7 @@ def test_resumed_and_two_rank_runs_draw_the_same_transformed_ids(tmp_path, metho
     ],
 )
 def test_bad_config_names_the_key(overrides, key):
-    with pytest.raises(config_module.ConfigError) as error:
+    with pytest.raises(ConfigError) as error:
         config_module.load([], overrides)
     assert error.value.key == key
 

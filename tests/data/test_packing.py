@@ -8,12 +8,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from litdata import optimize
 
 from longctx.batch import check_batch
 from longctx.data.packing import (
     IGNORE_INDEX,
-    LENGTHS_FILE,
     Mixture,
     PackedRows,
     PackedSource,
@@ -22,40 +20,7 @@ from longctx.data.packing import (
     tokens_per_step,
 )
 from longctx.errors import DataError
-
-EOS = 0
-
-
-class _Identity:
-    def __call__(self, item):
-        return item
-
-
-def write_token_dataset(directory, documents: list[np.ndarray], chunk_bytes="1KB"):
-    """A prepared dataset as `longctx prepare` lays it out, from ready token arrays."""
-    optimize(
-        fn=_Identity(),
-        inputs=documents,
-        output_dir=str(directory),
-        chunk_bytes=chunk_bytes,
-        num_workers=1,
-        verbose=False,
-        start_method="fork",
-    )
-    from litdata import StreamingDataset
-
-    lengths = [len(item) for item in StreamingDataset(str(directory), shuffle=False)]
-    np.save(directory / LENGTHS_FILE, np.asarray(lengths))
-
-
-def random_documents(count, seed, low=1, high=90):
-    """Documents of distinct non-EOS token ids ending in EOS; ids encode (doc, offset)."""
-    rng = np.random.default_rng(seed)
-    docs = []
-    for d in range(count):
-        n = int(rng.integers(low, high))
-        docs.append(np.asarray([*(1000 * (d + 1) + np.arange(n)), EOS], dtype=np.int32))
-    return docs
+from tests.data.helpers import EOS, random_documents, write_token_dataset
 
 
 def brute_force_contract(row: list[int], doc_mask: bool):

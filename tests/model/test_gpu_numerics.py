@@ -5,10 +5,10 @@ CUDA, and the boundary-built flex BlockMask on CUDA, each against an independent
 import pytest
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model.attention import _flex_block_mask, attention
-from longctx.model.llama import Llama, ModelConfig
-from tests.model.test_flex_mask import BLOCK_FIELDS, dense_block_mask
-from tests.model.test_position_methods import all_methods, random_qkv, two_rows
+from longctx.model.llama import Llama
+from tests.model.helpers import BLOCK_FIELDS, all_methods, dense_block_mask, random_qkv, two_rows
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

@@ -5,9 +5,10 @@ import json
 import pytest
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model.checkpoint import load_model, save_model
 from longctx.model.hf import export_hf, import_hf
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling
 
 transformers = pytest.importorskip("transformers")

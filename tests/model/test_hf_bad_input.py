@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.config.model import ModelConfig, config_dict
 from longctx.errors import CheckpointError
 from longctx.model import hf as hf_module
 from longctx.model.checkpoint import load_model, save_model
 from longctx.model.hf import export_hf, import_hf
-from longctx.model.llama import Llama, ModelConfig, config_dict
+from longctx.model.llama import Llama
 from longctx.model.weight_files import SafetensorsFile
 
 

@@ -19,10 +19,10 @@ from longctx import config as config_module
 from longctx.batch import IGNORE_INDEX
 from longctx.cli import main
 from longctx.data.packing import GlobalOrderSampler
+from longctx.data.pipeline import packed_rows
 from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.train.sft import build_rows
-from longctx.train.trainer import packed_rows
 from tests.model.hf_models import build_hf
 from tests.train.helpers import make_workspace
 
@@ -116,7 +116,7 @@ def test_pretrain_init_from_an_hf_directory(workspace, hf_dir, tmp_path):
     args = pretrain_args(workspace, directory, tmp_path / "run", kind)
     assert main(["pretrain", *args]) == 0
     config = config_module.load([], args)
-    first_step = list(zip(range(8), packed_rows(config, [(str(workspace / "data"), 1.0)], eos_id=0), strict=False))
+    first_step = list(zip(range(8), packed_rows(config.data, [(str(workspace / "data"), 1.0)], eos_id=0), strict=False))
     losses = logged_losses(tmp_path / "run")
     assert losses[0] == pytest.approx(hf_loss(hf, [row for _, row in first_step]), rel=1e-5)
     assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.1

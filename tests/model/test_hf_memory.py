@@ -7,8 +7,9 @@ import sys
 
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model.hf import export_hf, import_hf
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 
 MEASURE = """
 import json, sys, torch

@@ -8,8 +8,9 @@ import sys
 
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model.checkpoint import load_model, save_model
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 
 FSDP = """
 import sys, torch, torch.distributed as dist

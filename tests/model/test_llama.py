@@ -5,8 +5,9 @@ import dataclasses
 import pytest
 import torch
 
+from longctx.config.model import ModelConfig
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from tests.helpers import packed_document_ids, reset_position_ids
 
 
@@ -130,7 +131,8 @@ def test_contract_shape_mismatch_names_the_tensor(model):
 @pytest.mark.parametrize("name", ["string", "rerope", "self_extend", "dca", "ntk"])
 def test_position_method_kv_cache_decoding_reproduces_full_forward(model, name):
     """Every method through the model: cached decoding equals re-running the full sequence."""
-    from longctx.model.position_methods import PositionMethodConfig, StringConfig, build_position_method
+    from longctx.config.position_methods import PositionMethodConfig, StringConfig
+    from longctx.model.position_methods import build_position_method
 
     config = model.config
     method_config = PositionMethodConfig(name=name, string=StringConfig(shift=24, local_window=6))
@@ -148,7 +150,8 @@ def test_position_method_kv_cache_decoding_reproduces_full_forward(model, name):
 
 
 def test_string_rows_before_the_shift_equal_plain_rope(model):
-    from longctx.model.position_methods import PositionMethodConfig, StringConfig, build_position_method
+    from longctx.config.position_methods import PositionMethodConfig, StringConfig
+    from longctx.model.position_methods import build_position_method
 
     method = build_position_method(
         PositionMethodConfig(name="string", string=StringConfig(shift=24, local_window=6)),
@@ -161,8 +164,8 @@ def test_string_rows_before_the_shift_equal_plain_rope(model):
 
 def test_kv_cache_takes_the_autocast_compute_dtype(model):
     """Under bf16 autocast the projections give bf16 k/v while the weights stay float32: the
-    cache must hand the kernel bf16 keys with bf16 queries (a float32 cache crashed the flash
-    kernels on the first GPU run), and decoding must still follow the full forward."""
+    cache must hand the kernel bf16 keys with bf16 queries (the flash kernels refuse a float32
+    cache with bf16 queries), and decoding must still follow the full forward."""
     ids = torch.randint(0, model.config.vocab_size, (2, 24))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         full = model(ids)

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from longctx.batch import IGNORE_INDEX
-from longctx.model.llama import Llama, ModelConfig
+from longctx.config.model import ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.loss import chunked_cross_entropy
 from tests.helpers import packed_document_ids, reset_position_ids
 

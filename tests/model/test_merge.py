@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.config.model import ModelConfig
 from longctx.model.checkpoint import load_model, save_model
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.merge import merge_checkpoints, merge_models
 from longctx.model.rope import RopeScaling
 

@@ -13,140 +13,45 @@ import types
 import pytest
 import torch
 
-from longctx.model.attention import attention
-from longctx.model.llama import ConfigError, ModelConfig
-from longctx.model.position_methods import (
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import (
     REPO_STRING_ATTENTION_FACTOR,
     PositionMethodConfig,
     StringConfig,
     baseline_protocol,
+)
+from longctx.errors import ConfigError
+from longctx.model.attention import attention
+from longctx.model.position_methods import (
     build_position_method,
     dca_method,
     ntk_method,
     rerope_method,
     rope_method,
     self_extend_method,
-    string_attention,
     string_method,
     yarn_method,
 )
 from longctx.model.position_methods import cpu as cpu_kernels
-from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary
+from longctx.model.rope import apply_rotary
 from tests.helpers import packed_document_ids, reset_position_ids
-
-BASE = 10000.0
-DIM = 16
-
-# --- the reference ----------------------------------------------------------------------
-
-
-def plain_frequencies(base: float = BASE, dim: int = DIM) -> torch.Tensor:
-    """theta_i = base^(-2i/d), stored in float32 as a model stores them."""
-    return (1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)).float().double()
-
-
-def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (i, i + d/2) of x [..., d] by angles [..., d/2]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], dim=-1)
-
-
-def dense_reference(q, k, v, position_ids, document_ids, relative, frequencies, *, score_factor=1.0, query_factor=None):
-    """softmax over every (key n, relative position r in relative(m, n)) of the query's
-    document with n <= m, score = <q rotated by r, k> * score_factor / sqrt(d). float64."""
-    q, k, v = q.double(), k.double(), v.double()
-    batch, q_len, heads, dim = q.shape
-    kv_len, kv_heads = k.shape[1], k.shape[2]
-    k = k.repeat_interleave(heads // kv_heads, dim=2)
-    v = v.repeat_interleave(heads // kv_heads, dim=2)
-    entries = 2  # a (query, key) pair appears at most twice (StRing's repo compat diagonal)
-    rel = torch.zeros(batch, q_len, kv_len, entries, dtype=torch.float64)
-    valid = torch.zeros(batch, q_len, kv_len, entries, dtype=torch.bool)
-    multiplier = torch.ones(batch, q_len, dtype=torch.float64)
-    for b in range(batch):
-        for i in range(q_len):
-            query = kv_len - q_len + i
-            m = int(position_ids[b, query])
-            multiplier[b, i] = query_factor(m) if query_factor else 1.0
-            for j in range(query + 1):
-                if document_ids[b, j] == document_ids[b, query]:
-                    values = relative(m, int(position_ids[b, j]))
-                    rel[b, i, j, : len(values)] = torch.tensor(values, dtype=torch.float64)
-                    valid[b, i, j, : len(values)] = True
-    scaled = q * multiplier[..., None, None]
-    angles = rel[..., None] * frequencies  # [B, Tq, Tk, E, d/2]
-    rotated = rotate(scaled[:, :, None, None], angles[:, :, :, :, None, :])  # [B, Tq, Tk, E, H, D]
-    scores = (rotated * k[:, None, :, None]).sum(-1) * score_factor / math.sqrt(dim)  # [B, Tq, Tk, E, H]
-    scores = scores.masked_fill(~valid[..., None], -math.inf).flatten(2, 3)  # [B, Tq, Tk*E, H]
-    weights = scores.softmax(2).view(batch, q_len, kv_len, entries, heads).sum(3)
-    return torch.einsum("bqkh,bkhd->bqhd", weights, v)
-
-
-def string_relative(shift, window):
-    """STRING Eq. 4: P' = P - S + W where P >= S."""
-    return lambda m, n: [m - n - shift + window] if m - n >= shift else [m - n]
-
-
-def repo_string_relative(shift, window):
-    """The released code: window pass [0, S] plus shifted pass [S, inf) -> P = S appears at S and at W."""
-
-    def relative(m, n):
-        p = m - n
-        return [p] if p < shift else [shift, window] if p == shift else [p - shift + window]
-
-    return relative
-
-
-def rope_relative(m, n):
-    return [m - n]
-
-
-def rerope_relative(window):
-    """Su (2023): P' = min(P, w)."""
-    return lambda m, n: [min(m - n, window)]
-
-
-def self_extend_relative(neighbor, group):
-    """Jin et al. (2024): P' = P below w_n, else floor(m/G) - floor(n/G) + w_n - floor(w_n/G)."""
-    return lambda m, n: [m - n] if m - n < neighbor else [m // group - n // group + neighbor - neighbor // group]
-
-
-def dca_relative(chunk, window):
-    """An et al. (2024) §3.1 with c = s + w: intra, successive and inter-chunk position indices."""
-    c = chunk + window
-
-    def relative(m, n):
-        if m // chunk == n // chunk:
-            return [m % chunk - n % chunk]
-        if m // chunk - n // chunk == 1:
-            succ = chunk + m % chunk if m % chunk < window else c - 1
-            return [succ - n % chunk]
-        return [c - 1 - n % chunk]
-
-    return relative
-
-
-# --- inputs -----------------------------------------------------------------------------
-
-
-def random_qkv(batch, q_len, kv_len, heads=4, kv_heads=2, dim=DIM, dtype=torch.float64):
-    q = torch.randn(batch, q_len, heads, dim, dtype=dtype)
-    k = torch.randn(batch, kv_len, kv_heads, dim, dtype=dtype)
-    v = torch.randn(batch, kv_len, kv_heads, dim, dtype=dtype)
-    return q, k, v
-
-
-def two_rows(lengths_row0, total):
-    """Row 0: packed documents of the given lengths; row 1: one document of `total` tokens."""
-    docs = torch.stack([packed_document_ids(lengths_row0)[0], torch.zeros(total, dtype=torch.long)])
-    positions = torch.stack([reset_position_ids(lengths_row0)[0], torch.arange(total)])
-    return positions, docs
-
-
-def rotary(scaling=None, max_position=64, dim=DIM):
-    return RotaryEmbedding(dim, BASE, scaling or RopeScaling(), max_position)
-
+from tests.model.helpers import (
+    BASE,
+    DIM,
+    all_methods,
+    dca_relative,
+    dense_reference,
+    plain_frequencies,
+    random_qkv,
+    repo_string_relative,
+    rerope_relative,
+    rope_relative,
+    rotary,
+    self_extend_relative,
+    string_attention,
+    string_relative,
+    two_rows,
+)
 
 # --- StRing -----------------------------------------------------------------------------
 
@@ -274,19 +179,6 @@ def test_long_documents_with_batched_blocks_match_reference(name, band_block, mo
 
 
 # --- decoding, chunked prefill, cached keys -----------------------------------------------
-
-
-def all_methods():
-    return {
-        "rope": rope_method(rotary()),
-        "ntk": ntk_method(DIM, BASE, 1.5, 64),
-        "yarn": yarn_method(DIM, BASE, 1.5, 24, 64),
-        "string": string_method(rotary(), 10, 3),
-        "string-repo": string_method(rotary(), 10, 3, "repo"),
-        "rerope": rerope_method(rotary(), 8, 16),
-        "self_extend": self_extend_method(rotary(), 8, 3),
-        "dca": dca_method(rotary(), 9, 4),
-    }
 
 
 @pytest.mark.parametrize("name", list(all_methods()))

@@ -5,7 +5,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from longctx.model.llama import Llama, ModelConfig
+from longctx.config.model import ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, inverse_frequencies
 
 HEAD_DIM = 64

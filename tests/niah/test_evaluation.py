@@ -9,9 +9,10 @@ import torch
 
 from longctx.analysis.wandb_offline import offline_runs, read_history, read_run
 from longctx.cli import main
+from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
 from longctx.model.checkpoint import save_model
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.niah.evaluation import format_table, peak_failure_depth
 from longctx.niah.search import EffectiveLengthResult
 
@@ -181,7 +182,7 @@ def test_niah_lengths_must_be_positive(checkpoint, haystack_file, tmp_path, caps
 def bpe512_checkpoint(tmp_path_factory):
     """A Lightning-layout checkpoint of a vocabulary-512 model whose run recorded data.tokenizer=bpe-512."""
     from longctx.config import ExperimentConfig, as_dict
-    from longctx.model.config import config_dict
+    from longctx.config.model import config_dict
 
     model = Llama(ModelConfig.from_preset("debug", vocab_size=512, max_position=512))
     experiment = as_dict(ExperimentConfig())

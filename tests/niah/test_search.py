@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from longctx.config import NiahConfig
+from longctx.config.model import ModelConfig
 from longctx.model.generation import greedy_generate_recompute
-from longctx.model.llama import Llama, ModelConfig
+from longctx.model.llama import Llama
 from longctx.model.position_methods import string_method
 from longctx.niah.search import (
     LlamaGenerator,

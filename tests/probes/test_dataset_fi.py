@@ -8,7 +8,7 @@ import torch
 
 from longctx.probes.dataset_fi import figure1_frequencies, frequency_from_lengths, packed_rows_fi, split_lengths
 from longctx.probes.position_frequency import relative_position_counts
-from tests.data.test_packing import EOS, random_documents, write_token_dataset
+from tests.data.helpers import EOS, random_documents, write_token_dataset
 
 
 def brute_force(lengths, window):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from longctx.data.retrieval import RetrievalConfig
+from longctx.config.data import RetrievalConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.probes.retrieval_answers import answer_metrics
 

@@ -1,7 +1,11 @@
-"""The small pretraining workspace shared by the training tests."""
+"""Shared helpers of the training tests: the small pretraining workspace and its overrides,
+launching `longctx pretrain` (under torchrun) and reading its losses, the SFT arguments."""
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from longctx.data.corpus import embedded_documents
@@ -41,6 +45,64 @@ def overrides(workspace: Path, out_dir: Path, **extra) -> list[str]:
         "log.wandb_mode": "offline",
         "log.every_steps": 1,
         "probe.fi_every_steps": 2,
+        **extra,
+    }
+    return [f"{key}={value}" for key, value in values.items()]
+
+
+def environment() -> dict:
+    env = dict(os.environ, WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> subprocess.Popen:
+    if nproc == 1 and not extra_torchrun:
+        command = [sys.executable, "-m", "longctx", "pretrain", *args]
+    else:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            *extra_torchrun,
+            "-m",
+            "longctx",
+            "pretrain",
+            *args,
+        ]
+    return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: float = 300) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+def losses(out_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return {row["step"]: row["train/loss"] for row in rows if "train/loss" in row}  # not the probes' rows
+
+
+def sft_args(workspace, pretrained, out, **extra):
+    values = {
+        "init": pretrained,
+        "data.tokenizer": workspace / "tokenizer.json",
+        "data.window": 128,
+        "train.micro_batch_size": 2,
+        "train.global_batch_tokens": 512,
+        "train.lr": 1e-3,
+        "train.min_lr": 0.0,
+        "train.schedule": "linear",
+        "train.warmup_ratio": 0.03,
+        "train.weight_decay": 0.0,
+        "train.out_dir": out,
+        "log.wandb_mode": "disabled",
+        "probe.fi_every_steps": 1,
+        "sft.embedded_samples": 24,
+        "sft.max_sample_length": 128,
+        "sft.epochs": 0.5,
         **extra,
     }
     return [f"{key}={value}" for key, value in values.items()]

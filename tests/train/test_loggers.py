@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from longctx.analysis.wandb_offline import offline_runs, read_history, records
-from longctx.config import ConfigError, load
+from longctx.config import load
+from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.train.loggers import build_callbacks, build_loggers
 from longctx.train.module import LanguageModelModule
 from longctx.train.progress import RichStepProgressBar, TQDMStepProgressBar
-from tests.train.helpers import STEPS, overrides
-from tests.train.test_pretrain import environment
+from tests.train.helpers import STEPS, environment, overrides
 
 LOGGERS = [
     "log.loggers=[wandb,csv,tensorboard,mlflow]",

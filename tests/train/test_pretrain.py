@@ -4,11 +4,8 @@ holds the metrics, and bad inputs fail clearly."""
 
 import itertools
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,42 +18,7 @@ from longctx.cli import main
 from longctx.data.packing import PackedRows, PackedSource
 from longctx.data.tokenizer import load_tokenizer
 from longctx.probes.position_frequency import PositionFrequency
-from tests.train.helpers import STEPS, overrides
-
-
-def environment() -> dict:
-    env = dict(os.environ, WANDB_SILENT="true", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    env.pop("WANDB_API_KEY", None)
-    return env
-
-
-def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> subprocess.Popen:
-    if nproc == 1 and not extra_torchrun:
-        command = [sys.executable, "-m", "longctx", "pretrain", *args]
-    else:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc-per-node={nproc}",
-            *extra_torchrun,
-            "-m",
-            "longctx",
-            "pretrain",
-            *args,
-        ]
-    return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(process: subprocess.Popen, timeout: float = 300) -> str:
-    output, _ = process.communicate(timeout=timeout)
-    assert process.returncode == 0, output[-4000:]
-    return output
-
-
-def losses(out_dir: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return {row["step"]: row["train/loss"] for row in rows if "train/loss" in row}  # not the probes' rows
+from tests.train.helpers import STEPS, finish, launch, losses, overrides
 
 
 def free_port() -> int:
@@ -269,22 +231,3 @@ def test_init_continues_from_a_checkpoint_at_a_longer_window(workspace, referenc
     wider = overrides(workspace, tmp_path / "wider", **{**extended, "model.d_ff": 512})
     assert main(["pretrain", *wider, f"init={trained}"]) == 2
     assert "init: " in (error := capsys.readouterr().err) and "d_ff: 256 vs 512" in error
-
-
-def test_packed_rows_split_one_stream_across_ranks_and_resume_mid_stream(workspace):
-    """The trainer's rows (and benchmarks/loader.py's): two ranks interleave the single-rank
-    stream, and starting at global row k continues it exactly."""
-    from longctx import config as config_module
-    from longctx.train.trainer import packed_rows
-
-    config = config_module.load([], [f"data.path={workspace / 'data'}", "data.window=64"])
-    sources = [(str(workspace / "data"), 1.0)]
-
-    def ids(rows, count):
-        return [row["input_ids"].tolist() for row in itertools.islice(iter(rows), count)]
-
-    single = ids(packed_rows(config, sources, eos_id=0), 12)
-    rank0 = ids(packed_rows(config, sources, eos_id=0, rank=0, world_size=2), 6)
-    rank1 = ids(packed_rows(config, sources, eos_id=0, rank=1, world_size=2), 6)
-    assert sorted(rank0 + rank1) == sorted(single)
-    assert ids(packed_rows(config, sources, eos_id=0, start_row=5), 7) == single[5:]

@@ -11,6 +11,7 @@ from longctx.cli import main
 from longctx.data.packing import GlobalOrderSampler
 from longctx.model.checkpoint import load_model
 from tests.train.helpers import overrides as pretrain_overrides
+from tests.train.helpers import sft_args
 
 
 @pytest.fixture(scope="module")
@@ -21,29 +22,6 @@ def pretrained(workspace):
     )
     assert main(["pretrain", *args]) == 0
     return out / "checkpoints" / "last.ckpt"
-
-
-def sft_args(workspace, pretrained, out, **extra):
-    values = {
-        "init": pretrained,
-        "data.tokenizer": workspace / "tokenizer.json",
-        "data.window": 128,
-        "train.micro_batch_size": 2,
-        "train.global_batch_tokens": 512,
-        "train.lr": 1e-3,
-        "train.min_lr": 0.0,
-        "train.schedule": "linear",
-        "train.warmup_ratio": 0.03,
-        "train.weight_decay": 0.0,
-        "train.out_dir": out,
-        "log.wandb_mode": "disabled",
-        "probe.fi_every_steps": 1,
-        "sft.embedded_samples": 24,
-        "sft.max_sample_length": 128,
-        "sft.epochs": 0.5,
-        **extra,
-    }
-    return [f"{key}={value}" for key, value in values.items()]
 
 
 @pytest.mark.parametrize(

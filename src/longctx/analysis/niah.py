@@ -283,7 +283,7 @@ def _round_down(length, step) -> int | None:
 
 
 def _defaults(method: str | None) -> dict:
-    from longctx.model.position_methods import PositionMethodConfig
+    from longctx.config.position_methods import PositionMethodConfig
 
     values = dataclasses.asdict(PositionMethodConfig())
     return values.get(method, {}) if method else {}

@@ -31,8 +31,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from longctx.config.data import RetrievalConfig
 from longctx.data import storage
-from longctx.data.retrieval import RetrievalConfig, RetrievalDocument, filler_sentences, make_document
+from longctx.data.retrieval import RetrievalDocument, filler_sentences, make_document
 from longctx.errors import DataError
 
 ANSWERS_FILE = "answers.npy"

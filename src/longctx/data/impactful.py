@@ -1,5 +1,9 @@
 """LongRecipe impactful token analysis and sentence selection (§4.1; `longctx impactful-tokens`).
 
+This module holds what needs no model: the analysis of scored tokens and the selection.
+Scoring the tokens with the two models is a probe (probes/impactful.py), so data never
+imports the model.
+
 A base model H (window L) and an extended model H' (window L' > L) read the same long
 samples. For every token x_t the score of the observed token given its prefix is taken
 from both,
@@ -38,15 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from litdata import StreamingDataset, optimize
 
-from longctx.data.packing import LENGTHS_FILE, PackedSource
+from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
 from longctx.data.sentences import sentence_end_table, sentence_lengths
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import DataError
-from longctx.model.llama import Llama
 
 CLASSES = ("digit", "punct", "word", "space", "other")
 SCORES = ("logprob", "logit")
@@ -67,22 +69,6 @@ def token_class(text: str) -> str:
     if any(character.isalpha() for character in stripped):
         return "word"
     return "other"
-
-
-@torch.no_grad()
-def observed_scores(model: Llama, tokens: torch.Tensor, score: str = "logprob") -> torch.Tensor:
-    """S(x_t | x_<t) for t = 1..T-1 of tokens [B, T] (plain causal rows): float32 [B, T-1]."""
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-    logits = model(tokens)[:, :-1].float()
-    if score == "logprob":
-        logits = torch.log_softmax(logits, dim=-1)
-    return logits.gather(-1, tokens[:, 1:, None])[..., 0]
-
-
-def score_differences(base: Llama, extended: Llama, tokens: torch.Tensor, score: str = "logprob") -> torch.Tensor:
-    """delta_t = S_H'(x_t | x_<t) - S_H(x_t | x_<t): float32 [B, T-1] (signed)."""
-    return observed_scores(extended, tokens, score) - observed_scores(base, tokens, score)
 
 
 @dataclass
@@ -158,26 +144,6 @@ def analyse(
             }
         )
     return analysis
-
-
-def score_samples(
-    base: Llama, extended: Llama, data: str | Path, *, samples: int, length: int, score: str, device: str = "cpu"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Observed tokens and their |delta| over `samples` consecutive `length`-token stretches
-    of the dataset's stream (documents in stored order, as one causal sequence)."""
-    stream = PackedSource(data, seed=0, shuffle=False)
-    if samples * length > stream.epoch_tokens:
-        raise DataError(
-            f"{data} holds {stream.epoch_tokens} tokens; {samples} samples x {length} tokens need more "
-            "(lower --samples or --length)"
-        )
-    base, extended = base.to(device).eval(), extended.to(device).eval()
-    observed, magnitudes = [], []
-    for sample in range(samples):
-        tokens = stream.read(sample * length, length)[None].to(device)
-        observed.append(tokens[0, 1:].cpu().numpy())
-        magnitudes.append(score_differences(base, extended, tokens, score)[0].abs().cpu().numpy())
-    return np.concatenate(observed), np.concatenate(magnitudes)
 
 
 class _Identity:

@@ -474,12 +474,3 @@ class GlobalOrderSampler(torch.utils.data.Sampler[int]):
                 epoch = index // self.size
                 order = np.random.default_rng([self.seed, epoch]).permutation(self.size)
             yield int(order[index % self.size])
-
-
-def __getattr__(name: str):
-    if name == "weighted_round_robin":
-        raise AttributeError(
-            "longctx.data.packing.weighted_round_robin was replaced by Mixture(weights).locate(row), "
-            "which finds any row's source in O(sources) (resume seeks instead of replaying)"
-        )
-    raise AttributeError(f"module 'longctx.data.packing' has no attribute {name!r}")

@@ -40,8 +40,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from longctx.config.data import NIAH_DIGITS, RetrievalConfig
 from longctx.data.corpus import Document, embedded_documents
-from longctx.errors import ConfigError, DataError
+from longctx.errors import DataError
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -57,76 +58,8 @@ NIAH_NEEDLE = " One of the magic numbers is {value}."
 NIAH_LIST_QUESTION = "\n\nWhat are the magic numbers mentioned in the provided text?\nThe numbers are "
 """The `niah` template: STRING's NIAH needle, question and answer prefix (Table 5), the same
 strings as niah/tasks.py's `paper` task (checked in tests; data/ may not import niah/)."""
-TEMPLATES = ("inventory", "niah")
-NIAH_DIGITS = (6, 7)
-"""Needle lengths of the NIAH tasks (6: STRING's, 7: RULER's), never drawn for training."""
 FILLER_MIN_CHARS = 20
 """Filler sentences shorter than this (headings, stray fragments) are not used."""
-
-
-@dataclass
-class RetrievalConfig:
-    """Generated key->value retrieval documents (data/retrieval.py, docs/design.md §13)."""
-
-    documents: int = 20_000
-    """Documents generated (one epoch of this source)."""
-    facts: int = 4
-    """Key->value facts stated per document."""
-    queries: int = 4
-    """Facts asked back one by one at the document's end (<= facts)."""
-    list_query: bool = True
-    """End with one question asking for all values in order (the shape of STRING's NIAH)."""
-    filler_min: int = 0
-    """Fewest filler sentences per document."""
-    filler_max: int = 40
-    """Most filler sentences per document; the count is log-uniform in [min, max]."""
-    value_digits: int = 5
-    """Digits of a value; NIAH uses 6 and 7, so keep it outside {6, 7}."""
-    value_digits_max: int = 0
-    """> 0: each value draws its digit count uniformly from [value_digits, value_digits_max]
-    minus {6, 7}, so a model learns to copy a number to its end, not a fixed count of digits
-    (the `niah` template trains on 4-5 and 8-9 digits and is tested on 6). 0 = value_digits."""
-    template: str = "inventory"
-    """inventory: keyed facts in wording disjoint from every NIAH task, asked back one by one
-    and as a list. niah: STRING's NIAH wording (needle " One of the magic numbers is N.",
-    its question and answer prefix) over this source's filler and values, `facts` needles,
-    only the list question (queries must be 0); see docs/replication_log.md (2026-11-23) for why."""
-    seed: int = 0
-    """Generator seed; document k uses numpy's generator seeded with [seed, k]."""
-
-    def validate(self, key: str = "data.mixture.retrieval") -> None:
-        for name in ("documents", "facts", "value_digits"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{key}.{name}", f"must be a positive integer, got {value!r}")
-        if not 0 <= self.queries <= self.facts:
-            raise ConfigError(f"{key}.queries", f"must be in [0, facts={self.facts}], got {self.queries}")
-        if not 0 <= self.filler_min <= self.filler_max:
-            raise ConfigError(
-                f"{key}.filler_max", f"need 0 <= filler_min <= filler_max, got {self.filler_min} and {self.filler_max}"
-            )
-        if self.value_digits in NIAH_DIGITS:
-            raise ConfigError(
-                f"{key}.value_digits",
-                f"{self.value_digits} is a NIAH needle length (6: STRING, 7: RULER); "
-                "training on it would leak the evaluation's number format",
-            )
-        if self.value_digits_max and self.value_digits_max < self.value_digits:
-            raise ConfigError(
-                f"{key}.value_digits_max",
-                f"must be 0 or >= value_digits={self.value_digits}, got {self.value_digits_max}",
-            )
-        if self.template not in TEMPLATES:
-            raise ConfigError(f"{key}.template", f"must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
-        if self.template == "niah" and (self.queries or not self.list_query):
-            raise ConfigError(
-                f"{key}.queries",
-                "template niah asks only NIAH's list question: set queries: 0 and list_query: true",
-            )
-        if self.queries == 0 and not self.list_query:
-            raise ConfigError(
-                f"{key}.queries", "0 with list_query=false asks nothing; the source would teach no retrieval"
-            )
 
 
 @lru_cache(maxsize=1)

@@ -78,7 +78,7 @@ def _retrieval_ready(directory: Path) -> bool:
 def _exclusive(directory: Path) -> Iterator[None]:
     """Hold an exclusive lock on `<parent>/.<name>.lock` (local directories only): without it
     two processes tokenise into the same directory and one reads the other's half-written
-    litdata index (seen as a JSONDecodeError in `optimize`)."""
+    litdata index (which `optimize` reports as a JSONDecodeError)."""
     if storage.is_remote(directory):
         yield
         return

@@ -60,8 +60,8 @@ import torch
 import torch.nn.functional as F
 
 from longctx.batch import cu_seqlens, document_segments, document_start_index, document_start_mask
+from longctx.config.model import ATTENTION_BACKENDS as BACKENDS
 from longctx.model import flash
-from longctx.model.config import ATTENTION_BACKENDS as BACKENDS
 
 DEFAULT_BLOCK_SIZE = 256
 FLEX_DECODE_QUERIES = 16

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from longctx.config.model import ModelConfig, config_dict
 from longctx.errors import CheckpointError
-from longctx.model.config import ModelConfig, config_dict
 from longctx.model.llama import Llama
 from longctx.model.materialize import materialize, meta_model, weights
 from longctx.model.rope import RopeScaling

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
-from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling
 
 CONFIG_FILE = "config.json"

@@ -31,23 +31,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from longctx.errors import ConfigError
+from longctx.config.model import ModelConfig
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
-from longctx.model.config import PRESETS, SHAPE_FIELDS, ModelConfig, config_dict, shape_mismatches
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
-# ModelConfig and its helpers moved to longctx.model.config; these names stay importable here.
-__all__ = [
-    "PRESETS",
-    "SHAPE_FIELDS",
-    "ConfigError",
-    "KVCache",
-    "Llama",
-    "ModelConfig",
-    "config_dict",
-    "shape_mismatches",
-]
+__all__ = ["KVCache", "Llama"]
 
 
 class RMSNorm(nn.Module):
@@ -79,7 +68,7 @@ class KVCache:
         # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
         # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
         # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
-        # (the flash kernels take one dtype; the first GPU run's NIAH probe crashed on it).
+        # (the flash kernels take one dtype and refuse the mix).
         self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None

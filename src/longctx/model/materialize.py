@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from longctx.model.config import ModelConfig
+from longctx.config.model import ModelConfig
 from longctx.model.llama import Llama
 from longctx.model.rope import inverse_frequencies
 

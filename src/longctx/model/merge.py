@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
+from longctx.config.model import SHAPE_FIELDS, config_dict
 from longctx.errors import CheckpointError
 from longctx.model.checkpoint import load_model, save_model
-from longctx.model.config import SHAPE_FIELDS, config_dict
 from longctx.model.llama import Llama
 
 WEIGHT_SUM_TOLERANCE = 1e-6

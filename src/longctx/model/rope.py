@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from longctx.model.config import ROPE_SCALING_TYPES, RopeScaling
+from longctx.config.model import ROPE_SCALING_TYPES, RopeScaling
 
 __all__ = [
     "ROPE_SCALING_TYPES",

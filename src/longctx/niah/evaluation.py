@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 
 from longctx.config import ExperimentConfig, NiahConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.model.position_methods import build_position_method
 from longctx.niah.search import (
     EffectiveLengthResult,
     LlamaGenerator,
@@ -133,22 +134,13 @@ def log_to_wandb(
     """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back), written
     under the evaluation's own `out_dir` (`<out_dir>/wandb/`), so the points of a sweep do not
     share one directory."""
-    from longctx.config import as_dict
-    from longctx.wandb_mode import resolve_wandb_mode
-
-    mode = resolve_wandb_mode(config.log.wandb_mode)
-    if mode == "disabled":
-        return
     import wandb
 
-    run = wandb.init(
-        project=config.log.project,
-        name=config.log.run_name or None,
-        job_type=job,
-        mode=mode,  # type: ignore[arg-type]  # resolve_wandb_mode returns one of wandb's modes
-        dir=str(out_dir),
-        config=as_dict(config),
-    )
+    from longctx.wandb_setup import finish_run, start_run
+
+    run = start_run(config, job, out_dir)
+    if run is None:
+        return
     table = wandb.Table(
         columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
         data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
@@ -160,8 +152,7 @@ def log_to_wandb(
             "niah/heatmap": wandb.Image(str(heatmap)),
         }
     )
-    run.finish()
-    wandb.teardown()  # a later run in this process (a test, a notebook) starts from clean settings
+    finish_run(run)
 
 
 def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:

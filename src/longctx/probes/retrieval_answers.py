@@ -22,7 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from longctx.data.retrieval import RetrievalConfig, filler_sentences, make_document
+from longctx.config.data import RetrievalConfig
+from longctx.data.retrieval import filler_sentences, make_document
 from longctx.errors import DataError
 
 HELD_OUT_SEED_OFFSET = 1_000_003

@@ -13,7 +13,7 @@
           init_args: {logging_interval: step}
 
 Names and their defaults: `wandb` (the default; `log.wandb_mode`, `log.project` and
-`log.run_name` apply, train/logging.py), `csv` (`<out_dir>/csv/metrics.csv`),
+`log.run_name` apply, wandb_setup.py), `csv` (`<out_dir>/csv/metrics.csv`),
 `tensorboard` (`<out_dir>/tensorboard/`, needs tensorboard or tensorboardX) and `mlflow`
 (a file store at `<out_dir>/mlruns`, experiment `log.project`, needs mlflow or
 mlflow-skinny; pass `init_args: {tracking_uri: ...}` for a server or database). `init_args`
@@ -49,7 +49,9 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
-from longctx.config import ConfigError, ExperimentConfig, as_dict, component_spec
+from longctx.config import ExperimentConfig, as_dict
+from longctx.config.checks import component_spec
+from longctx.errors import ConfigError
 
 LOGGER_CLASSES = {
     "wandb": "lightning.pytorch.loggers.WandbLogger",
@@ -93,7 +95,7 @@ def _defaults(name: str, config: ExperimentConfig) -> dict:
 
 def build_loggers(config: ExperimentConfig) -> list[Logger]:
     """The loggers `log.loggers` names (W&B left out when `log.wandb_mode=disabled`)."""
-    from longctx.train.logging import make_wandb_logger
+    from longctx.wandb_setup import make_wandb_logger
 
     loggers: list[Logger] = []
     for i, spec in enumerate(config.log.loggers):
@@ -117,7 +119,7 @@ def build_callbacks(config: ExperimentConfig) -> list[L.Callback]:
     ]
 
 
-class LogConfig(L.Callback):
+class ConfigLogger(L.Callback):
     """Logs the experiment config once to every logger, as the flat sections of the YAML
     (`model`, `data`, `train`, ...): the module saves its hyper-parameters with
     `logger=False`, so Lightning does not log them a second time."""

@@ -50,8 +50,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from longctx.config import ExperimentConfig
+from longctx.config.model import ModelConfig
 from longctx.errors import ConfigError
-from longctx.model.config import ModelConfig
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = GIB

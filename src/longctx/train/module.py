@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
-from longctx.model.config import config_dict
+from longctx.config.model import config_dict
 from longctx.model.llama import Llama
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class LanguageModelModule(L.LightningModule):
         self.config = config
         self.initial_state = initial_state  # weights from `init=CKPT`, loaded in configure_model
         # Plain dicts only: checkpoints must load with torch.load(weights_only=True). Not logged
-        # here: the trainer's LogConfig callback logs the config once, as flat sections.
+        # here: the trainer's ConfigLogger callback logs the config once, as flat sections.
         self.save_hyperparameters({"config": as_dict(config), "model": config_dict(config.model)}, logger=False)
         self.model: Llama | None = None
         # Summed cross-entropy, labelled tokens and token capacity since the last step.

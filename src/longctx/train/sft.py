@@ -26,12 +26,12 @@ import lightning as L
 import torch
 
 from longctx.config import ExperimentConfig
+from longctx.config.model import ModelConfig
 from longctx.data.packing import GlobalOrderSampler
 from longctx.data.sft import SFTRows, load_sft_samples
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
-from longctx.model.config import ModelConfig
 from longctx.model.rope import RopeScaling
 from longctx.train.frequency_callback import HostBatchDataModule
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
@@ -144,7 +144,7 @@ def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_wind
 
     out_dir = Path(config.train.out_dir)
     # On eval.device (auto: the GPU when there is one), as `longctx niah` runs: the checkpoint
-    # loads on the CPU, where the first GPU run's search up to 8K ran for minutes at 0% GPU.
+    # loads on the CPU, and a search decoded there would leave the GPU idle.
     model = load_model(out_dir / "checkpoints" / "last.ckpt").to(evaluation.evaluation_device(config))
     settings = evaluation.search_settings(config, model, max_length=config.sft.niah_max_length or 2 * original_window)
     settings = dataclasses.replace(settings, stop_at_first_failure=False)  # the whole curve, beyond the window too

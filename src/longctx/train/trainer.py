@@ -28,21 +28,21 @@ from typing import Literal, cast
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.data.packing import PackedRows, PackedSource, tokens_per_step
-from longctx.data.sentences import sentence_end_table
+from longctx.data.packing import tokens_per_step
+from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO
 from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
-from longctx.train.loggers import LogConfig, build_callbacks, build_loggers
+from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
 from longctx.train.memory import check_run_memory
 from longctx.train.module import LanguageModelModule
 from longctx.train.progress import step_progress_bar
+from longctx.wandb_setup import finish_loggers
 
 
 @dataclass
@@ -78,7 +78,7 @@ def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
 
 
 Precision = Literal["32-true", "bf16-mixed", "bf16-true"]
-"""The `train.precision` values besides "auto" (config.py checks them), as Lightning names them."""
+"""The `train.precision` values besides "auto" (config/train.py checks them), as Lightning names them."""
 
 
 def resolve_precision(config: ExperimentConfig) -> Precision:
@@ -144,13 +144,14 @@ class PackedDataModule(HostBatchDataModule):
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
         rows = packed_rows(
-            self.config,
+            self.config.data,
             self.sources,
             self.eos_id,
             rank=trainer.global_rank,
             world_size=trainer.world_size,
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
+            micro_batch_size=self.config.train.micro_batch_size,
         )
         workers = self.config.train.loader_workers
         return torch.utils.data.DataLoader(
@@ -163,43 +164,13 @@ class PackedDataModule(HostBatchDataModule):
         )
 
 
-def packed_rows(
-    config: ExperimentConfig,
-    sources: list[tuple[str, float]],
-    eos_id: int,
-    *,
-    rank: int = 0,
-    world_size: int = 1,
-    start_row: int = 0,
-    transform: PositionTransform | None = None,
-) -> PackedRows:
-    """The rows one rank trains on: the prepared `sources` [(path, weight)] mixed and packed
-    as config.data says, from global row `start_row` (benchmarks/loader.py times these)."""
-    data = config.data
-    return PackedRows(
-        [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(sources)],
-        [weight for _, weight in sources],
-        window=data.window,
-        eos_id=eos_id,
-        doc_mask=data.doc_mask,
-        rank=rank,
-        world_size=world_size,
-        start_row=start_row,
-        transform=transform,
-        packing=data.packing,
-        long_documents=data.long_documents,
-        micro_batch_size=config.train.micro_batch_size,
-        mask_cut_answers=data.mask_cut_answers,
-    )
-
-
 def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokenizer) -> L.Trainer:
     """Train on prepared `sources` [(path, weight)]; returns the finished Trainer. With
     `init=CKPT` the run continues from that checkpoint's weights under `model` (which may
     change max_position and RoPE, as context extension does, but not the shapes)."""
     world = world_size_from_environment(config)
     _, rows_per_step = batch_plan(config, world)
-    transform = position_transform(config, tokenizer)
+    transform = position_transform(config.data, tokenizer)
     datamodule = PackedDataModule(config, sources, tokenizer.eos_id, rows_per_step, transform)
     if int(os.environ.get("RANK", "0")) == 0:
         write_masking_report(config, sources, tokenizer.eos_id, config.train.max_steps * rows_per_step)
@@ -215,7 +186,7 @@ def write_masking_report(config: ExperimentConfig, sources: list[tuple[str, floa
     """<out_dir>/answer_masking.json: per source, the answers the run's `rows` rows supervise
     and how many of them a row edge cut from their fact (data/answer_spans.py), and whether
     those were masked (`data.mask_cut_answers`)."""
-    report = packed_rows(config, sources, eos_id).masking_report(rows)
+    report = packed_rows(config.data, sources, eos_id).masking_report(rows)
     out_dir = Path(config.train.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     body = {
@@ -228,30 +199,11 @@ def write_masking_report(config: ExperimentConfig, sources: list[tuple[str, floa
     (out_dir / MASKING_FILE).write_text(json.dumps(body, indent=2) + "\n")
 
 
-def position_transform(config: ExperimentConfig, tokenizer) -> PositionTransform | None:
-    """The `data.position_transform` of the config (None for `none`), built for this tokenizer."""
-    data = config.data
-    if data.position_transform == "none":
-        return None
-    ends_sentence = None
-    if data.position_transform == "longrecipe":
-        ends_sentence = sentence_end_table(tokenizer, data.longrecipe.delimiters)
-    return PositionTransform(
-        data.position_transform,
-        data.target_length,
-        data.seed,
-        pose_chunks=data.pose.chunks,
-        pose_compat=data.pose.compat,
-        longrecipe_compat=data.longrecipe.compat,
-        ends_sentence=ends_sentence,
-    )
-
-
 def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
     """The `init` checkpoint's weights (a .ckpt, a .safetensors or an HF directory), checked
     to fit `config.model`."""
+    from longctx.config.model import shape_mismatches
     from longctx.model.checkpoint import load_model
-    from longctx.model.config import shape_mismatches
 
     base = load_model(config.init)
     mismatches = shape_mismatches(base.config, config.model)
@@ -296,7 +248,7 @@ def fit(
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / METRICS_FILE),
-        LogConfig(config),
+        ConfigLogger(config),
         step_progress_bar(),
     ]
     if config.probe.fi:
@@ -339,14 +291,6 @@ def fit(
     )
     module = LanguageModelModule(config, initial_state=None if resume else initial_state)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
-    if trainer.is_global_zero and any(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-        import wandb
-
-        # finish() can return before W&B's service has written the offline `.wandb` log (seen
-        # with wandb 0.31: the header only); teardown waits for the service to exit, so the
-        # run files are complete when the command returns (and a later run starts clean).
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.experiment.finish()
-        wandb.teardown()
+    if trainer.is_global_zero:
+        finish_loggers(trainer.loggers)
     return trainer

@@ -46,11 +46,3 @@ __all__ = [
     "render_blocks",
     "tokenize_conversations",
 ]
-
-_MOVED = {"relative_distance_histogram": "longctx.probes.dataset_fi.relative_distance_histogram"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        raise AttributeError(f"longctx.data.sft.{name} moved to {_MOVED[name]} (an f(i) probe, not data)")
-    raise AttributeError(f"module 'longctx.data.sft' has no attribute {name!r}")

@@ -4,26 +4,12 @@
     logits = model(input_ids, position_method=method)      # the model calls method.prepare
 
 Modules, top to bottom: `method` (PositionMethod, the builders: the model's positions
-provider), `config` (the `eval.position_method` section, STRING §4.2's protocol), `plan`
-(passes and per-forward plans), `cpu` (pure-torch kernels) and `gpu` (band passes on the
-varlen FlashAttention kernel). Imports go one way: this package reads `model.llama`
-(ModelConfig), never the reverse.
+provider), `plan` (passes and per-forward plans), `cpu` (pure-torch kernels) and `gpu`
+(band passes on the varlen FlashAttention kernel). Their config, the `eval.position_method`
+section and STRING §4.2's protocol, is `longctx.config.position_methods`. Imports go one
+way: this package reads `model.llama`, never the reverse.
 """
 
-from longctx.model.position_methods.config import (
-    BASELINE_TRAINING_FRACTION,
-    POSITION_METHODS,
-    REPO_STRING_ATTENTION_FACTOR,
-    STRING_COMPAT,
-    DcaConfig,
-    NtkConfig,
-    PositionMethodConfig,
-    ReRopeConfig,
-    SelfExtendConfig,
-    StringConfig,
-    YarnConfig,
-    baseline_protocol,
-)
 from longctx.model.position_methods.method import (
     MethodPositions,
     PositionMethod,
@@ -33,38 +19,24 @@ from longctx.model.position_methods.method import (
     rerope_method,
     rope_method,
     self_extend_method,
-    string_attention,
     string_method,
     yarn_method,
 )
 from longctx.model.position_methods.plan import UNBOUNDED, AttentionPass, PositionPlan, band_pass
 
 __all__ = [
-    "BASELINE_TRAINING_FRACTION",
-    "POSITION_METHODS",
-    "REPO_STRING_ATTENTION_FACTOR",
-    "STRING_COMPAT",
     "UNBOUNDED",
     "AttentionPass",
-    "DcaConfig",
     "MethodPositions",
-    "NtkConfig",
     "PositionMethod",
-    "PositionMethodConfig",
     "PositionPlan",
-    "ReRopeConfig",
-    "SelfExtendConfig",
-    "StringConfig",
-    "YarnConfig",
     "band_pass",
-    "baseline_protocol",
     "build_position_method",
     "dca_method",
     "ntk_method",
     "rerope_method",
     "rope_method",
     "self_extend_method",
-    "string_attention",
     "string_method",
     "yarn_method",
 ]

@@ -61,9 +61,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
-from longctx.model.config import ModelConfig
-from longctx.model.position_methods.config import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
@@ -463,41 +463,3 @@ def build_position_method(
     if name == "self_extend":
         return self_extend_method(rotary, **params)
     return dca_method(rotary, **params)
-
-
-def string_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    shift: int,
-    local_window: int = 128,
-    compat: str = "paper",
-    position_ids: torch.Tensor | None = None,
-    document_ids: torch.Tensor | None = None,
-    rope_base: float = 10000.0,
-    rope_scaling: RopeScaling | None = None,
-    max_position: int | None = None,
-    scale: float | None = None,
-    backend: str = "auto",
-    block_size: int = DEFAULT_BLOCK_SIZE,
-) -> torch.Tensor:
-    """StRing attention from un-rotated q [B, Tq, H, D], k/v [B, Tk, Hkv, D].
-
-    position_ids/document_ids [B, Tk] describe the keys (queries are the last Tq); RoPE
-    is `rope_base` with `rope_scaling` (max_position: the context that scaling is
-    relative to, default Tk)."""
-    rotary = RotaryEmbedding(q.shape[-1], rope_base, rope_scaling or RopeScaling(), max_position or k.shape[1]).to(
-        q.device
-    )
-    method = string_method(rotary, shift, local_window, compat)
-    return method.attend(
-        q,
-        k,
-        v,
-        position_ids=position_ids,
-        document_ids=document_ids,
-        backend=backend,
-        scale=scale,
-        block_size=block_size,
-    )

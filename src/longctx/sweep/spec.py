@@ -1,83 +1,14 @@
-"""Serverless local sweep runner: a W&B sweep YAML's grid or random search, no W&B server.
-
-    longctx sweep sweeps/probe_window_cpu.yaml --dry-run          # the numbered commands only
-    longctx sweep sweeps/probe_window_cpu.yaml                    # run the 4 grid points in turn
-    longctx sweep sweeps/skipalign.yaml --count 6 --keep-going    # first 6 points, past failures
-    longctx sweep SWEEP.yaml --count 20 --seed 1                  # method: random, 20 draws
-
-    from longctx.sweep import load_sweep, plan, run
-    sweep = load_sweep("sweeps/probe_window_cpu.yaml")
-    exit_code = run(sweep, plan(sweep), sweep.default_summary())
-
-This module owns reading the sweep YAML (every error names the file and the key at
-fault), turning its `parameters` into points, expanding `command` into one argv per
-point, and running the points one after another. It mirrors what `wandb sweep` +
-`wandb agent` do with the same file:
-
-- `method: grid` is the cartesian product of the parameters in W&B's order: parameter
-  names sorted (as W&B's engine sorts them), the last name varying fastest, and each
-  distinct point once (values that hash alike in W&B, like 7 and 7.0, are one).
-  `value`/`values`, `int_uniform` (every integer in [min, max]) and `q_uniform` (W&B's
-  `numpy.arange(min, max, q)`: from min in steps of q, max excluded) are enumerable. `--count N` keeps the first N, `run_cap` caps the points as it caps
-  W&B's runs, and the arguments of each point are in the same sorted order.
-- `method: random` draws `--count` points (the agent's `--count`; W&B's own random search
-  never ends) from `random.Random(--seed)`, parameter by parameter in sorted order, so a
-  seed gives the same points on every machine. Specs as W&B defines them: `value`,
-  `values` (uniform choice, or weighted by `probabilities`), and `distribution:`
-  constant | categorical | uniform | int_uniform (max inclusive) | log_uniform_values
-  (uniform in log space) | q_uniform (round(X / q) * q), with `min`/`max`/`q`. A spec
-  with only `min`/`max` is int_uniform when both are integers, else uniform, as W&B infers.
-- `command` macros expand as the agent expands them: `${args}` -> `--key=value`,
-  `${args_no_hyphens}` -> `key=value`, `${args_json}` -> one JSON argument,
-  `${args_no_equals}`, `${args_no_boolean_flags}`, `${args_append_hydra}`,
-  `${args_override_hydra}`, `${program}` -> the `program` key, `${envvar:NAME}` -> $NAME,
-  and no `command` means `${env} ${interpreter} ${program} ${args}`. Each run gets
-  WANDB_RUN_GROUP=<sweep name> (the YAML's `name`, else the file stem) so W&B groups its
-  runs, and LONGCTX_SWEEP_POINT=<index>.
-
-Deliberate differences: `${interpreter}` is the running interpreter (`sys.executable`,
-the venv's python) rather than W&B's literal `python`, so the venv need not be active;
-`${env}` (W&B: /usr/bin/env, which only runs the next word) is dropped; values are written
-as OmegaConf reads them back (booleans `true`/`false`, None `null`, lists and dicts as
-JSON) where the agent writes Python's str() (`True`, `['a']`); q_uniform draws are kept
-inside [min, max] (W&B's rounding can step one q outside when min or max is not a
-multiple of q); a whole-word macro W&B does not define (`${typo}`) is an error, where the
-agent silently drops it. Every top-level key of W&B's sweep schema is accepted; those
-that only a W&B server or Launch acts on (SERVER_KEYS: `controller`, `early_terminate`,
-`scheduler`, `job`, ...) are ignored with a note, so every point runs to its end. Each
-run gets WANDB_PROJECT / WANDB_ENTITY from `project` / `entity`, as under the agent. Not
-done: `bayes` and `custom` (their models live on the W&B server: use `wandb sweep` +
-`wandb agent`), nested `parameters`, the distributions of other
-families (normal, beta, log_uniform in exponent space, ...), `${args_json_file}`, and
-parallel agents: points run one at a time, each as a fresh subprocess. That costs the
-child's start-up per point (importing torch and Lightning: seconds), which
-is small next to a training run and buys isolation (CUDA state, Lightning globals and
-memory are released between points).
-
-Each point's output streams to the console. The runner stops at the first failing point
-unless `--keep-going` is given, and appends one JSON line per point (index, arguments,
-command, returncode, seconds, signal) to `runs/sweeps/<name>/summary.jsonl` (or
-`--summary`). Ctrl-C / SIGTERM is forwarded to the running child's process group (the
-child runs in its own group, as under the agent, so a terminal Ctrl-C reaches it once),
-the child is waited for and recorded, and the sweep stops. Exit status: 0 when every run
-succeeded, 1 when a run failed, 128 + signal number when interrupted (the CLI adds 2 for
-an invalid sweep file).
+"""Reading a W&B sweep YAML (longctx/sweep/__init__.py describes the format): its keys,
+its parameters and their distributions, its command and macros; every error names the
+file and the key at fault.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import math
-import os
 import random
 import re
-import shlex
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +17,6 @@ import numpy as np
 import yaml
 
 from longctx.errors import LongctxError
-
-__all__ = ["Parameter", "Point", "Sweep", "SweepError", "expand_command", "format_value", "load_sweep", "plan", "run"]
 
 USED_KEYS = ("method", "parameters", "command", "program", "name", "project", "entity", "run_cap")
 """Top-level keys the local runner acts on."""
@@ -125,8 +54,8 @@ ARGUMENT_MACROS = {
 }
 """Per-argument macros: each (key, value) becomes these command words."""
 MACROS = (*ARGUMENT_MACROS, "args_json", "env", "interpreter", "program")
-_WHOLE_MACRO = re.compile(r"\$\{([^}]*)\}")
-_ENVVAR = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")  # W&B's pattern: upper case names only
+WHOLE_MACRO = re.compile(r"\$\{([^}]*)\}")
+ENVVAR = re.compile(r"\$\{envvar:([A-Z0-9_]*)\}")  # W&B's pattern: upper case names only
 _FLOAT_SLACK = 1e-9  # in units of q: 0.3 / 0.1 is 2.9999999999999996, still the multiple k = 3
 
 
@@ -286,8 +215,8 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepError(path, "command", "must be a list of words")
     command = [str(word) for word in command]
     for i, word in enumerate(command):
-        whole = _WHOLE_MACRO.fullmatch(word)
-        if whole and not _ENVVAR.fullmatch(word) and whole.group(1) not in MACROS:
+        whole = WHOLE_MACRO.fullmatch(word)
+        if whole and not ENVVAR.fullmatch(word) and whole.group(1) not in MACROS:
             supported = ", ".join("${" + m + "}" for m in MACROS)
             raise SweepError(path, f"command[{i}]", f"unknown macro {word} (supported: {supported}, ${{envvar:NAME}})")
     program = document.get("program")
@@ -387,36 +316,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def plan(sweep: Sweep, count: int | None = None, seed: int = 0) -> list[Point]:
-    """The sweep's points: the grid (its first `count`), or `count` seeded random draws."""
-    if count is not None and count < 1:
-        raise ValueError(f"--count must be >= 1, got {count}")
-    if sweep.run_cap is not None:
-        count = sweep.run_cap if count is None else min(count, sweep.run_cap)
-    if sweep.method == "grid":
-        product = itertools.product(*(_distinct(parameter.grid()) for parameter in sweep.parameters))
-        combos = list(itertools.islice(product, count))
-        arguments = [{p.name: value for p, value in zip(sweep.parameters, combo, strict=True)} for combo in combos]
-    else:
-        if count is None:
-            raise SweepError(sweep.path, "method", "a random search never ends by itself: give --count N")
-        rng = random.Random(seed)
-        arguments = [{p.name: p.draw(rng) for p in sweep.parameters} for _ in range(count)]
-    return [Point(i, args, expand_command(sweep, args)) for i, args in enumerate(arguments)]
-
-
-def _distinct(values: list[Any]) -> list[Any]:
-    """A grid parameter's values as W&B's engine visits them: it identifies values by a hash
-    of their YAML (an integer-valued float hashes as the integer), visits each hash once at
-    its first place, and passes the last value with that hash (`values: [7, 7.0]` is one
-    point, 7.0)."""
-    by_hash: dict[str, Any] = {}
-    for value in values:
-        normal = int(value) if isinstance(value, float) and value.is_integer() else value
-        by_hash[json.dumps(normal, sort_keys=True, default=str)] = value  # keeps the first place
-    return list(by_hash.values())
-
-
 def format_value(value: Any) -> str:
     """A value as a command-line word OmegaConf reads back: true/false, null, JSON lists."""
     if isinstance(value, bool):
@@ -426,99 +325,3 @@ def format_value(value: Any) -> str:
     if isinstance(value, (list, dict)):
         return json.dumps(value, default=str)
     return str(value)
-
-
-def expand_command(sweep: Sweep, arguments: dict[str, Any]) -> list[str]:
-    """The argv a W&B agent would build for these arguments (see the module docstring)."""
-    words: list[str] = []
-    for word in sweep.command:
-        whole = _WHOLE_MACRO.fullmatch(word)
-        macro = whole.group(1) if whole else None
-        if macro in ARGUMENT_MACROS:
-            words += [w for key, value in arguments.items() for w in ARGUMENT_MACROS[macro](key, value)]
-        elif macro == "args_json":
-            words.append(json.dumps(arguments, default=str))
-        elif macro == "interpreter":
-            words.append(sys.executable)
-        elif macro == "program":
-            words.append(str(sweep.program))
-        elif macro != "env":
-            words.append(_ENVVAR.sub(lambda m: os.environ.get(m.group(1), m.group(1)), word))
-    return words
-
-
-def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool = False) -> int:
-    """Run the points in turn, appending each result to `summary` (JSON lines).
-
-    Returns 0 when every run succeeded, 1 when one failed, 128 + signal number when a
-    SIGINT/SIGTERM stopped the sweep.
-    """
-    summary = Path(summary)
-    summary.parent.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    for n, point in enumerate(points, 1):
-        print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}", flush=True)
-        env = {
-            **os.environ,
-            "WANDB_RUN_GROUP": sweep.name,
-            "LONGCTX_SWEEP_POINT": str(point.index),
-            **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
-            **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {}),
-        }
-        start = time.monotonic()
-        returncode, signum = _run_forwarding_signals(point.command, env)
-        seconds = time.monotonic() - start
-        record = {
-            "index": point.index,
-            "arguments": point.arguments,
-            "command": point.command,
-            "returncode": returncode,
-            "seconds": round(seconds, 3),
-            "signal": None if signum is None else signal.Signals(signum).name,
-        }
-        with summary.open("a") as handle:
-            handle.write(json.dumps(record, default=str) + "\n")
-        print(f"== {sweep.name} point {point.index}: exit {returncode} after {seconds:.1f} s", flush=True)
-        if signum is not None:
-            print(f"== {sweep.name}: stopped by {signal.Signals(signum).name}; summary in {summary}", flush=True)
-            return 128 + signum
-        if returncode != 0:
-            failed += 1
-            if not keep_going:
-                left = len(points) - n
-                print(
-                    f"== {sweep.name}: stopped at the failing point {point.index} ({left} not run; --keep-going runs "
-                    f"them); summary in {summary}",
-                    flush=True,
-                )
-                return 1
-    print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
-    return 0 if failed == 0 else 1
-
-
-def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """Run `command` in its own process group, forwarding SIGINT/SIGTERM to that group.
-
-    Returns the child's return code and the last signal forwarded (None if none).
-    """
-    received: list[int] = []
-    child: subprocess.Popen | None = None
-
-    def forward(signum: int, _frame: Any) -> None:
-        received.append(signum)
-        if child is not None:
-            with contextlib.suppress(ProcessLookupError):  # already exited and reaped
-                os.killpg(child.pid, signum)
-
-    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        # Its own process group (as under `wandb agent`): a terminal Ctrl-C reaches the runner
-        # only, and the runner forwards it once. stdin is closed so a read cannot block the child.
-        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, process_group=0)
-        if received:  # signalled before the child existed
-            os.killpg(child.pid, received[-1])
-        returncode = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return returncode, received[-1] if received else None

