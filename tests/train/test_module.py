@@ -7,17 +7,20 @@ import torch
 
 from longctx.config import load
 from longctx.data.packing import IGNORE_INDEX
-from longctx.train.module import LanguageModelModule, cosine_schedule, rescale_gradients
+from longctx.train.module import LanguageModelModule, learning_rate, rescale_gradients
 
 
 def test_cosine_schedule_hand_worked():
-    kwargs = dict(warmup=10, total=110, peak=4e-4, floor=4e-5)
-    assert cosine_schedule(0, **kwargs) == pytest.approx(4e-5)  # (0 + 1) / 10 of the peak
-    assert cosine_schedule(9, **kwargs) == pytest.approx(4e-4)
-    assert cosine_schedule(10, **kwargs) == pytest.approx(4e-4)
-    assert cosine_schedule(60, **kwargs) == pytest.approx((4e-4 + 4e-5) / 2)  # half-way: cos(pi/2) = 0
-    assert cosine_schedule(110, **kwargs) == pytest.approx(4e-5)
-    assert cosine_schedule(500, **kwargs) == pytest.approx(4e-5)
+    kwargs = dict(warmup=10, total=110, peak=4e-4, floor=4e-5, shape="cosine")
+    assert learning_rate(0, **kwargs) == pytest.approx(4e-5)  # (0 + 1) / 10 of the peak
+    assert learning_rate(9, **kwargs) == pytest.approx(4e-4)
+    assert learning_rate(10, **kwargs) == pytest.approx(4e-4)
+    assert learning_rate(60, **kwargs) == pytest.approx((4e-4 + 4e-5) / 2)  # half-way: cos(pi/2) = 0
+    assert learning_rate(110, **kwargs) == pytest.approx(4e-5)
+    assert learning_rate(500, **kwargs) == pytest.approx(4e-5)
+    linear = dict(kwargs, shape="linear")
+    assert learning_rate(60, **linear) == pytest.approx((4e-4 + 4e-5) / 2)  # half-way down a straight line
+    assert learning_rate(35, **linear) == pytest.approx(4e-4 - 0.25 * (4e-4 - 4e-5))
 
 
 def batch(vocab=8192, rows=2, window=32):

@@ -44,11 +44,6 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 
-def cosine_schedule(step: int, *, warmup: int, total: int, peak: float, floor: float) -> float:
-    """Learning rate at optimizer step `step`: linear warm-up, then cosine to `floor`."""
-    return learning_rate(step, warmup=warmup, total=total, peak=peak, floor=floor, shape="cosine")
-
-
 def learning_rate(step: int, *, warmup: int, total: int, peak: float, floor: float, shape: str) -> float:
     """Linear warm-up over `warmup` steps, then `shape` (cosine | linear) decay to `floor`."""
     if warmup > 0 and step < warmup:
