@@ -59,18 +59,23 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_impactful_tokens(args: argparse.Namespace) -> int:
     from longctx.data import impactful
+    from longctx.data.model_tokenizer import DEFAULT_TOKENIZER, tokenizer_for_model
     from longctx.data.prepare import read_manifest
     from longctx.data.tokenizer import load_tokenizer
     from longctx.model.checkpoint import load_model
 
     manifest = read_manifest(args.data) or {}
-    tokenizer = load_tokenizer(args.tokenizer or manifest.get("tokenizer", "bpe-8192"))
+    data_tokenizer = args.tokenizer or manifest.get("tokenizer", DEFAULT_TOKENIZER)
     report: dict[str, object]
     if args.method == "digits":
+        tokenizer = load_tokenizer(data_tokenizer)
         report = {"method": "digits"}
         anchors = ["digit"]
         keep_other = impactful.DIGITS_KEEP_OTHER if args.keep_other is None else args.keep_other
     else:
+        # The data's tokenizer, which the models' own must agree with (a warning when not).
+        tokenizer = tokenizer_for_model(args.base, data_tokenizer)
+        tokenizer_for_model(args.extended, data_tokenizer)
         base, extended = load_model(args.base), load_model(args.extended)
         length = args.length or extended.config.max_position
         tokens, deltas = impactful.score_samples(
@@ -101,14 +106,13 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
 def cmd_export_hf(args: argparse.Namespace) -> int:
     import torch
 
-    from longctx.data.tokenizer import load_tokenizer
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.model.checkpoint import load_model
     from longctx.model.hf import export_hf
 
+    tokenizer = None if args.tokenizer == "none" else tokenizer_for_model(args.checkpoint, args.tokenizer or None)
     model = load_model(args.checkpoint)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint, model.config.vocab_size)
-    tokenizer = None if spec == "none" else load_tokenizer(spec)
     out = export_hf(model, args.out_dir, dtype=dtype, tokenizer=tokenizer)
     files = (
         "config.json and model.safetensors"
@@ -121,23 +125,12 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
-    """data.tokenizer of the run that wrote a Lightning checkpoint; for files that do not
-    record one, the default tokenizer when the vocabulary size is its own."""
+def _user_tokenizer(configured: str) -> str | None:
+    """data.tokenizer when the user set it: a value other than the default (the default
+    itself cannot be told apart from an unset key, so it never overrides a model's own)."""
     from longctx.config import DataConfig
-    from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
-    from longctx.errors import CheckpointError
-    from longctx.model.checkpoint import experiment_settings
 
-    experiment = experiment_settings(path) or {}
-    if (experiment.get("data") or {}).get("tokenizer"):
-        return experiment["data"]["tokenizer"]
-    if vocab_size == DEFAULT_VOCAB_SIZE:
-        return DataConfig.tokenizer
-    raise CheckpointError(
-        f"export-hf: {path} does not record its tokenizer and its vocab_size {vocab_size} is not that of "
-        f"{DataConfig.tokenizer}; pass --tokenizer SPEC (or --tokenizer none for the weights only)"
-    )
+    return None if configured == DataConfig.tokenizer else configured
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -148,13 +141,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.data.sources import prepared_sources
-    from longctx.data.tokenizer import load_tokenizer
     from longctx.train.trainer import pretrain
 
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer = tokenizer_for_model(cfg.init, _user_tokenizer(cfg.data.tokenizer))
     sources = prepared_sources(cfg, tokenizer)
     trainer = pretrain(cfg, sources, tokenizer)
     if trainer.is_global_zero:
@@ -163,19 +156,21 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from longctx.data.tokenizer import load_tokenizer
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.train.sft import finetune
 
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
-    trainer = finetune(cfg, load_tokenizer(cfg.data.tokenizer))
+    trainer = finetune(cfg, tokenizer_for_model(cfg.init, _user_tokenizer(cfg.data.tokenizer)))
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
     return 0
 
 
 def _evaluation_setup(items: list[str], checkpoints: list[str]):
-    from longctx.data.tokenizer import load_tokenizer
+    """The config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them)
+    and the haystack tokenised in it."""
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.niah.evaluation import load_haystack
 
     paths, overrides = _split_overrides(items)
@@ -184,42 +179,13 @@ def _evaluation_setup(items: list[str], checkpoints: list[str]):
         import torch
 
         torch.set_num_threads(cfg.eval.threads)
-    tokenizer = load_tokenizer(_trained_tokenizer(cfg.data.tokenizer, checkpoints))
+    override = _user_tokenizer(cfg.data.tokenizer)
+    tokenizers = {path: tokenizer_for_model(path, override) for path in checkpoints}
+    if len({t.fingerprint for t in tokenizers.values()}) > 1:
+        listing = ", ".join(f"{path}: {t.name}" for path, t in tokenizers.items())
+        raise ConfigError("data.tokenizer", f"the checkpoints come with different tokenizers ({listing})")
+    tokenizer = next(iter(tokenizers.values()))
     return cfg, tokenizer, load_haystack(cfg, tokenizer)
-
-
-def _trained_tokenizer(configured: str, checkpoints: list[str]) -> str:
-    """The tokenizer NIAH prompts are written in: the one the checkpoints were trained with
-    (their recorded data.tokenizer), so `longctx niah CKPT` needs no config for a model
-    trained with a non-default tokenizer. A configured data.tokenizer other than the default
-    that disagrees with the recorded one is an error, as are checkpoints that disagree."""
-    from longctx.config import DataConfig
-    from longctx.model.checkpoint import experiment_settings
-
-    recorded = {}
-    for path in checkpoints:
-        name = ((experiment_settings(path) or {}).get("data") or {}).get("tokenizer")
-        if name:
-            recorded[path] = name
-    if len(set(recorded.values())) > 1:
-        listing = ", ".join(f"{path}: {name}" for path, name in recorded.items())
-        raise ConfigError("data.tokenizer", f"the checkpoints were trained with different tokenizers ({listing})")
-    if not recorded:
-        return configured
-    path, name = next(iter(recorded.items()))
-    if configured not in (name, DataConfig.tokenizer):
-        raise ConfigError("data.tokenizer", f"is {configured}, but {path} was trained with {name}")
-    return name
-
-
-def _check_vocabulary(tokenizer, model, path: str) -> None:
-    """A prompt token the model has no embedding for would fail deep in the forward pass."""
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ConfigError(
-            "data.tokenizer",
-            f"{tokenizer.name} has {tokenizer.vocab_size} tokens but {path} has vocab_size {model.config.vocab_size}; "
-            "set data.tokenizer to the tokenizer it was trained with",
-        )
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -236,7 +202,6 @@ def cmd_niah(args: argparse.Namespace) -> int:
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack = _evaluation_setup(items, [args.checkpoint])
     model = load_model(args.checkpoint).to(evaluation_device(cfg))
-    _check_vocabulary(tokenizer, model, args.checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
@@ -256,7 +221,6 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     models = {}
     for path in args.checkpoints:
         model = load_model(path)
-        _check_vocabulary(tokenizer, model, path)
         models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = model
     table = method_table(models, methods, cfg, tokenizer, haystack)
     text = format_table(table, methods)
