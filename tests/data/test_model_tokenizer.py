@@ -14,10 +14,12 @@ from longctx.model.config import config_dict
 from longctx.model.llama import Llama, ModelConfig
 from tests.chat_tokenizer import CHATML_TEMPLATE, write_chat_tokenizer, write_hf_config
 
+
 @pytest.fixture(scope="module")
 def chat_dir(tmp_path_factory):
     directory = write_chat_tokenizer(tmp_path_factory.mktemp("chat"), vocab_size=400, add_bos_token=True)
     return write_hf_config(directory, vocab_size=416)  # padded embedding: more rows than ids
+
 
 def test_hf_directory_brings_its_tokenizer_and_its_special_tokens(chat_dir):
     tokenizer = tokenizer_for_model(chat_dir)
@@ -33,16 +35,21 @@ def test_hf_directory_brings_its_tokenizer_and_its_special_tokens(chat_dir):
     assert tokenizer.encode(text) == reference.encode(text, add_special_tokens=False).ids
     assert tokenizer.encode_template("<|im_start|>user") == [1, *reference.encode("user").ids]
 
+
 def test_hf_directory_without_a_tokenizer_is_a_named_error(tmp_path):
     write_hf_config(tmp_path / "m", vocab_size=8192)
     with pytest.raises(TokenizerError, match=f"{tmp_path / 'm'} has no tokenizer.json"):
         tokenizer_for_model(tmp_path / "m")
     assert tokenizer_for_model(tmp_path / "m", override="bpe-8192").vocab_size == 8192
 
+
 def test_a_tokenizer_larger_than_the_embedding_names_both_numbers_and_files(chat_dir, tmp_path):
     small = write_hf_config(write_chat_tokenizer(tmp_path / "small", vocab_size=400), vocab_size=300)
-    with pytest.raises(TokenizerError, match=f"has 400 tokens, the model's vocab_size is 300 \\({small}/config.json\\)"):
+    with pytest.raises(
+        TokenizerError, match=f"has 400 tokens, the model's vocab_size is 300 \\({small}/config.json\\)"
+    ):
         tokenizer_for_model(small)
+
 
 def test_the_users_tokenizer_overrides_the_models_with_a_warning(chat_dir, tmp_path, caplog):
     other = write_chat_tokenizer(tmp_path / "other", vocab_size=380)
@@ -54,6 +61,7 @@ def test_the_users_tokenizer_overrides_the_models_with_a_warning(chat_dir, tmp_p
     with caplog.at_level("WARNING"):
         tokenizer_for_model(chat_dir, override=str(chat_dir / "tokenizer.json"))
     assert caplog.text == ""  # the same definition: nothing to warn about
+
 
 def test_training_checkpoints_and_files_that_record_nothing(tmp_path):
     model = Llama(ModelConfig.from_preset("debug", vocab_size=512))

@@ -206,7 +206,9 @@ def test_niah_command_writes_prompts_in_the_checkpoints_tokenizer(bpe512_checkpo
     assert [row["length"] for row in result["per_length"]] == [256]
 
 
-def test_niah_command_lets_the_user_override_the_checkpoints_tokenizer(bpe512_checkpoint, haystack_file, caplog, capsys):
+def test_niah_command_lets_the_user_override_the_checkpoints_tokenizer(
+    bpe512_checkpoint, haystack_file, caplog, capsys
+):
     """data.tokenizer overrides the recorded bpe-512 with a warning; bpe-1024 then has more ids
     than the model's 512 embedding rows, an error naming both."""
     args = eval_args(haystack_file)
