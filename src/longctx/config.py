@@ -405,6 +405,9 @@ class NiahConfig:
     """Greedy tokens generated per test (" 144231, 543171, 264468 and 423103." is 32 with bpe-8192)."""
     batch_tokens: int = 8192
     """Most prompt tokens per forward when decoding tests in batches."""
+    prefill_chunk_tokens: int = 8192
+    """Prompt tokens per row per prefill forward (KV cache between chunks; 0 = the whole
+    prompt at once): bounds a long prompt's activations (model/generation.py, niah/memory.py)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     depth_bands: int = 10
@@ -432,6 +435,10 @@ class NiahConfig:
             raise ConfigError("eval.niah.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
         if self.min_found is not None and self.min_found < 1:
             raise ConfigError("eval.niah.min_found", f"must be >= 1 (or null for the task's), got {self.min_found}")
+        if self.prefill_chunk_tokens < 0:
+            raise ConfigError(
+                "eval.niah.prefill_chunk_tokens", f"must be >= 0 (0 = unchunked), got {self.prefill_chunk_tokens}"
+            )
 
     def for_model(self, max_position: int, *, max_length: int = 0, tests_per_length: int = 0) -> NiahConfig:
         """A copy with `max_length` resolved (argument, else this config's, else the model's

@@ -26,6 +26,7 @@ from longctx.config import ExperimentConfig, NiahConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethodConfig, build_position_method
+from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.niah.search import (
     EffectiveLengthResult,
     LlamaGenerator,
@@ -80,7 +81,13 @@ def evaluate(
     if method_config.name != "rope":
         position_method = build_position_method(method_config, model.config).to(device)
     settings = settings or search_settings(config, model)
-    generator = LlamaGenerator(model, batch_tokens=settings.batch_tokens, position_method=position_method)
+    generator = LlamaGenerator(
+        model,
+        batch_tokens=settings.batch_tokens,
+        position_method=position_method,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+    )
+    check_memory(generator, settings, device)
     was_training = model.training
     model.eval()
     # bf16 on CUDA (the flash kernels' dtype, half the KV cache); fp32 weights stay the reference on CPU.
@@ -90,6 +97,28 @@ def evaluate(
             return search_effective_length(generator, tokenizer, haystack, settings, progress=progress)
     finally:
         model.train(was_training)
+
+
+def check_memory(generator: LlamaGenerator, settings: NiahConfig, device: torch.device) -> None:
+    """Refuse, naming the limit, a longest length whose evaluation cannot fit (niah/memory.py),
+    before its prompts, KV cache or activations exist."""
+    lengths = settings.evaluated_lengths()
+    if not lengths:
+        return
+    longest = max(lengths)
+    cuda = device.type == "cuda"
+    estimate = estimate_evaluation_memory(
+        generator.model.config,
+        longest,
+        rows=generator.rows_per_batch(longest),
+        tests=settings.tests_per_length,
+        new_tokens=settings.max_new_tokens,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        compute_bytes=2 if cuda else 4,  # bf16 autocast on CUDA, fp32 on CPU (evaluate)
+        dense_attention=not cuda,
+    )
+    available, source = available_memory(device)
+    check_evaluation_memory(estimate, available, source, length=longest)
 
 
 def write_result(

@@ -82,6 +82,8 @@ class LlamaGenerator:
     prompts faster than `varlen`, the training default (benchmarks/niah.py)."""
     position_method: PositionMethod | None = None
     """StRing or a baseline (`build_position_method`); None = the model's plain RoPE."""
+    prefill_chunk_tokens: int = 0
+    """Prompt tokens per row per prefill forward (0 = the whole prompt; model/generation.py)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "batch_tokens"):
@@ -100,6 +102,7 @@ class LlamaGenerator:
                 max_new_tokens,
                 attention_backend=self.attention_backend,
                 position_method=self.position_method,
+                prefill_chunk_tokens=self.prefill_chunk_tokens,
             )
             for chunk in input_ids.split(self.rows_per_batch(input_ids.shape[1]))
         ]
