@@ -71,7 +71,7 @@ def convert_gguf(file: str | Path, out_dir: str | Path) -> Path:
     try:
         import gguf  # noqa: F401  (transformers' GGUF loader needs it)
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
     except ImportError as error:
         raise LongctxError(f"convert-gguf needs {GGUF_PACKAGES}: {error}") from None
     try:
@@ -82,6 +82,7 @@ def convert_gguf(file: str | Path, out_dir: str | Path) -> Path:
     if loaded.config.model_type != "llama":
         raise CheckpointError(f"{file}: architecture {loaded.config.model_type!r}; convert-gguf writes llama models")
     config = loaded.config
+    assert isinstance(config, LlamaConfig)  # model_type llama, checked above
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = LlamaForCausalLM(config)
