@@ -22,6 +22,7 @@ checkpoint, sweep) or a missing file; any other exception is a bug and keeps its
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -223,21 +224,27 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import format_table, method_table
+    from longctx.niah.evaluation import format_table, load_arms, method_table
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items, args.checkpoints)
-    methods = args.methods.split(",")
+    if args.arms:
+        arms = load_arms(args.arms)
+    else:
+        arms = {name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")}
+    lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = {}
     for path in args.checkpoints:
-        model = load_model(path)
-        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = model
-    table = method_table(models, methods, cfg, tokenizer, haystack)
-    text = format_table(table, methods)
+        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = load_model(path)
+    table = method_table(models, arms, cfg, tokenizer, haystack, lengths)
+    text = format_table(table, list(arms))
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
     return 0
 
 
@@ -336,7 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
     )
-    table.add_argument("--out", default="", help="also write the markdown table here")
+    table.add_argument("--arms", default="", help="YAML of named eval.position_method sections (replaces --methods)")
+    table.add_argument(
+        "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"
+    )
+    table.add_argument("--out", default="", help="also write the markdown table here (and its numbers as .json)")
     table.set_defaults(run=cmd_niah_table)
 
     fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")

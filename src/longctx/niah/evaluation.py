@@ -78,7 +78,7 @@ def evaluate(
     method_config = method or config.eval.position_method
     device = model.tok_embeddings.weight.device
     position_method = None
-    if method_config.name != "rope":
+    if method_config.name != "rope" or method_config.rope.repo_score_scale:
         position_method = build_position_method(method_config, model.config).to(device)
     settings = settings or search_settings(config, model)
     generator = LlamaGenerator(
@@ -202,37 +202,87 @@ def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
     return result.depth_edges[band], result.depth_edges[band + 1]
 
 
+def load_arms(path: str | Path) -> dict[str, PositionMethodConfig]:
+    """The arms of a method table from a YAML file, fixed before any result:
+
+        arms:
+          rope: {name: rope}
+          string-repo: {name: string, string: {compat: repo}}
+
+    each arm an `eval.position_method` section (unset keys keep their defaults). An unknown
+    key or a bad value is an error naming the file and the arm."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from longctx.errors import ConfigError
+
+    values = yaml.safe_load(Path(path).read_text()) or {}
+    arms = values.get("arms") if isinstance(values, dict) else None
+    if not isinstance(arms, dict) or not arms:
+        raise ConfigError("arms", f"{path}: needs a non-empty mapping 'arms: {{name: {{position method}}}}'")
+    resolved = {}
+    for name, section in arms.items():
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(PositionMethodConfig), section or {})
+            resolved[str(name)] = OmegaConf.to_object(merged)
+        except OmegaConfBaseException as error:
+            raise ConfigError(f"arms.{name}", f"{path}: {str(error).splitlines()[0]}") from None
+    return resolved  # type: ignore[return-value]  # to_object of a structured PositionMethodConfig
+
+
 def method_table(
     models: dict[str, Llama],
-    methods: list[str],
+    arms: dict[str, PositionMethodConfig],
     config: ExperimentConfig,
     tokenizer: Tokenizer,
     haystack: Haystack | None,
+    lengths: list[int] | None = None,
 ) -> dict:
-    """{model: {method: {"accuracy", "peak_failure_depth"}}} at each model's training length."""
+    """{column: {arm: {"accuracy", "passed", "tests", "wilson", "peak_failure_depth"}}}: each
+    model at its training length L (STRING Table 1), or at each of `lengths` (columns
+    "model@length"). Parameters that depend on L (StRing's S = L/3, the baselines' 2/3 L)
+    come from the training length, whatever the test length."""
     table: dict = {}
     for model_name, model in models.items():
-        length = model.config.max_position
-        settings = dataclasses.replace(search_settings(config, model), lengths=[length])
-        table[model_name] = {}
-        for name in methods:
-            method = dataclasses.replace(config.eval.position_method, name=name)
+        evaluated = lengths or [model.config.max_position]
+        settings = dataclasses.replace(search_settings(config, model), lengths=list(evaluated))
+        columns = {length: model_name if not lengths else f"{model_name}@{length}" for length in evaluated}
+        for column in columns.values():
+            table[column] = {}
+        for arm, method in arms.items():
+            method.resolved(model.config.max_position, f"arms.{arm}")
             result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
-            row = result.per_length[-1]
-            table[model_name][name] = {"accuracy": row.rate, "peak_failure_depth": peak_failure_depth(result)}
+            for row in result.per_length:
+                table[columns[row.length]][arm] = {
+                    "accuracy": row.rate,
+                    "passed": row.passed,
+                    "tests": row.tests,
+                    "wilson": (row.wilson_low, row.wilson_high),
+                    "peak_failure_depth": peak_failure_depth(result),
+                }
     return table
 
 
+def _cell(entry: dict) -> str:
+    """Accuracy in %, with its Wilson 95% interval and test count when the entry has them."""
+    if "wilson" not in entry:
+        return f"{100 * entry['accuracy']:.1f}"
+    low, high = entry["wilson"]
+    return f"{100 * entry['accuracy']:.1f} [{100 * low:.0f}, {100 * high:.0f}] n={entry['tests']}"
+
+
 def format_table(table: dict, methods: list[str]) -> str:
-    """Markdown in the STRING Table 1 layout (methods as rows, models as columns), then
-    the peak-failure depth of each model under plain RoPE (Table 4)."""
+    """Markdown in the STRING Table 1 layout (methods as rows, models as columns; cells:
+    accuracy %, Wilson 95% interval, tests), then the peak-failure depth of each model
+    under the first method (Table 4)."""
     models = list(table)
     lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for name in methods:
-        cells = [f"{100 * table[m][name]['accuracy']:.1f}" for m in models]
+        cells = [_cell(table[m][name]) for m in models]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("| model | peak failure depth (rope) |")
+    lines.append(f"| model | peak failure depth ({methods[0]}) |")
     lines.append("|---|---|")
     for model in models:
         low, high = table[model][methods[0]]["peak_failure_depth"]

@@ -1,0 +1,64 @@
+"""The arms of a method table (niah-table --arms), fixed in YAML before any result, and the
+RoPE-with-the-repo's-score-temperature arm that separates StRing's shift from its temperature."""
+
+import math
+
+import pytest
+import torch
+
+from longctx.cli import main
+from longctx.errors import ConfigError
+from longctx.model.checkpoint import save_model
+from longctx.model.llama import Llama, ModelConfig
+from longctx.model.position_methods import PositionMethodConfig, RopeConfig, build_position_method
+from longctx.niah.evaluation import load_arms
+from tests.niah.test_evaluation import eval_args, haystack_file  # noqa: F401  (a fixture)
+
+
+def test_rope_with_the_repo_temperature_multiplies_scores_by_it():
+    """softmax(factor^2 q.k / sqrt d): the same as plain RoPE with queries times factor^2,
+    (1 + 0.1 ln 2)^2 = 1.0693^2 = 1.1434 by hand."""
+    factor = (1 + 0.1 * math.log(2)) ** 2
+    assert factor == pytest.approx(1.1434, abs=1e-4)
+    config = ModelConfig.from_preset("debug", max_position=64)
+    plain = build_position_method(PositionMethodConfig(name="rope"), config).double()
+    tempered = build_position_method(PositionMethodConfig(name="rope", rope=RopeConfig(True)), config).double()
+    q, k, v = (torch.randn(2, 30, h, 16, dtype=torch.float64) for h in (4, 2, 2))
+    expected = plain.attend(q * factor, k, v)
+    torch.testing.assert_close(tempered.attend(q, k, v), expected, atol=1e-12, rtol=0)
+    assert not torch.allclose(plain.attend(q, k, v), expected)
+    assert tempered.params == {"repo_score_scale": True}
+
+
+def test_arms_file_gives_named_position_method_sections(tmp_path):
+    path = tmp_path / "arms.yaml"
+    path.write_text(
+        "arms:\n  rope: {name: rope}\n  string-repo: {name: string, string: {compat: repo}}\n"
+        "  rope-temperature: {name: rope, rope: {repo_score_scale: true}}\n"
+    )
+    arms = load_arms(path)
+    assert list(arms) == ["rope", "string-repo", "rope-temperature"]
+    assert (arms["string-repo"].name, arms["string-repo"].string.compat, arms["string-repo"].string.local_window) == (
+        "string",
+        "repo",
+        128,
+    )
+    assert arms["rope-temperature"].rope.repo_score_scale is True
+    path.write_text("arms:\n  bad: {name: string, string: {shfit: 3}}\n")
+    with pytest.raises(ConfigError, match=f"arms.bad: {path}: Key 'shfit' not in 'StringConfig'"):
+        load_arms(path)
+
+
+def test_niah_table_runs_the_arms_at_the_given_lengths(tmp_path, haystack_file, capsys):  # noqa: F811
+    model = tmp_path / "m.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), model)
+    arms = tmp_path / "arms.yaml"
+    arms.write_text("arms:\n  rope: {name: rope}\n  string: {name: string, string: {local_window: 16}}\n")
+    out = tmp_path / "table.md"
+    args = ["niah-table", str(model), "--arms", str(arms), "--lengths", "192,256", "--out", str(out)]
+    assert main([*args, *(f"--set={a}" for a in eval_args(haystack_file))]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "| method | m.safetensors@192 | m.safetensors@256 |"
+    assert lines[2].startswith("| rope | ") and lines[3].startswith("| string | ")
+    assert lines[2].count("n=2") == 2
+    assert (tmp_path / "table.json").is_file()
