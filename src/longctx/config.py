@@ -418,6 +418,10 @@ class NiahConfig:
     """Needles start at sentence boundaries (gkamradt, STRING script); False: exact depth."""
     random_start: bool = False
     """Start the haystack at a random sentence per test instead of its first one."""
+    chat_template: str = "none"
+    """none: the bare prompt (base models; BOS first when the tokenizer's add_bos_token says
+    so) | auto: inside the tokenizer's chat template as the user turn, the answer prefix
+    opening the assistant turn (instruct models, as HELMET does; niah/chat.py)."""
 
     def __post_init__(self) -> None:
         for name in ("step", "tests_per_length", "max_new_tokens", "batch_tokens", "depth_bands"):
@@ -435,6 +439,7 @@ class NiahConfig:
             raise ConfigError("eval.niah.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
         if self.min_found is not None and self.min_found < 1:
             raise ConfigError("eval.niah.min_found", f"must be >= 1 (or null for the task's), got {self.min_found}")
+        _choice("eval.niah.chat_template", self.chat_template, ("none", "auto"))
         if self.prefill_chunk_tokens < 0:
             raise ConfigError(
                 "eval.niah.prefill_chunk_tokens", f"must be >= 0 (0 = unchunked), got {self.prefill_chunk_tokens}"

@@ -50,6 +50,7 @@ from longctx.errors import ConfigError
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
+from longctx.niah.chat import prompt_frame
 from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 
 WILSON_Z = 1.96
@@ -244,6 +245,7 @@ def evaluate_length(
         seed=config.seed,
         snap_to_sentence=config.snap_to_sentence,
         random_start=config.random_start,
+        frame=prompt_frame(tokenizer, config.chat_template),
     )
     input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
     eos_id = getattr(tokenizer, "eos_id", None)  # longctx Tokenizers have one; test doubles may not
