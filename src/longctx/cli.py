@@ -410,8 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--tokenizer",
         default="",
-        help="tokenizer spec to write beside the weights (default: the checkpoint's data.tokenizer, "
-        "else bpe-8192); 'none' writes the weights only",
+        help="tokenizer spec to write beside the weights (default: the model's own: an HF directory's, "
+        "a run's data.tokenizer, else bpe-8192 for an 8192-row model); 'none' writes the weights only",
     )
     export.set_defaults(run=cmd_export_hf)
 
