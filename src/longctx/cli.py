@@ -227,13 +227,12 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     import dataclasses
 
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import format_table, load_arms, method_table
+    from longctx.niah.evaluation import format_table, method_table
 
     cfg, tokenizer, haystack = _evaluation_setup(args.items, args.checkpoints)
-    if args.arms:
-        arms = load_arms(args.arms)
-    else:
-        arms = {name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")}
+    arms = cfg.eval.arms or {
+        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
+    }
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = {}
     for path in args.checkpoints:
@@ -339,11 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
         "niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models"
     )
     table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
-    table.add_argument("--methods", default="rope,ntk,yarn,rerope,self_extend,dca,string")
+    table.add_argument(
+        "--methods",
+        default="rope,ntk,yarn,rerope,self_extend,dca,string",
+        help="method names under eval.position_method's settings (ignored when the config sets eval.arms)",
+    )
     table.add_argument(
         "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
     )
-    table.add_argument("--arms", default="", help="YAML of named eval.position_method sections (replaces --methods)")
     table.add_argument(
         "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"
     )

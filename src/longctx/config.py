@@ -476,6 +476,10 @@ class EvalConfig:
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
     self_extend | dca | string) and each method's parameters (model/position_methods/)."""
+    arms: dict[str, PositionMethodConfig] = field(default_factory=dict)
+    """Named position methods of a method table (`longctx niah-table`; empty = its --methods),
+    fixed in a config file before any result: `{rope: {name: rope}, string-repo: {name:
+    string, string: {compat: repo}}}`; unset keys keep their defaults."""
     niah: NiahConfig = field(default_factory=NiahConfig)
     """The NIAH test and its effective-length search."""
     out_dir: str = "runs/niah"
@@ -491,6 +495,8 @@ class EvalConfig:
 
     def validate(self, model: ModelConfig) -> None:
         self.position_method.resolved(model.max_position)
+        for name, arm in self.arms.items():
+            arm.resolved(model.max_position, f"eval.arms.{name}")
         if self.threads < 0:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.config import load
 from longctx.errors import ConfigError
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama, ModelConfig
 from longctx.model.position_methods import PositionMethodConfig, RopeConfig, build_position_method
-from longctx.niah.evaluation import load_arms
 from tests.niah.test_evaluation import eval_args, haystack_file  # noqa: F401  (a fixture)
 
 
@@ -30,13 +30,13 @@ def test_rope_with_the_repo_temperature_multiplies_scores_by_it():
     assert tempered.params == {"repo_score_scale": True}
 
 
-def test_arms_file_gives_named_position_method_sections(tmp_path):
+def test_arms_are_named_position_method_sections_of_the_config(tmp_path):
     path = tmp_path / "arms.yaml"
     path.write_text(
-        "arms:\n  rope: {name: rope}\n  string-repo: {name: string, string: {compat: repo}}\n"
-        "  rope-temperature: {name: rope, rope: {repo_score_scale: true}}\n"
+        "eval:\n  arms:\n    rope: {name: rope}\n    string-repo: {name: string, string: {compat: repo}}\n"
+        "    rope-temperature: {name: rope, rope: {repo_score_scale: true}}\n"
     )
-    arms = load_arms(path)
+    arms = load([path]).eval.arms
     assert list(arms) == ["rope", "string-repo", "rope-temperature"]
     assert (arms["string-repo"].name, arms["string-repo"].string.compat, arms["string-repo"].string.local_window) == (
         "string",
@@ -44,18 +44,37 @@ def test_arms_file_gives_named_position_method_sections(tmp_path):
         128,
     )
     assert arms["rope-temperature"].rope.repo_score_scale is True
-    path.write_text("arms:\n  bad: {name: string, string: {shfit: 3}}\n")
-    with pytest.raises(ConfigError, match=f"arms.bad: {path}: Key 'shfit' not in 'StringConfig'"):
-        load_arms(path)
+    path.write_text("eval:\n  arms:\n    bad: {name: string, string: {shfit: 3}}\n")
+    with pytest.raises(ConfigError, match=r"eval\.arms\.bad\.string\.shfit: unknown key"):
+        load([path])
+    path.write_text("eval:\n  arms:\n    wide: {name: string, string: {local_window: 4000}}\n")
+    with pytest.raises(ConfigError, match=r"eval\.arms\.wide\.string\.local_window: must be in \[0, shift S="):
+        load([path])
+
+
+def test_the_shipped_real_model_table_fixes_the_nine_arms():
+    arms = load(["experiments/real/smollm2_table1.yaml"]).eval.arms
+    assert list(arms) == [
+        "rope",
+        "string-paper",
+        "string-repo",
+        "rope-repo-temperature",
+        "ntk",
+        "yarn",
+        "rerope",
+        "self_extend",
+        "dca",
+    ]
+    assert arms["string-paper"].resolved(8192) == {"shift": 2731, "local_window": 128, "compat": "paper"}
 
 
 def test_niah_table_runs_the_arms_at_the_given_lengths(tmp_path, haystack_file, capsys):  # noqa: F811
     model = tmp_path / "m.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), model)
     arms = tmp_path / "arms.yaml"
-    arms.write_text("arms:\n  rope: {name: rope}\n  string: {name: string, string: {local_window: 16}}\n")
+    arms.write_text("eval:\n  arms:\n    rope: {name: rope}\n    string: {name: string, string: {local_window: 16}}\n")
     out = tmp_path / "table.md"
-    args = ["niah-table", str(model), "--arms", str(arms), "--lengths", "192,256", "--out", str(out)]
+    args = ["niah-table", str(model), "--set", str(arms), "--lengths", "192,256", "--out", str(out)]
     assert main([*args, *(f"--set={a}" for a in eval_args(haystack_file))]) == 0
     lines = out.read_text().splitlines()
     assert lines[0] == "| method | m.safetensors@192 | m.safetensors@256 |"

@@ -202,35 +202,6 @@ def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
     return result.depth_edges[band], result.depth_edges[band + 1]
 
 
-def load_arms(path: str | Path) -> dict[str, PositionMethodConfig]:
-    """The arms of a method table from a YAML file, fixed before any result:
-
-        arms:
-          rope: {name: rope}
-          string-repo: {name: string, string: {compat: repo}}
-
-    each arm an `eval.position_method` section (unset keys keep their defaults). An unknown
-    key or a bad value is an error naming the file and the arm."""
-    import yaml
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from longctx.errors import ConfigError
-
-    values = yaml.safe_load(Path(path).read_text()) or {}
-    arms = values.get("arms") if isinstance(values, dict) else None
-    if not isinstance(arms, dict) or not arms:
-        raise ConfigError("arms", f"{path}: needs a non-empty mapping 'arms: {{name: {{position method}}}}'")
-    resolved = {}
-    for name, section in arms.items():
-        try:
-            merged = OmegaConf.merge(OmegaConf.structured(PositionMethodConfig), section or {})
-            resolved[str(name)] = OmegaConf.to_object(merged)
-        except OmegaConfBaseException as error:
-            raise ConfigError(f"arms.{name}", f"{path}: {str(error).splitlines()[0]}") from None
-    return resolved  # type: ignore[return-value]  # to_object of a structured PositionMethodConfig
-
-
 def method_table(
     models: dict[str, Llama],
     arms: dict[str, PositionMethodConfig],
@@ -251,7 +222,7 @@ def method_table(
         for column in columns.values():
             table[column] = {}
         for arm, method in arms.items():
-            method.resolved(model.config.max_position, f"arms.{arm}")
+            method.resolved(model.config.max_position, f"eval.arms.{arm}")
             result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
             for row in result.per_length:
                 table[columns[row.length]][arm] = {
