@@ -168,10 +168,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from longctx.data.model_tokenizer import tokenizer_for_model
-    from longctx.train.sft import finetune
+    from longctx.train.sft import check_sft_config, finetune
 
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
+    check_sft_config(cfg)
     trainer = finetune(cfg, tokenizer_for_model(cfg.init, _user_tokenizer(cfg.data.tokenizer)))
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
