@@ -34,7 +34,8 @@ TESTS      ?= 500
 real-model: $(STAMP)
 	test -f $(REAL_MODEL)/config.json || $(BIN)/longctx convert-gguf smollm2 $(REAL_MODEL)
 
-# CPU smoke of the table: every arm, 2 tests at 2K and at the 8K training length (~20 min on 2 free cores).
+# CPU smoke of the table: every arm, 2 tests at 2K and at the 8K training length (the 8K half took
+# 59 min on 2 shared cores: docs/real_models.md).
 demo-real: real-model
 	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,8192 --set $(REAL_TABLE) \
 		--set eval.niah.tests_per_length=2 --out runs/real/demo/table1.md
