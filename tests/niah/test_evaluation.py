@@ -15,13 +15,7 @@ from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
 from longctx.niah.evaluation import format_table, peak_failure_depth
 from longctx.niah.search import EffectiveLengthResult
-
-
-@pytest.fixture(scope="module")
-def haystack_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hay") / "haystack.txt"
-    path.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
-    return path
+from tests.niah.helpers import eval_args
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +23,6 @@ def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "model.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), path)
     return path
-
-
-def eval_args(haystack_file):
-    return [
-        f"eval.niah.haystack={haystack_file}",
-        "eval.niah.step=128",
-        "eval.niah.tests_per_length=2",
-        "eval.niah.max_new_tokens=8",
-        "log.wandb_mode=disabled",
-    ]
 
 
 def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, tmp_path, capsys):
@@ -207,15 +191,26 @@ def test_niah_command_writes_prompts_in_the_checkpoints_tokenizer(bpe512_checkpo
     assert [row["length"] for row in result["per_length"]] == [256]
 
 
-def test_niah_command_refuses_a_tokenizer_the_checkpoint_was_not_trained_with(bpe512_checkpoint, haystack_file, capsys):
+def test_niah_command_lets_the_user_override_the_checkpoints_tokenizer(
+    bpe512_checkpoint, haystack_file, caplog, capsys
+):
+    """data.tokenizer overrides the recorded bpe-512 with a warning; bpe-1024 then has more ids
+    than the model's 512 embedding rows, an error naming both."""
     args = eval_args(haystack_file)
-    assert main(["niah", str(bpe512_checkpoint), *args, "data.tokenizer=bpe-1024"]) == 2
-    assert "data.tokenizer: is bpe-1024, but" in capsys.readouterr().err
+    with caplog.at_level("WARNING"):
+        assert main(["niah", str(bpe512_checkpoint), *args, "data.tokenizer=bpe-1024"]) == 2
+    assert f"data.tokenizer=bpe-1024 overrides the tokenizer of {bpe512_checkpoint} (bpe-512)" in caplog.text
+    assert f"has 1024 tokens, the model's vocab_size is 512 ({bpe512_checkpoint})" in capsys.readouterr().err
 
 
 def test_niah_command_names_a_tokenizer_larger_than_the_vocabulary(haystack_file, tmp_path, capsys):
-    """A safetensors file records no tokenizer: the default bpe-8192 does not fit a 512-token model."""
+    """A safetensors file records no tokenizer and its 512 rows are not the default bpe-8192's:
+    an error asks for one; a named tokenizer with more ids than rows is an error naming both."""
     path = tmp_path / "small.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", vocab_size=512, max_position=512)), path)
     assert main(["niah", str(path), *eval_args(haystack_file)]) == 2
-    assert f"bpe-8192 has 8192 tokens but {path} has vocab_size 512" in capsys.readouterr().err
+    assert f"{path} does not record its tokenizer and its vocab_size 512 is not that of bpe-8192" in (
+        capsys.readouterr().err
+    )
+    assert main(["niah", str(path), *eval_args(haystack_file), "data.tokenizer=bpe-1024"]) == 2
+    assert f"bpe-1024 has 1024 tokens, the model's vocab_size is 512 ({path})" in capsys.readouterr().err

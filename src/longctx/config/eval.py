@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from longctx.config.checks import positive_int
+from longctx.config.checks import choice, positive_int
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
@@ -46,6 +46,9 @@ class NiahConfig:
     """Greedy tokens generated per test (" 144231, 543171, 264468 and 423103." is 32 with bpe-8192)."""
     batch_tokens: int = 8192
     """Most prompt tokens per forward when decoding tests in batches."""
+    prefill_chunk_tokens: int = 8192
+    """Prompt tokens per row per prefill forward (KV cache between chunks; 0 = the whole
+    prompt at once): bounds a long prompt's activations (model/generation.py, niah/memory.py)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     depth_bands: int = 10
@@ -56,6 +59,10 @@ class NiahConfig:
     """Needles start at sentence boundaries (gkamradt, STRING script); False: exact depth."""
     random_start: bool = False
     """Start the haystack at a random sentence per test instead of its first one."""
+    chat_template: str = "none"
+    """none: the bare prompt (base models; BOS first when the tokenizer's add_bos_token says
+    so) | auto: inside the tokenizer's chat template as the user turn, the answer prefix
+    opening the assistant turn (instruct models, as HELMET does; niah/chat.py)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -76,6 +83,11 @@ class NiahConfig:
             raise ConfigError("eval.niah.pass_threshold", f"must be in (0, 1], got {self.pass_threshold}")
         if self.min_found is not None and self.min_found < 1:
             raise ConfigError("eval.niah.min_found", f"must be >= 1 (or null for the task's), got {self.min_found}")
+        choice("eval.niah.chat_template", self.chat_template, ("none", "auto"))
+        if self.prefill_chunk_tokens < 0:
+            raise ConfigError(
+                "eval.niah.prefill_chunk_tokens", f"must be >= 0 (0 = unchunked), got {self.prefill_chunk_tokens}"
+            )
 
     def for_model(self, max_position: int, *, max_length: int = 0, tests_per_length: int = 0) -> NiahConfig:
         """A copy with `max_length` resolved (argument, else this config's, else the model's
@@ -108,6 +120,10 @@ class EvalConfig:
     position_method: PositionMethodConfig = field(default_factory=PositionMethodConfig)
     """How attention treats positions at evaluation: `name` (rope | ntk | yarn | rerope |
     self_extend | dca | string) and each method's parameters (model/position_methods/)."""
+    arms: dict[str, PositionMethodConfig] = field(default_factory=dict)
+    """Named position methods of a method table (`longctx niah-table`; empty = its --methods),
+    fixed in a config file before any result: `{rope: {name: rope}, string-repo: {name:
+    string, string: {compat: repo}}}`; unset keys keep their defaults."""
     niah: NiahConfig = field(default_factory=NiahConfig)
     """The NIAH test and its effective-length search."""
     out_dir: str = "runs/niah"
@@ -133,6 +149,8 @@ class EvalConfig:
     def validate_for_model(self, max_position: int) -> None:
         """The position method's parameters, resolved against the model's training length."""
         self.position_method.resolved(max_position)
+        for name, arm in self.arms.items():
+            arm.resolved(max_position, f"eval.arms.{name}")
 
 
 @dataclass

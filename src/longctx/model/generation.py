@@ -1,9 +1,14 @@
 """Greedy decoding: batched with the KV cache, and a full-recompute reference.
 
-`greedy_generate` runs one prefill over the whole batch of equal-length prompts, then one
-forward of a single token per step; each step costs O(prompt length) instead of the
-O(prompt length^2) of re-running the prompt. `greedy_generate_recompute` re-runs the full
-sequence every step: slow, obviously right, and what tests compare against.
+`greedy_generate` prefills the batch of equal-length prompts into the KV cache, then runs
+one forward of a single token per step; each step costs O(prompt length) instead of the
+O(prompt length^2) of re-running the prompt. The prefill runs in chunks of
+`prefill_chunk_tokens` tokens per row: chunk c attends to the cached keys of chunks
+0..c-1 and causally to itself, which is exactly the unchunked attention row by row, while
+a forward's activations (and the attention scores of the dense CPU kernels, Tq x Tk) grow
+with the chunk instead of the prompt: what lets a long prompt fit (niah/memory.py).
+`greedy_generate_recompute` re-runs the full sequence every step: slow, obviously right,
+and what tests compare against.
 """
 
 from __future__ import annotations
@@ -24,12 +29,25 @@ def greedy_generate(
     document_ids: torch.Tensor | None = None,
     attention_backend: str | None = None,
     position_method: PositionMethod | None = None,
+    prefill_chunk_tokens: int = 0,
 ) -> torch.Tensor:
-    """input_ids [B, T] -> generated ids [B, max_new_tokens] (argmax at every step)."""
+    """input_ids [B, T] -> generated ids [B, max_new_tokens] (argmax at every step);
+    `prefill_chunk_tokens`: prompt tokens per row per prefill forward (0 = all T at once)."""
+    if prefill_chunk_tokens < 0:
+        raise ValueError(f"prefill_chunk_tokens must be >= 0, got {prefill_chunk_tokens}")
     batch, prompt_len = input_ids.shape
     cache = model.new_kv_cache(batch, prompt_len + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    logits = model(input_ids, position_ids, document_ids, last_logits_only=True, **options)
+    chunk = prefill_chunk_tokens or prompt_len
+    for start in range(0, prompt_len, chunk):
+        part = slice(start, start + chunk)
+        logits = model(
+            input_ids[:, part],
+            None if position_ids is None else position_ids[:, part],
+            None if document_ids is None else document_ids[:, part],
+            last_logits_only=True,
+            **options,
+        )
     tokens = []
     next_token = logits[:, -1].argmax(-1)
     for step in range(max_new_tokens):

@@ -27,6 +27,7 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
+from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.niah.search import (
     EffectiveLengthResult,
     LlamaGenerator,
@@ -78,10 +79,16 @@ def evaluate(
     method_config = method or config.eval.position_method
     device = model.tok_embeddings.weight.device
     position_method = None
-    if method_config.name != "rope":
+    if method_config.name != "rope" or method_config.rope.repo_score_scale:
         position_method = build_position_method(method_config, model.config).to(device)
     settings = settings or search_settings(config, model)
-    generator = LlamaGenerator(model, batch_tokens=settings.batch_tokens, position_method=position_method)
+    generator = LlamaGenerator(
+        model,
+        batch_tokens=settings.batch_tokens,
+        position_method=position_method,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+    )
+    check_memory(generator, settings, device)
     was_training = model.training
     model.eval()
     # bf16 on CUDA (the flash kernels' dtype, half the KV cache); fp32 weights stay the reference on CPU.
@@ -91,6 +98,28 @@ def evaluate(
             return search_effective_length(generator, tokenizer, haystack, settings, progress=progress)
     finally:
         model.train(was_training)
+
+
+def check_memory(generator: LlamaGenerator, settings: NiahConfig, device: torch.device) -> None:
+    """Refuse, naming the limit, a longest length whose evaluation cannot fit (niah/memory.py),
+    before its prompts, KV cache or activations exist."""
+    lengths = settings.evaluated_lengths()
+    if not lengths:
+        return
+    longest = max(lengths)
+    cuda = device.type == "cuda"
+    estimate = estimate_evaluation_memory(
+        generator.model.config,
+        longest,
+        rows=generator.rows_per_batch(longest),
+        tests=settings.tests_per_length,
+        new_tokens=settings.max_new_tokens,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        compute_bytes=2 if cuda else 4,  # bf16 autocast on CUDA, fp32 on CPU (evaluate)
+        dense_attention=not cuda,
+    )
+    available, source = available_memory(device)
+    check_evaluation_memory(estimate, available, source, length=longest)
 
 
 def write_result(
@@ -166,35 +195,56 @@ def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
 
 def method_table(
     models: dict[str, Llama],
-    methods: list[str],
+    arms: dict[str, PositionMethodConfig],
     config: ExperimentConfig,
     tokenizer: Tokenizer,
     haystack: Haystack | None,
+    lengths: list[int] | None = None,
 ) -> dict:
-    """{model: {method: {"accuracy", "peak_failure_depth"}}} at each model's training length."""
+    """{column: {arm: {"accuracy", "passed", "tests", "wilson", "peak_failure_depth"}}}: each
+    model at its training length L (STRING Table 1), or at each of `lengths` (columns
+    "model@length"). Parameters that depend on L (StRing's S = L/3, the baselines' 2/3 L)
+    come from the training length, whatever the test length."""
     table: dict = {}
     for model_name, model in models.items():
-        length = model.config.max_position
-        settings = dataclasses.replace(search_settings(config, model), lengths=[length])
-        table[model_name] = {}
-        for name in methods:
-            method = dataclasses.replace(config.eval.position_method, name=name)
+        evaluated = lengths or [model.config.max_position]
+        settings = dataclasses.replace(search_settings(config, model), lengths=list(evaluated))
+        columns = {length: model_name if not lengths else f"{model_name}@{length}" for length in evaluated}
+        for column in columns.values():
+            table[column] = {}
+        for arm, method in arms.items():
+            method.resolved(model.config.max_position, f"eval.arms.{arm}")
             result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
-            row = result.per_length[-1]
-            table[model_name][name] = {"accuracy": row.rate, "peak_failure_depth": peak_failure_depth(result)}
+            for row in result.per_length:
+                table[columns[row.length]][arm] = {
+                    "accuracy": row.rate,
+                    "passed": row.passed,
+                    "tests": row.tests,
+                    "wilson": (row.wilson_low, row.wilson_high),
+                    "peak_failure_depth": peak_failure_depth(result),
+                }
     return table
 
 
+def _cell(entry: dict) -> str:
+    """Accuracy in %, with its Wilson 95% interval and test count when the entry has them."""
+    if "wilson" not in entry:
+        return f"{100 * entry['accuracy']:.1f}"
+    low, high = entry["wilson"]
+    return f"{100 * entry['accuracy']:.1f} [{100 * low:.0f}, {100 * high:.0f}] n={entry['tests']}"
+
+
 def format_table(table: dict, methods: list[str]) -> str:
-    """Markdown in the STRING Table 1 layout (methods as rows, models as columns), then
-    the peak-failure depth of each model under plain RoPE (Table 4)."""
+    """Markdown in the STRING Table 1 layout (methods as rows, models as columns; cells:
+    accuracy %, Wilson 95% interval, tests), then the peak-failure depth of each model
+    under the first method (Table 4)."""
     models = list(table)
     lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for name in methods:
-        cells = [f"{100 * table[m][name]['accuracy']:.1f}" for m in models]
+        cells = [_cell(table[m][name]) for m in models]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("| model | peak failure depth (rope) |")
+    lines.append(f"| model | peak failure depth ({methods[0]}) |")
     lines.append("|---|---|")
     for model in models:
         low, high = table[model][methods[0]]["peak_failure_depth"]

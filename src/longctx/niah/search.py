@@ -50,6 +50,7 @@ from longctx.errors import ConfigError
 from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
+from longctx.niah.chat import prompt_frame
 from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
 
 WILSON_Z = 1.96
@@ -82,6 +83,8 @@ class LlamaGenerator:
     prompts faster than `varlen`, the training default (benchmarks/niah.py)."""
     position_method: PositionMethod | None = None
     """StRing or a baseline (`build_position_method`); None = the model's plain RoPE."""
+    prefill_chunk_tokens: int = 0
+    """Prompt tokens per row per prefill forward (0 = the whole prompt; model/generation.py)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "batch_tokens"):
@@ -100,6 +103,7 @@ class LlamaGenerator:
                 max_new_tokens,
                 attention_backend=self.attention_backend,
                 position_method=self.position_method,
+                prefill_chunk_tokens=self.prefill_chunk_tokens,
             )
             for chunk in input_ids.split(self.rows_per_batch(input_ids.shape[1]))
         ]
@@ -241,6 +245,7 @@ def evaluate_length(
         seed=config.seed,
         snap_to_sentence=config.snap_to_sentence,
         random_start=config.random_start,
+        frame=prompt_frame(tokenizer, config.chat_template),
     )
     input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
     eos_id = getattr(tokenizer, "eos_id", None)  # longctx Tokenizers have one; test doubles may not

@@ -58,6 +58,7 @@ import numpy as np
 
 from longctx.data.sentences import split_sentences
 from longctx.errors import LongctxError
+from longctx.niah.chat import BARE, PromptFrame
 from longctx.niah.haystack import paul_graham_text
 from longctx.niah.words import ADJECTIVES, NOUNS
 
@@ -387,8 +388,10 @@ def make_sample(
     depths: Sequence[float] | None = None,
     snap_to_sentence: bool = True,
     random_start: bool = False,
+    frame: PromptFrame = BARE,
 ) -> Sample:
-    """One prompt of exactly `length` tokens (see the module docstring).
+    """One prompt of exactly `length` tokens (see the module docstring), inside `frame`
+    (BOS, or an instruct model's chat turn: niah/chat.py), whose tokens count in `length`.
 
     depths: one per needle in [0, 1] (default: drawn by the task's placement), sorted; the
     (randomly ordered) needles take them in prompt order. snap_to_sentence: move each
@@ -422,13 +425,17 @@ def make_sample(
     needle_depths = _depths(task, rng) if given_depths is None else np.sort(given_depths)
 
     query = _join([keys[i] for i in queried])
-    prefix_ids = tokenizer.encode(task.prefix)
-    tail_ids = tokenizer.encode(task.question.format(query=query) + task.answer_prefix.format(query=query))
+    prefix_ids = [*frame.head, *tokenizer.encode(task.prefix)]
+    question, answer_prefix = task.question.format(query=query), task.answer_prefix.format(query=query)
+    if frame.tail:
+        tail_ids = [*tokenizer.encode(question), *frame.tail, *tokenizer.encode(answer_prefix)]
+    else:
+        tail_ids = tokenizer.encode(question + answer_prefix)
     needle_ids = [tokenizer.encode(task.needle.format(key=k, value=v)) for k, v, _ in pairs]
     overhead = len(prefix_ids) + len(tail_ids) + sum(map(len, needle_ids))
     if length < overhead:
         raise PromptTooShortError(
-            f"length={length} is below the {overhead} tokens of task {task.name!r}'s prefix, question and "
+            f"length={length} is below the {overhead} tokens of task {task.name!r}'s frame, prefix, question and "
             f"{task.num_needles} needles under tokenizer {tokenizer.name!r}"
         )
     budget = length - overhead

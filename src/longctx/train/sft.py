@@ -88,7 +88,8 @@ class SFTDataModule(HostBatchDataModule):
         return torch.utils.data.DataLoader(self.rows, batch_size=self.config.train.micro_batch_size, sampler=sampler)
 
 
-def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
+def check_sft_config(config: ExperimentConfig) -> None:
+    """The settings SFT refuses, checked before any model or tokenizer is read."""
     if not config.init:
         raise ConfigError("init", "SFT starts from a trained model; pass init=CHECKPOINT")
     if config.data.position_transform != "none":
@@ -97,6 +98,10 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
             "applies to pretraining rows; SFT positions come from "
             "sft.variant (skipalign spreads them over sft.extended_length)",
         )
+
+
+def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
+    check_sft_config(config)
     base = load_model(config.init)
     if tokenizer.vocab_size > base.config.vocab_size:
         raise ConfigError(

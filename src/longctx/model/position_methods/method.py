@@ -8,7 +8,8 @@ softmaxes are merged with their log-sum-exps in fp32, STRING Algorithm 2).
 
 Methods (L = training length = model.max_position; pass = [nearest, farthest] distances):
 
-- `rope`     plain RoPE, one pass [0, inf).
+- `rope`     plain RoPE, one pass [0, inf); `repo_score_scale` multiplies its scores by
+             (1 + 0.1 ln 2)^2 like compat='repo' StRing (the temperature without the shift).
 - `ntk`      NTK-aware scaling (LocalLLaMA, 2023): base' = base * a^(d / (d - 2)).
 - `yarn`     YaRN (Peng et al., 2023): per-dimension interpolation ramp between
              beta_fast and beta_slow rotations, cos/sin times 0.1 ln(a) + 1 (rope.py).
@@ -317,9 +318,17 @@ class PositionMethod(nn.Module):
 # --- the methods ----------------------------------------------------------------------
 
 
-def rope_method(rotary: RotaryEmbedding, name: str = "rope", params: dict | None = None) -> PositionMethod:
-    """Plain RoPE with `rotary` (also the body of ntk and yarn)."""
-    return PositionMethod(name, rotary, [band_pass("causal", 0, None, _own)], params=params)
+def rope_method(
+    rotary: RotaryEmbedding, name: str = "rope", params: dict | None = None, repo_score_scale: bool = False
+) -> PositionMethod:
+    """Plain RoPE with `rotary` (also the body of ntk and yarn); `repo_score_scale`: scores
+    times StRing's released temperature (1 + 0.1 ln 2)^2, the shift-free ablation arm."""
+    multiplier = REPO_STRING_ATTENTION_FACTOR**2 if repo_score_scale else 1.0
+    if repo_score_scale:
+        params = {**(params or {}), "repo_score_scale": True}
+    return PositionMethod(
+        name, rotary, [band_pass("causal", 0, None, _own)], params=params, score_multiplier=multiplier
+    )
 
 
 def ntk_method(head_dim: int, base: float, factor: float, training_length: int) -> PositionMethod:
@@ -451,7 +460,7 @@ def build_position_method(
     rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position)
     name = config.name
     if name == "rope":
-        return rope_method(rotary)
+        return rope_method(rotary, **params)
     if name == "string":
         return string_method(rotary, **params)
     if name == "ntk":
