@@ -1,4 +1,4 @@
-"""Every command takes its tokenizer from the one lookup (data/model_tokenizer.py): `pretrain
+"""Every command takes its tokenizer from the one lookup (longctx/model_tokenizer.py): `pretrain
 init=DIR` and `sft init=DIR` write their data in the HF directory's own tokenizer, and the
 user's data.tokenizer overrides it."""
 

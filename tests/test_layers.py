@@ -18,6 +18,7 @@ LAYERS = {
     "data": 2,
     "runtime": 2,
     "wandb_setup": 2,
+    "model_tokenizer": 3,
     "probes": 3,
     "niah": 3,
     "train": 4,
@@ -28,7 +29,8 @@ LAYERS = {
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
-setup) < probes, niah < train < analysis, replication, sweep < cli. A module imports
+setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
+analysis, replication, sweep < cli. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
 

@@ -61,9 +61,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def cmd_impactful_tokens(args: argparse.Namespace) -> int:
     from longctx.data.impactful import REPORT_FILE, format_report
-    from longctx.data.model_tokenizer import DEFAULT_TOKENIZER, tokenizer_for_model
     from longctx.data.prepare import read_manifest
     from longctx.data.tokenizer import load_tokenizer
+    from longctx.model_tokenizer import DEFAULT_TOKENIZER, tokenizer_for_model
     from longctx.probes.impactful import impactful_tokens
 
     manifest = read_manifest(args.data) or {}
@@ -103,9 +103,9 @@ def cmd_impactful_tokens(args: argparse.Namespace) -> int:
 def cmd_export_hf(args: argparse.Namespace) -> int:
     import torch
 
-    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.model.checkpoint import load_model
     from longctx.model.hf import export_hf
+    from longctx.model_tokenizer import tokenizer_for_model
 
     tokenizer = None if args.tokenizer == "none" else tokenizer_for_model(args.checkpoint, args.tokenizer or None)
     model = load_model(args.checkpoint)
@@ -147,8 +147,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from longctx.data.model_tokenizer import tokenizer_for_model
     from longctx.data.sources import prepared_sources
+    from longctx.model_tokenizer import tokenizer_for_model
     from longctx.train.trainer import pretrain
 
     paths, overrides = _split_overrides(args.items)
@@ -162,7 +162,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from longctx.data.model_tokenizer import tokenizer_for_model
+    from longctx.model_tokenizer import tokenizer_for_model
     from longctx.train.sft import check_sft_config, finetune
 
     paths, overrides = _split_overrides(args.items)
@@ -198,7 +198,7 @@ def _interpolate(path: str, cfg) -> str:
 def _evaluation_setup(items: list[str], checkpoints: list[str]):
     """(config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them), the
     haystack tokenised in it, checkpoints with their `${key}` references filled in)."""
-    from longctx.data.model_tokenizer import tokenizer_for_model
+    from longctx.model_tokenizer import tokenizer_for_model
     from longctx.niah.evaluation import load_haystack
 
     paths, overrides = _split_overrides(items)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from longctx.cli import main
-from longctx.data.model_tokenizer import tokenizer_for_model
 from longctx.model.hf import import_hf
+from longctx.model_tokenizer import tokenizer_for_model
 from tests.chat_tokenizer import CHATML_TEMPLATE, write_chat_tokenizer
 
 gguf = pytest.importorskip("gguf")

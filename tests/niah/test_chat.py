@@ -4,9 +4,9 @@ as transformers' apply_chat_template renders it (a ChatML tokenizer directory)."
 import pytest
 
 from longctx.config import NiahConfig
-from longctx.data.model_tokenizer import tokenizer_for_model
 from longctx.data.tokenizer import load_tokenizer
 from longctx.errors import ConfigError
+from longctx.model_tokenizer import tokenizer_for_model
 from longctx.niah.chat import PromptFrame, prompt_frame, render_chat
 from longctx.niah.tasks import Haystack, make_sample
 from tests.chat_tokenizer import write_chat_tokenizer, write_hf_config

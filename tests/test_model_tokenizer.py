@@ -8,10 +8,10 @@ from tokenizers import Tokenizer as HfTokenizer
 
 from longctx.config import ExperimentConfig, as_dict
 from longctx.config.model import ModelConfig, config_dict
-from longctx.data.model_tokenizer import tokenizer_for_model
 from longctx.data.tokenizer import TokenizerError
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
+from longctx.model_tokenizer import tokenizer_for_model
 from tests.chat_tokenizer import CHATML_TEMPLATE, write_chat_tokenizer, write_hf_config
 
 
