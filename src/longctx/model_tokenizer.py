@@ -28,16 +28,16 @@ import logging
 from pathlib import Path
 
 from longctx.data.tokenizer import DEFAULT_VOCAB_SIZE, Tokenizer, TokenizerError, load_tokenizer
+from longctx.model.hf import TOKENIZER_FILE
+from longctx.model.hf_config import CONFIG_FILE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKENIZER = f"bpe-{DEFAULT_VOCAB_SIZE}"
-HF_CONFIG_FILE = "config.json"
-HF_TOKENIZER_FILE = "tokenizer.json"
 
 
 def is_hf_directory(path: str | Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / HF_CONFIG_FILE).is_file()
+    return Path(path).is_dir() and (Path(path) / CONFIG_FILE).is_file()
 
 
 def model_vocab_size(path: str | Path) -> tuple[int, str]:
@@ -51,9 +51,9 @@ def model_vocab_size(path: str | Path) -> tuple[int, str]:
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if path.is_dir():
-        config_file = path / HF_CONFIG_FILE
+        config_file = path / CONFIG_FILE
         if not config_file.is_file():
-            raise CheckpointError(f"{path} is a directory without {HF_CONFIG_FILE}: not a Hugging Face model directory")
+            raise CheckpointError(f"{path} is a directory without {CONFIG_FILE}: not a Hugging Face model directory")
         values = json.loads(config_file.read_text("utf-8"))
         if "vocab_size" not in values:
             raise CheckpointError(f"{config_file}: no 'vocab_size'")
@@ -84,9 +84,9 @@ def own_tokenizer_spec(path: str | Path) -> str | None:
 
     path = Path(path)
     if path.is_dir():
-        if not (path / HF_TOKENIZER_FILE).is_file():
+        if not (path / TOKENIZER_FILE).is_file():
             raise TokenizerError(
-                f"{path} has no {HF_TOKENIZER_FILE}: a Hugging Face model directory needs its tokenizer "
+                f"{path} has no {TOKENIZER_FILE}: a Hugging Face model directory needs its tokenizer "
                 "(tokenizer.json + tokenizer_config.json); copy them in or set data.tokenizer"
             )
         return str(path)

