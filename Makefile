@@ -64,9 +64,13 @@ table1-real: real-model
 # verdicts come from replicate-full.
 # $(1): scale (sweeps/replicate_$(1)*.yaml, runs/replicate_$(1)), $(2): where the results go,
 # $(3): the sweeps after pretraining (a failed point of those is reported, the rest go on).
+# Points run REPLICATE_JOBS at a time (`longctx sweep --jobs`), one CPU thread each on the
+# 2-core machine; their consoles go to runs/sweeps/<sweep>/point-<index>.log.
+REPLICATE_JOBS ?= 2
 REPLICATE_CHAIN = \
-	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1).yaml && { \
-	for step in $(3); do WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)$$step.yaml --keep-going; done; \
+	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1).yaml --jobs $(REPLICATE_JOBS) && { \
+	for step in $(3); do WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)$$step.yaml --keep-going \
+	--jobs $(REPLICATE_JOBS); done; \
 	true; } && $(BIN)/python -m longctx.analysis.replication_report runs/replicate_$(1) --docs $(2) --name $(1)
 REPLICATE_STEPS = _table1 _sft _sft_plain
 

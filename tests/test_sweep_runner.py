@@ -383,6 +383,108 @@ def test_a_signal_is_forwarded_to_the_child_and_stops_the_sweep(tmp_path, signum
     assert record["signal"] == signum.name and record["arguments"] == {"a": 1}
 
 
+# Sleeps `a` tenths of a second between writing "start" and "end" lines (monotonic time, pid,
+# OMP_NUM_THREADS) to $SWEEP_LOG; prints a line to its console; exits 3 when `a` is odd.
+TIMED = (
+    "import json, os, sys, time; a = dict(w.split('=') for w in sys.argv[1:]); "
+    "log = lambda what: open(os.environ['SWEEP_LOG'], 'a').write(json.dumps([what, a['a'], time.monotonic(), "
+    "os.environ.get('OMP_NUM_THREADS')]) + '\\n'); "
+    "log('start'); print('console of point', a['a']); time.sleep(int(a['a']) / 10); log('end'); "
+    "sys.exit(3 if int(a['a']) % 2 else 0)"
+)
+
+
+def timed_sweep(tmp_path: Path, parameters: dict) -> Path:
+    return write_sweep(
+        tmp_path / "timed.yaml",
+        {"method": "grid", "parameters": parameters, "command": ["${interpreter}", "-c", TIMED, "${args_no_hyphens}"]},
+    )
+
+
+def most_at_once(events: list) -> int:
+    """The largest number of points between their "start" and "end" at one time."""
+    level, peak = 0, 0
+    for what, *_ in sorted(events, key=lambda e: (e[2], e[0] == "start")):
+        level += 1 if what == "start" else -1
+        peak = max(peak, level)
+    return peak
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_jobs_bounds_the_points_running_at_once(tmp_path, monkeypatch, jobs):
+    monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    summary = tmp_path / "out" / "summary.jsonl"
+    path = timed_sweep(tmp_path, {"a": {"values": [2, 4, 6, 8]}})
+    assert main(["sweep", str(path), "--summary", str(summary), "--jobs", str(jobs)]) == 0
+    events = read_jsonl(tmp_path / "log.jsonl")
+    assert most_at_once(events) == jobs
+    assert sorted(r["index"] for r in read_jsonl(summary)) == [0, 1, 2, 3]
+    threads = {e[3] for e in events}
+    assert threads == ({None} if jobs == 1 else {str(max(1, len(os.sched_getaffinity(0)) // jobs))})
+    if jobs > 1:  # each point's console in its own log, named in the summary
+        for record in read_jsonl(summary):
+            log = Path(record["log"])
+            assert log.parent == summary.parent
+            assert log.read_text().strip() == f"console of point {record['arguments']['a']}"
+
+
+def test_jobs_keeps_the_callers_thread_count(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    path = timed_sweep(tmp_path, {"a": {"values": [2, 4]}})
+    assert main(["sweep", str(path), "--summary", str(tmp_path / "s.jsonl"), "--jobs", "2"]) == 0
+    assert {e[3] for e in read_jsonl(tmp_path / "log.jsonl")} == {"7"}
+
+
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_with_jobs_a_failure_stops_the_launching_but_not_the_running(tmp_path, monkeypatch, keep_going):
+    monkeypatch.setenv("SWEEP_LOG", str(tmp_path / "log.jsonl"))
+    summary = tmp_path / "summary.jsonl"
+    # a=1 fails after 0.1 s while a=8 runs on for 0.8 s; a=2 and a=4 wait for a free slot
+    path = timed_sweep(tmp_path, {"a": {"values": [1, 8, 2, 4]}})
+    argv = ["sweep", str(path), "--summary", str(summary), "--jobs", "2"]
+    assert main(argv + (["--keep-going"] if keep_going else [])) == 1
+    records = read_jsonl(summary)
+    ran = {r["arguments"]["a"]: r["returncode"] for r in records}
+    assert ran == ({1: 3, 8: 0, 2: 0, 4: 0} if keep_going else {1: 3, 8: 0})
+    assert [r["arguments"]["a"] for r in records][:1] == [1]  # recorded as it ends, not in grid order
+
+
+def test_with_jobs_a_signal_reaches_every_running_child(tmp_path):
+    child = (
+        "import os, signal, sys, time; "
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(5)); "
+        "open(os.environ['STARTED'] + sys.argv[1], 'w').close(); time.sleep(30)"
+    )
+    path = write_sweep(
+        tmp_path / "s.yaml",
+        {
+            "method": "grid",
+            "parameters": {"a": {"values": [1, 2, 3]}},
+            "command": ["${interpreter}", "-c", child, "${args_no_hyphens}"],
+        },
+    )
+    summary, started = tmp_path / "summary.jsonl", tmp_path / "started-"
+    runner = (
+        "import sys; from longctx.sweep import load_sweep, plan, run; "
+        f"s = load_sweep({str(path)!r}); sys.exit(run(s, plan(s), {str(summary)!r}, jobs=2))"
+    )
+    process = subprocess.Popen([sys.executable, "-c", runner], env={**os.environ, "STARTED": str(started)})
+    try:
+        deadline = time.monotonic() + 20
+        while len(list(tmp_path.glob("started-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+    records = read_jsonl(summary)  # point a=3 never started
+    assert sorted(r["arguments"]["a"] for r in records) == [1, 2]
+    assert [r["returncode"] for r in records] == [5, 5] and {r["signal"] for r in records} == {"SIGTERM"}
+
+
 # --- errors -------------------------------------------------------------------------------
 
 GOOD = {"method": "grid", "parameters": {"lr": {"values": [0.1]}}, "command": ["${interpreter}", "${args}"]}

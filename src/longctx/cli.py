@@ -310,7 +310,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for point in points:
             print(f"[{point.index}] {shlex.join(point.command)}")
         return 0
-    return run(sweep, points, args.summary or sweep.default_summary(), keep_going=args.keep_going)
+    return run(sweep, points, args.summary or sweep.default_summary(), keep_going=args.keep_going, jobs=args.jobs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, default=0, help="random search seed")
     sweep.add_argument("--dry-run", action="store_true", help="print the numbered commands, run nothing")
     sweep.add_argument("--keep-going", action="store_true", help="run the remaining points after a failure")
+    sweep.add_argument(
+        "--jobs", type=int, default=1, help="run N points at a time, each with 1/N of the CPUs (logs beside --summary)"
+    )
     sweep.add_argument("--summary", default="", help="JSON-lines results (default runs/sweeps/NAME/summary.jsonl)")
     sweep.set_defaults(run=cmd_sweep)
     return parser

@@ -4,6 +4,7 @@
     longctx sweep sweeps/probe_window_cpu.yaml                    # run the 4 grid points in turn
     longctx sweep sweeps/skipalign.yaml --count 6 --keep-going    # first 6 points, past failures
     longctx sweep SWEEP.yaml --count 20 --seed 1                  # method: random, 20 draws
+    longctx sweep sweeps/replicate_cpu.yaml --jobs 2              # two points at a time
 
     from longctx.sweep import load_sweep, plan, run
     sweep = load_sweep("sweeps/probe_window_cpu.yaml")
@@ -11,7 +12,7 @@
 
 This module owns reading the sweep YAML (every error names the file and the key at
 fault), turning its `parameters` into points, expanding `command` into one argv per
-point, and running the points one after another. It mirrors what `wandb sweep` +
+point, and running the points, one or `--jobs N` at a time. It mirrors what `wandb sweep` +
 `wandb agent` do with the same file:
 
 - `method: grid` is the cartesian product of the parameters in W&B's order: parameter
@@ -48,18 +49,23 @@ that only a W&B server or Launch acts on (SERVER_KEYS: `controller`, `early_term
 run gets WANDB_PROJECT / WANDB_ENTITY from `project` / `entity`, as under the agent. Not
 done: `bayes` and `custom` (their models live on the W&B server: use `wandb sweep` +
 `wandb agent`), nested `parameters`, the distributions of other
-families (normal, beta, log_uniform in exponent space, ...), `${args_json_file}`, and
-parallel agents: points run one at a time, each as a fresh subprocess. That costs the
-child's start-up per point (importing torch and Lightning: seconds), which
-is small next to a training run and buys isolation (CUDA state, Lightning globals and
-memory are released between points).
+families (normal, beta, log_uniform in exponent space, ...) and `${args_json_file}`.
+Points run as fresh subprocesses, one at a time or `--jobs N` at a time (N local agents on
+one machine). A fresh process costs the child's start-up per point (importing torch and
+Lightning: seconds), small next to a training run, and buys isolation (CUDA state,
+Lightning globals and memory are released between points). With `--jobs N` each child
+gets 1/N of the CPUs as OMP_NUM_THREADS unless the caller set it: on the 2-core CPU
+machine two one-thread pretraining runs side by side finish sooner than one after
+another with two threads each (docs/replication.md, "Runtime").
 
-Each point's output streams to the console. The runner stops at the first failing point
-unless `--keep-going` is given, and appends one JSON line per point (index, arguments,
-command, returncode, seconds, signal) to `runs/sweeps/<name>/summary.jsonl` (or
-`--summary`). Ctrl-C / SIGTERM is forwarded to the running child's process group (the
-child runs in its own group, as under the agent, so a terminal Ctrl-C reaches it once),
-the child is waited for and recorded, and the sweep stops. Exit status: 0 when every run
+Each point's output streams to the console (with `--jobs N` > 1, to
+`<summary dir>/point-<index>.log`). The runner launches no further point after the first
+failing one unless `--keep-going` is given, and appends one JSON line per point as it
+ends (index, arguments, command, returncode, seconds, signal, and the log with `--jobs`)
+to `runs/sweeps/<name>/summary.jsonl` (or `--summary`). Ctrl-C / SIGTERM is forwarded to
+every running child's process group (each child runs in its own group, as under the
+agent, so a terminal Ctrl-C reaches it once), the children are waited for and recorded,
+and the sweep stops. Exit status: 0 when every run
 succeeded, 1 when a run failed, 128 + signal number when interrupted (the CLI adds 2 for
 an invalid sweep file).
 """

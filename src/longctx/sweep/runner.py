@@ -1,5 +1,5 @@
 """Running a sweep: its points (the grid in W&B's order, or seeded random draws), the argv of
-each point as the W&B agent expands it, and the runs one after another with the signals
+each point as the W&B agent expands it, and the runs, one or `jobs` at a time, with the signals
 forwarded (longctx/sweep/__init__.py describes the behaviour).
 """
 
@@ -70,78 +70,109 @@ def expand_command(sweep: Sweep, arguments: dict[str, Any]) -> list[str]:
     return words
 
 
-def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool = False) -> int:
-    """Run the points in turn, appending each result to `summary` (JSON lines).
+def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool = False, jobs: int = 1) -> int:
+    """Run the points, `jobs` at a time, appending each result to `summary` (JSON lines) as
+    it ends.
 
-    Returns 0 when every run succeeded, 1 when one failed, 128 + signal number when a
-    SIGINT/SIGTERM stopped the sweep.
+    With `jobs` > 1 each point's output goes to `<summary dir>/point-<index>.log` (side by
+    side, the consoles would interleave) and, unless the caller set OMP_NUM_THREADS, each
+    child gets an equal share of this process's CPUs as its thread count: two one-thread
+    trainings on a 2-core machine finish sooner than the same two run one after another
+    with two threads each (torch's CPU kernels do not scale linearly with threads).
+
+    A failing point stops the launching of new ones unless `keep_going`; the points already
+    running are waited for and recorded. Returns 0 when every run succeeded, 1 when one
+    failed, 128 + signal number when a SIGINT/SIGTERM stopped the sweep (it is forwarded to
+    every running child's process group).
     """
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
     summary = Path(summary)
     summary.parent.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    for n, point in enumerate(points, 1):
-        print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}", flush=True)
-        env = {
-            **os.environ,
-            "WANDB_RUN_GROUP": sweep.name,
-            "LONGCTX_SWEEP_POINT": str(point.index),
-            **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
-            **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {}),
-        }
-        start = time.monotonic()
-        returncode, signum = _run_forwarding_signals(point.command, env)
-        seconds = time.monotonic() - start
-        record = {
-            "index": point.index,
-            "arguments": point.arguments,
-            "command": point.command,
-            "returncode": returncode,
-            "seconds": round(seconds, 3),
-            "signal": None if signum is None else signal.Signals(signum).name,
-        }
-        with summary.open("a") as handle:
-            handle.write(json.dumps(record, default=str) + "\n")
-        print(f"== {sweep.name} point {point.index}: exit {returncode} after {seconds:.1f} s", flush=True)
-        if signum is not None:
-            print(f"== {sweep.name}: stopped by {signal.Signals(signum).name}; summary in {summary}", flush=True)
-            return 128 + signum
-        if returncode != 0:
-            failed += 1
-            if not keep_going:
-                left = len(points) - n
-                print(
-                    f"== {sweep.name}: stopped at the failing point {point.index} ({left} not run; --keep-going runs "
-                    f"them); summary in {summary}",
-                    flush=True,
-                )
-                return 1
-    print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
-    return 0 if failed == 0 else 1
-
-
-def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """Run `command` in its own process group, forwarding SIGINT/SIGTERM to that group.
-
-    Returns the child's return code and the last signal forwarded (None if none).
-    """
+    base_env = {
+        **os.environ,
+        "WANDB_RUN_GROUP": sweep.name,
+        **({"WANDB_PROJECT": sweep.project} if sweep.project else {}),
+        **({"WANDB_ENTITY": sweep.entity} if sweep.entity else {}),
+    }
+    if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+        base_env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // jobs))
+    waiting = list(enumerate(points, 1))
+    running: dict[subprocess.Popen, tuple[Point, float, Path | None]] = {}
     received: list[int] = []
-    child: subprocess.Popen | None = None
+    failed = 0
 
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
-        if child is not None:
+        for child in running:
             with contextlib.suppress(ProcessLookupError):  # already exited and reaped
                 os.killpg(child.pid, signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        # Its own process group (as under `wandb agent`): a terminal Ctrl-C reaches the runner
-        # only, and the runner forwards it once. stdin is closed so a read cannot block the child.
-        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, process_group=0)
-        if received:  # signalled before the child existed
-            os.killpg(child.pid, received[-1])
-        returncode = child.wait()
+        while waiting or running:
+            while waiting and len(running) < jobs and not received and (keep_going or failed == 0):
+                n, point = waiting.pop(0)
+                log = summary.parent / f"point-{point.index}.log" if jobs > 1 else None
+                where = f" > {log}" if log else ""
+                print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}{where}")
+                child = _start(point, {**base_env, "LONGCTX_SWEEP_POINT": str(point.index)}, log)
+                running[child] = (point, time.monotonic(), log)
+                if received:  # signalled between the start and the line above
+                    os.killpg(child.pid, received[-1])
+            if not running:
+                break
+            for child in [c for c in running if c.poll() is not None] or [_wait_any(running)]:
+                point, start, log = running.pop(child)
+                seconds = time.monotonic() - start
+                record = {
+                    "index": point.index,
+                    "arguments": point.arguments,
+                    "command": point.command,
+                    "returncode": child.returncode,
+                    "seconds": round(seconds, 3),
+                    "signal": signal.Signals(received[-1]).name if received else None,
+                    **({"log": str(log)} if log else {}),
+                }
+                with summary.open("a") as handle:
+                    handle.write(json.dumps(record, default=str) + "\n")
+                print(f"== {sweep.name} point {point.index}: exit {child.returncode} after {seconds:.1f} s", flush=True)
+                failed += child.returncode != 0
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return returncode, received[-1] if received else None
+    if received:
+        print(f"== {sweep.name}: stopped by {signal.Signals(received[-1]).name}; summary in {summary}", flush=True)
+        return 128 + received[-1]
+    if failed and not keep_going:
+        print(
+            f"== {sweep.name}: stopped after a failing point ({len(waiting)} not run; --keep-going runs them); "
+            f"summary in {summary}",
+            flush=True,
+        )
+        return 1
+    print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
+    return 0 if failed == 0 else 1
+
+
+def _start(point: Point, env: dict[str, str], log: Path | None) -> subprocess.Popen:
+    """Start one point in its own process group (as under `wandb agent`): a terminal Ctrl-C
+    reaches the runner only, and the runner forwards it once. stdin is closed so a read
+    cannot block the child."""
+    sys.stdout.flush()
+    if log is None:
+        return subprocess.Popen(point.command, env=env, stdin=subprocess.DEVNULL, process_group=0)
+    with log.open("w") as out:
+        return subprocess.Popen(
+            point.command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, process_group=0
+        )
+
+
+def _wait_any(running: dict[subprocess.Popen, Any]) -> subprocess.Popen:
+    """Block until one of the running children has exited (polling: a forwarded signal
+    interrupts no wait, and `os.wait` would reap the child behind Popen's back)."""
+    while True:
+        for child in running:
+            if child.poll() is not None:
+                return child
+        time.sleep(0.1)
