@@ -41,7 +41,11 @@ from longctx.sweep.spec import load_sweep
 ROOT = Path("runs/replicate_gpu")
 """Where sweeps/replicate_gpu*.yaml write their runs."""
 PRETRAIN_SWEEP = "sweeps/replicate_gpu.yaml"
-EVAL_SWEEPS = ("sweeps/replicate_gpu_sft.yaml", "sweeps/replicate_gpu_sft_plain.yaml", "sweeps/replicate_gpu_table1.yaml")
+EVAL_SWEEPS = (
+    "sweeps/replicate_gpu_sft.yaml",
+    "sweeps/replicate_gpu_sft_plain.yaml",
+    "sweeps/replicate_gpu_table1.yaml",
+)
 """Longest first: the SFT arms (training and an NIAH search to 8K), then Table 1's evaluations."""
 MAX_OUT_FILES = 8
 MAX_OUT_BYTES = 16 * 2**20
@@ -60,9 +64,7 @@ def _option(argv: list[str], key: str, arguments: dict | None = None) -> str:
     return _INTERPOLATION.sub(lambda match: str((arguments or {})[match.group(1)]), value)
 
 
-def _jobs(
-    sweep_path: str, extra: list[str], needs_of: Callable[[dict], tuple[Path, ...]] | None = None
-) -> list[Job]:
+def _jobs(sweep_path: str, extra: list[str], needs_of: Callable[[dict], tuple[Path, ...]] | None = None) -> list[Job]:
     sweep = load_sweep(sweep_path)
     jobs = []
     for point in plan(sweep):
@@ -147,7 +149,16 @@ def _commit() -> str:
 def _report(seconds: float) -> tuple[str, list[Path]]:
     """Run the report into ROOT/docs; its state and the files it wrote."""
     docs = ROOT / "docs"
-    argv = [sys.executable, "-m", "longctx.analysis.replication_report", str(ROOT), "--docs", str(docs), "--name", "gpu"]
+    argv = [
+        sys.executable,
+        "-m",
+        "longctx.analysis.replication_report",
+        str(ROOT),
+        "--docs",
+        str(docs),
+        "--name",
+        "gpu",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=max(seconds, 1.0))
     except subprocess.TimeoutExpired:
@@ -191,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         for job in jobs:
             print(f"{'done' if job.done else 'to run':8} {job.name:45} {job.out_dir}")
         return 0
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.max_parallel)))}
+    env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.max_parallel)))
+    }
     deadline = start + args.budget_s - REPORT_RESERVE_S
     outcomes: dict[str, Outcome] = {}
     for phase in (pretrain, evaluations):

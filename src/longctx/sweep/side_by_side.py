@@ -19,6 +19,7 @@ pay its start-up (imports, data checks, loading a checkpoint) and be stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DONE_FILE = "side_by_side_done.json"
-POLL_S = 1.0
+POLL_S = 0.2
 
 
 @dataclass
@@ -131,7 +132,5 @@ def _start(job: Job, log_dir: Path, env: dict[str, str] | None) -> subprocess.Po
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # exited between the poll and the signal
         os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass  # exited between the poll and the signal
