@@ -7,9 +7,10 @@ The jobs are exactly the points of sweeps/replicate_gpu*.yaml (what `make replic
 runs one at a time), with `train.resume=auto` on the training jobs and W&B off (the GPU
 image has no wandb; the report reads the runs' own files). Phase 1 trains the nine
 pretraining runs (3 windows x 3 seeds) at once; phase 2 runs, once a seed's largest-window
-model is done, its five Table 1 evaluations and three SFT arms (at most `--max-parallel`
-processes at a time); phase 3, once every job is done, the report
-(`longctx.analysis.replication_report ... --name gpu`). Each call runs what is left within
+model is done (the 4K runs are the slowest, so in practice once phase 1 ends), its three
+SFT arms and five Table 1 evaluations (at most `--max-parallel` processes at a time);
+phase 3, once every job is done, the report (`longctx.analysis.replication_report ...
+--name gpu`). Each call runs what is left within
 `--budget-s` (side_by_side.py: SIGTERM and a checkpoint before the deadline, done jobs
 skipped), so calling it again on the same warm machine continues where the last call
 stopped; on a fresh machine it starts over.
@@ -207,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     deadline = start + args.budget_s - REPORT_RESERVE_S
     outcomes: dict[str, Outcome] = {}
-    for phase in (pretrain, evaluations):
-        if phase is evaluations and not all(job.done for job in pretrain):
-            break  # the evaluations need every pretraining run (Table 1 and SFT read the largest window)
+    for phase in (pretrain, evaluations):  # an evaluation whose base model is not done is `blocked`
         found = run_side_by_side(phase, deadline, ROOT / "logs", max_parallel=args.max_parallel, env=env)
         outcomes.update({o.name: o for o in found})
     finished = all(job.done for job in jobs)
