@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-smoke test test-slow test-gpu lint format golden bench clean \
+.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -82,9 +82,23 @@ replicate-full: $(STAMP)
 	nohup sh -c '$(call REPLICATE_CHAIN,full,docs,$(REPLICATE_STEPS))' > runs/replicate_full.log 2>&1 &
 	@echo "make replicate-full runs in the background: tail -f runs/replicate_full.log"
 
-# The one-GPU twin (docs/replication.md): windows 1K/2K/4K, `tiny` body, 3 seeds.
+# The one-GPU twin (docs/replication.md): windows 1K/2K/4K, 21M parameters, 3 seeds, one run
+# at a time (`make replicate-twin` runs the same points side by side); needs `make twin-data`.
 replicate-gpu: $(STAMP)
 	$(call REPLICATE_CHAIN,gpu,docs,$(REPLICATE_STEPS))
+
+# The GPU twin's carried data (docs/replication.md, "The GPU twin"): five Debian manuals at
+# pinned builds (apt-get download from the Debian archive) tokenised with the twin's
+# tokenizer file into .device/twin (git-ignored; carry it with the wheels of prepare-device.sh).
+twin-data: $(STAMP)
+	$(BIN)/python -m longctx.data.debian_prose .device/twin
+
+# The GPU twin side by side on the GPU machine, one device call of at most TWIN_BUDGET_S
+# seconds; call again on the warm machine until $(TWIN_OUT)/twin_status.md says complete.
+TWIN_BUDGET_S ?= 540
+TWIN_OUT      ?= runs/replicate_gpu/out
+replicate-twin:
+	$(GPU_RUN) -m longctx.sweep.gpu_twin --budget-s $(TWIN_BUDGET_S) --out $(TWIN_OUT)
 
 # The same chain at 10 steps per run: checks that every step runs, decides nothing; its
 # results stay under runs/replicate_smoke/docs (not published).
