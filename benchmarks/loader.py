@@ -7,8 +7,10 @@ Launch from the repository root:
 
 The trainer iterates `PackedRows` in its main process (`DataLoader(num_workers=0)`),
 which costs nothing only while the loader outruns the model; this script measures the
-loader alone for a config, to compare with the run's own `perf/tokens_per_s`. The config's sources are prepared first (cached, as `longctx
-pretrain` does). Current figures: docs/benchmarks.md.
+loader alone for a config, to compare with the run's own `perf/tokens_per_s`. The
+config's sources are prepared first (cached, as `longctx pretrain` does); the default
+config mixes in the GPU twin's Debian prose, which `make twin-data` builds. Current
+figures: docs/benchmarks.md.
 """
 
 from __future__ import annotations
