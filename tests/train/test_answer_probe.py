@@ -3,18 +3,18 @@
 import json
 
 import pytest
+import torch
 
 from longctx import config as config_module
 from longctx.cli import main
 from longctx.data.tokenizer import load_tokenizer
+from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.probes.retrieval_answers import answer_metrics
 from tests.train.helpers import overrides
 
 
-@pytest.fixture(scope="module")
-def retrieval_run(workspace, tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("retrieval_run")
+def retrieval_args(workspace, tmp_path, **extra) -> list[str]:
     source = json.dumps(
         [
             {
@@ -31,20 +31,23 @@ def retrieval_run(workspace, tmp_path_factory):
             }
         ]
     )
-    args = overrides(
-        workspace,
-        tmp_path / "run",
-        **{
-            "data.path": "''",
-            "data.mixture": source,
-            "data.window": 256,
-            "model.max_position": 256,
-            "train.global_batch_tokens": 1024,
-            "train.max_steps": 4,
-            "probe.answer_every_steps": 2,
-            "probe.answer_documents": 4,
-        },
-    )
+    settings = {
+        "data.path": "''",
+        "data.mixture": source,
+        "data.window": 256,
+        "model.max_position": 256,
+        "train.global_batch_tokens": 1024,
+        "train.max_steps": 4,
+        "probe.answer_every_steps": 2,
+        "probe.answer_documents": 4,
+    }
+    return overrides(workspace, tmp_path / "run", **{**settings, **extra})
+
+
+@pytest.fixture(scope="module")
+def retrieval_run(workspace, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("retrieval_run")
+    args = retrieval_args(workspace, tmp_path)
     assert main(["pretrain", *args]) == 0
     return tmp_path / "run", args
 
@@ -67,3 +70,20 @@ def test_run_counts_the_answers_a_row_edge_cut(retrieval_run):
     assert report["packing"] == "stream" and report["masked"] and report["rows"] == 4 * 4
     (source,) = report["sources"]
     assert 0 < source["cut"] < source["answers"]
+
+
+def test_a_run_ends_at_the_first_answer_probe_below_the_stop_threshold(workspace, tmp_path, retrieval_run):
+    first_probe = {json.loads(line)["step"]: json.loads(line) for line in (retrieval_run[0] / "metrics.jsonl").open()}
+    threshold = first_probe[2]["answers/loss"] + 1e-3  # the fixture's model at step 2 is just below it
+    args = retrieval_args(workspace, tmp_path, **{"train.max_steps": 8, "probe.answer_stop_below": threshold})
+    assert main(["pretrain", *args]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "answers/loss" in row] == [2]
+    assert max(row["step"] for row in rows) == 2
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 2
+
+
+def test_the_stop_threshold_needs_the_probe(workspace, tmp_path):
+    args = retrieval_args(workspace, tmp_path, **{"probe.answer_every_steps": 0, "probe.answer_stop_below": 2.0})
+    with pytest.raises(ConfigError, match="probe.answer_stop_below"):
+        config_module.load([], args)

@@ -173,6 +173,9 @@ class ProbeConfig:
     steps (train/answer_callback.py: when a run leaves chance); 0 = never."""
     answer_documents: int = 32
     """Held-out documents per retrieval source for that probe."""
+    answer_stop_below: float = 0.0
+    """> 0: end training at the first answer probe whose pooled loss is below this (nats per
+    value token; 2.0 = leaving chance), for recipe tuning; 0 = train to max_steps."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -183,5 +186,9 @@ class ProbeConfig:
         positive_int("probe.answer_documents", self.answer_documents)
         if self.answer_every_steps < 0:
             raise ConfigError("probe.answer_every_steps", f"must be >= 0, got {self.answer_every_steps}")
+        if self.answer_stop_below < 0:
+            raise ConfigError("probe.answer_stop_below", f"must be >= 0, got {self.answer_stop_below}")
+        if self.answer_stop_below and not self.answer_every_steps:
+            raise ConfigError("probe.answer_stop_below", "needs probe.answer_every_steps > 0 (no probe, no stop)")
         if self.niah_every_steps < 0:
             raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")

@@ -14,7 +14,11 @@ held-out documents that fit the window) on every `kind: retrieval` source of
 
 A run "leaves chance" at the first probe with answers/loss below 2.0 nats
 (longctx.analysis.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
-skip (a teacher-forced forward of a few documents, no collective).
+skip (a teacher-forced forward of a few documents). With `probe.answer_stop_below` > 0 the
+run ends at the first probe below it: a recipe-tuning run needs only the step at which it
+left chance (sweeps/replicate_tuning.yaml), and a run that has left it would spend the
+rest of its steps on a question already answered. Every rank then joins one boolean
+all-reduce at that step, so they all stop together.
 """
 
 from __future__ import annotations
@@ -43,8 +47,16 @@ class AnswerLossCallback(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         step = trainer.global_step
         completed, self._steps_seen = step != self._steps_seen, step
-        if not completed or step % self.config.probe.answer_every_steps or not trainer.is_global_zero:
+        if not completed or step % self.config.probe.answer_every_steps:
             return
+        loss = self._measure(trainer, pl_module, step) if trainer.is_global_zero else None
+        threshold = self.config.probe.answer_stop_below
+        if threshold:  # every rank reaches this step: one boolean collective, rank 0 decides
+            left = loss is not None and loss < threshold
+            if trainer.strategy.reduce_boolean_decision(left, all=False):
+                trainer.should_stop = True
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> float:
         model = pl_module.model
         assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`
         was_training = model.training
@@ -63,3 +75,4 @@ class AnswerLossCallback(L.Callback):
         metrics["answers/value_exact"] = exact_sum / answers
         append_metrics(self.out_dir / METRICS_FILE, step, metrics)
         log_scalars(trainer, metrics, logger_step(trainer))
+        return metrics["answers/loss"]
