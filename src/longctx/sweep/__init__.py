@@ -55,8 +55,8 @@ one machine). A fresh process costs the child's start-up per point (importing to
 Lightning: seconds), small next to a training run, and buys isolation (CUDA state,
 Lightning globals and memory are released between points). With `--jobs N` each child
 gets 1/N of the CPUs as OMP_NUM_THREADS unless the caller set it: on the 2-core CPU
-machine two one-thread pretraining runs side by side finish sooner than one after
-another with two threads each (docs/replication.md, "Runtime").
+machine two one-thread replication runs side by side each keep the speed of one alone
+(4.2 steps/s, docs/replication.md, "Runtime"), so `--jobs 2` halves a sweep's time.
 
 Each point's output streams to the console (with `--jobs N` > 1, to
 `<summary dir>/point-<index>.log`). The runner launches no further point after the first

@@ -76,9 +76,8 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
 
     With `jobs` > 1 each point's output goes to `<summary dir>/point-<index>.log` (side by
     side, the consoles would interleave) and, unless the caller set OMP_NUM_THREADS, each
-    child gets an equal share of this process's CPUs as its thread count: two one-thread
-    trainings on a 2-core machine finish sooner than the same two run one after another
-    with two threads each (torch's CPU kernels do not scale linearly with threads).
+    child gets an equal share of this process's CPUs as its thread count, so that the
+    children do not fight over the cores.
 
     A failing point stops the launching of new ones unless `keep_going`; the points already
     running are waited for and recorded. Returns 0 when every run succeeded, 1 when one
