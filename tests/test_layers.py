@@ -39,6 +39,7 @@ PEER_IMPORTS = {
     ("data", "batch"),
     ("niah", "probes"),
     ("analysis", "replication"),
+    ("sweep", "replication"),
     ("__main__", "cli"),
 }
 """(importer, imported) pairs of top-level parts allowed inside one layer; parts import

@@ -9,6 +9,8 @@ longctx/analysis/seed_verdicts.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,3 +49,24 @@ def findings_markdown(findings: Sequence[Finding]) -> str:
     lines = ["| finding | verdict | why |", "|---|---|---|"]
     lines += [f"| {f.title} | **{f.verdict}** | {f.why} |" for f in findings]
     return "\n".join(lines)
+
+
+def checkout_commit(directory: Path) -> str:
+    """The commit the runs' code came from: long runs start from a pinned checkout, and
+    every summary records which. `git rev-parse HEAD` in `directory`, with "+dirty" when
+    tracked files differ; where the tree travelled without its .git (the GPU machine:
+    docs/replication.md, "The GPU twin") the caller names it in LONGCTX_COMMIT."""
+    if os.environ.get("LONGCTX_COMMIT"):
+        return os.environ["LONGCTX_COMMIT"]
+
+    def git(*args: str) -> str:
+        try:
+            found = subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True)
+        except OSError:  # no git installed
+            return ""
+        return found.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return "unknown (not a git checkout: set LONGCTX_COMMIT)"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")

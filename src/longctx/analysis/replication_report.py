@@ -41,7 +41,7 @@ from longctx.analysis.seed_verdicts import (
     string_beats_rope,
 )
 from longctx.niah.search import wilson_interval
-from longctx.replication import Finding, findings_markdown, write_summary
+from longctx.replication import Finding, checkout_commit, findings_markdown, write_summary
 
 RUN_NAME = re.compile(r"w(\d+)_s(\d+)$")
 MAKE_TARGETS = {
@@ -236,21 +236,6 @@ def results_block(name: str, findings: list[Finding], meta: dict, figures: list[
             lines.append(f"- L={window}: " + "; ".join(cells))
     lines += [""] + [f"![{Path(f).stem}]({Path(f).name})" for f in figures]
     return "\n".join(lines) + "\n"
-
-
-def checkout_commit(directory: Path) -> str:
-    """The commit the runs' code came from (`git rev-parse HEAD` where the report runs, with
-    "+dirty" when tracked files differ): long runs start from a pinned checkout, and every
-    summary records which."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=directory, capture_output=True, text=True).stdout.strip()
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return "unknown (not a git checkout)"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from longctx.replication import checkout_commit
 from longctx.sweep.runner import plan
 from longctx.sweep.side_by_side import DONE_FILE, Job, Outcome, run_side_by_side
 from longctx.sweep.spec import load_sweep
@@ -137,16 +138,6 @@ def status_markdown(body: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _commit() -> str:
-    if os.environ.get("LONGCTX_COMMIT"):
-        return os.environ["LONGCTX_COMMIT"]
-    try:
-        found = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (no git here: set LONGCTX_COMMIT)"
-    return found.stdout.strip()
-
-
 def _report(seconds: float) -> tuple[str, list[Path]]:
     """Run the report into ROOT/docs; its state and the files it wrote."""
     docs = ROOT / "docs"
@@ -213,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.update({o.name: o for o in found})
     finished = all(job.done for job in jobs)
     state, files = _report(start + args.budget_s - time.monotonic() - 5) if finished else ("running", [])
-    meta = {"state": state, "commit": _commit(), "call_seconds": round(time.monotonic() - start, 1)}
+    meta = {"state": state, "commit": checkout_commit(Path.cwd()), "call_seconds": round(time.monotonic() - start, 1)}
     body = status(jobs, outcomes, meta, pretrain)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
