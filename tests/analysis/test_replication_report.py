@@ -26,6 +26,7 @@ def _niah(effective, lengths, recall=(1.0, 1.0, 1.0, 1.0), passed=50, tests=50):
 def _run(root, seed, window, probes, losses):
     """probes: [(step, L_eff, f(L_eff - 1), depth recall)]; losses: [(step, answer loss)]."""
     run = root / "pretrain" / f"w{window}_s{seed}"
+    run.mkdir(parents=True, exist_ok=True)
     rows = [{"step": s, "train/tokens_seen": s * TOKENS_PER_STEP} for s in (100, 200)]
     rows += [{"step": s, "answers/loss": loss} for s, loss in losses]
     for step, effective, f, recall in probes:
@@ -122,3 +123,23 @@ def test_main_writes_summary_results_and_figures(root, tmp_path):
     for figure in ("fig2a.png", "fig2b.png", "fig4_w512.png"):
         assert (docs / "replication" / "test" / figure).stat().st_size > 0
         assert f"]({figure})" in results
+
+
+def test_tuning_mode_writes_the_leave_chance_table_by_hand(tmp_path):
+    runs = tmp_path / "runs"
+    # seed: {window: answer losses by step}; seed 7 leaves at every window, seed 8 not at 512
+    losses = {
+        7: {256: [(100, 2.4), (200, 1.9)], 512: [(100, 2.3), (200, 2.1), (300, 1.2)]},
+        8: {256: [(100, 2.2), (200, 1.1)], 512: [(100, 2.4), (200, 2.25)]},
+    }
+    for seed, by_window in losses.items():
+        for window, pairs in by_window.items():
+            _run(runs, seed, window, [], pairs)
+    assert main([str(runs), "--docs", str(tmp_path / "docs"), "--name", "tuning", "--tuning"]) == 0
+    out = tmp_path / "docs" / "replication" / "tuning"
+    table = json.loads((out / "leave_chance.json").read_text())
+    assert table["steps"] == [[200, 300], [200, None]]
+    assert table["seeds_leaving_at_every_window"] == [7] and table["recipe_works"] is False
+    text = (out / "leave_chance.md").read_text()
+    assert "| 7 | **200** | **300** |" in text and "| 8 | **200** | - (to 200: 2.25) |" in text
+    assert "1 of 2" in text

@@ -1,6 +1,7 @@
 """Last step of `make replicate`: read the runs of every seed, judge each finding, write the results.
 
     python -m longctx.analysis.replication_report runs/replicate_cpu --docs docs --name cpu
+    python -m longctx.analysis.replication_report runs/replicate_tuning --docs docs --name tuning --tuning
 
 Reads what the sweeps wrote under ROOT (layout fixed by sweeps/replicate_*.yaml; the seed
 is a grid dimension of every sweep):
@@ -238,12 +239,60 @@ def results_block(name: str, findings: list[Finding], meta: dict, figures: list[
     return "\n".join(lines) + "\n"
 
 
+def tuning_block(root: Path, commit: str) -> tuple[str, dict]:
+    """The recipe check of tuning runs (sweeps/replicate_tuning.yaml: answer probes only,
+    each run ending at its first probe below 2.0 nats): the seeds x windows table of the
+    step at which each run left chance, and whether >= 4 of 5 seeds left it at every window.
+    A run still going shows the last step it reached."""
+    runs = pretrain_runs(root)
+    rows = {key: metric_rows(path) for key, path in runs.items()}
+    losses = {key: [(r["step"], r["answers/loss"]) for r in rows[key] if "answers/loss" in r] for key in runs}
+    table = chance_table({key: leave_chance_step(losses[key]) for key in runs})
+
+    def cell(seed: int, window: int, step: int | None) -> str:
+        if step is not None:
+            return f"**{step}**"
+        if not losses.get((seed, window)):
+            return "not run"
+        last_step, last_loss = max(losses[seed, window])
+        return f"- (to {last_step}: {last_loss:.2f})"
+
+    windows, seeds = table["windows"], table["seeds"]
+    lines = [
+        "Step at which each tuning run left chance (held-out answer loss < 2.0 nats per value token; "
+        "`- (to S: x)`: still at chance at its last probe S, loss x):",
+        "",
+        "| seed | " + " | ".join(f"L={w}" for w in windows) + " |",
+        "|---" * (len(windows) + 1) + "|",
+    ]
+    for seed, steps in zip(seeds, table["steps"], strict=True):
+        lines.append(f"| {seed} | " + " | ".join(cell(seed, w, s) for w, s in zip(windows, steps, strict=True)) + " |")
+    every = table["seeds_leaving_at_every_window"]
+    lines += [
+        "",
+        f"Seeds leaving chance at every window: {len(every)} of {len(seeds)} "
+        f"(the recipe works when >= 80%: {'yes' if table['recipe_works'] else 'no'}). Code: commit {commit}.",
+    ]
+    return "\n".join(lines) + "\n", table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", type=Path, help="the sweeps' output root, e.g. runs/replicate_cpu")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="where the summary and results go")
     parser.add_argument("--name", default="cpu", help="label of this replication (cpu | full | gpu | smoke)")
+    parser.add_argument(
+        "--tuning", action="store_true", help="ROOT holds tuning runs: write only the leave-chance table"
+    )
     args = parser.parse_args(argv)
+    if args.tuning:
+        block, table = tuning_block(args.root, checkout_commit(Path.cwd()))
+        out = args.docs / "replication" / args.name
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "leave_chance.md").write_text(block)
+        (out / "leave_chance.json").write_text(json.dumps(table, indent=1) + "\n")
+        print(block + f"wrote {out / 'leave_chance.md'}")
+        return 0
     findings, meta = judge(args.root)
     run_probes = meta.pop("_probes")
     figures_dir = args.docs / "replication" / args.name
