@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
+
 from longctx.data.corpus import embedded_documents
 from longctx.data.prepare import prepare
 from longctx.data.tokenizer import train_bpe
@@ -106,3 +108,11 @@ def sft_args(workspace, pretrained, out, **extra):
         **extra,
     }
     return [f"{key}={value}" for key, value in values.items()]
+
+
+class StopAfterFirstStep(L.Callback):
+    """Ends training after the first optimizer step, as a SIGTERM would (train.callbacks)."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step >= 1:
+            trainer.should_stop = True

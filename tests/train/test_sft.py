@@ -77,6 +77,14 @@ def test_niah_after_sft_covers_lengths_beyond_the_window(workspace, pretrained, 
     assert max(result["lengths"] + result["skipped_lengths"]) == 256  # 2 x the base model's 128
 
 
+def test_a_stopped_sft_run_leaves_the_niah_check_to_its_resumed_end(workspace, pretrained, tmp_path, capsys):
+    stopper = json.dumps([{"class_path": "tests.train.helpers.StopAfterFirstStep"}])
+    args = sft_args(workspace, pretrained, tmp_path, **{"sft.niah_after": "true", "train.callbacks": stopper})
+    assert main(["sft", *args]) == 0
+    assert "sft: stopped at step 1 of" in capsys.readouterr().out
+    assert not (tmp_path / "niah_after_sft").exists()
+
+
 def test_sft_needs_init(workspace, tmp_path, capsys):
     args = [a for a in sft_args(workspace, "x", tmp_path) if not a.startswith("init=")]
     assert main(["sft", *args]) == 2

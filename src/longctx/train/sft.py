@@ -138,7 +138,10 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
         tokenizer=tokenizer,
     )
     if config.sft.niah_after and trainer.is_global_zero:
-        niah_after_sft(config, tokenizer, base.config.max_position)
+        if trainer.global_step < steps:  # stopped early (SIGTERM: a lease or time budget ran out)
+            print(f"sft: stopped at step {trainer.global_step} of {steps}; the NIAH check runs when a resumed run ends")
+        else:
+            niah_after_sft(config, tokenizer, base.config.max_position)
     return trainer
 
 
