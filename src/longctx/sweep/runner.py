@@ -5,7 +5,6 @@ forwarded (longctx/sweep/__init__.py describes the behaviour).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -18,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from longctx.sweep.processes import signal_group, start_in_group
 from longctx.sweep.spec import ARGUMENT_MACROS, ENVVAR, WHOLE_MACRO, Point, Sweep, SweepError
 
 
@@ -104,8 +104,7 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
     def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
         for child in running:
-            with contextlib.suppress(ProcessLookupError):  # already exited and reaped
-                os.killpg(child.pid, signum)
+            signal_group(child, signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -115,10 +114,10 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
                 log = summary.parent / f"point-{point.index}.log" if jobs > 1 else None
                 where = f" > {log}" if log else ""
                 print(f"== {sweep.name} point {point.index} ({n}/{len(points)}): {shlex.join(point.command)}{where}")
-                child = _start(point, {**base_env, "LONGCTX_SWEEP_POINT": str(point.index)}, log)
+                child = start_in_group(point.command, {**base_env, "LONGCTX_SWEEP_POINT": str(point.index)}, log)
                 running[child] = (point, time.monotonic(), log)
                 if received:  # signalled between the start and the line above
-                    os.killpg(child.pid, received[-1])
+                    signal_group(child, received[-1])
             if not running:
                 break
             for child in [c for c in running if c.poll() is not None] or [_wait_any(running)]:
@@ -152,19 +151,6 @@ def run(sweep: Sweep, points: list[Point], summary: str | Path, keep_going: bool
         return 1
     print(f"== {sweep.name}: {len(points) - failed}/{len(points)} runs succeeded; summary in {summary}", flush=True)
     return 0 if failed == 0 else 1
-
-
-def _start(point: Point, env: dict[str, str], log: Path | None) -> subprocess.Popen:
-    """Start one point in its own process group (as under `wandb agent`): a terminal Ctrl-C
-    reaches the runner only, and the runner forwards it once. stdin is closed so a read
-    cannot block the child."""
-    sys.stdout.flush()
-    if log is None:
-        return subprocess.Popen(point.command, env=env, stdin=subprocess.DEVNULL, process_group=0)
-    with log.open("w") as out:
-        return subprocess.Popen(
-            point.command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, process_group=0
-        )
 
 
 def _wait_any(running: dict[subprocess.Popen, Any]) -> subprocess.Popen:

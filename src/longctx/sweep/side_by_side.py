@@ -19,7 +19,6 @@ pay its start-up (imports, data checks, loading a checkpoint) and be stopped.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -28,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from longctx.sweep.processes import signal_group, start_in_group
 
 DONE_FILE = "side_by_side_done.json"
 POLL_S = 0.2
@@ -92,16 +93,19 @@ def run_side_by_side(
             if missing:
                 outcomes[job.name] = Outcome(job.name, "blocked", missing=missing)
                 continue
-            running[job.name] = (_start(job, log_dir, env), now)
+            running[job.name] = (
+                start_in_group(job.argv, {**os.environ, **(env or {})}, log_dir / f"{job.name}.log", append=True),
+                now,
+            )
             outcomes[job.name].log = str(log_dir / f"{job.name}.log")
         if not running and queue and deadline - now < min_start_s:
             break  # too little time to start the rest; they stay pending
         for name, (process, _) in running.items():
             if name not in signalled and now >= deadline - stop_before_s:
-                _signal_group(process, signal.SIGTERM)
+                signal_group(process, signal.SIGTERM)
                 signalled.add(name)
             elif now >= deadline:
-                _signal_group(process, signal.SIGKILL)
+                signal_group(process, signal.SIGKILL)
         for name, (process, started) in list(running.items()):
             returncode = process.poll()
             if returncode is None:
@@ -117,20 +121,3 @@ def run_side_by_side(
         if running:
             time.sleep(POLL_S)
     return [outcomes[job.name] for job in jobs]
-
-
-def _start(job: Job, log_dir: Path, env: dict[str, str] | None) -> subprocess.Popen:
-    log = (log_dir / f"{job.name}.log").open("a")
-    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(job.argv)}\n")
-    log.flush()
-    try:
-        return subprocess.Popen(
-            job.argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
-        )
-    finally:
-        log.close()  # the child holds its own descriptor
-
-
-def _signal_group(process: subprocess.Popen, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # exited between the poll and the signal
-        os.killpg(process.pid, signum)
