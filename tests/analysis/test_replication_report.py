@@ -24,11 +24,12 @@ def _niah(effective, lengths, recall=(1.0, 1.0, 1.0, 1.0), passed=50, tests=50):
 
 
 def _run(root, seed, window, probes, losses):
-    """probes: [(step, L_eff, f(L_eff - 1), depth recall)]; losses: [(step, answer loss)]."""
+    """probes: [(step, L_eff, f(L_eff - 1), depth recall)]; losses: [(step, answer loss[, exact share])]."""
     run = root / "pretrain" / f"w{window}_s{seed}"
     run.mkdir(parents=True, exist_ok=True)
     rows = [{"step": s, "train/tokens_seen": s * TOKENS_PER_STEP} for s in (100, 200)]
-    rows += [{"step": s, "answers/loss": loss} for s, loss in losses]
+    for step, loss, *exact in losses:
+        rows.append({"step": step, "answers/loss": loss} | ({"answers/value_exact": exact[0]} if exact else {}))
     for step, effective, f, recall in probes:
         rows.append({"step": step, "niah/effective_length": effective, "niah/f_at_effective_length": f})
         directory = run / "niah" / f"step-{step:07d}"
@@ -129,8 +130,8 @@ def test_tuning_mode_writes_the_leave_chance_table_by_hand(tmp_path):
     runs = tmp_path / "runs"
     # seed: {window: answer losses by step}; seed 7 leaves at every window, seed 8 not at 512
     losses = {
-        7: {256: [(100, 2.4), (200, 1.9)], 512: [(100, 2.3), (200, 2.1), (300, 1.2)]},
-        8: {256: [(100, 2.2), (200, 1.1)], 512: [(100, 2.4), (200, 2.25)]},
+        7: {256: [(100, 2.4), (200, 1.9)], 512: [(100, 2.3, 0.0), (200, 2.1, 0.02), (300, 1.2, 0.375)]},
+        8: {256: [(100, 2.2), (200, 1.1)], 512: [(100, 2.4, 0.01), (200, 2.25, 0.04)]},
     }
     for seed, by_window in losses.items():
         for window, pairs in by_window.items():
@@ -141,5 +142,6 @@ def test_tuning_mode_writes_the_leave_chance_table_by_hand(tmp_path):
     assert table["steps"] == [[200, 300], [200, None]]
     assert table["seeds_leaving_at_every_window"] == [7] and table["recipe_works"] is False
     text = (out / "leave_chance.md").read_text()
-    assert "| 7 | **200** | **300** |" in text and "| 8 | **200** | - (to 200: 2.25) |" in text
+    assert "| 7 | **200** | **300** (38% exact) |" in text  # the exact share of the last probe, not the first
+    assert "| 8 | **200** | - (to 200: 2.25) (4% exact) |" in text
     assert "1 of 2" in text

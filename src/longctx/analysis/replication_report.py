@@ -247,20 +247,28 @@ def tuning_block(root: Path, commit: str) -> tuple[str, dict]:
     runs = pretrain_runs(root)
     rows = {key: metric_rows(path) for key, path in runs.items()}
     losses = {key: [(r["step"], r["answers/loss"]) for r in rows[key] if "answers/loss" in r] for key in runs}
+    exact = {
+        key: max((r["step"], r["answers/value_exact"]) for r in found)[1]
+        for key in runs
+        if (found := [r for r in rows[key] if "answers/value_exact" in r])
+    }
     table = chance_table({key: leave_chance_step(losses[key]) for key in runs})
 
     def cell(seed: int, window: int, step: int | None) -> str:
-        if step is not None:
-            return f"**{step}**"
         if not losses.get((seed, window)):
             return "not run"
+        copied = f" ({exact[seed, window]:.0%} exact)" if (seed, window) in exact else ""
+        if step is not None:
+            return f"**{step}**{copied}"
         last_step, last_loss = max(losses[seed, window])
-        return f"- (to {last_step}: {last_loss:.2f})"
+        return f"- (to {last_step}: {last_loss:.2f}){copied}"
 
     windows, seeds = table["windows"], table["seeds"]
     lines = [
         "Step at which each tuning run left chance (held-out answer loss < 2.0 nats per value token; "
-        "`- (to S: x)`: still at chance at its last probe S, loss x):",
+        "`- (to S: x)`: still at chance at its last probe S, loss x). In brackets, the share of held-out "
+        "values copied exactly at the run's last probe: a loss that drifts just below 2.0 (a few % exact) "
+        "is not yet retrieval, a sharp drop (tens of %) is:",
         "",
         "| seed | " + " | ".join(f"L={w}" for w in windows) + " |",
         "|---" * (len(windows) + 1) + "|",
