@@ -107,6 +107,21 @@ def test_niah_template_documents_list_every_needle_in_order():
     assert lengths_seen == {4, 5, 8, 9}
 
 
+def test_repeat_template_states_the_numbers_twice_and_answers_the_second_half():
+    config = RetrievalConfig(facts=5, queries=0, template="repeat", value_digits=4, value_digits_max=9)
+    for index in range(40):
+        doc = make_document(config, index, FILLER)
+        first, second = doc.text.removesuffix(".").split("\nSequence again: ")
+        assert first.removeprefix("Sequence: ").split(" ") == list(doc.values) == second.split(" ")
+        assert "Filler" not in doc.text and not doc.keys
+        assert [fact for fact, _ in doc.answer_offsets] == [0, 1, 2, 3, 4]
+        for fact, offset in doc.answer_offsets:
+            assert doc.text[offset:].startswith(doc.values[fact]) and offset > len(first)
+            assert doc.text[doc.fact_offsets[fact] :].startswith(doc.values[fact]) and doc.fact_offsets[fact] < len(
+                first
+            )
+
+
 def test_value_lengths_skip_the_niah_lengths():
     assert value_lengths(RetrievalConfig(value_digits=5)) == [5]
     assert value_lengths(RetrievalConfig(value_digits=3, value_digits_max=8)) == [3, 4, 5, 8]
@@ -136,6 +151,7 @@ def test_filler_is_not_the_niah_haystack():
         ("value_digits: 5\n        value_digits_max: 4", "data.mixture.1.retrieval.value_digits_max"),
         ("template: magic", "data.mixture.1.retrieval.template"),
         ("template: niah\n        queries: 2", "data.mixture.1.retrieval.queries"),
+        ("template: repeat\n        queries: 1", "data.mixture.1.retrieval.queries"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path, settings, key):

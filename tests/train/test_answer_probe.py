@@ -87,3 +87,16 @@ def test_the_stop_threshold_needs_the_probe(workspace, tmp_path):
     args = retrieval_args(workspace, tmp_path, **{"probe.answer_every_steps": 0, "probe.answer_stop_below": 2.0})
     with pytest.raises(ConfigError, match="probe.answer_stop_below"):
         config_module.load([], args)
+
+
+def test_answer_probe_leaves_out_the_repeat_drill(workspace, tmp_path):
+    """answers/loss is the NIAH answers' loss: a `template: repeat` source in the mixture
+    (a copying drill) is not probed, the retrieval sources keep their mixture index."""
+    from longctx.train.answer_callback import AnswerLossCallback
+
+    drill = {"kind": "retrieval", "retrieval": {"template": "repeat", "queries": 0, "facts": 8}}
+    niah = {"kind": "retrieval", "retrieval": {"template": "niah", "queries": 0}}
+    args = retrieval_args(workspace, tmp_path, **{"data.mixture": json.dumps([drill, niah])})
+    config = config_module.load([], args)
+    callback = AnswerLossCallback(config, tokenizer=None, out_dir=tmp_path)
+    assert [(index, source.template) for index, source in callback.sources] == [(1, "niah")]

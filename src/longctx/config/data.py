@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from longctx.config.checks import choice, positive_int
 from longctx.errors import ConfigError
 
-TEMPLATES = ("inventory", "niah")
+TEMPLATES = ("inventory", "niah", "repeat")
 """Wordings of a retrieval document (data/retrieval.py)."""
 NIAH_DIGITS = (6, 7)
 """Needle lengths of the NIAH tasks (6: STRING's, 7: RULER's), never drawn for training."""
@@ -45,7 +45,11 @@ class RetrievalConfig:
     """inventory: keyed facts in wording disjoint from every NIAH task, asked back one by one
     and as a list. niah: STRING's NIAH wording (needle " One of the magic numbers is N.",
     its question and answer prefix) over this source's filler and values, `facts` needles,
-    only the list question (queries must be 0); see docs/replication_log.md (2026-11-23) for why."""
+    only the list question (queries must be 0); see docs/replication_log.md (2026-11-23) for why.
+    repeat: `facts` numbers in a row, then the same numbers again (no filler, no question):
+    every digit of the second half can be copied, the dense signal on which a copying
+    (induction) circuit forms; queries must be 0. The held-out answer probe leaves it out
+    (its loss is not the NIAH answers')."""
     seed: int = 0
     """Generator seed; document k uses numpy's generator seeded with [seed, k]."""
 
@@ -74,10 +78,10 @@ class RetrievalConfig:
             )
         if self.template not in TEMPLATES:
             raise ConfigError(f"{key}.template", f"must be one of {', '.join(TEMPLATES)}, got {self.template!r}")
-        if self.template == "niah" and (self.queries or not self.list_query):
+        if self.template in ("niah", "repeat") and (self.queries or not self.list_query):
             raise ConfigError(
                 f"{key}.queries",
-                "template niah asks only NIAH's list question: set queries: 0 and list_query: true",
+                f"template {self.template} asks only for the list of values: set queries: 0 and list_query: true",
             )
         if self.queries == 0 and not self.list_query:
             raise ConfigError(

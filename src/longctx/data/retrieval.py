@@ -58,6 +58,9 @@ NIAH_NEEDLE = " One of the magic numbers is {value}."
 NIAH_LIST_QUESTION = "\n\nWhat are the magic numbers mentioned in the provided text?\nThe numbers are "
 """The `niah` template: STRING's NIAH needle, question and answer prefix (Table 5), the same
 strings as niah/tasks.py's `paper` task (checked in tests; data/ may not import niah/)."""
+REPEAT_FIRST = "Sequence:"
+REPEAT_AGAIN = "\nSequence again:"
+"""The `repeat` template: `facts` numbers after REPEAT_FIRST, the same after REPEAT_AGAIN."""
 FILLER_MIN_CHARS = 20
 """Filler sentences shorter than this (headings, stray fragments) are not used."""
 
@@ -111,6 +114,8 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
     """Document `index` of the source (deterministic in (config.seed, index))."""
     filler = filler_sentences() if filler is None else filler
     rng = np.random.default_rng([config.seed, index])
+    if config.template == "repeat":
+        return _repeat_document(config, rng)
     low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
     n_filler = math.floor(math.exp(rng.uniform(low, high))) - 1 if high > low else config.filler_min
     n_filler = min(max(n_filler, config.filler_min), config.filler_max)
@@ -150,6 +155,23 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
         piece += "."
         text += piece
     return RetrievalDocument(text, tuple(keys), tuple(values), tuple(fact_offsets), tuple(answers))
+
+
+def _repeat_document(config: RetrievalConfig, rng: np.random.Generator) -> RetrievalDocument:
+    """`facts` distinct numbers, then the same numbers in the same order: each number of the
+    second half is an answer whose fact is its first occurrence."""
+    lengths = value_lengths(config)
+    values = _distinct(lambda: _random_number(rng, lengths), config.facts)
+    text, offsets = "", []
+    for prefix in (REPEAT_FIRST, REPEAT_AGAIN):
+        text += prefix
+        for value in values:
+            text += " "
+            offsets.append(len(text))
+            text += value
+    facts = tuple(offsets[: len(values)])
+    answers = tuple(enumerate(offsets[len(values) :]))
+    return RetrievalDocument(text + ".", (), tuple(values), facts, answers)
 
 
 def value_lengths(config: RetrievalConfig) -> list[int]:

@@ -4,8 +4,8 @@ The miniature replication needs models that retrieve; NIAH's substring score is 
 before the model learns the answer format and while it writes the format with wrong
 digits. Every `probe.answer_every_steps` optimizer steps this probe runs
 `probes/retrieval_answers.answer_metrics` (teacher-forced, `probe.answer_documents`
-held-out documents that fit the window) on every `kind: retrieval` source of
-`data.mixture` and appends to metrics.jsonl
+held-out documents that fit the window) on every `kind: retrieval` source of `data.mixture`
+but the `template: repeat` copying drills, and appends to metrics.jsonl
 
     answers/loss          mean cross-entropy over the value tokens of all answers, pooled
                           over the sources by answer count; chance for a digit is ln 10
@@ -38,7 +38,11 @@ from longctx.train.loggers import log_scalars, logger_step
 class AnswerLossCallback(L.Callback):
     def __init__(self, config: ExperimentConfig, tokenizer: Tokenizer, out_dir: Path):
         self.config, self.tokenizer, self.out_dir = config, tokenizer, out_dir
-        self.sources = [(i, s.retrieval) for i, s in enumerate(config.data.mixture) if s.kind == "retrieval"]
+        self.sources = [
+            (i, s.retrieval)
+            for i, s in enumerate(config.data.mixture)
+            if s.kind == "retrieval" and s.retrieval.template != "repeat"  # a copying drill, not a NIAH answer
+        ]
         self._steps_seen = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
