@@ -145,3 +145,26 @@ def test_tuning_mode_writes_the_leave_chance_table_by_hand(tmp_path):
     assert "| 7 | **200** | **300** (38% exact) |" in text  # the exact share of the last probe, not the first
     assert "| 8 | **200** | - (to 200: 2.25) (4% exact) |" in text
     assert "1 of 2" in text
+
+
+def test_the_table_names_the_commit_of_the_checkout_holding_the_runs(tmp_path, monkeypatch):
+    """Long runs live in a pinned worktree; the report may run from another checkout: the
+    commit it records is the runs' (git-ignored runs/ inside the pinned checkout)."""
+    import subprocess
+
+    pinned = tmp_path / "pinned"
+    pinned.mkdir()
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=pinned, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (pinned / ".gitignore").write_text("runs/\n")
+    git("add", ".gitignore")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pinned")
+    _run(pinned / "runs", 7, 256, [], [(100, 1.9)])
+    monkeypatch.delenv("LONGCTX_COMMIT", raising=False)
+    monkeypatch.chdir(tmp_path)  # not a git checkout
+    assert main([str(pinned / "runs"), "--docs", str(tmp_path / "docs"), "--name", "t", "--tuning"]) == 0
+    text = (tmp_path / "docs" / "replication" / "t" / "leave_chance.md").read_text()
+    assert f"commit {git('rev-parse', 'HEAD')}." in text

@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.tuning:
-        block, table = tuning_block(args.root, checkout_commit(Path.cwd()))
+        block, table = tuning_block(args.root, checkout_commit(args.root))
         out = args.docs / "replication" / args.name
         out.mkdir(parents=True, exist_ok=True)
         (out / "leave_chance.md").write_text(block)
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     figures_dir = args.docs / "replication" / args.name
     figures_dir.mkdir(parents=True, exist_ok=True)
     figures = replication_figures.draw_all(run_probes, meta["windows"][-1], figures_dir)
-    meta["commit"] = checkout_commit(Path.cwd())
+    meta["commit"] = checkout_commit(args.root)
     summary = write_summary(findings, args.docs / f"replication_summary_{args.name}.json", meta)
     results = figures_dir / "results.md"
     results.write_text(results_block(args.name, findings, meta, [str(f) for f in figures]))
