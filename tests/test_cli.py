@@ -90,7 +90,7 @@ def test_domain_errors_share_one_base():
 def test_niah_checkpoint_path_takes_config_values():
     """A sweep grid point names its own checkpoint: `${train.seed}` in the path is the point's seed."""
     from longctx import config as config_module
-    from longctx.cli import _interpolate
+    from longctx.cli.common import interpolate as _interpolate
     from longctx.errors import ConfigError
 
     cfg = config_module.load([], ["train.seed=11", "data.window=256"])

@@ -22,6 +22,7 @@ LAYERS = {
     "probes": 3,
     "niah": 3,
     "train": 4,
+    "eval": 4,
     "analysis": 5,
     "replication": 5,
     "sweep": 5,
@@ -30,7 +31,8 @@ LAYERS = {
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
 setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
-analysis, replication, sweep < cli. A module imports
+analysis, replication, sweep < cli; eval (benchmarks on the
+evaluation engine) sits beside train. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
 

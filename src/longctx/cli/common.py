@@ -1,0 +1,64 @@
+"""What the command modules share: overrides split from YAML paths, the user's tokenizer,
+`${key}` references in checkpoint paths, and the evaluation commands' set-up."""
+
+from __future__ import annotations
+
+from longctx import config as config_module
+from longctx.errors import ConfigError
+
+
+def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
+    paths = [item for item in items if "=" not in item]
+    overrides = [item for item in items if "=" in item]
+    return paths, overrides
+
+
+def user_tokenizer(configured: str) -> str | None:
+    """data.tokenizer when the user set it: a value other than the default (the default
+    itself cannot be told apart from an unset key, so it never overrides a model's own)."""
+    from longctx.config import DataConfig
+
+    return None if configured == DataConfig.tokenizer else configured
+
+
+def interpolate(path: str, cfg) -> str:
+    """A checkpoint path with `${key}` references to config keys filled in (as an override's
+    interpolation is), so one sweep can point each grid point at its own checkpoint:
+    `runs/x/w512_s${train.seed}/checkpoints/last.ckpt`."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.create(config_module.as_dict(cfg))
+
+    def value(match: re.Match) -> str:
+        found = OmegaConf.select(values, match.group(1), default=None)
+        if found is None:
+            raise ConfigError(
+                match.group(1), f"is not a config key with a value; the checkpoint path {path} refers to it"
+            )
+        return str(found)
+
+    return re.sub(r"\$\{([A-Za-z0-9_.]+)\}", value, path)
+
+
+def evaluation_setup(items: list[str], checkpoints: list[str]):
+    """(config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them), the
+    haystack tokenised in it, checkpoints with their `${key}` references filled in)."""
+    from longctx.model_tokenizer import tokenizer_for_model
+    from longctx.niah.evaluation import load_haystack
+
+    paths, overrides = split_overrides(items)
+    cfg = config_module.load(paths, overrides)
+    checkpoints = [interpolate(path, cfg) for path in checkpoints]
+    if cfg.eval.threads:
+        import torch
+
+        torch.set_num_threads(cfg.eval.threads)
+    override = user_tokenizer(cfg.data.tokenizer)
+    tokenizers = {path: tokenizer_for_model(path, override) for path in checkpoints}
+    if len({t.fingerprint for t in tokenizers.values()}) > 1:
+        listing = ", ".join(f"{path}: {t.name}" for path, t in tokenizers.items())
+        raise ConfigError("data.tokenizer", f"the checkpoints come with different tokenizers ({listing})")
+    tokenizer = next(iter(tokenizers.values()))
+    return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints

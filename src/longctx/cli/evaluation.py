@@ -1,0 +1,89 @@
+"""`longctx niah` (the effective-length search) and `niah-table` (STRING Table 1 / Table 4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from longctx.cli.common import evaluation_setup
+
+
+def cmd_niah(args: argparse.Namespace) -> int:
+    from longctx.model.checkpoint import load_model
+    from longctx.niah.evaluation import (
+        evaluate,
+        evaluation_device,
+        format_search,
+        log_to_wandb,
+        method_settings,
+        write_result,
+    )
+
+    items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
+    cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
+    model = load_model(checkpoint).to(evaluation_device(cfg))
+    result = evaluate(model, cfg, tokenizer, haystack, progress=True)
+    print(format_search(result))
+    out_dir = args.out or cfg.eval.out_dir
+    title = f"{checkpoint} ({cfg.eval.position_method.name})"
+    numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
+    log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)
+    print(f"wrote {numbers} and {figure}")
+    return 0
+
+
+def cmd_niah_table(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from longctx.model.checkpoint import load_model
+    from longctx.niah.evaluation import format_table, method_table
+
+    cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
+    arms = cfg.eval.arms or {
+        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
+    }
+    lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
+    models = {}
+    for path in checkpoints:
+        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = load_model(path)
+    table = method_table(models, arms, cfg, tokenizer, haystack, lengths)
+    text = format_table(table, list(arms))
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    niah = commands.add_parser("niah", help="effective context length by the 4-needle NIAH test")
+    niah.add_argument(
+        "checkpoint", help="longctx .safetensors, Lightning .ckpt, or HF directory; ${key} takes a config value"
+    )
+    niah.add_argument("items", nargs="*", metavar="CFG.yaml|key=value", help="eval.* settings (YAML files, overrides)")
+    niah.add_argument("--out", default="", help="where niah.json and the heatmap PNG go (default: eval.out_dir)")
+    niah.add_argument(
+        "--lengths",
+        default="",
+        help="comma-separated context lengths to evaluate in full, no search (eval.niah.lengths)",
+    )
+    niah.set_defaults(run=cmd_niah)
+    table = commands.add_parser(
+        "niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models"
+    )
+    table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
+    table.add_argument(
+        "--methods",
+        default="rope,ntk,yarn,rerope,self_extend,dca,string",
+        help="method names under eval.position_method's settings (ignored when the config sets eval.arms)",
+    )
+    table.add_argument(
+        "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
+    )
+    table.add_argument(
+        "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"
+    )
+    table.add_argument("--out", default="", help="also write the markdown table here (and its numbers as .json)")
+    table.set_defaults(run=cmd_niah_table)
