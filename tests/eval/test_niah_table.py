@@ -120,3 +120,12 @@ def test_niah_table_command_reuses_its_cells_and_logs_them_to_wandb(tmp_path, ha
     assert out.read_text() == first
     records = sorted((tmp_path / "out" / "cells").rglob("samples.jsonl"))
     assert [len(path.read_text().splitlines()) for path in records] == [2, 2]  # nothing decoded again
+
+
+def test_arms_outside_the_table_are_refused(tmp_path, haystack_file, capsys):
+    checkpoint = tmp_path / "m.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
+    sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
+    assert main(["niah-table", str(checkpoint), "--methods", "rope,ntk", "--arms", "rope,dca", *sets]) == 2
+    assert "--arms names ['dca'], which are not among the arms ['ntk', 'rope']" in capsys.readouterr().err
+    assert not (tmp_path / "cells").exists()

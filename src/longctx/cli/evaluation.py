@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from longctx.cli.common import evaluation_setup
+from longctx.errors import ConfigError
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -45,6 +46,11 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     arms = cfg.eval.arms or {
         name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
     }
+    if args.arms:
+        unknown = [name for name in args.arms.split(",") if name not in arms]
+        if unknown:
+            raise ConfigError("eval.arms", f"--arms names {unknown}, which are not among the arms {sorted(arms)}")
+        arms = {name: arms[name] for name in args.arms.split(",")}
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = {}
     for path in checkpoints:
@@ -87,6 +93,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--methods",
         default="rope,ntk,yarn,rerope,self_extend,dca,string",
         help="method names under eval.position_method's settings (ignored when the config sets eval.arms)",
+    )
+    table.add_argument(
+        "--arms", default="", help="comma-separated subset of the arms (eval.arms, else --methods) to evaluate"
     )
     table.add_argument(
         "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
