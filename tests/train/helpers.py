@@ -58,7 +58,12 @@ def environment() -> dict:
     return env
 
 
-def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> subprocess.Popen:
+def launch(
+    args: list[str], nproc: int = 1, extra_torchrun: list[str] = (), log: Path | None = None
+) -> subprocess.Popen:
+    """`longctx pretrain args` (under torchrun with nproc > 1), its output piped; with `log`,
+    written to that file instead and in a process group of its own, which os.killpg stops
+    with its compile and loader workers (a pipe nobody reads would fill and stall it)."""
     if nproc == 1 and not extra_torchrun:
         command = [sys.executable, "-m", "longctx", "pretrain", *args]
     else:
@@ -73,7 +78,14 @@ def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> s
             "pretrain",
             *args,
         ]
-    return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command,
+        env=environment(),
+        stdout=subprocess.PIPE if log is None else log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=log is not None,
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> str:
