@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+import report
+
 BENCHMARKS = Path(__file__).resolve().parent
 REPOSITORY = BENCHMARKS.parent
 KILL_GRACE_S = 5
@@ -111,8 +113,11 @@ def smoke_parts() -> list[Part]:
             "long-context",
             90,
             (
-                ("position_methods.py", "--smoke", "--methods", "string", "--repeats", "2"),
-                ("position_methods.py", "--smoke", "--methods", "string", "--no-rope-baseline", "--repeats", "0"),
+                ("position_methods.py", "--smoke", "--methods", "string", "--repeats", "2", "--decode-lengths", "512"),
+                (
+                    "position_methods.py",
+                    *("--smoke", "--methods", "string", "--no-rope-baseline", "--repeats", "0", "--decode-lengths"),
+                ),
             ),
             ("positions_debug",),
         ),
@@ -175,8 +180,6 @@ def correctness_failed(records: list[dict]) -> bool:
 
 
 def write_summary(out: Path, records: list[dict], smoke: bool) -> str:
-    import report  # imports torch (the versions it records): not before the first part
-
     rows = []
     for record in records:
         checks = ""

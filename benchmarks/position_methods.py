@@ -42,9 +42,15 @@ must match the last row of its prefill (1e-4; at model level, the last logits).
 `--preset` (default tinyllama-1.1b; 22 layers, d_model 2048) in bf16 on CUDA, attention
 backend `auto` (flash: the passes of position_methods/gpu.py for string, rerope,
 self_extend and dca), one document of T tokens, training length
-T. Reports prefill and decode-step ms (median of --repeats, CUDA-synchronised), their
-ratio to plain RoPE, and the prefill's peak MiB above the weights (device_timing.py).
-Decoding must match the prefill's last logits to 5% of their range (bf16).
+T. Per method a first prefill (timed alone: its peak memory, MiB above the weights and
+inputs and GiB of all allocated, and the decoding check's reference), then `--repeats`
+prefills taking turns (median, CUDA-synchronised; with `--repeats 0` the first call's time
+is reported), and at the lengths of `--decode-lengths` (default all) 5 x repeats decoding
+steps; ratios to plain RoPE (added unless `--no-rope-baseline`). Decoding must match the
+prefill's last logits to 5% of their range (bf16). `make gpu-check`'s long-context part:
+`--lengths 32768 131072 --methods string --repeats 2 --decode-lengths 32768`, then
+`--preset llama3.1-8b --lengths 131072 --methods string --no-rope-baseline --repeats 0
+--decode-lengths`.
 `--preset llama3.1-8b`: a random-initialised Llama-3.1-8B configuration (32 layers,
 d_model 4,096, 32/8 heads, d_ff 14,336, vocabulary 128,256, RoPE base 500,000 with
 llama3 scaling 8x from 8,192), for the memory case of a real model at 128K.

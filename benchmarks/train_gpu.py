@@ -24,7 +24,16 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    Step ms = median of `--repeats` (minimum 10 on a GPU; `--smoke` uses 1), CUDA-
    synchronised, implementations taking turns; `vs HF` = HF sdpa's step time / this one on
    the same kind of rows; `vs litgpt` likewise against litgpt's plain-row step. First
-   losses of ours must equal HF's to 2e-2 (bf16) or the script stops.
+   losses of ours must equal HF's to 2e-2 (bf16) or the script stops. `--compile`: our
+   blocks under torch.compile, as `train.compile` does; `--loss-chunk-tokens N`: our loss
+   chunked as `train.loss_chunk_tokens` (never the full fp32 logits), the row length passed
+   as `max_seqlen`, as `longctx pretrain` runs it; `--no-litgpt` leaves litgpt out.
+   MFU as in 2.; useful MFU (packed rows) counts only the attention pairs document masking
+   keeps: 6 N_matmul + 12 n_layers d_model sum_doc l(l+1)/2 / tokens. Peak GiB = the
+   allocator's peak while the implementation ran (weights, AdamW state, activations);
+   estimate GiB = train/memory.py's for our step (batch rows of T, bf16-mixed, the loss
+   chunk; no CUDA context). `make gpu-check`'s training part: `--backends flash --compile
+   --no-litgpt --skip-e2e --loss-chunk-tokens 2048`.
 2. `longctx pretrain` end to end (`train_e2e` table): tinyllama-1.1b at T=2,048 on the
    embedded corpus (bpe-8192 tokens in the 32,000-word model), `train.strategy=fsdp`,
    `train.compile=true`, bf16-mixed, attention auto (flash), `--e2e-steps` optimizer steps
@@ -182,9 +191,8 @@ def useful_flops_per_token(config: ModelConfig, document_ids: torch.Tensor) -> f
     """Training FLOPs per token counting only the attention pairs document masking keeps:
     6 N_matmul + 12 n_layers d_model P / tokens, P = sum over documents of l (l + 1) / 2
     (for one document per row of T tokens: the MFU formula's 6 n_layers d_model T, up to T+1)."""
-    experiment = ExperimentConfig(model=config, data=DataConfig(window=document_ids.shape[1]))
-    attention_term = 6 * config.n_layers * config.d_model * document_ids.shape[1]
-    matmul = training_flops_per_token(experiment) - attention_term
+    experiment = ExperimentConfig(model=config)  # the default window: only N_matmul is read off
+    matmul = training_flops_per_token(experiment) - 6 * config.n_layers * config.d_model * experiment.data.window
     lengths = torch.cat([row.unique_consecutive(return_counts=True)[1] for row in document_ids.cpu()]).double()
     pairs = (lengths * (lengths + 1) / 2).sum().item()
     return matmul + 12 * config.n_layers * config.d_model * pairs / document_ids.numel()

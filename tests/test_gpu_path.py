@@ -192,7 +192,7 @@ def kill_and_resume_losses(root, cuda: bool = True, kill_after: int = 12, max_st
     settings = {
         "train.max_steps": max_steps,
         "train.checkpoint_every_steps": CHECKPOINT_EVERY,
-        "probe.fi_every_steps": 0,
+        "probe.fi": "false",
         "log.wandb_mode": "disabled",  # the GPU image has no wandb
         "train.loader_workers": 2,  # rows from worker processes: resume must stay exact
     }
@@ -212,7 +212,7 @@ def kill_and_resume_losses(root, cuda: bool = True, kill_after: int = 12, max_st
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    killed = losses(first)
+    killed = logged_losses(first)
     assert max(killed, default=0) >= kill_after, log.read_text()[-4000:]
     resume_step = (kill_after - 1) // CHECKPOINT_EVERY * CHECKPOINT_EVERY
     checkpoint = first / "checkpoints" / f"step-{resume_step:07d}.ckpt"

@@ -20,6 +20,7 @@ STEPS = 6
 def make_workspace(root: Path) -> Path:
     """A small prose corpus, a 512-token BPE trained on it, and the prepared dataset."""
     texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 120)]
+    root.mkdir(parents=True, exist_ok=True)
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")
