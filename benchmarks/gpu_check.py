@@ -75,7 +75,20 @@ def gpu_parts() -> list[Part]:
         Part(
             "kernels",
             45,
-            (("attention.py", "--device", "cuda", "--backends", "flash", "flex", "--lengths", "4096", "16384", "65536"),),
+            (
+                (
+                    "attention.py",
+                    "--device",
+                    "cuda",
+                    "--backends",
+                    "flash",
+                    "flex",
+                    "--lengths",
+                    "4096",
+                    "16384",
+                    "65536",
+                ),
+            ),
             ("attention",),
         ),
         Part(

@@ -88,7 +88,9 @@ def band_check(name: str, total: int, device: torch.device) -> Callable[[], str]
         else:
             heads, factory, dtype = (4, 2, 16), lambda: all_methods()[name], torch.float32
         q, k, v = random_qkv(2, total, total, *heads)
-        error = assert_band_pass_gradients_match_fp64_path(factory, positions, documents, q, k, v, device, device, dtype)
+        error = assert_band_pass_gradients_match_fp64_path(
+            factory, positions, documents, q, k, v, device, device, dtype
+        )
         return f"relative L2 error {error:.1e} (bound {3e-2 if dtype == torch.bfloat16 else 1e-5:g})"
 
     return check
@@ -98,7 +100,7 @@ def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callab
     """Name -> a function that raises on failure and returns what it measured."""
     flash_tokens, band_tokens = (64, 48) if smoke else (4096, 8192)
     step_shape = {"preset": "debug", "window": 64} if smoke else {"preset": "tinyllama-1.1b", "window": 2048}
-    kill = {"kill_after": 4, "max_steps": 8} if smoke else {"kill_after": 12, "max_steps": 100}
+    kill = {"kill_after": 7, "max_steps": 12} if smoke else {"kill_after": 12, "max_steps": 100}
 
     def flash() -> str:
         worst = assert_backend_matches_fp32_sdpa("flash", flash_tokens, device)

@@ -69,8 +69,8 @@ from train_step import LEARNING_RATE, Batch, Implementation, TrainingStep, rows_
 
 from longctx.config import DataConfig, ExperimentConfig, load
 from longctx.config.model import ModelConfig
-from longctx.model.hf import export_hf
 from longctx.data.packing import IGNORE_INDEX
+from longctx.model.hf import export_hf
 from longctx.train.callbacks import peak_flops, training_flops_per_token
 from longctx.train.memory import GIB, estimate_memory
 

@@ -12,15 +12,15 @@ from tests.model.helpers import BLOCK_FIELDS, all_methods, dense_block_mask, ran
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
+CPU = torch.device("cpu")
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     return ((got.double().cpu() - expected).norm() / expected.norm()).item()
 
 
-
 def assert_band_pass_gradients_match_fp64_path(
-    method_factory, positions, docs, q, k, v, device, reference_device=torch.device("cpu"), dtype=torch.bfloat16
+    method_factory, positions, docs, q, k, v, device, reference_device=CPU, dtype=torch.bfloat16
 ):
     """The method (a fresh one from `method_factory` for each side) in `dtype` on `device`'s
     flash path against its pure-torch path in fp64 on `reference_device` (exact autograd,
@@ -33,8 +33,10 @@ def assert_band_pass_gradients_match_fp64_path(
     q, k, v = (t.detach().to(reference_device, torch.float64).requires_grad_() for t in (q, k, v))
     weights = torch.randn(*q.shape[:3], q.shape[-1], dtype=torch.float64, device=reference_device)
     reference_rows = [t.to(reference_device) for t in (positions, docs)]
-    expected = method_factory().to(reference_device).attend(
-        q, k, v, position_ids=reference_rows[0], document_ids=reference_rows[1]
+    expected = (
+        method_factory()
+        .to(reference_device)
+        .attend(q, k, v, position_ids=reference_rows[0], document_ids=reference_rows[1])
     )
     expected_grads = torch.autograd.grad((expected * weights).sum(), (q, k, v))
     method = method_factory().to(device)
