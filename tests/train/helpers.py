@@ -1,9 +1,11 @@
 """Shared helpers of the training tests: the small pretraining workspace and its overrides,
 launching `longctx pretrain` (under torchrun) and reading its losses, the SFT arguments."""
 
+import ctypes
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +66,9 @@ def launch(
 ) -> subprocess.Popen:
     """`longctx pretrain args` (under torchrun with nproc > 1), its output piped; with `log`,
     written to that file instead and in a process group of its own, which os.killpg stops
-    with its compile and loader workers (a pipe nobody reads would fill and stall it)."""
+    with its compile and loader workers (a pipe nobody reads would fill and stall it), and
+    killed by the kernel if this process dies first (Linux PR_SET_PDEATHSIG): a caller
+    stopped at a time limit leaves no pretrain running on its own."""
     if nproc == 1 and not extra_torchrun:
         command = [sys.executable, "-m", "longctx", "pretrain", *args]
     else:
@@ -86,7 +90,14 @@ def launch(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=log is not None,
+        preexec_fn=None if log is None else _die_with_parent,
     )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG = 1)."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> str:
