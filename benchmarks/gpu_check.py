@@ -10,7 +10,7 @@ versions recorded) and .md the moment it ends, its console in DIR/<part>.log:
 
 | part | budget | what (script) |
 | --- | ---: | --- |
-| correctness | 100 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the CPU fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed (gpu_check_correctness.py) |
+| correctness | 100 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed (gpu_check_correctness.py) |
 | training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory.py's estimate (train_gpu.py) |
 | kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (attention.py) |
 | long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (position_methods.py) |
@@ -23,8 +23,8 @@ not finish, else 2 if another part failed or was stopped, else 0. `--parts` runs
 parts named (a rerun after a fix), in the order above.
 
 `--smoke` runs the same scripts on CPU at tiny sizes (the flash kernel through its CPU
-stand-in, no compile), each part limited to SMOKE_LIMIT_S: tests/test_gpu_check.py runs it in `make test`
-so that no GPU minute is lost to a typo or an import error.
+stand-in, no compile), each part limited to SMOKE_LIMIT_S: tests/test_gpu_check.py runs
+it in `make test` so that no GPU minute is lost to a typo or an import error.
 """
 
 from __future__ import annotations
