@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu lint format golden bench clean \
+.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -136,7 +136,18 @@ test-slow: $(STAMP)
 test-gpu:
 	$(GPU_RUN) -m pytest -m gpu -q -p no:cacheprovider $(GPU_TESTS)
 
-# Each bench-gpu-* target should finish within 9 minutes on one H100 and writes
+# The GPU path proved in one command of <= 5.5 minutes on one H100 (docs/benchmarks.md, "GPU
+# runbook"): parts correctness, training, kernels, long-context, each in its own process with
+# a hard limit, tables in $(BENCH_OUT) as each part ends, the summary gpu_check.md last; exit 1
+# if a correctness check failed. `make gpu-check PARTS="kernels long-context"` reruns parts.
+# The repository root goes on PYTHONPATH too: the correctness part calls the `gpu` tests' functions.
+PARTS ?=
+gpu-check:
+	PYTHONPATH=src:.$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) benchmarks/gpu_check.py \
+		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS))
+
+# The longer tables, beyond gpu-check's (more backends, lengths and methods; litgpt; the
+# effective-length search). Each bench-gpu-* target should finish within 9 minutes on one H100 and writes
 # $(BENCH_OUT)/<table>.json and .md (the rows of docs/benchmarks.md).
 bench-gpu: bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 

@@ -26,9 +26,12 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_median_ms(ops: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
-    """Median ms of each op after one warm-up call; ops take turns so drift hits all alike."""
-    for op in ops.values():
+def interleaved_median_ms(
+    ops: dict[str, Callable[[], object]], repeats: int, device: torch.device, warmup: bool = True
+) -> dict[str, float]:
+    """Median ms of each op after one warm-up call (unless the caller ran one already);
+    ops take turns so drift hits all alike."""
+    for op in ops.values() if warmup else ():
         op()
     synchronize(device)
     seconds: dict[str, list[float]] = {name: [] for name in ops}
@@ -54,6 +57,15 @@ def peak_extra_mib(op: Callable[[], object], device: torch.device) -> float:
     op()
     synchronize(device)
     return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def peak_total_gib(device: torch.device) -> float:
+    """Everything the caching allocator held at its peak since the last reset (weights,
+    optimizer state, activations), GiB; NaN off CUDA."""
+    if device.type != "cuda":
+        return math.nan
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device) / 2**30
 
 
 def causal_attention_flops(document_lengths: list[int], heads: int, head_dim: int, backward: bool) -> float:

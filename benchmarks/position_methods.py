@@ -42,9 +42,15 @@ must match the last row of its prefill (1e-4; at model level, the last logits).
 `--preset` (default tinyllama-1.1b; 22 layers, d_model 2048) in bf16 on CUDA, attention
 backend `auto` (flash: the passes of position_methods/gpu.py for string, rerope,
 self_extend and dca), one document of T tokens, training length
-T. Reports prefill and decode-step ms (median of --repeats, CUDA-synchronised), their
-ratio to plain RoPE, and the prefill's peak MiB above the weights (device_timing.py).
-Decoding must match the prefill's last logits to 5% of their range (bf16).
+T. Per method a first prefill (timed alone: its peak memory, MiB above the weights and
+inputs and GiB of all allocated, and the decoding check's reference), then `--repeats`
+prefills taking turns (median, CUDA-synchronised; with `--repeats 0` the first call's time
+is reported), and at the lengths of `--decode-lengths` (default all) 5 x repeats decoding
+steps; ratios to plain RoPE (added unless `--no-rope-baseline`). Decoding must match the
+prefill's last logits to 5% of their range (bf16). `make gpu-check`'s long-context part:
+`--lengths 32768 131072 --methods string --repeats 2 --decode-lengths 32768`, then
+`--preset llama3.1-8b --lengths 131072 --methods string --no-rope-baseline --repeats 0
+--decode-lengths`.
 `--preset llama3.1-8b`: a random-initialised Llama-3.1-8B configuration (32 layers,
 d_model 4,096, 32/8 heads, d_ff 14,336, vocabulary 128,256, RoPE base 500,000 with
 llama3 scaling 8x from 8,192), for the memory case of a real model at 128K.
@@ -62,6 +68,7 @@ seconds); decode takes 5x as many. `--smoke` runs the same code on CPU at debug 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 
@@ -149,15 +156,20 @@ def decode_op(method: PositionMethod, q, k, v, positions, layers: int = 1) -> Ca
     return step
 
 
-def model_ops(model: Llama, method: PositionMethod | None, input_ids: torch.Tensor) -> tuple[Callable, Callable]:
+def model_ops(
+    model: Llama, method: PositionMethod | None, input_ids: torch.Tensor, prepare_decode: bool = True
+) -> tuple[Callable, Callable]:
     """(prefill, decode) of the whole model; decode reuses a cache holding the first T - 1
-    tokens, rewound one position before each step."""
+    tokens, rewound one position before each step (filled here only with `prepare_decode`:
+    a second prefill, which the 128K cases without decoding skip)."""
     seq_len = input_ids.shape[1]
 
     def prefill() -> torch.Tensor:
         cache = model.new_kv_cache(1, seq_len)
         return model(input_ids, kv_cache=cache, position_method=method, last_logits_only=True)[:, -1]
 
+    if not prepare_decode:
+        return prefill, prefill
     cache = model.new_kv_cache(1, seq_len)
     model(input_ids[:, :-1], kv_cache=cache, position_method=method, last_logits_only=True)
 
@@ -239,12 +251,42 @@ def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[
 
 
 COLUMNS = ("level", "T", "method", "parameters", "prefill ms", "vs rope", "decode ms/token", "vs rope")
-DEVICE_COLUMNS = ("T", "method", "prefill ms", "vs rope", "decode ms/token", "vs rope", "prefill peak MiB")
+DEVICE_COLUMNS = (
+    "T",
+    "method",
+    "prefill ms",
+    "vs rope",
+    "decode ms/token",
+    "vs rope",
+    "prefill peak MiB",
+    "peak GiB",
+)
+
+
+def timed_call(op: Callable[[], torch.Tensor], device: torch.device) -> tuple[torch.Tensor, float, float, float]:
+    """(output, ms, peak MiB above the memory held before, peak GiB of all allocated) of
+    one synchronised call: each method's first prefill, the decoding check's reference."""
+    device_timing.synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    start = time.perf_counter()
+    out = op()
+    device_timing.synchronize(device)
+    ms = (time.perf_counter() - start) * 1e3
+    if device.type != "cuda":
+        return out, ms, math.nan, math.nan
+    peak = torch.cuda.max_memory_allocated(device)
+    return out, ms, (peak - before) / 2**20, peak / 2**30
 
 
 @torch.no_grad()
 def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
-    """The `--device` table's rows for one T: the model level in bf16 (CUDA) / fp32 (CPU)."""
+    """The `--device` table's rows for one T: the model level in bf16 (CUDA) / fp32 (CPU).
+    Per method: one first prefill (timed alone, its peak memory read, its last logits the
+    decoding check's reference), then `--repeats` prefills taking turns with the other
+    methods (median; with 0 repeats the first call is the time reported), and where T is
+    in `--decode-lengths` 5 x repeats (at least 1) decoding steps of a T-1 token cache."""
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(SEED)
@@ -254,27 +296,39 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     methods = {name: build(name, seq_len, args.preset).to(device) for name in args.methods}
     generator = torch.Generator().manual_seed(SEED)
     input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=generator).to(device)
-    ops = {name: model_ops(model, method, input_ids) for name, method in methods.items()}
-    for name, (prefill, decode) in ops.items():
-        if name in DECODING_DIFFERS:
-            continue
-        last_row, decoded = prefill().float(), decode().float()
-        if (last_row - decoded).abs().max() > 0.05 * last_row.abs().max():
-            raise SystemExit(f"{name}: decoding differs from prefill at T={seq_len}; not timing it")
-    prefill_ms = device_timing.interleaved_median_ms({n: p for n, (p, _) in ops.items()}, args.repeats, device)
-    decode_ms = device_timing.interleaved_median_ms({n: d for n, (_, d) in ops.items()}, args.repeats * 5, device)
+    decoding = args.decode_lengths is None or seq_len in args.decode_lengths
+    first: dict[str, tuple[float, float, float]] = {}
+    ops = {}
+    for name, method in methods.items():
+        prefill, decode = model_ops(model, method, input_ids, prepare_decode=decoding)
+        last_row, *first[name] = timed_call(prefill, device)
+        ops[name] = (prefill, decode)
+        if decoding and name not in DECODING_DIFFERS:
+            decoded, last_row = decode().float(), last_row.float()
+            if (last_row - decoded).abs().max() > 0.05 * last_row.abs().max():
+                raise SystemExit(f"{name}: decoding differs from prefill at T={seq_len}; not timing it")
+    prefill_ms = {name: ms for name, (ms, _, _) in first.items()}
+    if args.repeats:
+        prefills = {n: p for n, (p, _) in ops.items()}
+        prefill_ms = device_timing.interleaved_median_ms(prefills, args.repeats, device, warmup=False)
+    decode_ms = {}
+    if decoding:
+        decodes = {n: d for n, (_, d) in ops.items()}
+        decode_ms = device_timing.interleaved_median_ms(decodes, max(1, 5 * args.repeats), device)
     rows = []
-    for name, (prefill, _) in ops.items():
-        peak = device_timing.peak_extra_mib(prefill, device)
+    for name in ops:
+        _, peak_mib, peak_gib = first[name]
+        versus_rope = "rope" in ops and name != "rope"
         rows.append(
             [
                 str(seq_len),
                 name,
                 f"{prefill_ms[name]:.1f}",
-                f"{prefill_ms[name] / prefill_ms['rope']:.2f}x",
-                f"{decode_ms[name]:.2f}",
-                f"{decode_ms[name] / decode_ms['rope']:.2f}x",
-                device_timing.mib(peak),
+                f"{prefill_ms[name] / prefill_ms['rope']:.2f}x" if versus_rope else "",
+                f"{decode_ms[name]:.2f}" if decoding else "not timed",
+                f"{decode_ms[name] / decode_ms['rope']:.2f}x" if decoding and versus_rope else "",
+                device_timing.mib(peak_mib),
+                "n/a" if math.isnan(peak_gib) else f"{peak_gib:.1f}",
             ]
         )
     return rows
@@ -282,12 +336,16 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
 
 def device_main(args: argparse.Namespace) -> None:
     device = torch.device(args.device)
-    if "rope" not in args.methods:
+    if args.rope_baseline and "rope" not in args.methods:
         args.methods = ["rope", *args.methods]
     print(f"{device_timing.device_name(device)}; preset {args.preset}, batch 1, one document", flush=True)
     rows = [row for seq_len in args.lengths for row in device_rows(seq_len, args)]
     settings = {"preset": args.preset, "repeats": args.repeats, "device_name": device_timing.device_name(device)}
-    report.write(args.out, f"positions_{args.preset}", list(DEVICE_COLUMNS), rows, settings)
+    notes = [
+        "prefill ms: median of `repeats` calls after a first call (0 repeats: that first call); "
+        "peak: of the first call, MiB above weights + inputs and GiB of all allocated."
+    ]
+    report.write(args.out, f"positions_{args.preset}", list(DEVICE_COLUMNS), rows, settings, notes)
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -318,6 +376,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--preset", default="tinyllama-1.1b", help="device table: model preset")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="device table: methods")
     parser.add_argument("--out", help="device table: directory for positions_<preset>.json and .md")
+    parser.add_argument(
+        "--decode-lengths", type=int, nargs="*", default=None, help="device table: T with decoding timed (default: all)"
+    )
+    parser.add_argument(
+        "--no-rope-baseline", dest="rope_baseline", action="store_false", help="device table: plain RoPE not added"
+    )
     parser.add_argument("--smoke", action="store_true", help="the device table on CPU at debug sizes, 1 repeat")
     args = parser.parse_args()
     if args.smoke:

@@ -24,7 +24,16 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    Step ms = median of `--repeats` (minimum 10 on a GPU; `--smoke` uses 1), CUDA-
    synchronised, implementations taking turns; `vs HF` = HF sdpa's step time / this one on
    the same kind of rows; `vs litgpt` likewise against litgpt's plain-row step. First
-   losses of ours must equal HF's to 2e-2 (bf16) or the script stops.
+   losses of ours must equal HF's to 2e-2 (bf16) or the script stops. `--compile`: our
+   blocks under torch.compile, as `train.compile` does; `--loss-chunk-tokens N`: our loss
+   chunked as `train.loss_chunk_tokens` (never the full fp32 logits), the row length passed
+   as `max_seqlen`, as `longctx pretrain` runs it; `--no-litgpt` leaves litgpt out.
+   MFU as in 2.; useful MFU (packed rows) counts only the attention pairs document masking
+   keeps: 6 N_matmul + 12 n_layers d_model sum_doc l(l+1)/2 / tokens. Peak GiB = the
+   allocator's peak while the implementation ran (weights, AdamW state, activations);
+   estimate GiB = train/memory.py's for our step (batch rows of T, bf16-mixed, the loss
+   chunk; no CUDA context). `make gpu-check`'s training part: `--backends flash --compile
+   --no-litgpt --skip-e2e --loss-chunk-tokens 2048`.
 2. `longctx pretrain` end to end (`train_e2e` table): tinyllama-1.1b at T=2,048 on the
    embedded corpus (bpe-8192 tokens in the 32,000-word model), `train.strategy=fsdp`,
    `train.compile=true`, bf16-mixed, attention auto (flash), `--e2e-steps` optimizer steps
@@ -60,6 +69,7 @@ from train_step import LEARNING_RATE, Batch, Implementation, TrainingStep, rows_
 
 from longctx.config import DataConfig, ExperimentConfig, load
 from longctx.config.model import ModelConfig
+from longctx.data.packing import IGNORE_INDEX
 from longctx.model.hf import export_hf
 from longctx.train.callbacks import peak_flops, training_flops_per_token
 from longctx.train.memory import GIB, estimate_memory
@@ -67,7 +77,18 @@ from longctx.train.memory import GIB, estimate_memory
 MIN_REPEATS = 10
 E2E_SKIPPED_STEPS = 5
 LITGPT = Implementation("litgpt", "compiled")
-STEP_COLUMNS = ["T", "impl", "step ms", "tokens/s", "vs HF", "vs litgpt", "MFU", "peak MiB"]
+STEP_COLUMNS = [
+    "T",
+    "impl",
+    "step ms",
+    "tokens/s",
+    "vs HF",
+    "vs litgpt",
+    "MFU",
+    "useful MFU",
+    "peak GiB",
+    "estimate GiB",
+]
 E2E_COLUMNS = ["T", "rows x accumulation", "steps", "tokens/s", "MFU", "peak GiB", "estimate GiB"]
 
 
@@ -85,13 +106,28 @@ def document_mask_4d(document_ids: torch.Tensor) -> torch.Tensor:
 
 
 class DeviceStep(TrainingStep):
-    """TrainingStep on a device under bf16 autocast (CUDA); HF packed rows get a 4D mask."""
+    """TrainingStep on a device under bf16 autocast (CUDA); HF packed rows get a 4D mask.
+    Ours as `longctx pretrain` runs it: blocks compiled with `compile` (train/module.py's
+    per-block `torch.compile`), the chunked loss with `loss_chunk_tokens` > 0 (never the
+    full fp32 logits) and the row length as `max_seqlen` (no device read for it)."""
 
-    def __init__(self, implementation: Implementation, config: ModelConfig, hf_dir: Path, device: torch.device):
+    def __init__(
+        self,
+        implementation: Implementation,
+        config: ModelConfig,
+        hf_dir: Path,
+        device: torch.device,
+        compile: bool = False,
+        loss_chunk_tokens: int = 0,
+    ):
         super().__init__(implementation, config, hf_dir)
         self.model.to(device)
+        if compile and implementation.library == "longctx":
+            for block in self.model.blocks:
+                block.compile()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, fused=True)
         self.device = device
+        self.loss_chunk_tokens = loss_chunk_tokens if implementation.library == "longctx" else 0
 
     def logits(self, batch: Batch) -> torch.Tensor:
         if self.implementation.library == "hf" and self.implementation.packed and HF_TAKES_BOOLEAN_4D_MASK:
@@ -103,7 +139,21 @@ class DeviceStep(TrainingStep):
 
     def __call__(self, batch: Batch) -> float:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            return super().__call__(batch)
+            if not self.loss_chunk_tokens:
+                return super().__call__(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
+            summed = self.model(
+                *ids,
+                attention_backend=self.implementation.attention,
+                labels=batch["labels"],
+                loss_chunk_tokens=self.loss_chunk_tokens,
+                max_seqlen=batch["input_ids"].shape[1],
+            )
+            loss = summed / (batch["labels"] != IGNORE_INDEX).sum()
+            loss.backward()
+            self.optimizer.step()
+            return loss.item()
 
 
 class LitGPTStep(DeviceStep):
@@ -137,6 +187,33 @@ def litgpt_available() -> bool:
     return True
 
 
+def useful_flops_per_token(config: ModelConfig, document_ids: torch.Tensor) -> float:
+    """Training FLOPs per token counting only the attention pairs document masking keeps:
+    6 N_matmul + 12 n_layers d_model P / tokens, P = sum over documents of l (l + 1) / 2
+    (for one document per row of T tokens: the MFU formula's 6 n_layers d_model T, up to T+1)."""
+    experiment = ExperimentConfig(model=config)  # the default window: only N_matmul is read off
+    matmul = training_flops_per_token(experiment) - 6 * config.n_layers * config.d_model * experiment.data.window
+    lengths = torch.cat([row.unique_consecutive(return_counts=True)[1] for row in document_ids.cpu()]).double()
+    pairs = (lengths * (lengths + 1) / 2).sum().item()
+    return matmul + 12 * config.n_layers * config.d_model * pairs / document_ids.numel()
+
+
+def step_estimate_gib(config: ModelConfig, seq_len: int, args: argparse.Namespace) -> float:
+    """train/memory.py's estimate for our step: `--batch` rows of T, bf16-mixed, one device,
+    `--loss-chunk-tokens` (0: the full logits), without the CUDA context (the allocator's
+    peak does not hold it)."""
+    overrides = [
+        f"model.preset={config.preset}",
+        f"model.vocab_size={config.vocab_size}",
+        f"model.max_position={seq_len}",
+        f"data.window={seq_len}",
+        f"train.micro_batch_size={args.batch}",
+        f"train.global_batch_tokens={args.batch * seq_len}",
+        f"train.loss_chunk_tokens={args.loss_chunk_tokens}",
+    ]
+    return estimate_memory(load([], overrides), 1, "bf16-mixed", cuda=False).total / GIB
+
+
 def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     device = torch.device(args.device)
     config = ModelConfig.from_preset(args.preset, vocab_size=args.vocab, max_position=seq_len)
@@ -145,7 +222,7 @@ def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
         Implementation("hf", "sdpa", packed=True),
         *(Implementation("longctx", b, packed=True) for b in args.backends),
     ]
-    with_litgpt = args.preset == "tinyllama-1.1b" and litgpt_available()
+    with_litgpt = args.litgpt and args.preset == "tinyllama-1.1b" and litgpt_available()
     if with_litgpt:
         implementations.append(LITGPT)
     blocks = token_blocks(stdlib_document_lengths(), args.batch, seq_len, config.vocab_size)
@@ -161,30 +238,34 @@ def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
                 step = (
                     LitGPTStep(config, seq_len, device)
                     if impl == LITGPT
-                    else DeviceStep(impl, config, Path(hf_dir), device)
+                    else DeviceStep(impl, config, Path(hf_dir), device, args.compile, args.loss_chunk_tokens)
                 )
                 run = functools.partial(step, batches[impl])
                 loss = run()
                 ms = device_timing.interleaved_median_ms({"step": run}, args.repeats, device)["step"]
-                results[impl] = (loss, ms, device_timing.peak_extra_mib(run, device))
+                results[impl] = (loss, ms, device_timing.peak_total_gib(device))
             except torch.OutOfMemoryError:
                 results[impl] = None
             finally:
                 del step
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+                    torch.cuda.reset_peak_memory_stats(device)
     litgpt_ms = results[LITGPT][1] if results.get(LITGPT) else None
+    estimate_gib = step_estimate_gib(config, seq_len, args)
     rows = []
     for impl in implementations:
         result = results[impl]
         if result is None:
-            rows.append([str(seq_len), impl.name, "out of memory", "", "", "", "", ""])
+            rows.append([str(seq_len), impl.name, "out of memory", *[""] * (len(STEP_COLUMNS) - 3)])
             continue
-        loss, ms, peak_mib = result
+        loss, ms, peak_gib = result
         hf = results.get(Implementation("hf", "sdpa", packed=impl.packed))
         if impl != LITGPT and hf is not None and abs(loss - hf[0]) > 2e-2:
             raise SystemExit(f"{impl.name}: first loss {loss:.4f} differs from HF's {hf[0]:.4f}")
         tokens_per_s = args.batch * seq_len / (ms / 1e3)
+        useful = useful_flops_per_token(config, batches[impl]["document_ids"]) if impl.packed else flops_per_token
+        ours = impl.library == "longctx"
         rows.append(
             [
                 str(seq_len),
@@ -194,11 +275,14 @@ def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
                 "" if hf is None or impl == LITGPT else f"{hf[1] / ms:.2f}x",
                 "" if litgpt_ms is None or impl == LITGPT else f"{litgpt_ms / ms:.2f}x",
                 "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
-                device_timing.mib(peak_mib),
+                "n/a" if peak is None or impl == LITGPT else f"{tokens_per_s * useful / peak:.1%}",
+                "n/a" if math.isnan(peak_gib) else f"{peak_gib:.1f}",
+                f"{estimate_gib:.1f}" if ours else "",
             ]
         )
     if not with_litgpt:
-        rows.append([str(seq_len), "litgpt compiled", "not measured (litgpt not importable)", "", "", "", "", ""])
+        why = "not asked (--no-litgpt)" if not args.litgpt else "not measured (litgpt not importable)"
+        rows.append([str(seq_len), "litgpt compiled", why, *[""] * (len(STEP_COLUMNS) - 3)])
     return rows
 
 
@@ -268,6 +352,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--e2e-micro-batch", type=int, default=8)
     parser.add_argument("--e2e-steps", type=int, default=30)
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="our blocks under torch.compile (as train.compile)")
+    parser.add_argument("--no-litgpt", dest="litgpt", action="store_false", help="leave out the litgpt row")
+    parser.add_argument(
+        "--loss-chunk-tokens", type=int, default=0, help="ours: the chunked loss (train.loss_chunk_tokens); 0 = logits"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.device, args.preset, args.vocab, args.backends = "cpu", "debug", 512, ["varlen"]

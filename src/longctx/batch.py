@@ -133,8 +133,14 @@ def document_segments(
     """
     batch, kv_len = document_ids.shape
     offset = kv_len - (kv_len if q_len is None else q_len)
+    # The one host synchronisation of the flash path: `nonzero`'s output size (the number of
+    # documents, which sizes cu_seqlens and the kernel's grid) is data-dependent, so the host
+    # waits for it. A fixed-size alternative (every token a possible segment start) would
+    # launch B*T mostly empty segments per kernel call; a host-side layout from the loader
+    # would change the batch contract. The end marker is a fill kernel (`new_full`), not a
+    # pageable host copy (`new_tensor`), which would be a second sync.
     starts = document_start_mask(document_ids).flatten().nonzero().flatten()
-    ends = torch.cat([starts[1:], starts.new_tensor([batch * kv_len])])
+    ends = torch.cat([starts[1:], starts.new_full((1,), batch * kv_len)])
     k_lengths = ends - starts
     local_start = starts % kv_len
     q_lengths = (local_start + k_lengths - local_start.clamp(min=offset)).clamp(min=0)

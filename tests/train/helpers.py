@@ -1,9 +1,11 @@
 """Shared helpers of the training tests: the small pretraining workspace and its overrides,
 launching `longctx pretrain` (under torchrun) and reading its losses, the SFT arguments."""
 
+import ctypes
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ STEPS = 6
 def make_workspace(root: Path) -> Path:
     """A small prose corpus, a 512-token BPE trained on it, and the prepared dataset."""
     texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 120)]
+    root.mkdir(parents=True, exist_ok=True)
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")
@@ -58,7 +61,14 @@ def environment() -> dict:
     return env
 
 
-def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> subprocess.Popen:
+def launch(
+    args: list[str], nproc: int = 1, extra_torchrun: list[str] = (), log: Path | None = None
+) -> subprocess.Popen:
+    """`longctx pretrain args` (under torchrun with nproc > 1), its output piped; with `log`,
+    written to that file instead and in a process group of its own, which os.killpg stops
+    with its compile and loader workers (a pipe nobody reads would fill and stall it), and
+    killed by the kernel if this process dies first (Linux PR_SET_PDEATHSIG): a caller
+    stopped at a time limit leaves no pretrain running on its own."""
     if nproc == 1 and not extra_torchrun:
         command = [sys.executable, "-m", "longctx", "pretrain", *args]
     else:
@@ -73,7 +83,21 @@ def launch(args: list[str], nproc: int = 1, extra_torchrun: list[str] = ()) -> s
             "pretrain",
             *args,
         ]
-    return subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command,
+        env=environment(),
+        stdout=subprocess.PIPE if log is None else log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=log is not None,
+        preexec_fn=None if log is None else _die_with_parent,
+    )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG = 1)."""
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> str:

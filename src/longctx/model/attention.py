@@ -431,8 +431,9 @@ def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
 class _FlashSegments:
     """The flash kernel's view of a batch; the max lengths are host ints, read once here, not
     per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
-    Finding the document boundaries (`document_segments`, a `nonzero`) still synchronises
-    once per batch when document_ids live on the GPU."""
+    Finding the document boundaries (`document_segments`, a `nonzero`) is the path's one
+    remaining synchronisation, once per forward, named and justified in batch.py
+    (tests/train/test_gpu_train.py allows it there and nowhere else)."""
 
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor

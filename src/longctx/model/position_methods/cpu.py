@@ -336,13 +336,17 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     """Softmax attention of q [N, Tq, H, D] over k/v [N, Tk, Hkv, D] (query head h reads
     key head h // (H / Hkv)); causal: query t sees keys <= t (top-left aligned); allowed:
     a [Tq, Tk] boolean mask. Every query must see some key. Returns the output [N, Tq, H, D]
-    and log-sum-exp [N, Tq, H] in fp32 (fp64 for fp64 inputs). On CPU this is torch's fused
-    flash kernel, which skips the masked half of a causal square; elsewhere fp32 math."""
+    and log-sum-exp [N, Tq, H] in fp32 (fp64 for fp64 inputs). On CPU without autograd this
+    is torch's fused flash kernel, which skips the masked half of a causal square; with
+    autograd recording, and elsewhere, explicit math (`_attend_math`): the fused kernel's
+    backward drops the log-sum-exp's gradient, which the merge of passes needs (without it
+    q and k gradients were off by ~10-30% at a few hundred tokens: issue 31)."""
     q4, k4, v4 = (t.transpose(1, 2) for t in (q, k, v))
     bias = None
     if allowed is not None:
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, -math.inf)
-    if q.device.type == "cpu":
+    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if q.device.type == "cpu" and not recording:
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, causal, attn_mask=bias, scale=scale
         )
@@ -364,14 +368,21 @@ def _empty_rows(
 
 
 def _attend_math(q, k, v, bias, causal: bool, scale: float):
-    """The reference for devices without the CPU kernel: q [N, H, Tq, D], k/v [N, Hkv, Tk, D]."""
+    """The reference for devices without the CPU kernel and for autograd: q [N, H, Tq, D],
+    k/v [N, Hkv, Tk, D], in fp32 (fp64 for fp64 inputs)."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
+    compute = torch.promote_types(q.dtype, torch.float32)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.to(compute), k.to(compute)) * scale
     if causal:
         scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), -math.inf)
     if bias is not None:
-        scores = scores + bias.float()
-    lse = scores.logsumexp(-1)
-    weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
-    return torch.einsum("bhqk,bhkd->bhqd", weights, v.float()), lse
+        scores = scores + bias.to(compute)
+    # A query that sees no key outputs 0 with lse -inf; its scores are zeroed first, so that
+    # no inf - inf (NaN) reaches autograd.
+    empty = torch.isneginf(scores).all(-1, keepdim=True)
+    scores = scores.masked_fill(empty, 0.0)
+    lse = scores.logsumexp(-1, keepdim=True)
+    weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
+    out = torch.einsum("bhqk,bhkd->bhqd", weights, v.to(compute))
+    return out, lse.squeeze(-1).masked_fill(empty.squeeze(-1), -math.inf)
