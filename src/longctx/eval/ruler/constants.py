@@ -83,7 +83,9 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 
-STRING_VT_ANSWER_PREFIX = FAMILIES["variable_tracking"].answer_prefix.replace("assigned the value", "assgined the value")
+STRING_VT_ANSWER_PREFIX = FAMILIES["variable_tracking"].answer_prefix.replace(
+    "assigned the value", "assgined the value"
+)
 """The STRING copy's vt answer prefix (its constants.py spells "assgined")."""
 
 

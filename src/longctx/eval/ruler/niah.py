@@ -13,17 +13,21 @@ Haystacks:
   round(linspace(0, 100, 40)) (S: the sentences of the n-word text), all joined by " ".
 - noise: n copies of the noise sentence; needles at random sentence indices; joined by "\\n".
 - needle: n needles with random keys and values (niah_multikey_2/3), the real ones at random
-  indices; joined by "\\n".
+  indices; joined by "\\n". The haystack needles of a sample are drawn without replacement
+  from a pool of random needles tokenised once per context (at least `length` tokens of
+  them), not drawn afresh: tokenising 128K tokens of fresh needles per sample costs seconds.
 n is the largest count for which prompt + 128 tokens to generate fit the length.
 """
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from longctx.eval.ruler.constants import DEPTHS, FAMILIES, NIAH_NEEDLE, NOISE, Task
 from longctx.eval.ruler.context import RulerContext
-from longctx.eval.ruler.tokens import Piece, Prompt, Segment, fit_prompt, frame_prompt
+from longctx.eval.ruler.tokens import Piece, Prompt, Ragged, Segment, fit_prompt, frame_prompt
 
 _NEEDLE_CHUNK = 512
 
@@ -65,7 +69,10 @@ def niah_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple
     if haystack == "essay":
         size, prompt = _essay(ctx, task, length, head, question, answer_prefix, needles, depth_draw, reserve)
         return prompt, outputs, {"haystack_size": size}
-    sentences = _haystack_needles(ctx, rng, kind_k, kind_v, length) if haystack == "needle" else None
+    sentences = None
+    if haystack == "needle":
+        pool = _needle_pool(ctx, kind_k, kind_v, length)
+        sentences = _NeedleSentences(pool, rng.permutation(len(pool[0])))
     noise = ctx.encoder.piece(NOISE + "\n")
 
     def build(size: int) -> Prompt:
@@ -102,38 +109,46 @@ def niah_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple
 
 
 class _NeedleSentences:
-    """Random haystack needles (RULER's 'needle' haystack), tokenised in chunks."""
+    """One sample's haystack needles: pool entries in a random order."""
 
-    def __init__(self, texts: list[str], ids: list[np.ndarray]):
-        self.texts = texts
-        self.ids = ids
-        self.cumulative = np.concatenate([[0], np.cumsum([len(i) for i in ids])])
-        self.count = len(texts)
+    def __init__(self, pool: tuple[list[str], Ragged], order: np.ndarray):
+        self.texts, self.ids = pool
+        self.order = order
+        self.cumulative = np.concatenate([[0], np.cumsum(self.ids.lengths[order])])
+        self.count = len(order)
 
 
-def _haystack_needles(ctx: RulerContext, rng, kind_k: str, kind_v: str, length: int) -> _NeedleSentences:
-    texts: list[str] = []
-    ids: list[np.ndarray] = []
-    tokens = 0
-    while tokens <= length:
+def _needle_pool(ctx: RulerContext, kind_k: str, kind_v: str, length: int) -> tuple[list[str], Ragged]:
+    """Random needles ("One of the special magic ... for KEY is: VALUE.\\n") tokenised once per
+    context: the first chunks of a fixed stream (chunk c drawn from [seed, kind, c]) that hold
+    more than `length` tokens, so a sample depends on its length only."""
+    stream_key = ("niah-needle-stream", kind_k, kind_v)
+    texts, token_lists, totals = ctx.memo.setdefault(stream_key, ([], [], [0]))  # type: ignore[misc]
+    while totals[-1] <= length:
+        rng = np.random.default_rng([ctx.seed, zlib.crc32(repr(stream_key).encode()), len(totals) - 1])
         chunk = [
-            NIAH_NEEDLE.format(type_needle_v=kind_v, key=ctx.random_value(kind_k, rng), value=ctx.random_value(kind_v, rng))
+            NIAH_NEEDLE.format(
+                type_needle_v=kind_v, key=ctx.random_value(kind_k, rng), value=ctx.random_value(kind_v, rng)
+            )
             + "\n"
             for _ in range(_NEEDLE_CHUNK)
         ]
-        encoded = [np.asarray(e, dtype=np.int64) for e in ctx.tokenizer.encode_batch(chunk)]
+        encoded = ctx.tokenizer.encode_batch(chunk)
         texts += chunk
-        ids += encoded
-        tokens += sum(len(e) for e in encoded)
-    return _NeedleSentences(texts, ids)
+        token_lists += encoded
+        totals.append(totals[-1] + sum(map(len, encoded)))
+    chunks = int(np.searchsorted(totals, length, side="right"))
+    pool_key = ("niah-needle-pool", kind_k, kind_v, chunks)
+    if pool_key not in ctx.memo:
+        ctx.memo[pool_key] = (texts[: chunks * _NEEDLE_CHUNK], Ragged(token_lists[: chunks * _NEEDLE_CHUNK]))
+    return ctx.memo[pool_key]  # type: ignore[return-value]
 
 
 def _run(noise: Piece, sentences: _NeedleSentences | None, start: int, count: int) -> Piece:
     if sentences is None:
         return Piece(np.tile(noise.ids, count), noise.text * count)
-    return Piece(
-        np.concatenate(sentences.ids[start : start + count]), "".join(sentences.texts[start : start + count])
-    )
+    chosen = sentences.order[start : start + count]
+    return Piece(sentences.ids.gather(chosen), "".join(sentences.texts[i] for i in chosen))
 
 
 def _essay(

@@ -40,7 +40,9 @@ def _chains(rng: np.random.Generator, num_chains: int, num_hops: int, icl: bool)
     chains = []
     for group in groups:
         value = "12345" if icl else str(int(rng.integers(10000, 99999)))
-        chains.append([f"VAR {group[0]} = {value}", *(f"VAR {group[j + 1]} = VAR {group[j]} " for j in range(num_hops))])
+        chains.append(
+            [f"VAR {group[0]} = {value}", *(f"VAR {group[j + 1]} = VAR {group[j]} " for j in range(num_hops))]
+        )
     return groups, chains
 
 

@@ -52,7 +52,9 @@ def _interleave(numbers: Ragged, words: Ragged, word_indices: np.ndarray) -> np.
     entry_starts = np.cumsum(entry_lengths) - entry_lengths
     out = np.empty(int(entry_lengths.sum()), dtype=np.int64)
     number_ids = numbers.gather(np.arange(1, count))
-    within = np.arange(len(number_ids)) - np.repeat(np.cumsum(number_lengths[1:]) - number_lengths[1:], number_lengths[1:])
+    within = np.arange(len(number_ids)) - np.repeat(
+        np.cumsum(number_lengths[1:]) - number_lengths[1:], number_lengths[1:]
+    )
     out[np.repeat(entry_starts[1:], number_lengths[1:]) + within] = number_ids
     word_ids = words.gather(word_indices)
     within = np.arange(len(word_ids)) - np.repeat(np.cumsum(word_lengths) - word_lengths, word_lengths)
@@ -105,7 +107,12 @@ def cwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
 
     base = len(build(common).input_ids) - variable_tokens(common)
     size, prompt = fit_prompt(
-        build, lambda n: base + variable_tokens(max(n, common)), length, family.tokens_to_generate, len(words), task.name
+        build,
+        lambda n: base + variable_tokens(max(n, common)),
+        length,
+        family.tokens_to_generate,
+        len(words),
+        task.name,
     )
     return prompt, [words[i] for i in order[:common]], {"haystack_size": max(size, common)}
 
