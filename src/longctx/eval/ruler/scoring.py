@@ -60,14 +60,15 @@ def task_score(task: str, predictions: Sequence[str], references: Sequence[Seque
     """100 x mean sample score, rounded to 2 decimals, as RULER's metric functions return it."""
     if not predictions or len(predictions) != len(references):
         raise RulerError(f"task {task!r}: {len(predictions)} predictions for {len(references)} reference lists")
-    scores = [sample_score(task, p, r) for p, r in zip(predictions, references, strict=True)]
+    scores = [sample_score(task, p, [str(o) for o in r]) for p, r in zip(predictions, references, strict=True)]
     return round(sum(scores) / len(scores) * 100, 2)
 
 
-def read_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
-    """`pred` and `outputs` of every line of a RULER prediction file (JSON lines)."""
+def read_predictions(path: str | Path) -> tuple[list[str], list[list]]:
+    """`pred` and `outputs` of every line of a RULER prediction file (JSON lines); outputs as
+    written (strings for RULER; InfiniteBench's math answers are numbers)."""
     predictions: list[str] = []
-    references: list[list[str]] = []
+    references: list[list] = []
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -82,7 +83,7 @@ def read_predictions(path: str | Path) -> tuple[list[str], list[list[str]]]:
             if not isinstance(prediction, str) or not isinstance(outputs, list) or not outputs:
                 raise RulerError(f"{path}:{number}: 'pred' must be a string and 'outputs' a non-empty list")
             predictions.append(prediction)
-            references.append([str(o) for o in outputs])
+            references.append(outputs)
     if not predictions:
         raise RulerError(f"{path}: no predictions")
     return predictions, references
