@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 
 import numpy as np
 
@@ -53,7 +54,9 @@ def wonderwords_lists() -> dict[str, list[str]]:
     except ImportError as error:
         raise DataError(f"RULER's word lists need {WONDERWORDS_PIN}: pip install {WONDERWORDS_PIN}") from error
     read = random_word._get_words_from_text_file
-    return {"nouns": read("nounlist.txt"), "adjectives": read("adjectivelist.txt"), "verbs": read("verblist.txt")}
+    with warnings.catch_warnings():  # 2.2.0 reads its lists with importlib.resources.open_text (deprecated)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return {"nouns": read("nounlist.txt"), "adjectives": read("adjectivelist.txt"), "verbs": read("verblist.txt")}
 
 
 class Essay:
