@@ -63,7 +63,7 @@ def test_niah_needles_keys_values_and_template(samples, task):
             answers = [(key, value) for _, key, value in needles if value in sample.outputs]
             assert sorted(v for _, v in answers) == sorted(sample.outputs)
             assert len(sample.outputs) == args["num_needle_q"] * args["num_needle_v"]
-            key_of = dict((value, key) for key, value in answers)
+            key_of = {value: key for key, value in answers}
             asked = list(dict.fromkeys(key_of[value] for value in sample.outputs))  # query order
             assert len(asked) == args["num_needle_q"]
             query = asked[0] if len(asked) == 1 else None
@@ -164,7 +164,7 @@ def _numbered(text: str) -> list[str]:
 
 
 def test_cwe_counts_example_and_answers(samples):
-    vocabulary = set(sum(wonderwords_lists().values(), []))
+    vocabulary = {word for words in wonderwords_lists().values() for word in words}
     for length in LENGTHS:
         short = length < 4096
         for sample in samples["cwe", length]:

@@ -123,7 +123,8 @@ def _needle_pool(ctx: RulerContext, kind_k: str, kind_v: str, length: int) -> tu
     context: the first chunks of a fixed stream (chunk c drawn from [seed, kind, c]) that hold
     more than `length` tokens, so a sample depends on its length only."""
     stream_key = ("niah-needle-stream", kind_k, kind_v)
-    texts, token_lists, totals = ctx.memo.setdefault(stream_key, ([], [], [0]))  # type: ignore[misc]
+    stream: tuple[list[str], list[list[int]], list[int]] = ctx.memo.setdefault(stream_key, ([], [], [0]))  # type: ignore[assignment]
+    texts, token_lists, totals = stream
     while totals[-1] <= length:
         rng = np.random.default_rng([ctx.seed, zlib.crc32(repr(stream_key).encode()), len(totals) - 1])
         chunk = [

@@ -77,7 +77,9 @@ def read_predictions(path: str | Path) -> tuple[list[str], list[list]]:
                 row = json.loads(line)
                 prediction, outputs = row["pred"], row.get("outputs", [row.get("output", "")])
             except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise RulerError(f"{path}:{number}: not a RULER prediction line with 'pred' and 'outputs' ({error})")
+                raise RulerError(
+                    f"{path}:{number}: not a RULER prediction line with 'pred' and 'outputs' ({error})"
+                ) from error
             if isinstance(outputs, str):
                 outputs = [outputs]
             if not isinstance(prediction, str) or not isinstance(outputs, list) or not outputs:

@@ -24,7 +24,7 @@ import numpy as np
 
 from longctx.eval.ruler.constants import FAMILIES, Task
 from longctx.eval.ruler.context import RulerContext
-from longctx.eval.ruler.tokens import Piece, Prompt, Ragged, fit_prompt, frame_prompt
+from longctx.eval.ruler.tokens import Piece, Prompt, Ragged, Segment, fit_prompt, frame_prompt
 
 _LOWER = np.array(list(string.ascii_lowercase))
 SHORT_LENGTH = 4096
@@ -102,7 +102,7 @@ def cwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
         positions = _repeat_list(ctx, size, common, repeats)
         text = _numbered_text([words[i] for i in drawn[positions]])
         ids = _interleave(numbers, ctx.cwe_word_ids, drawn[positions])
-        segments = [head, Piece(ids, text.removeprefix("1.")), question]
+        segments: list[Segment] = [head, Piece(ids, text.removeprefix("1.")), question]
         return frame_prompt(ctx.encoder, ctx.frame, segments, family.answer_prefix)
 
     base = len(build(common).input_ids) - variable_tokens(common)
@@ -150,7 +150,7 @@ def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
             return frame_prompt(ctx.encoder, ctx.frame, [head, question], family.answer_prefix)
         # the last word goes in as text, so " ..." + "\n" tokenise together
         body = Piece(word_ids.gather(sequence[:-1]), "".join(" " + vocab[i] for i in sequence[:-1]))
-        segments = [head, body, " " + vocab[sequence[-1]] + question]
+        segments: list[Segment] = [head, body, " " + vocab[sequence[-1]] + question]
         return frame_prompt(ctx.encoder, ctx.frame, segments, family.answer_prefix)
 
     base = len(build(0).input_ids)
