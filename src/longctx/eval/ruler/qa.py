@@ -109,22 +109,26 @@ def qa_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[P
     head, tail = family.template.split("{context}")
     tail = tail.removeprefix("\n\n").format(query=question["query"])
 
-    def build(count: int) -> Prompt:
-        order = chosen(count)
+    def build_from(order: list[int]) -> Prompt:
         order = [order[i] for i in ctx.fixed_permutation(len(order))]
         segments: list[str | Piece] = [head]
         for number, doc in enumerate(order, start=1):
             segments += [f"Document {number}:\n", Piece(ids_of(doc), docs[doc] + "\n\n")]
         return frame_prompt(ctx.encoder, ctx.frame, [*segments, tail], family.answer_prefix)
 
-    base = len(build(0).input_ids)
+    # n: documents beyond the golden ones (RULER cannot draw fewer than those)
+    base = len(build_from([]).input_ids)
 
-    def tokens_of(count: int) -> int:
+    def tokens_of(extra: int) -> int:
+        count = len(golden) + extra
         headers = sum(len(ctx.encoder.ids(f"Document {n}:\n")) for n in range(1, count + 1))
         return base + headers + sum(len(ids_of(d)) for d in chosen(count))
 
-    upper = len(golden) + 1
+    upper = 1
     while tokens_of(upper) <= length and upper < 64 * len(docs):
         upper *= 2
-    size, prompt = fit_prompt(build, tokens_of, length, family.tokens_to_generate, upper, task.name)
+    extra, prompt = fit_prompt(
+        lambda n: build_from(chosen(len(golden) + n)), tokens_of, length, family.tokens_to_generate, upper, task.name
+    )
+    size = len(golden) + extra
     return prompt, list(question["outputs"]), {"haystack_size": size}
