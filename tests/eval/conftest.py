@@ -1,6 +1,10 @@
+"""Fixtures of the evaluation tests: the engine's small haystack, the Llama-3 tokenizer and a
+RULER context on it."""
+
 import pytest
 
 from longctx.data.tokenizer import load_tokenizer
+from tests.niah.conftest import haystack_file  # noqa: F401  (the NIAH tests' small haystack)
 
 
 @pytest.fixture(scope="session")
