@@ -38,26 +38,35 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
-from longctx.eval.progress import CellProgress
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
+from longctx.niah.haystack import TextTokenizer
 from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.niah.search import wilson_interval
-from longctx.niah.tasks import TextTokenizer
 
 SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
 
 
 class CellMismatchError(LongctxError):
     """A cell on disk was written under other settings or for other samples."""
+
+
+class Progress(Protocol):
+    """What the grid reports while it runs (eval/progress.py's `CellProgress` shows it)."""
+
+    def cell_started(self, cell: Cell, total: int, done: int) -> None: ...
+
+    def advance(self, samples: int) -> None: ...
+
+    def cell_done(self, result: CellResult, reused: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -261,7 +270,7 @@ def run_cell(
     count: int,
     root: str | Path,
     decoding: Decoding,
-    progress: CellProgress | None = None,
+    progress: Progress | None = None,
 ) -> CellResult:
     """Evaluate one cell, or finish or reuse it from `root` (module docstring)."""
     if count < 1:
@@ -343,7 +352,7 @@ def run_grid(
     tokenizer: TextTokenizer,
     root: str | Path,
     decoding: Decoding,
-    progress: CellProgress | None = None,
+    progress: Progress | None = None,
     on_error: Callable[[Cell, Exception], bool] | None = None,
 ) -> list[CellResult]:
     """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order. `on_error(cell,

@@ -33,7 +33,8 @@ from longctx.eval.niah_task import NiahTask
 from longctx.eval.progress import CellProgress
 from longctx.model.llama import Llama
 from longctx.niah.evaluation import peak_failure_band
-from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer
+from longctx.niah.haystack import Haystack, TextTokenizer
+from longctx.niah.needles import PromptTooShortError
 
 
 def niah_grid(

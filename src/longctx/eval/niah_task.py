@@ -20,8 +20,10 @@ from longctx.config import NiahConfig
 from longctx.eval.generation import Generation, StopRule
 from longctx.eval.task import Sample, Task
 from longctx.niah.chat import prompt_frame
+from longctx.niah.haystack import Haystack, TextTokenizer
+from longctx.niah.needles import get_task
 from longctx.niah.search import check_task_settings
-from longctx.niah.tasks import Haystack, TextTokenizer, found_answers, get_task, make_samples
+from longctx.niah.tasks import found_answers, make_samples
 
 
 class NiahTask(Task):

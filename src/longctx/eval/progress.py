@@ -13,12 +13,11 @@ records already hold, so the rate and ETA are those of this run.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
-if TYPE_CHECKING:
-    from longctx.eval.cells import Cell, CellResult
+from longctx.eval.cells import Cell, CellResult
 
 
 def describe(result: CellResult, reused: bool = False) -> str:

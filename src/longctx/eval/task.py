@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longctx.eval.generation import Generation, StopRule
-from longctx.niah.tasks import TextTokenizer
+from longctx.niah.haystack import TextTokenizer
 
 
 @dataclass(frozen=True)

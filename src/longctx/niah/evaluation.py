@@ -23,6 +23,7 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
+from longctx.niah.haystack import Haystack
 from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.niah.search import (
     EffectiveLengthResult,
@@ -30,7 +31,6 @@ from longctx.niah.search import (
     plot_heatmap,
     search_effective_length,
 )
-from longctx.niah.tasks import Haystack
 
 
 def search_settings(
