@@ -22,7 +22,7 @@ from longctx.eval.ruler.constants import TASKS as RULER_TASKS
 from longctx.eval.ruler.scoring import sample_score
 from longctx.eval.task import Sample, Task
 from longctx.niah.chat import prompt_frame
-from longctx.niah.tasks import TextTokenizer
+from longctx.niah.haystack import TextTokenizer
 
 
 def _stop(tokenizer: TextTokenizer) -> StopRule:

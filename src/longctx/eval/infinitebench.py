@@ -43,7 +43,7 @@ import numpy as np
 from longctx.eval.ruler.constants import NOISE
 from longctx.eval.ruler.tokens import Piece, PieceEncoder, Ragged, RulerError, Segment
 from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.tasks import TextTokenizer
+from longctx.niah.haystack import TextTokenizer
 
 TEMPLATES = {
     "passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "

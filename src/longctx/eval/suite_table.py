@@ -32,7 +32,7 @@ from longctx.eval.ruler.constants import TASKS as RULER_TASKS
 from longctx.eval.ruler.scoring import averages, effective_length, suite_name
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
-from longctx.niah.tasks import Haystack, TextTokenizer
+from longctx.niah.haystack import Haystack, TextTokenizer
 
 SUITES = ("ruler", "infinitebench", "niah")
 

@@ -20,7 +20,7 @@ from longctx.eval.ruler.constants import RulerOptions
 from longctx.eval.ruler.sources import Essay, paul_graham_essay, wonderwords_lists
 from longctx.eval.ruler.tokens import PieceEncoder, Ragged
 from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.tasks import TextTokenizer
+from longctx.niah.haystack import TextTokenizer
 
 
 class RulerContext:

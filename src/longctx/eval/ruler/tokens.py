@@ -23,7 +23,7 @@ import numpy as np
 
 from longctx.errors import LongctxError
 from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.tasks import TextTokenizer
+from longctx.niah.haystack import TextTokenizer
 
 
 class RulerError(LongctxError, ValueError):
