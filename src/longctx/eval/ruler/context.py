@@ -69,7 +69,7 @@ class RulerContext:
         indices = np.arange(start, stop) % count
         ids = self.essay_words.gather(indices)
         words = self.essay.words
-        text = " ".join(words[i] for i in indices)
+        text = self.essay.span(start, stop)
         if not first:
             return ids, " " + text
         if not len(indices):

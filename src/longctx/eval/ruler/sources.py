@@ -67,14 +67,27 @@ class Essay:
         if not normalized:
             raise DataError(f"haystack {name!r} has no text")
         self.name = name
+        self.text = normalized
         self.words: list[str] = normalized.split(" ")
-        word_starts = np.concatenate([[0], np.cumsum([len(w) + 1 for w in self.words])[:-1]])
+        self.word_starts = np.concatenate([[0], np.cumsum([len(w) + 1 for w in self.words])]).astype(np.int64)
+        """int64 [W + 1]: the character where each word starts (and len(text) + 1)."""
         sentence_chars = [start for start, _ in punkt_english().span_tokenize(normalized)]
-        self.sentence_starts = np.searchsorted(word_starts, sentence_chars).astype(np.int64)
+        self.sentence_starts = np.searchsorted(self.word_starts[:-1], sentence_chars).astype(np.int64)
         """int64 [S]: the word index of each sentence start (ascending, the first is 0)."""
 
     def __len__(self) -> int:
         return len(self.words)
+
+    def span(self, start: int, stop: int) -> str:
+        """Words [start, stop) of the text repeated past its end, joined by spaces."""
+        count = len(self.words)
+        parts = []
+        while start < stop:
+            lap, first = divmod(start, count)
+            last = min(stop - lap * count, count)
+            parts.append(self.text[self.word_starts[first] : self.word_starts[last] - 1])
+            start = lap * count + last
+        return " ".join(parts)
 
     def sentence_starts_before(self, num_words: int) -> np.ndarray:
         """Word index of every sentence start among the first `num_words` words (the text

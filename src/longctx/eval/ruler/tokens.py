@@ -80,6 +80,30 @@ class PieceEncoder:
     def ragged(self, texts: Sequence[str]) -> Ragged:
         return Ragged(self.tokenizer.encode_batch(list(texts)) if texts else [])
 
+    def ragged_words(self, words: Sequence[str]) -> Ragged:
+        """`ragged` of pieces that each start at a pre-tokenizer boundary (" word"): one encode
+        of their concatenation split by the tokens' character offsets (a batch of thousands
+        of short strings costs more); falls back to `ragged` where offsets are unavailable or
+        a piece would get no token."""
+        try:
+            backend = getattr(self.tokenizer, "hf_tokenizer", None)
+        except LongctxError:  # a tiktoken encoding
+            backend = None
+        if backend is None or not words:
+            return self.ragged(words)
+        encoding = backend.encode("".join(words), add_special_tokens=False)
+        starts = np.concatenate([[0], np.cumsum([len(w) for w in words])])
+        token_starts = np.array([start for start, _ in encoding.offsets], dtype=np.int64)
+        owner = np.searchsorted(starts, token_starts, side="right") - 1
+        counts = np.bincount(owner, minlength=len(words))
+        if len(counts) != len(words) or not counts.all():
+            return self.ragged(words)
+        ragged = Ragged([])
+        ragged.lengths = counts.astype(np.int64)
+        ragged.offsets = np.concatenate([[0], np.cumsum(ragged.lengths)])
+        ragged.flat = np.asarray(encoding.ids, dtype=np.int64)
+        return ragged
+
     def assemble(self, segments: Sequence[Segment]) -> tuple[np.ndarray, str]:
         """Ids and text of the segments (adjacent strings tokenised together)."""
         ids: list[np.ndarray] = []

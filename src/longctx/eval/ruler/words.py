@@ -18,7 +18,8 @@ three most frequent after "..."); 50 tokens to generate. N is the largest count 
 
 from __future__ import annotations
 
-import string
+import functools
+import operator
 
 import numpy as np
 
@@ -26,13 +27,22 @@ from longctx.eval.ruler.constants import FAMILIES, Task
 from longctx.eval.ruler.context import RulerContext
 from longctx.eval.ruler.tokens import Piece, Prompt, Ragged, Segment, fit_prompt, frame_prompt
 
-_LOWER = np.array(list(string.ascii_lowercase))
 SHORT_LENGTH = 4096
 """Below this length cwe uses fewer repeats (RULER's max_seq_length < 4096 branch)."""
 
 
 def _numbered_text(words: list[str]) -> str:
-    return " ".join(f"{i + 1}. {word}" for i, word in enumerate(words))
+    return " ".join(map(operator.add, _number_prefixes(len(words)), words))
+
+
+@functools.cache
+def _prefixes(size: int) -> list[str]:
+    return [f"{i}. " for i in range(1, size + 1)]
+
+
+def _number_prefixes(count: int) -> list[str]:
+    """ "1. ", "2. ", ... (cached in blocks of 2^k)."""
+    return _prefixes(1 << max(count - 1, 1).bit_length())[:count]
 
 
 def _repeat_list(ctx: RulerContext, count: int, common: int, repeats: tuple[int, int]) -> np.ndarray:
@@ -80,8 +90,8 @@ def cwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
         + glue
         + _numbered_text(example_words[:common])
     )
-    head, question = family.template.split("{context}")
-    head = example + "\n" + head + "1."
+    head_text, question = family.template.split("{context}")
+    head = ctx.encoder.piece(example + "\n" + head_text + "1.")  # tokenised once per sample
     order = rng.permutation(len(words))
     word_lengths = ctx.cwe_word_ids.lengths[order]
     word_cumulative = np.concatenate([[0], np.cumsum(word_lengths)])
@@ -130,11 +140,12 @@ def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
         raise RulerError(f"task {task.name!r}: length={length} gives a vocabulary of {vocab_size} words (< 4)")
     vocabulary: set[str] = set()
     while len(vocabulary) < vocab_size:
-        vocabulary.update("".join(w) for w in rng.choice(_LOWER, (vocab_size - len(vocabulary), letters)))
+        codes = rng.integers(0, 26, (vocab_size - len(vocabulary), letters), dtype=np.uint8) + ord("a")
+        vocabulary.update(codes.view(f"S{letters}").ravel().astype(str).tolist())
     vocab = sorted(vocabulary)
     vocab = [vocab[i] for i in ctx.fixed_permutation(vocab_size)]
     vocab[0] = "..."
-    word_ids = ctx.encoder.ragged([" " + word for word in vocab])
+    word_ids = ctx.encoder.ragged_words([" " + word for word in vocab])
     weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -alpha / zeta(alpha)
 
     def counts(size: int) -> np.ndarray:
@@ -149,7 +160,9 @@ def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
         if not len(sequence):
             return frame_prompt(ctx.encoder, ctx.frame, [head, question], family.answer_prefix)
         # the last word goes in as text, so " ..." + "\n" tokenise together
-        body = Piece(word_ids.gather(sequence[:-1]), "".join(" " + vocab[i] for i in sequence[:-1]))
+        body = Piece(word_ids.gather(sequence[:-1]), " " + " ".join(map(vocab.__getitem__, sequence[:-1].tolist())))
+        if len(sequence) == 1:
+            body = Piece(body.ids, "")
         segments: list[Segment] = [head, body, " " + vocab[sequence[-1]] + question]
         return frame_prompt(ctx.encoder, ctx.frame, segments, family.answer_prefix)
 
