@@ -13,13 +13,15 @@ fwe: a vocabulary of (length - 50) // 50 random 6-letter words (distinct, sorted
 the first replaced by "..." (noise); word k appears int(N k^-alpha / zeta(alpha)) times
 (alpha = 2), the words shuffled and joined by spaces. Outputs: vocabulary words 2-4 (the
 three most frequent after "..."); 50 tokens to generate. N is the largest count that fits
-(RULER steps N by length/32, so its prompts can be up to that much shorter).
+(RULER steps N by length/32, so its prompts can be up to that much shorter). The vocabulary
+is drawn from a pool of 65,536+ random words tokenised once per context (`_coded_pool`).
 """
 
 from __future__ import annotations
 
 import functools
 import operator
+import zlib
 
 import numpy as np
 
@@ -127,6 +129,27 @@ def cwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
     return prompt, [words[i] for i in order[:common]], {"haystack_size": max(size, common)}
 
 
+POOL_WORDS = 1 << 16
+
+
+def _coded_pool(ctx: RulerContext, letters: int, vocab_size: int) -> tuple[list[str], Ragged]:
+    """Distinct random lower-case words, sorted, tokenised once per context: at least
+    POOL_WORDS and 4x the vocabulary (the size depends on the length only). A sample's
+    vocabulary is drawn from it without replacement, not drawn afresh (tokenising thousands
+    of fresh words per sample costs more than the rest of the sample)."""
+    size = max(POOL_WORDS, 1 << (4 * vocab_size - 1).bit_length())
+    key = ("fwe-pool", letters, size)
+    if key not in ctx.memo:
+        rng = np.random.default_rng([ctx.seed, zlib.crc32(repr(key).encode())])
+        words: set[str] = set()
+        while len(words) < size:
+            codes = rng.integers(0, 26, (size - len(words), letters), dtype=np.uint8) + ord("a")
+            words.update(codes.view(f"S{letters}").ravel().astype(str).tolist())
+        ordered = sorted(words)
+        ctx.memo[key] = (ordered, ctx.encoder.ragged_words([" " + word for word in ordered]))
+    return ctx.memo[key]  # type: ignore[return-value]
+
+
 def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[Prompt, list[str], dict]:
     from scipy.special import zeta
 
@@ -138,14 +161,17 @@ def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
         from longctx.eval.ruler.tokens import RulerError
 
         raise RulerError(f"task {task.name!r}: length={length} gives a vocabulary of {vocab_size} words (< 4)")
-    vocabulary: set[str] = set()
-    while len(vocabulary) < vocab_size:
-        codes = rng.integers(0, 26, (vocab_size - len(vocabulary), letters), dtype=np.uint8) + ord("a")
-        vocabulary.update(codes.view(f"S{letters}").ravel().astype(str).tolist())
-    vocab = sorted(vocabulary)
-    vocab = [vocab[i] for i in ctx.fixed_permutation(vocab_size)]
+    pool_words, pool_ids = _coded_pool(ctx, letters, vocab_size)
+    chosen = np.sort(rng.choice(len(pool_words), vocab_size, replace=False))  # pool is sorted: sorted(set(vocab))
+    chosen = chosen[ctx.fixed_permutation(vocab_size)]
+    vocab = [pool_words[i] for i in chosen]
     vocab[0] = "..."
-    word_ids = ctx.encoder.ragged_words([" " + word for word in vocab])
+    noise = ctx.encoder.ids(" ...")
+    word_ids = Ragged([])
+    word_ids.lengths = pool_ids.lengths[chosen].copy()
+    word_ids.lengths[0] = len(noise)
+    word_ids.offsets = np.concatenate([[0], np.cumsum(word_ids.lengths)])
+    word_ids.flat = np.concatenate([noise, pool_ids.gather(chosen[1:])])
     weights = np.arange(1, vocab_size + 1, dtype=np.float64) ** -alpha / zeta(alpha)
 
     def counts(size: int) -> np.ndarray:
