@@ -219,7 +219,7 @@ class InfiniteBenchGenerator:
         rest = values[1:]
         segments: list[Segment] = [
             head + f"[{values[0]}",
-            Piece(self._numbers.gather(rest), "".join(f", {v}" for v in rest)),
+            Piece(self._numbers.gather(rest), "".join(", " + v for v in map(str, rest.tolist()))),
             "]" + tail_text,
         ]
         return segments, answer
