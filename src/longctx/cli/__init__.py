@@ -12,6 +12,7 @@
     longctx merge runs/base/checkpoints/last.ckpt runs/replay/checkpoints/last.ckpt --out merged.safetensors
     longctx impactful-tokens base.ckpt extended.ckpt data/long --out data/long-impactful  # LongRecipe §3.1
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
+    longctx eval-score --task niah_multikey_2 pred.jsonl                  # RULER's score of a prediction file
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
 `${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
@@ -31,11 +32,11 @@ import os
 import signal
 import sys
 
-from longctx.cli import data, evaluation, experiment, models, training
+from longctx.cli import benchmarks, data, evaluation, experiment, models, training
 from longctx.errors import LongctxError
 from longctx.runtime import tune_cpu_allocator
 
-COMMAND_MODULES = (experiment, data, training, evaluation, models)
+COMMAND_MODULES = (experiment, data, training, evaluation, benchmarks, models)
 """In `longctx --help` order."""
 
 

@@ -114,6 +114,39 @@ class NiahConfig:
 
 
 @dataclass
+class BenchmarkConfig:
+    """RULER and InfiniteBench on the evaluation engine (`longctx eval-suite`; eval/ruler/,
+    eval/infinitebench.py). Decoding uses eval.niah's batch_tokens and prefill_chunk_tokens."""
+
+    samples_per_length: int = 500
+    """Samples per (task, length) cell (RULER and STRING: 500)."""
+    seed: int = 0
+    """Sample i of (task, length) is drawn from (seed, task, length, i)."""
+    chat_template: str = "none"
+    """none | auto: the prompt bare (after BOS where the tokenizer adds one) or inside the
+    tokenizer's chat template, the answer prefix opening the assistant turn (niah/chat.py)."""
+    ruler_copy: str = "ruler"
+    """ruler | string: where NVIDIA/RULER and the copy in HKUNLP/STRING disagree (the vt
+    answer prefix, cwe's example spacing), which to follow."""
+    squad_path: str = ""
+    """SQuAD v2 dev JSON for RULER's qa_1 ('' = qa_1 cannot run; the 11 others are "RULER-11")."""
+    hotpotqa_path: str = ""
+    """HotpotQA dev (distractor) JSON for RULER's qa_2."""
+    infinitebench_math_compat: str = "string"
+    """string | infinitebench: math_find's integer check, int(float(x)) (STRING) or int(x)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.samples_per_length < 1:
+            raise ConfigError("eval.benchmarks.samples_per_length", f"must be >= 1, got {self.samples_per_length}")
+        choice("eval.benchmarks.chat_template", self.chat_template, ("none", "auto"))
+        choice("eval.benchmarks.ruler_copy", self.ruler_copy, ("ruler", "string"))
+        choice("eval.benchmarks.infinitebench_math_compat", self.infinitebench_math_compat, ("string", "infinitebench"))
+
+
+@dataclass
 class EvalConfig:
     """Evaluation settings: the NIAH test and the position method it runs under."""
 
@@ -126,6 +159,8 @@ class EvalConfig:
     string, string: {compat: repo}}}`; unset keys keep their defaults."""
     niah: NiahConfig = field(default_factory=NiahConfig)
     """The NIAH test and its effective-length search."""
+    benchmarks: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    """RULER and InfiniteBench (`longctx eval-suite`)."""
     out_dir: str = "runs/niah"
     """Where `longctx niah` writes niah.json and the heatmap (its --out overrides it). A sweep
     gives each point its own, e.g. `eval.out_dir=runs/ablation/W${eval.position_method.string.local_window}`

@@ -1,0 +1,105 @@
+"""`longctx eval-suite` (RULER / InfiniteBench / NIAH tables on the evaluation engine) and
+`longctx eval-score` (a prediction file scored by RULER's or InfiniteBench's rules).
+
+    longctx eval-suite hf/smollm2 --suite ruler --lengths 1024,2048,4096 --methods rope,string \
+        eval.benchmarks.samples_per_length=50 --out runs/ruler/table.md
+
+    longctx eval-score --task niah_multikey_2 pred/niah_multikey_2.jsonl
+    {"task": "niah_multikey_2", "score": 87.4, "n": 500}
+
+The file is RULER's prediction format: one JSON object per line with `pred` (the generated
+text) and `outputs` (the references; for an InfiniteBench task the first is the answer).
+The score (0-100) is the one longctx's own evaluation computes, so predictions made
+elsewhere (vLLM, the reference scripts) compare with ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from longctx.cli.common import evaluation_setup
+
+
+def cmd_eval_suite(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from longctx.eval.progress import CellProgress
+    from longctx.eval.suite_table import format_markdown, log_suite, run_suite, suite_tasks
+    from longctx.model.checkpoint import load_model
+    from longctx.niah.evaluation import evaluation_device
+
+    cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
+    arms = cfg.eval.arms or {
+        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
+    }
+    names = args.tasks.split(",") if args.tasks else None
+    tasks = suite_tasks(args.suite, names, cfg, haystack)
+    lengths = [int(length) for length in args.lengths.split(",")]
+    models = {}
+    for path in checkpoints:
+        name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
+        models[name] = load_model(path).to(evaluation_device(cfg))
+    out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
+    cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
+    with CellProgress(quiet=args.quiet) as progress:
+        table, results = run_suite(
+            models, arms, cfg, tokenizer, tasks, lengths, suite=args.suite, cells_dir=cells_dir, progress=progress
+        )
+    text = format_markdown(table)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
+    log_suite(cfg, table, results, out_dir)
+    return 0
+
+
+def cmd_eval_score(args: argparse.Namespace) -> int:
+    from longctx.eval import infinitebench
+    from longctx.eval.ruler import scoring
+    from longctx.eval.ruler.constants import TASKS
+    from longctx.eval.ruler.tokens import RulerError
+
+    predictions, references = scoring.read_predictions(args.predictions)
+    if args.task in TASKS:
+        score = scoring.task_score(args.task, predictions, references)
+    elif args.task in infinitebench.TASKS:
+        answers = [outputs[0] for outputs in references]
+        score = round(infinitebench.task_score(args.task, predictions, answers, compat=args.compat), 2)
+    else:
+        raise RulerError(
+            f"--task {args.task!r} is not a RULER task {list(TASKS)} or InfiniteBench task {list(infinitebench.TASKS)}"
+        )
+    print(json.dumps({"task": args.task, "score": score, "n": len(predictions)}))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    suite = commands.add_parser(
+        "eval-suite", help="RULER / InfiniteBench / NIAH: methods x tasks per length (STRING Tables 2-3)"
+    )
+    suite.add_argument("checkpoints", nargs="+", help="checkpoints or HF directories (each a model)")
+    suite.add_argument("--suite", required=True, choices=("ruler", "infinitebench", "niah"))
+    suite.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all it can run)")
+    suite.add_argument("--lengths", required=True, help="comma-separated context lengths")
+    suite.add_argument("--methods", default="rope", help="position methods (ignored when the config sets eval.arms)")
+    suite.add_argument(
+        "--set", dest="items", action="append", default=[], metavar="CFG.yaml|key=value", help="config (repeatable)"
+    )
+    suite.add_argument("--out", default="", help="write the markdown table here (and its numbers as .json)")
+    suite.add_argument("--cells", default="", help="cell directory (default: next to --out, or eval.out_dir/cells)")
+    suite.add_argument("--quiet", action="store_true", help="no progress bars")
+    suite.set_defaults(run=cmd_eval_suite)
+    score = commands.add_parser("eval-score", help="score a RULER-format prediction file (RULER or InfiniteBench task)")
+    score.add_argument("predictions", help="JSON lines with 'pred' and 'outputs'")
+    score.add_argument("--task", required=True, help="RULER task (niah_single_1 ... qa_2) or InfiniteBench task")
+    score.add_argument(
+        "--compat",
+        default="string",
+        choices=("string", "infinitebench"),
+        help="math_find: STRING's int(float(x)) (default) or InfiniteBench's int(x)",
+    )
+    score.set_defaults(run=cmd_eval_score)

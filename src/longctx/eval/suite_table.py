@@ -1,0 +1,186 @@
+"""STRING Table 2 / Table 3 on the evaluation engine: `longctx eval-suite`.
+
+    longctx eval-suite hf/smollm2 --suite ruler --lengths 1024,2048,4096 --methods rope,string
+    longctx eval-suite CKPT --suite infinitebench --tasks passkey,kv_retrieval --lengths 131072
+
+Every position method on every checkpoint, for each task of the suite at each length: one
+cell of the engine (eval/cells.py; eval.benchmarks.samples_per_length samples, written as
+they finish, reused by a rerun, resumed after a kill). The table, per length: methods x tasks
+(score 0-100 with its 95% interval: Wilson's for pass/fail scores, mean +- 1.96 s/sqrt(n)
+otherwise) and the mean over tasks; then per method: the mean at each length, Avg., wAvg.
+(inc/dec) and, for RULER, the effective length (the largest length whose mean exceeds 85.6,
+eval/ruler/scoring.py). The mean is named by the tasks it covers: "RULER" only for all 13,
+"RULER-11" for the synthetic 11 (no SQuAD/HotpotQA files), never "RULER" for fewer.
+Written as JSON and Markdown, logged to W&B (offline unless a key is configured).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from longctx.config import ExperimentConfig
+from longctx.config.position_methods import PositionMethodConfig
+from longctx.errors import ConfigError
+from longctx.eval import infinitebench
+from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
+from longctx.eval.cells import CellResult, Decoding, Grid, run_grid
+from longctx.eval.progress import CellProgress
+from longctx.eval.ruler import SYNTHETIC_TASKS
+from longctx.eval.ruler.constants import TASKS as RULER_TASKS
+from longctx.eval.ruler.scoring import averages, effective_length, suite_name
+from longctx.eval.task import Task
+from longctx.model.llama import Llama
+from longctx.niah.haystack import Haystack, TextTokenizer
+
+SUITES = ("ruler", "infinitebench", "niah")
+
+
+def suite_tasks(suite: str, names: list[str] | None, config: ExperimentConfig, haystack: Haystack | None) -> list[Task]:
+    """The suite's tasks (`names`: a subset; default RULER's 11 synthetic tasks, plus qa_1/qa_2
+    when their files are configured; every InfiniteBench task; the configured NIAH)."""
+    settings = config.eval.benchmarks
+    if suite == "ruler":
+        if names is None:
+            names = list(SYNTHETIC_TASKS)
+            names += [t for t, path in (("qa_1", settings.squad_path), ("qa_2", settings.hotpotqa_path)) if path]
+            names = [t for t in RULER_TASKS if t in names]
+        contexts = RulerContexts(settings)
+        return [RulerTask(name, contexts) for name in names]
+    if suite == "infinitebench":
+        return [InfiniteBenchTask(name, settings) for name in (names or list(infinitebench.TASKS))]
+    if suite == "niah":
+        from longctx.eval.niah_task import NiahTask
+
+        return [NiahTask(config.eval.niah, haystack)]
+    raise ConfigError("--suite", f"{suite!r} is not one of {SUITES}")
+
+
+def _interval(result: CellResult) -> tuple[float, float]:
+    summary = result.summary
+    if "wilson" in summary:
+        return 100 * summary["wilson"][0], 100 * summary["wilson"][1]
+    scores = [record["score"] for record in result.records]
+    mean = sum(scores) / len(scores)
+    spread = math.sqrt(sum((s - mean) ** 2 for s in scores) / max(len(scores) - 1, 1)) if len(scores) > 1 else 0.0
+    half = 1.96 * spread / math.sqrt(len(scores))
+    return 100 * max(0.0, mean - half), 100 * min(1.0, mean + half)
+
+
+def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
+    """{"suite", "mean_name", "lengths": {length: {column: {method: {task: entry, "mean": x}}}},
+    "summary": {column: {method: {...}}}}; a column is a model."""
+    tasks = list(dict.fromkeys(r.cell.task for r in results))
+    short = [t.removeprefix("ruler-").removeprefix("infinitebench-") for t in tasks]
+    mean_name = suite_name(short) if suite == "ruler" else f"{suite} mean ({len(tasks)} tasks)"
+    table: dict[str, Any] = {"suite": suite, "tasks": short, "mean_name": mean_name, "lengths": {}, "summary": {}}
+    for result in results:
+        cell = result.cell
+        entry = {"score": 100 * result.summary["score"], "interval": _interval(result), "n": result.summary["count"]}
+        column = table["lengths"].setdefault(str(cell.length), {}).setdefault(cell.model, {})
+        column.setdefault(cell.method, {})[cell.task.removeprefix("ruler-").removeprefix("infinitebench-")] = entry
+    for length, models in table["lengths"].items():
+        for model, methods in models.items():
+            for method, entries in methods.items():
+                if len(entries) == len(short):  # every task of the suite ran at this length
+                    entries["mean"] = sum(entries[t]["score"] for t in short) / len(short)
+                    by_length = table["summary"].setdefault(model, {}).setdefault(method, {"by_length": {}})
+                    by_length["by_length"][int(length)] = entries["mean"]
+    for methods in table["summary"].values():
+        for summary in methods.values():
+            summary.update(averages(summary["by_length"]))
+            if suite == "ruler":
+                summary["effective_length"] = effective_length(summary["by_length"])
+    return table
+
+
+def format_markdown(table: dict[str, Any]) -> str:
+    lines: list[str] = []
+    tasks, mean = table["tasks"], table["mean_name"]
+    for length, models in sorted(table["lengths"].items(), key=lambda item: int(item[0])):
+        for model, methods in models.items():
+            lines += [f"### {model}, length {length}", ""]
+            lines.append("| method | " + " | ".join(tasks) + f" | {mean} |")
+            lines.append("|---|" + "---|" * (len(tasks) + 1))
+            for method, entries in methods.items():
+                cells = []
+                for task in tasks:
+                    entry = entries.get(task)
+                    cells.append(
+                        "-"
+                        if entry is None
+                        else f"{entry['score']:.1f} [{entry['interval'][0]:.0f}, {entry['interval'][1]:.0f}]"
+                    )
+                total = entries.get("mean")
+                lines.append(f"| {method} | " + " | ".join(cells) + f" | {'-' if total is None else f'{total:.1f}'} |")
+            n = {e["n"] for e in entries.values() if isinstance(e, dict)}
+            lines += ["", f"n = {', '.join(map(str, sorted(n)))} samples per task; [95% interval]", ""]
+    for model, methods in table["summary"].items():
+        lengths = sorted({length for s in methods.values() for length in s["by_length"]})
+        extra = " | effective length" if table["suite"] == "ruler" else ""
+        lines += [f"### {model}: {mean} by length", ""]
+        lines.append(
+            "| method | " + " | ".join(map(str, lengths)) + " | Avg. | wAvg. (inc) | wAvg. (dec)" + extra + " |"
+        )
+        lines.append("|---|" + "---|" * (len(lengths) + 3 + bool(extra)))
+        for method, s in methods.items():
+            values = [f"{s['by_length'][length]:.1f}" if length in s["by_length"] else "-" for length in lengths]
+            row = (
+                f"| {method} | " + " | ".join(values) + f" | {s['avg']:.1f} | {s['wavg_inc']:.1f} | {s['wavg_dec']:.1f}"
+            )
+            if extra:
+                row += f" | {s['effective_length'] or '< ' + str(lengths[0])}"
+            lines.append(row + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run_suite(
+    models: dict[str, Llama],
+    arms: dict[str, PositionMethodConfig],
+    config: ExperimentConfig,
+    tokenizer: TextTokenizer,
+    tasks: list[Task],
+    lengths: list[int],
+    *,
+    suite: str,
+    cells_dir: str | Path,
+    progress: CellProgress | None = None,
+) -> tuple[dict[str, Any], list[CellResult]]:
+    settings = config.eval.benchmarks
+    decoding = Decoding(
+        batch_tokens=config.eval.niah.batch_tokens, prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens
+    )
+    grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
+    results = run_grid(grid, tokenizer, cells_dir, decoding, progress)
+    return assemble(results, suite), results
+
+
+def log_suite(config: ExperimentConfig, table: dict[str, Any], results: list[CellResult], out_dir) -> None:
+    """One W&B run (job `eval-suite`): every cell, and each method's mean by length."""
+    import wandb
+
+    from longctx.wandb_setup import finish_run, start_run
+
+    run = start_run(config, "eval-suite", out_dir)
+    if run is None:
+        return
+    cells = wandb.Table(
+        columns=["model", "method", "task", "length", "samples", "score"],
+        data=[
+            [r.cell.model, r.cell.method, r.cell.task, r.cell.length, r.summary["count"], 100 * r.summary["score"]]
+            for r in results
+        ],
+    )
+    means = wandb.Table(
+        columns=["model", "method", "length", table["mean_name"]],
+        data=[
+            [model, method, length, value]
+            for model, methods in table["summary"].items()
+            for method, s in methods.items()
+            for length, value in s["by_length"].items()
+        ],
+    )
+    run.log({f"{table['suite']}/cells": cells, f"{table['suite']}/means": means})
+    finish_run(run)
