@@ -41,6 +41,7 @@ from longctx.train.frequency_callback import HostBatchDataModule, PositionFreque
 from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
 from longctx.train.memory import check_run_memory
 from longctx.train.module import LanguageModelModule
+from longctx.train.nonfinite import NonFiniteCheck
 from longctx.train.progress import step_progress_bar
 from longctx.wandb_setup import finish_loggers
 
@@ -244,6 +245,7 @@ def fit(
     L.seed_everything(config.train.seed, workers=True, verbose=False)
 
     callbacks = [
+        NonFiniteCheck(config.log.every_steps),  # before any callback that writes
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
