@@ -36,10 +36,10 @@ from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
-from longctx.train.checkpoint_io import AtomicCheckpointIO
+from longctx.train.checkpoint_io import AtomicCheckpointIO, check_checkpoint_space
 from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
 from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
-from longctx.train.memory import check_run_memory
+from longctx.train.memory import check_run_memory, estimate_memory
 from longctx.train.module import LanguageModelModule
 from longctx.train.nonfinite import NonFiniteCheck
 from longctx.train.progress import step_progress_bar
@@ -242,6 +242,8 @@ def fit(
     out_dir.mkdir(parents=True, exist_ok=True)
     resume = resolve_resume(config)
     check_run_memory(config, world.total, resolve_precision(config))
+    whole = estimate_memory(config, 1, resolve_precision(config), cuda=False)  # the consolidated checkpoint
+    check_checkpoint_space(out_dir / "checkpoints", whole.parameters + whole.optimizer)
     L.seed_everything(config.train.seed, workers=True, verbose=False)
 
     callbacks = [
