@@ -13,8 +13,9 @@ Batch. `train.global_batch_tokens` is fixed; accumulation = global / (window x m
 x world). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
 take the same tokens per optimizer step (STRING A.2: 4M tokens at both windows).
 
-Resume. `train.resume=auto|PATH` restores model, optimizer, schedule, step, RNG and callback
-states through Lightning; the data position is global row `step x rows_per_step`
+Resume. `train.resume=auto|PATH` first checks that the checkpoint's saved config agrees on
+the keys that fix shapes, vocabulary, window and positions (train/resume_check.py), then
+restores model, optimizer, schedule, step, RNG and callback states through Lightning; the data position is global row `step x rows_per_step`
 (data/packing.py), so no loader state is needed and nothing is seen twice or skipped.
 """
 
@@ -43,6 +44,7 @@ from longctx.train.memory import check_run_memory, estimate_memory
 from longctx.train.module import LanguageModelModule
 from longctx.train.nonfinite import NonFiniteCheck
 from longctx.train.progress import step_progress_bar
+from longctx.train.resume_check import check_resume_compatible
 from longctx.wandb_setup import finish_loggers
 
 
@@ -108,12 +110,13 @@ def resolve_resume(config: ExperimentConfig) -> str | None:
         if resume == "auto":
             return None  # first launch of a run that may be pre-empted later
         raise FileNotFoundError(f"train.resume: checkpoint {path} does not exist")
-    verify_checkpoint(path)
+    verify_checkpoint(path, config)
     return str(path)
 
 
-def verify_checkpoint(path: Path) -> None:
-    """Fail early, naming the file, on a truncated or corrupt checkpoint."""
+def verify_checkpoint(path: Path, config: ExperimentConfig) -> None:
+    """Fail early, naming the file, on a truncated or corrupt checkpoint, or on one whose
+    config differs from `config` in a key a resumed run must keep (train/resume_check.py)."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # the zip reader raises several types for damaged files
@@ -121,6 +124,7 @@ def verify_checkpoint(path: Path) -> None:
     missing = [key for key in ("state_dict", "global_step", "optimizer_states") if key not in checkpoint]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
+    check_resume_compatible(path, checkpoint, config)
 
 
 class PackedDataModule(HostBatchDataModule):
