@@ -90,26 +90,22 @@ def test_verify_finds_altered_tokens_that_still_parse(copy, capsys):
     assert f"{chunk}: chunk checksum is sha256 {hashlib.sha256(data).hexdigest()}" in capsys.readouterr().err
 
 
-def test_training_with_data_verify_full_refuses_altered_data(copy, prepared, tmp_path, capsys):
+def test_training_with_data_verify_full_refuses_altered_data(copy, prepared):
+    """The sources training resolves (data/sources.py) are hashed with data.verify=full."""
+    from longctx.config import load
+    from longctx.data.sources import prepared_sources
+    from longctx.data.tokenizer import load_tokenizer
+
     chunk = chunk_files(copy)[0]
     data = bytearray(chunk.read_bytes())
     data[-8:] = bytes(8)
     chunk.write_bytes(bytes(data))
-    args = [
-        "model.preset=debug",
-        "model.vocab_size=512",
-        "model.max_position=64",
-        "data.window=64",
-        f"data.path={copy}",
-        f"data.tokenizer={prepared.parent / 'tokenizer.json'}",
-        "train.global_batch_tokens=512",
-        "train.micro_batch_size=2",
-        f"train.out_dir={tmp_path / 'run'}",
-        "log.wandb_mode=disabled",
-    ]
-    assert main(["pretrain", *args, "data.verify=full"]) == 2
-    assert f"{chunk}: chunk checksum" in capsys.readouterr().err
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    tokenizer_path = prepared.parent / "tokenizer.json"
+    tokenizer = load_tokenizer(str(tokenizer_path))
+    args = [f"data.path={copy}", f"data.tokenizer={tokenizer_path}"]
+    assert prepared_sources(load([], args), tokenizer) == [(str(copy), 1.0)]  # data.verify=sizes: same size
+    with pytest.raises(DataIntegrityError, match=f"{chunk}: chunk checksum is sha256"):
+        prepared_sources(load([], [*args, "data.verify=full"]), tokenizer)
 
 
 def test_a_dataset_prepared_before_checksums_opens_and_checks_sizes_from_litdatas_index(copy, capsys):

@@ -59,63 +59,68 @@ def record_chunks(directory: str | Path) -> list[dict]:
 def expected_chunks(directory: str | Path) -> list[dict]:
     """The recorded chunks: the manifest's, or for a dataset prepared before it held them,
     the sizes in litdata's index.json (no "sha256")."""
-    manifest_path = storage.join(directory, MANIFEST_FILE)
-    if storage.exists(manifest_path):
-        recorded = json.loads(storage.read_bytes(manifest_path)).get(CHUNKS_KEY)
-        if recorded:
-            return recorded
+    try:
+        recorded = json.loads(storage.read_bytes(storage.join(directory, MANIFEST_FILE))).get(CHUNKS_KEY)
+    except FileNotFoundError:
+        recorded = None
+    if recorded:
+        return recorded
     return [{"file": chunk["filename"], "bytes": chunk["chunk_bytes"]} for chunk in _index_chunks(directory)]
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
+def _size_and_sha256(path: str, level: str) -> tuple[int | None, str | None]:
+    """(bytes, SHA-256 with level "full" else None) of a chunk; (None, None) when it is
+    missing. A remote chunk is downloaded once for both."""
     if storage.is_remote(path):
-        digest.update(storage.read_bytes(path))
-        return digest.hexdigest()
+        try:
+            data = storage.read_bytes(path)
+        except FileNotFoundError:
+            return None, None
+        return len(data), hashlib.sha256(data).hexdigest() if level == "full" else None
+    if not Path(path).exists():
+        return None, None
+    size = Path(path).stat().st_size
+    if level != "full":
+        return size, None
+    digest = hashlib.sha256()
     with open(path, "rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
-    return digest.hexdigest()
-
-
-def _size(path: str) -> int | None:
-    if storage.is_remote(path):
-        return len(storage.read_bytes(path)) if storage.exists(path) else None
-    return Path(path).stat().st_size if Path(path).exists() else None
+    return size, digest.hexdigest()
 
 
 def verify_chunk(directory: str | Path, record: dict, level: str) -> None:
     """Check one chunk against its record: its size, and with level "full" its checksum."""
     path = storage.join(directory, record["file"])
-    size = _size(path)
+    size, found = _size_and_sha256(path, level if "sha256" in record else "sizes")
     if size is None:
         raise DataIntegrityError(path, f"chunk is missing (expected {record['bytes']:,} bytes)", record["bytes"], None)
     if size != record["bytes"]:
+        change = "truncated" if size < record["bytes"] else "extended"
         raise DataIntegrityError(
             path,
-            f"chunk is {size:,} bytes, expected {record['bytes']:,} ({'truncated' if size < record['bytes'] else 'extended'}); "
+            f"chunk is {size:,} bytes, expected {record['bytes']:,} ({change}); "
             "re-run `longctx prepare` into a new directory or restore the file",
             record["bytes"],
             size,
         )
-    if level == "full" and "sha256" in record:
-        found = _sha256(path)
-        if found != record["sha256"]:
-            raise DataIntegrityError(
-                path,
-                f"chunk checksum is sha256 {found}, expected {record['sha256']} (same size, altered content); "
-                "re-run `longctx prepare` into a new directory or restore the file",
-                record["sha256"],
-                found,
-            )
+    if found is not None and found != record["sha256"]:
+        raise DataIntegrityError(
+            path,
+            f"chunk checksum is sha256 {found}, expected {record['sha256']} (same size, altered content); "
+            "re-run `longctx prepare` into a new directory or restore the file",
+            record["sha256"],
+            found,
+        )
 
 
 def verify_dataset(directory: str | Path, level: str = "sizes") -> list[dict]:
     """Check every chunk of a prepared dataset ("sizes": local sizes only, remote nothing;
-    "full": sizes and checksums, remote chunks downloaded); returns the records checked."""
-    records = expected_chunks(directory)
+    "full": sizes and checksums, remote chunks downloaded); returns the records checked
+    (none for a remote dataset at "sizes")."""
     if level == "sizes" and storage.is_remote(directory):
-        return records
+        return []
+    records = expected_chunks(directory)
     for record in records:
         verify_chunk(directory, record, level)
     return records
@@ -126,12 +131,11 @@ class ChunkLocator:
 
     def __init__(self, directory: str | Path):
         self.directory = str(directory)
-        chunks = _index_chunks(directory)
-        self.files = [chunk["filename"] for chunk in chunks]
-        self.ends = np.cumsum([chunk["chunk_size"] for chunk in chunks])
 
     def file_of(self, item: int) -> str:
-        return self.files[int(np.searchsorted(self.ends, item, side="right"))]
+        chunks = _index_chunks(self.directory)  # read on an error only: nothing is fetched otherwise
+        ends = np.cumsum([chunk["chunk_size"] for chunk in chunks])
+        return chunks[int(np.searchsorted(ends, item, side="right"))]["filename"]
 
     def read_error(self, item: int, error: Exception) -> DataIntegrityError:
         """The named error for a litdata failure reading `item`: the chunk, checked against
