@@ -25,9 +25,12 @@ def verify_prepared(directory: str) -> int:
     from longctx.data.integrity import verify_dataset
 
     records = verify_dataset(directory, "full")
-    total = sum(record["bytes"] for record in records)
     summed = sum("sha256" in record for record in records)
-    print(f"{directory}: {len(records)} chunks, {total:,} bytes: sizes match", end="")
+    sized = [record["bytes"] for record in records if "bytes" in record]
+    print(
+        f"{directory}: {len(records)} chunks, {len(sized)} with a recorded size ({sum(sized):,} bytes): sizes match",
+        end="",
+    )
     if summed == len(records):
         print(", checksums match")
     else:

@@ -42,8 +42,12 @@ CHUNKS_KEY = "chunks"
 VERIFY_LEVELS = ("sizes", "full")
 
 
+def _index(directory: str | Path) -> dict:
+    return json.loads(storage.read_bytes(storage.join(directory, INDEX_FILE)))
+
+
 def _index_chunks(directory: str | Path) -> list[dict]:
-    return json.loads(storage.read_bytes(storage.join(directory, INDEX_FILE)))["chunks"]
+    return _index(directory)["chunks"]
 
 
 def record_chunks(directory: str | Path) -> list[dict]:
@@ -58,14 +62,20 @@ def record_chunks(directory: str | Path) -> list[dict]:
 
 def expected_chunks(directory: str | Path) -> list[dict]:
     """The recorded chunks: the manifest's, or for a dataset prepared before it held them,
-    the sizes in litdata's index.json (no "sha256")."""
+    the sizes in litdata's index.json (no "sha256"; no "bytes" either when litdata
+    compressed the chunks: its `chunk_bytes` then counts the uncompressed bytes)."""
     try:
         recorded = json.loads(storage.read_bytes(storage.join(directory, MANIFEST_FILE))).get(CHUNKS_KEY)
     except FileNotFoundError:
         recorded = None
     if recorded:
         return recorded
-    return [{"file": chunk["filename"], "bytes": chunk["chunk_bytes"]} for chunk in _index_chunks(directory)]
+    index = _index(directory)
+    compressed = bool(index.get("config", {}).get("compression"))
+    return [
+        {"file": chunk["filename"], **({} if compressed else {"bytes": chunk["chunk_bytes"]})}
+        for chunk in index["chunks"]
+    ]
 
 
 def _size_and_sha256(path: str, level: str) -> tuple[int | None, str | None]:
@@ -93,15 +103,17 @@ def verify_chunk(directory: str | Path, record: dict, level: str) -> None:
     """Check one chunk against its record: its size, and with level "full" its checksum."""
     path = storage.join(directory, record["file"])
     size, found = _size_and_sha256(path, level if "sha256" in record else "sizes")
+    expected = record.get("bytes")
     if size is None:
-        raise DataIntegrityError(path, f"chunk is missing (expected {record['bytes']:,} bytes)", record["bytes"], None)
-    if size != record["bytes"]:
-        change = "truncated" if size < record["bytes"] else "extended"
+        wanted = f" (expected {expected:,} bytes)" if expected is not None else ""
+        raise DataIntegrityError(path, f"chunk is missing{wanted}", expected, None)
+    if expected is not None and size != expected:
+        change = "truncated" if size < expected else "extended"
         raise DataIntegrityError(
             path,
-            f"chunk is {size:,} bytes, expected {record['bytes']:,} ({change}); "
+            f"chunk is {size:,} bytes, expected {expected:,} ({change}); "
             "re-run `longctx prepare` into a new directory or restore the file",
-            record["bytes"],
+            expected,
             size,
         )
     if found is not None and found != record["sha256"]:
