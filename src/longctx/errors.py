@@ -36,3 +36,31 @@ class DataError(LongctxError, ValueError):
 
 class CheckpointError(LongctxError, ValueError):
     """A checkpoint or exported model cannot be read, merged or represented."""
+
+
+class DataIntegrityError(DataError):
+    """A prepared dataset's file differs from what `longctx prepare` recorded: `path`,
+    `expected` and `found` name the file and the size or checksum on each side."""
+
+    def __init__(self, path: str, message: str, expected: object = None, found: object = None):
+        super().__init__(f"{path}: {message}")
+        self.path, self.expected, self.found = path, expected, found
+
+
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint could not be written (no space, no permission): `path`, and the bytes
+    `needed` against the bytes `free` on its file system."""
+
+    def __init__(self, path: str, message: str, needed: int, free: int):
+        super().__init__(f"{path}: {message}")
+        self.path, self.needed, self.free = path, needed, free
+
+
+class NonFiniteError(LongctxError):
+    """Training produced a NaN or infinite loss or gradient norm (train/nonfinite.py):
+    `step` is the first optimizer step it happened at, `quantity` what was non-finite
+    (train/loss or train/grad_norm) and `value` its value."""
+
+    def __init__(self, message: str, step: int, quantity: str, value: float):
+        super().__init__(message)
+        self.step, self.quantity, self.value = step, quantity, value

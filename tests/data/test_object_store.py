@@ -121,3 +121,32 @@ def test_pretrain_streams_from_the_bucket(remote_dataset, corpus, tmp_path):
     assert main(["pretrain", *(f"{key}={value}" for key, value in args.items())]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if "train/loss" in row] == [1, 2]
+
+
+@pytest.mark.slow  # a second upload and several downloads: ~45 s on 2 busy cores (a boto3 client per call)
+def test_a_remote_dataset_records_its_chunks_and_full_verify_downloads_and_checks_them(s3_bucket, corpus, capsys):
+    """What is checked in an object store (data/integrity.py): sizes are not checked when a
+    remote dataset opens (no size without a download); `--verify` and data.verify=full
+    download every chunk and compare size and SHA-256; a damaged chunk that litdata then
+    fails to read is named by its URL."""
+    import hashlib
+
+    from longctx.errors import DataIntegrityError
+
+    url = f"s3://{s3_bucket}/to-damage/data"
+    prepare(str(corpus / "corpus.jsonl"), url, str(corpus / "tokenizer.json"), verbose=False)
+    local = {r["file"]: r for r in read_manifest(corpus / "local")["chunks"]}
+    for record in read_manifest(url)["chunks"]:  # the same bytes as the local preparation
+        assert record == local[record["file"]]
+    assert main(["prepare", "--verify", url]) == 0
+    assert "checksums match" in capsys.readouterr().out
+
+    name = sorted(local)[0]
+    damaged = bytearray((corpus / "local" / name).read_bytes())
+    damaged[4:40] = b"\xff" * 36
+    storage.write_bytes(f"{url}/{name}", bytes(damaged))
+    source = PackedSource(url, seed=0, shuffle=False)  # opens: remote sizes are not checked on open
+    with pytest.raises(DataIntegrityError, match=f"{url}/{name}: document 0 cannot be read: chunk checksum"):
+        source.read(0, 10)
+    assert main(["prepare", "--verify", url]) == 2
+    assert f"{url}/{name}: chunk checksum is sha256 {hashlib.sha256(damaged).hexdigest()}" in capsys.readouterr().err

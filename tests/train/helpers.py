@@ -140,3 +140,24 @@ class StopAfterFirstStep(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         if trainer.global_step >= 1:
             trainer.should_stop = True
+
+
+class PoisonGradient(L.Callback):
+    """Sets the first parameter's gradient to NaN during optimizer step `at_step`
+    (1-based; train.callbacks), as a diverging step would, and, with `sigterm`, then sends
+    the process SIGTERM (the pre-emption save follows that step)."""
+
+    def __init__(self, at_step: int, sigterm: bool = False):
+        self.at_step, self.sigterm = at_step, sigterm
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step + 1 == self.at_step:
+            next(pl_module.parameters()).grad.fill_(float("nan"))
+            if self.sigterm:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+
+def poison(at_step: int, sigterm: bool = False) -> str:
+    """The train.callbacks override of `PoisonGradient`."""
+    spec = {"class_path": "tests.train.helpers.PoisonGradient", "init_args": {"at_step": at_step, "sigterm": sigterm}}
+    return json.dumps([spec])

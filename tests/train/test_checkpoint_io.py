@@ -1,7 +1,11 @@
-"""Checkpoint crash safety: fsync + atomic rename, and a writer SIGKILLed mid-save resumes."""
+"""Checkpoint crash safety: fsync + atomic rename, a writer SIGKILLed mid-save resumes, and
+a save that meets a full disk or no permission is a named error that keeps the previous file."""
 
+import errno
+import io
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from longctx.cli import main
+from longctx.errors import CheckpointSaveError
 from longctx.train.checkpoint_io import AtomicCheckpointIO, atomic_save
 from tests.train.helpers import overrides
 
@@ -182,3 +188,120 @@ def test_a_writer_killed_mid_checkpoint_leaves_a_good_last_ckpt_and_resumes(work
     resumed_losses, expected = _losses(run), _losses(reference)
     for step in range(2, steps + 1):  # steps 2.. ran after the resume from step 1
         assert resumed_losses[step] == expected[step], f"step {step}"
+
+
+class _FullDisk(io.RawIOBase):
+    """A writer that takes `room` bytes and then fails as a full disk does."""
+
+    def __init__(self, descriptor: int, room: int):
+        self.file, self.room = os.fdopen(descriptor, "wb"), room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+def _fill_disk_at_checkpoint_save(monkeypatch, failing_save: int, room: int = 10_000) -> None:
+    """os.fdopen of the `failing_save`-th checkpoint temporary (1-based) returns `_FullDisk`."""
+    real_fdopen, saves = os.fdopen, []
+
+    def fdopen(descriptor, *args, **kwargs):
+        if ".ckpt.tmp-" not in os.readlink(f"/proc/self/fd/{descriptor}"):
+            return real_fdopen(descriptor, *args, **kwargs)
+        saves.append(descriptor)
+        return _FullDisk(descriptor, room) if len(saves) == failing_save else real_fdopen(descriptor, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+
+
+def test_a_full_disk_is_a_named_error_with_the_bytes_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    atomic_save({"step": 1, "w": torch.ones(1000)}, path)
+    _fill_disk_at_checkpoint_save(monkeypatch, failing_save=1)
+    state = {"step": 2, "w": torch.zeros(50_000), "m": torch.zeros(25_000, dtype=torch.float64)}
+    with pytest.raises(CheckpointSaveError) as caught:
+        atomic_save(state, path)
+    error = caught.value
+    assert error.path == str(path) and error.needed == 50_000 * 4 + 25_000 * 8
+    assert error.free == shutil.disk_usage(tmp_path).free
+    assert f"needs {error.needed:,} bytes and {error.free:,} are free" in str(error)
+    assert "no space left on the device" in str(error) and "[Errno 28]" in str(error)
+    assert torch.load(path, weights_only=True)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_no_permission_is_a_named_error(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def refuse(path, *args, **kwargs):
+        if ".ckpt.tmp-" in str(path):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(CheckpointSaveError, match="no permission to write there"):
+        atomic_save({"w": torch.ones(10)}, tmp_path / "last.ckpt")
+
+
+def test_torchs_zip_writer_error_is_named_only_when_the_disk_lacks_the_bytes(tmp_path, monkeypatch):
+    """The issue's raw `[enforce fail at inline_container.cc] unexpected pos` RuntimeError."""
+
+    def failing_save(obj, handle):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=100))
+    with pytest.raises(CheckpointSaveError, match="needs 4,000 bytes and 100 are free"):
+        atomic_save({"w": torch.ones(1000)}, tmp_path / "last.ckpt")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=10**12))
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # not a space problem: the bug stays visible
+        atomic_save({"w": torch.ones(1000)}, tmp_path / "last.ckpt")
+
+
+def test_a_run_whose_disk_fills_at_a_checkpoint_stops_cleanly_and_keeps_the_last_one(
+    workspace, tmp_path, monkeypatch, capsys
+):
+    # saves: step 3's last.ckpt, step 3's numbered copy, then step 6's last.ckpt: that one fails
+    _fill_disk_at_checkpoint_save(monkeypatch, failing_save=3)
+    args = overrides(workspace, tmp_path, **{"probe.fi": False, "log.wandb_mode": "disabled"})
+    assert main(["pretrain", *args]) == 2
+    error = capsys.readouterr().err
+    assert "last.ckpt: checkpoint not saved: no space left on the device; it needs" in error
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 3
+    assert not list((tmp_path / "checkpoints").glob(".*.tmp-*"))
+
+
+def test_a_run_whose_first_checkpoints_cannot_fit_is_refused_before_step_1(workspace, tmp_path, monkeypatch, capsys):
+    from longctx.config import load
+    from longctx.train.memory import estimate_memory
+
+    args = overrides(workspace, tmp_path, **{"probe.fi": False, "log.wandb_mode": "disabled"})
+    config = load([], args)
+    usage = shutil.disk_usage(workspace)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=100_000))
+    assert main(["pretrain", *args]) == 2
+    error = capsys.readouterr().err
+    # the debug model's fp32 parameters and two AdamW moments, counted from the model itself
+    from longctx.model.llama import Llama
+
+    numel = sum(p.numel() for p in Llama(config.model).parameters())
+    parameters = len(list(Llama(config.model).parameters()))
+    size = 3 * 4 * numel + 4 * parameters
+    estimate = estimate_memory(config, 1, "32-true", cuda=False)
+    assert estimate.parameters + estimate.optimizer == size
+    assert f"{2 * size:,} bytes needed, 100,000 free" in error
+    assert not (tmp_path / "metrics.jsonl").exists()

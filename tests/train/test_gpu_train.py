@@ -120,10 +120,12 @@ def run_steps(
                     batch = {key: value.to(device, non_blocking=True) for key, value in host.items()}
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
                         loss = module.training_step(batch, index)
+                    module.nonfinite.observe_loss(loss / micro_batches)  # as on_before_backward does
                     (loss / micro_batches).backward()
                 loss_sum, labelled, capacity = module._step_totals.unbind()
                 rescale_gradients(parameters, capacity, labelled)
-                torch.nn.utils.clip_grad_norm_(parameters, max_norm=1.0)
+                norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm=1.0)
+                module.nonfinite.before_update(optimizer, norm, step + 1)  # the non-finite guard, on the device
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 losses.append(loss_sum / labelled)
@@ -136,7 +138,7 @@ def run_steps(
 
 def test_training_steps_make_no_host_sync():
     """Dense-mask attention (sdpa) needs no host value, so the whole step (transfer,
-    forward, chunked loss, backward, rescale, clipping, AdamW) must run without one
+    forward, chunked loss, backward, rescale, clipping, the non-finite guard, AdamW) must run without one
     synchronising call; "error" mode raises at the first."""
     losses = run_steps("sdpa")
     assert all(torch.isfinite(torch.tensor(losses)))

@@ -231,3 +231,26 @@ def test_init_continues_from_a_checkpoint_at_a_longer_window(workspace, referenc
     wider = overrides(workspace, tmp_path / "wider", **{**extended, "model.d_ff": 512})
     assert main(["pretrain", *wider, f"init={trained}"]) == 2
     assert "init: " in (error := capsys.readouterr().err) and "d_ff: 256 vs 512" in error
+
+
+def test_resume_may_change_schedule_length_cadences_and_world_size(workspace, reference, tmp_path):
+    """The keys train/resume_check.py lets change: the reference run's last checkpoint
+    (1 process, 6 steps) continues on 2 processes to 8 steps with other logging, probe and
+    checkpoint cadences, from its trained weights."""
+    args = overrides(
+        workspace,
+        tmp_path,
+        **{
+            "train.max_steps": 8,
+            "train.checkpoint_every_steps": 4,
+            "log.every_steps": 2,
+            "probe.fi_every_steps": 1,
+            "log.wandb_mode": "disabled",
+            "train.resume": reference / "checkpoints" / "last.ckpt",
+        },
+    )
+    finish(launch(args, nproc=2))
+    resumed = losses(tmp_path)
+    assert sorted(resumed) == [7, 8]
+    assert resumed[7] < losses(reference)[1] - 0.3  # continues the trained model, not a fresh one
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8

@@ -11,7 +11,7 @@ from longctx.cli import main
 from longctx.data.packing import GlobalOrderSampler
 from longctx.model.checkpoint import load_model
 from tests.train.helpers import overrides as pretrain_overrides
-from tests.train.helpers import sft_args
+from tests.train.helpers import poison, sft_args
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,14 @@ def test_a_stopped_sft_run_leaves_the_niah_check_to_its_resumed_end(workspace, p
     assert main(["sft", *args]) == 0
     assert "sft: stopped at step 1 of" in capsys.readouterr().out
     assert not (tmp_path / "niah_after_sft").exists()
+
+
+def test_a_non_finite_sft_step_stops_the_run_without_a_checkpoint(workspace, pretrained, tmp_path, capsys):
+    """SFT trains through the same module and guard as pretraining (train/nonfinite.py)."""
+    args = sft_args(workspace, pretrained, tmp_path, **{"train.callbacks": poison(1)})
+    assert main(["sft", *args]) == 2
+    assert "train/grad_norm = nan at optimizer step 1" in capsys.readouterr().err
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
 
 
 def test_sft_needs_init(workspace, tmp_path, capsys):

@@ -12,7 +12,29 @@ from longctx.errors import DataError
 def cmd_prepare(args: argparse.Namespace) -> int:
     from longctx.data.prepare import prepare
 
+    if args.verify:
+        return verify_prepared(args.verify)
+    if not (args.source and args.out_dir):
+        raise DataError("longctx prepare needs SOURCE and OUT_DIR (or --verify DIR)")
     prepare(args.source, args.out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
+    return 0
+
+
+def verify_prepared(directory: str) -> int:
+    """`longctx prepare --verify DIR`: every chunk's size and checksum against the manifest."""
+    from longctx.data.integrity import verify_dataset
+
+    records = verify_dataset(directory, "full")
+    summed = sum("sha256" in record for record in records)
+    sized = [record["bytes"] for record in records if "bytes" in record]
+    print(
+        f"{directory}: {len(records)} chunks, {len(sized)} with a recorded size ({sum(sized):,} bytes): sizes match",
+        end="",
+    )
+    if summed == len(records):
+        print(", checksums match")
+    else:
+        print(f"; {len(records) - summed} chunks have no recorded checksum (prepared before checksums were kept)")
     return 0
 
 
@@ -50,8 +72,13 @@ def cmd_fi(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     prep = commands.add_parser("prepare", help="tokenise a corpus into a litdata-optimized dataset")
-    prep.add_argument("source", help="embedded | embedded:code | debian:PACKAGE | FILE.jsonl | FILE.parquet | DIR")
-    prep.add_argument("out_dir", help="output directory")
+    prep.add_argument(
+        "source", nargs="?", help="embedded | embedded:code | debian:PACKAGE | FILE.jsonl | FILE.parquet | DIR"
+    )
+    prep.add_argument("out_dir", nargs="?", help="output directory")
+    prep.add_argument(
+        "--verify", metavar="DIR", help="check a prepared dataset: every chunk's size and SHA-256 (nothing is written)"
+    )
     prep.add_argument("--tokenizer", default="bpe-8192", help="bpe-8192 | llama3 | cl100k | path to tokenizer.json")
     prep.add_argument("--workers", type=int, default=1, help="litdata worker processes")
     prep.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size")

@@ -163,6 +163,10 @@ class DataConfig:
     """Retrieval sources: an answer whose fact lies before its row (a row edge cut the
     document between them) gets label -100 instead of a target it cannot see
     (data/answer_spans.py); each run counts them in <out_dir>/answer_masking.json."""
+    verify: str = "sizes"
+    """Integrity check of prepared datasets when training opens them (data/integrity.py):
+    sizes (every local chunk's size against the manifest: one stat each) | full (also
+    every chunk's SHA-256: reads the whole dataset once, and downloads remote ones)."""
     seed: int = 1234
     """Shuffling, packing and position-transform seed."""
     long_share: float = 0.0
@@ -198,6 +202,7 @@ class DataConfig:
         for i, source in enumerate(self.mixture):
             source.validate(f"data.mixture.{i}")
         choice("data.packing", self.packing, ("stream", "documents"))
+        choice("data.verify", self.verify, ("sizes", "full"))
         choice("data.long_documents", self.long_documents, ("split", "drop"))
         choice("data.position_transform", self.position_transform, ("none", "pose", "randpos", "longrecipe"))
         positive_int("data.pose.chunks", self.pose.chunks)

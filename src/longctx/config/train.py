@@ -68,6 +68,14 @@ class TrainConfig:
     memory_limit_gib: float = 0.0
     """Device memory the run may use, GiB, for the memory check before step 1
     (train/memory.py); 0 = the CUDA device's total memory (no check on CPU)."""
+    on_nonfinite: str = "stop"
+    """A step whose loss or gradient norm is NaN or infinite has its update dropped on the
+    device (train/nonfinite.py); then stop: the run ends at the next logging or checkpoint
+    boundary with an error naming the step, and no checkpoint is written after it | skip:
+    training goes on, counting dropped steps in train/skipped_steps."""
+    max_skipped_steps: int = 10
+    """on_nonfinite=skip: more dropped steps than this (over the whole run, resumes
+    included) end the run as `stop` does."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -89,6 +97,9 @@ class TrainConfig:
         choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
         choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
         choice("train.schedule", self.schedule, ("cosine", "linear"))
+        choice("train.on_nonfinite", self.on_nonfinite, ("stop", "skip"))
+        if self.max_skipped_steps < 0:
+            raise ConfigError("train.max_skipped_steps", f"must be >= 0, got {self.max_skipped_steps}")
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("train.warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         for key in ("devices", "num_nodes"):

@@ -78,6 +78,7 @@ from litdata import StreamingDataset
 from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
+from longctx.data.integrity import ChunkLocator, verify_dataset
 from longctx.data.transforms import PositionTransform
 from longctx.errors import DataError
 
@@ -131,7 +132,9 @@ class PackedSource:
         lengths_file = storage.join(self.path, LENGTHS_FILE)
         if not storage.exists(lengths_file):
             raise FileNotFoundError(f"{lengths_file} is missing; re-run `longctx prepare` on this dataset")
+        verify_dataset(self.path, "sizes")  # every local chunk's size against its record (data/integrity.py)
         self.documents = StreamingDataset(self.path, shuffle=False)
+        self._chunks = ChunkLocator(self.path)
         self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
         # All items, not len(): under torch.distributed, len() counts this rank's share only.
         items = sum(end - start for start, end in self.documents.region_of_interest)
@@ -153,6 +156,13 @@ class PackedSource:
         self._table_key: tuple[int, str] = (0, "")
         self._table_epoch = -1
         self._table: np.ndarray = np.empty((0, 3), dtype=np.int64)
+
+    def _document(self, item: int) -> np.ndarray:
+        """Document `item`'s tokens; a failure inside litdata's loader names the chunk."""
+        try:
+            return np.asarray(self.documents[item])
+        except Exception as error:  # struct.error, RuntimeError, ChunkWaitTimeoutError, ... from litdata
+            raise self._chunks.read_error(item, error) from error
 
     def document_order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -183,7 +193,7 @@ class PackedSource:
     def read(self, offset: int, count: int) -> torch.Tensor:
         """Tokens [offset, offset + count) of the endless stream."""
         parts = [
-            torch.as_tensor(np.asarray(self.documents[item]))[first : first + count - at]
+            torch.as_tensor(self._document(item))[first : first + count - at]
             for item, first, at in self.stream_pieces(offset, count)
         ]
         return torch.cat(parts).long()
@@ -245,7 +255,7 @@ class PackedSource:
     def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
         """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
         parts = [
-            torch.as_tensor(np.asarray(self.documents[item]))[first : first + block - at]
+            torch.as_tensor(self._document(item))[first : first + block - at]
             for item, first, at in self.row_pieces(row, block, long_documents)
         ]
         return torch.cat(parts).long()

@@ -8,7 +8,8 @@ chunks and index.json the directory holds
 
     lengths.npy    tokens per item, in item order (what data/packing.py lays end to end)
     prepare.json   the manifest: source, tokenizer name and fingerprint, EOS id, counts,
-                   rejected items with reasons, the document-length report
+                   rejected items with reasons, the document-length report, and every
+                   chunk's size and SHA-256 (checked on open: data/integrity.py)
 
 The output may be an object-store prefix (`longctx prepare corpus.jsonl s3://bucket/data`):
 litdata uploads the chunks and the side files go through the same storage layer
@@ -34,11 +35,10 @@ from litdata import StreamingDataset, optimize
 
 from longctx.data import storage
 from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, open_source
+from longctx.data.integrity import MANIFEST_FILE, record_chunks
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
 from longctx.errors import DataError
-
-MANIFEST_FILE = "prepare.json"
 
 
 @dataclass
@@ -128,6 +128,7 @@ def prepare(
         "rejected": report.count_by_kind(),
         "rejected_items": [vars(r) for r in report.rejections],
         "lengths": length_report(lengths.tolist()),
+        "chunks": record_chunks(output_dir),  # size and SHA-256 of each (data/integrity.py)
         **(extra or {}),
         "complete": True,
     }

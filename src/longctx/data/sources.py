@@ -31,6 +31,7 @@ import numpy as np
 from longctx.config import DataSource, ExperimentConfig
 from longctx.data import storage
 from longctx.data.answer_spans import ANSWERS_FILE, answer_table, write_answers
+from longctx.data.integrity import verify_dataset
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import check_dataset, prepare, read_manifest
 from longctx.data.retrieval import answer_distances, retrieval_documents, retrieval_report
@@ -134,4 +135,6 @@ def prepared_sources(config: ExperimentConfig, tokenizer: Tokenizer) -> list[tup
         if not storage.is_remote(path) and not Path(path).exists():
             raise FileNotFoundError(f"data directory {path} does not exist; run `longctx prepare SOURCE {path}`")
         check_dataset(path, tokenizer)
+        if data.verify == "full":  # sizes are checked whenever a dataset is opened (PackedSource)
+            verify_dataset(path, "full")
     return sources

@@ -22,12 +22,19 @@ Lightning's behaviour: an object PUT is atomic.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from longctx.errors import CheckpointSaveError
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_PERMISSION = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
@@ -35,21 +42,85 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # mode as open() gives
     try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # mode as open() gives
         with os.fdopen(descriptor, "wb") as handle:
             torch.save(obj, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
+        if isinstance(error, (OSError, RuntimeError)):
+            _raise_if_disk_error(error, path, tensor_bytes(obj))
         raise
     _fsync_directory(path.parent)
     for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by writers killed mid-save
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor in a nested dict/list/tuple: what a checkpoint of it needs, bar
+    a few KiB of pickled metadata."""
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(value) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(value) for value in obj)
+    return 0
+
+
+def free_bytes(directory: Path) -> int:
+    """Free bytes on the file system of `directory` (or of its closest existing parent)."""
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    return shutil.disk_usage(directory).free
+
+
+def _os_error_in(error: BaseException | None) -> OSError | None:
+    """The OSError in `error`'s chain: torch's zip writer reports a failed write as a
+    RuntimeError ("unexpected pos") whose context is the writer's OSError."""
+    while error is not None and not isinstance(error, OSError):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _raise_if_disk_error(error: OSError | RuntimeError, path: Path, needed: int) -> None:
+    """CheckpointSaveError for a save that failed for space or permission; else nothing."""
+    free = free_bytes(path.parent)
+    cause = _os_error_in(error) or error
+    code = cause.errno if isinstance(cause, OSError) else None
+    if code in NO_SPACE or (code is None and free < needed):
+        reason = "no space left on the device"
+    elif code in NO_PERMISSION:
+        reason = f"no permission to write there ({os.strerror(code)})"
+    else:
+        return
+    raise CheckpointSaveError(
+        str(path),
+        f"checkpoint not saved: {reason}; it needs {needed:,} bytes and {free:,} are free "
+        f"({type(cause).__name__}: {cause}). The previous {path.name}, if any, is untouched",
+        needed,
+        free,
+    ) from error
+
+
+def check_checkpoint_space(directory: Path, checkpoint_bytes: int) -> None:
+    """Refuse, before step 1, a run whose first checkpoint boundary cannot fit: it writes a
+    numbered copy and a new `last.ckpt` beside the old one, 2 x `checkpoint_bytes`."""
+    needed, free = 2 * checkpoint_bytes, free_bytes(directory)
+    if free < needed:
+        raise CheckpointSaveError(
+            str(directory),
+            f"a checkpoint of this run takes ~{checkpoint_bytes:,} bytes (parameters and AdamW state) and the "
+            f"first checkpoint boundary writes two (a numbered copy and last.ckpt): {needed:,} bytes needed, "
+            f"{free:,} free; free space or set train.out_dir on a larger disk",
+            needed,
+            free,
+        )
 
 
 def _fsync_directory(directory: Path) -> None:

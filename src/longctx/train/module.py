@@ -19,6 +19,8 @@ No host synchronisation in a step: the step's totals stay on the device (the cap
 written with a fill, not copied from the host), the rescale is one `torch._foreach_mul_`
 by a device scalar (one launch for all ~200 gradients instead of one `mul_` each) and the
 loss is logged as a device tensor; the only reads are Lightning's own, when it logs.
+A NaN/inf loss or gradient norm drops the step's update on the device and is reported at
+the next logging or checkpoint boundary (`train.on_nonfinite`, train/nonfinite.py).
 
 Under FSDP2 (`ModelParallelStrategy`), `configure_model` shards each transformer block
 and then the root with `fully_shard`, optionally after activation checkpointing and
@@ -39,6 +41,7 @@ from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
 from longctx.config.model import config_dict
 from longctx.model.llama import Llama
+from longctx.train.nonfinite import NonFiniteGuard
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -90,6 +93,7 @@ class LanguageModelModule(L.LightningModule):
         self.model: Llama | None = None
         # Summed cross-entropy, labelled tokens and token capacity since the last step.
         self._step_totals: torch.Tensor | None = None
+        self.nonfinite = NonFiniteGuard(config.train.on_nonfinite, config.train.max_skipped_steps)
 
     def configure_model(self) -> None:
         if self.model is not None:
@@ -179,6 +183,16 @@ class LanguageModelModule(L.LightningModule):
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
         self.log("train/grad_norm", norm, on_step=True)
+        self.nonfinite.before_update(optimizer, norm, self.trainer.global_step + 1)
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        self.nonfinite.observe_loss(loss)  # the loss backward receives, whatever weighting made it
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self.nonfinite.before_save(checkpoint)  # every save, weights-only ones included
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.nonfinite.restore(checkpoint)
 
     def configure_optimizers(self):
         train = self.config.train

@@ -13,8 +13,9 @@ Batch. `train.global_batch_tokens` is fixed; accumulation = global / (window x m
 x world). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
 take the same tokens per optimizer step (STRING A.2: 4M tokens at both windows).
 
-Resume. `train.resume=auto|PATH` restores model, optimizer, schedule, step, RNG and callback
-states through Lightning; the data position is global row `step x rows_per_step`
+Resume. `train.resume=auto|PATH` first checks that the checkpoint's saved config agrees on
+the keys that fix shapes, vocabulary, window and positions (train/resume_check.py), then
+restores model, optimizer, schedule, step, RNG and callback states through Lightning; the data position is global row `step x rows_per_step`
 (data/packing.py), so no loader state is needed and nothing is seen twice or skipped.
 """
 
@@ -36,12 +37,14 @@ from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
 from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
-from longctx.train.checkpoint_io import AtomicCheckpointIO
+from longctx.train.checkpoint_io import AtomicCheckpointIO, check_checkpoint_space
 from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
 from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
-from longctx.train.memory import check_run_memory
+from longctx.train.memory import check_run_memory, estimate_memory
 from longctx.train.module import LanguageModelModule
+from longctx.train.nonfinite import NonFiniteCheck
 from longctx.train.progress import step_progress_bar
+from longctx.train.resume_check import check_resume_compatible
 from longctx.wandb_setup import finish_loggers
 
 
@@ -107,12 +110,13 @@ def resolve_resume(config: ExperimentConfig) -> str | None:
         if resume == "auto":
             return None  # first launch of a run that may be pre-empted later
         raise FileNotFoundError(f"train.resume: checkpoint {path} does not exist")
-    verify_checkpoint(path)
+    verify_checkpoint(path, config)
     return str(path)
 
 
-def verify_checkpoint(path: Path) -> None:
-    """Fail early, naming the file, on a truncated or corrupt checkpoint."""
+def verify_checkpoint(path: Path, config: ExperimentConfig) -> None:
+    """Fail early, naming the file, on a truncated or corrupt checkpoint, or on one whose
+    config differs from `config` in a key a resumed run must keep (train/resume_check.py)."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # the zip reader raises several types for damaged files
@@ -120,6 +124,7 @@ def verify_checkpoint(path: Path) -> None:
     missing = [key for key in ("state_dict", "global_step", "optimizer_states") if key not in checkpoint]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: not a longctx training checkpoint")
+    check_resume_compatible(path, checkpoint, config)
 
 
 class PackedDataModule(HostBatchDataModule):
@@ -241,9 +246,12 @@ def fit(
     out_dir.mkdir(parents=True, exist_ok=True)
     resume = resolve_resume(config)
     check_run_memory(config, world.total, resolve_precision(config))
+    whole = estimate_memory(config, 1, resolve_precision(config), cuda=False)  # the consolidated checkpoint
+    check_checkpoint_space(out_dir / "checkpoints", whole.parameters + whole.optimizer)
     L.seed_everything(config.train.seed, workers=True, verbose=False)
 
     callbacks = [
+        NonFiniteCheck(config.log.every_steps),  # before any callback that writes
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
         TrainingSpeed(config, world.total, accumulation),
