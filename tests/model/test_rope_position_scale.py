@@ -72,7 +72,7 @@ def test_fastest_pair_aliases_above_pi():
     """At s = 2 pi the fastest pair turns a full circle per token: offsets 0 and 1 look alike
     in it, while at s = 2 they do not."""
     for scale, same in ((2 * math.pi, True), (2.0, False)):
-        cos, sin = RotaryEmbedding(8, 10000.0, RopeScaling(), 64, position_scale=scale)(
+        cos, _ = RotaryEmbedding(8, 10000.0, RopeScaling(), 64, position_scale=scale)(
             torch.tensor([[0, 1]]), torch.float64
         )
         assert (abs(cos[0, 1, 0].item() - cos[0, 0, 0].item()) < 1e-6) is same
