@@ -80,6 +80,8 @@ class LanguageModelModule(L.LightningModule):
     hyper-parameters: `config` (the experiment as a dict) and `model` (the ModelConfig, what
     `longctx.model.checkpoint.load_model` reads)."""
 
+    loss_weights: torch.Tensor | None
+
     def __init__(
         self,
         config: ExperimentConfig | dict,
