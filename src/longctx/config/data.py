@@ -34,7 +34,12 @@ class RetrievalConfig:
     filler_min: int = 0
     """Fewest filler sentences per document."""
     filler_max: int = 40
-    """Most filler sentences per document; the count is log-uniform in [min, max]."""
+    """Most filler sentences per document; the count is log-uniform in [min, max] (filler_tail 0)."""
+    filler_tail: float = 0.0
+    """> 0: the filler count n follows a truncated power law instead, n + 1 Pareto with
+    exponent alpha = filler_tail on [filler_min + 1, filler_max + 1]: P(n + 1 > x) falls as
+    x^-alpha, so most documents are short and long needle-question distances rare, as in
+    real corpora (STRING §2.2, Fig. 1). 0 = log-uniform (the alpha -> 0 limit), bitwise as before."""
     value_digits: int = 5
     """Digits of a value; NIAH uses 6 and 7, so keep it outside {6, 7}."""
     value_digits_max: int = 0
@@ -65,6 +70,8 @@ class RetrievalConfig:
             raise ConfigError(
                 f"{key}.filler_max", f"need 0 <= filler_min <= filler_max, got {self.filler_min} and {self.filler_max}"
             )
+        if not isinstance(self.filler_tail, (int, float)) or self.filler_tail < 0:
+            raise ConfigError(f"{key}.filler_tail", f"must be >= 0 (0 = log-uniform), got {self.filler_tail!r}")
         if self.value_digits in NIAH_DIGITS:
             raise ConfigError(
                 f"{key}.value_digits",

@@ -70,6 +70,13 @@ class ModelConfig:
     """RoPE base (theta); Llama 3 uses 500000."""
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
     """Context-extension scaling of the RoPE frequencies."""
+    rope_position_scale: float = 1.0
+    """s: every RoPE frequency times s (equivalently position ids times s), applied after
+    rope_scaling. s > 1 gives a window of L tokens the angles of an L * s window (more
+    rotation per token: distance is harder to ignore); 1 = plain RoPE, bitwise. Above
+    s ~ 3.14 the fastest pair (theta_0 = 1 rad per token) turns more than pi per token and
+    aliases: an offset of 1 looks like one of 1 - 2 pi / s, so neighbouring tokens blur
+    in that pair while the slow pairs still separate them (model/rope.py)."""
     max_position: int = 2048
     """Training context length (HF max_position_embeddings); yarn/llama3 scale relative to it."""
     attention_backend: str = "auto"
@@ -132,6 +139,8 @@ class ModelConfig:
             )
         if self.rope_base <= 1:
             raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
+        if not isinstance(self.rope_position_scale, (int, float)) or not self.rope_position_scale > 0:
+            raise ConfigError("model.rope_position_scale", f"must be > 0, got {self.rope_position_scale!r}")
         if self.norm_eps <= 0:
             raise ConfigError("model.norm_eps", f"must be > 0, got {self.norm_eps}")
         if not isinstance(self.tie_embeddings, bool):

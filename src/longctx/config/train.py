@@ -13,6 +13,9 @@ from typing import Any
 from longctx.config.checks import choice, component_spec, positive_int
 from longctx.errors import ConfigError
 
+LOSS_WEIGHTINGS = ("none", "inverse_frequency")
+"""Values of `train.loss_weighting` (train/loss_weights.py)."""
+
 
 @dataclass
 class TrainConfig:
@@ -62,6 +65,13 @@ class TrainConfig:
     """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
     recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
     at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
+    loss_weighting: str = "none"
+    """none | inverse_frequency: each labelled token's cross-entropy times w(p) = min(cap,
+    n_mean / n(p)), p its position id, n(p) the labelled tokens at p over the run's rows
+    (counted before step 0, frozen), normalised to mean 1 over the optimizer step
+    (train/loss_weights.py). none: the plain mean, bitwise as before the option."""
+    loss_weight_cap: float = 10.0
+    """The largest weight inverse_frequency gives a position (>= 1)."""
     loader_workers: int = 0
     """DataLoader worker processes building the packed rows (0 = in the training process).
     Any value yields the same batches in the same order (data/packing.py)."""
@@ -112,6 +122,16 @@ class TrainConfig:
             raise ConfigError("train.memory_limit_gib", f"must be >= 0 (0 = the device's), got {self.memory_limit_gib}")
         if self.loss_chunk_tokens < 0:
             raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
+        if self.loss_weighting not in LOSS_WEIGHTINGS:
+            raise ConfigError("train.loss_weighting", f"{self.loss_weighting!r} is not one of {LOSS_WEIGHTINGS}")
+        if not self.loss_weight_cap >= 1:
+            raise ConfigError("train.loss_weight_cap", f"must be >= 1, got {self.loss_weight_cap}")
+        if self.loss_weighting != "none" and self.loss_chunk_tokens:
+            raise ConfigError(
+                "train.loss_weighting",
+                f"{self.loss_weighting} needs per-token losses; train.loss_chunk_tokens must be 0",
+                ("train.loss_chunk_tokens",),
+            )
         for i, entry in enumerate(self.callbacks):
             class_path, _ = component_spec(entry, f"train.callbacks.{i}")
             if "." not in class_path:

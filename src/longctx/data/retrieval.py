@@ -17,7 +17,8 @@ the embedded pydoc prose; `queries` of them are asked at the end in random order
 hand-placed: a fact's distance to its question is the number of tokens after it in its
 document, so the distance distribution follows from the document lengths (the filler
 count is log-uniform in [filler_min, filler_max], a left-skewed length distribution like
-natural corpora's, STRING §2.2) and, once packed, from where row boundaries cut documents
+natural corpora's, STRING §2.2; with `filler_tail` alpha > 0, n + 1 is a truncated Pareto
+with P(n + 1 > x) ~ x^-alpha: most documents short, long distances rare; `filler_count`) and, once packed, from where row boundaries cut documents
 (a fact and its question in different rows of a document-masked batch cannot be linked).
 
 Disjoint from the NIAH evaluation (niah/tasks.py) by construction, checked in tests:
@@ -116,9 +117,7 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
     rng = np.random.default_rng([config.seed, index])
     if config.template == "repeat":
         return _repeat_document(config, rng)
-    low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
-    n_filler = math.floor(math.exp(rng.uniform(low, high))) - 1 if high > low else config.filler_min
-    n_filler = min(max(n_filler, config.filler_min), config.filler_max)
+    n_filler = filler_count(config, rng)
     keys = _distinct(lambda: _pseudo_word(rng), config.facts) if config.template == "inventory" else []
     lengths = value_lengths(config)
     values = _distinct(lambda: _random_number(rng, lengths), config.facts)
@@ -155,6 +154,23 @@ def make_document(config: RetrievalConfig, index: int, filler: Sequence[str] | N
         piece += "."
         text += piece
     return RetrievalDocument(text, tuple(keys), tuple(values), tuple(fact_offsets), tuple(answers))
+
+
+def filler_count(config: RetrievalConfig, rng: np.random.Generator) -> int:
+    """The filler sentences of one document: n = floor(x) - 1, x in [a, b) with a =
+    filler_min + 1, b = filler_max + 1 and one uniform draw u. filler_tail = 0: x = a (b/a)^u,
+    log-uniform. filler_tail = alpha > 0: x = a (1 - u (1 - (a/b)^alpha))^(-1/alpha), the
+    inverse CDF of a Pareto(alpha) truncated to [a, b): P(x >= t) = (t^-alpha - b^-alpha) /
+    (a^-alpha - b^-alpha)."""
+    low, high = math.log(config.filler_min + 1), math.log(config.filler_max + 1)
+    if high <= low:
+        return config.filler_min
+    if config.filler_tail > 0:
+        a, b, alpha = config.filler_min + 1, config.filler_max + 1, config.filler_tail
+        x = a * (1 - rng.uniform() * (1 - (a / b) ** alpha)) ** (-1 / alpha)
+    else:
+        x = math.exp(rng.uniform(low, high))
+    return min(max(math.floor(x) - 1, config.filler_min), config.filler_max)
 
 
 def _repeat_document(config: RetrievalConfig, rng: np.random.Generator) -> RetrievalDocument:

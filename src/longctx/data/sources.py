@@ -47,10 +47,19 @@ def embedded_dataset_dir(tokenizer: Tokenizer) -> Path:
 
 REPORT_WINDOWS = (256, 512, 1024, 2048, 4096)
 
+KEYED_ONLY_WHEN_SET = {"filler_tail": 0.0}
+"""Retrieval settings added after caches existed, with the default that generates the same documents."""
+
 
 def retrieval_dataset_dir(source: DataSource, tokenizer: Tokenizer) -> Path:
-    """Cache directory of a generated retrieval source: keyed by its settings and the tokenizer."""
-    settings = json.dumps(asdict(source.retrieval), sort_keys=True)
+    """Cache directory of a generated retrieval source: keyed by its settings and the tokenizer.
+    A setting added later is left out of the key at its default value, so the caches written
+    before it existed (the same documents) stay valid."""
+    fields = asdict(source.retrieval)
+    for name, default in KEYED_ONLY_WHEN_SET.items():
+        if fields[name] == default:
+            del fields[name]
+    settings = json.dumps(fields, sort_keys=True)
     key = hashlib.sha256(f"{settings}|{tokenizer.fingerprint}".encode()).hexdigest()[:16]
     return default_cache_dir().parent / "data" / f"retrieval-{key}"
 

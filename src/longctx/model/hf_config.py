@@ -65,6 +65,10 @@ def hf_config(config: ModelConfig) -> dict:
 
 
 def _scaling_to_hf(config: ModelConfig) -> tuple[float, dict | None]:
+    if config.rope_position_scale != 1.0:
+        raise CheckpointError(
+            f"cannot export model.rope_position_scale={config.rope_position_scale}: config.json has no such field"
+        )
     scaling = config.rope_scaling
     original = scaling.original_max_position or config.max_position
     if scaling.type == "none":

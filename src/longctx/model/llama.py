@@ -201,7 +201,9 @@ class Llama(nn.Module):
             # One Parameter under two names: the optimizer, FSDP2 (both modules are in the
             # root's group, train/module.py) and state_dict see a single tensor.
             self.output.weight = self.tok_embeddings.weight
-        self.rope = RotaryEmbedding(config.head_dim, config.rope_base, config.rope_scaling, config.max_position)
+        self.rope = RotaryEmbedding(
+            config.head_dim, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+        )
         self.activation_checkpointing = False
         """Recompute each block's activations in backward: ~1/3 more compute, activation
         memory of one block instead of all (set by the trainer; names stay unchanged)."""

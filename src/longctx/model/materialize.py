@@ -45,7 +45,9 @@ def materialize(
     model.to(dtype=dtype).to_empty(device=device)
     if config.tie_embeddings:
         model.output.weight = model.tok_embeddings.weight
-    inv_freq = inverse_frequencies(config.head_dim, config.rope_base, config.rope_scaling, config.max_position)
+    inv_freq = inverse_frequencies(
+        config.head_dim, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+    )
     model.rope.inv_freq = inv_freq.to(device)
     parameters = dict(model.named_parameters())
     with torch.no_grad():

@@ -21,6 +21,14 @@ SkipAlign/PoSE skips, StRing's shifted query ids all reuse it):
              L_orig / low_freq_factor are divided by `factor`, shorter than
              L_orig / high_freq_factor are kept, and the band between is interpolated.
 
+On top of any scaling, `position_scale` s multiplies every theta_i (model.rope_position_scale):
+the angle at distance i becomes i * s * theta_i, so a window of L tokens has the angles of
+an L * s window under plain RoPE. The miniature replication (docs/design.md §13) uses it
+to make distance harder to ignore: with base 10,000 and head_dim 32 a 512-token window
+leaves 8 of 16 pairs short of one full turn; s = 2 leaves 7, s = 4 leaves 5. The fastest pair turns
+s * 1 rad per token, so for s > pi it aliases (an offset of 1 reads like 1 - 2 pi / s):
+that pair no longer orders neighbours, the slower pairs still do. s = 1 is bitwise plain RoPE.
+
 Channel layout is the Hugging Face one ("rotate half": channel i pairs with i + d/2),
 so exported weights need no permutation.
 """
@@ -53,8 +61,10 @@ def yarn_attention_factor(scaling: RopeScaling) -> float:
     return 0.1 * math.log(scaling.factor) + 1.0
 
 
-def inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling, max_position: int) -> torch.Tensor:
-    """theta_i for i in [0, head_dim/2), float32, under the given scaling."""
+def inverse_frequencies(
+    head_dim: int, base: float, scaling: RopeScaling, max_position: int, position_scale: float = 1.0
+) -> torch.Tensor:
+    """theta_i for i in [0, head_dim/2), float32, under the given scaling, times `position_scale`."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     kind = scaling.type
     if kind == "ntk":
@@ -70,6 +80,8 @@ def inverse_frequencies(head_dim: int, base: float, scaling: RopeScaling, max_po
         inv_freq = _llama3_inverse_frequencies(inv_freq, scaling, max_position)
     else:
         raise ValueError(f"rope scaling type {kind!r} is not one of {ROPE_SCALING_TYPES}")
+    if position_scale != 1.0:
+        inv_freq = inv_freq * position_scale
     return inv_freq.float()
 
 
@@ -108,7 +120,9 @@ class RotaryEmbedding(torch.nn.Module):
 
     inv_freq: torch.Tensor
 
-    def __init__(self, head_dim: int, base: float, scaling: RopeScaling, max_position: int):
+    def __init__(
+        self, head_dim: int, base: float, scaling: RopeScaling, max_position: int, position_scale: float = 1.0
+    ):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}")
@@ -116,9 +130,12 @@ class RotaryEmbedding(torch.nn.Module):
         self.base = base
         self.scaling = scaling
         self.max_position = max_position
+        self.position_scale = position_scale
         self.attention_factor = yarn_attention_factor(scaling) if scaling.type == "yarn" else 1.0
         # Not persistent: derived from the config, so checkpoints stay config-independent.
-        self.register_buffer("inv_freq", inverse_frequencies(head_dim, base, scaling, max_position), persistent=False)
+        self.register_buffer(
+            "inv_freq", inverse_frequencies(head_dim, base, scaling, max_position, position_scale), persistent=False
+        )
 
     def _apply(self, fn, recurse=True):
         """Moves follow the module; dtype casts do not. `model.to(torch.bfloat16)` (Lightning's
@@ -126,7 +143,7 @@ class RotaryEmbedding(torch.nn.Module):
         (~0.4-0.9 rad at m = 2,047, tens of rad at 32K), so theta_i is recomputed in float32
         on the buffer's new device: bitwise the constructor's value, whatever `fn` did."""
         super()._apply(fn, recurse)
-        exact = inverse_frequencies(self.head_dim, self.base, self.scaling, self.max_position)
+        exact = inverse_frequencies(self.head_dim, self.base, self.scaling, self.max_position, self.position_scale)
         self.inv_freq = exact.to(self.inv_freq.device)
         return self
 

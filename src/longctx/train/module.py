@@ -13,7 +13,9 @@ each micro-batch returns sum(CE) / (rows x window), a constant denominator; Ligh
 divides by the accumulation steps and the strategy averages over ranks, giving
 grad sum(CE) / capacity for the step's token capacity; `on_before_optimizer_step` then
 all-reduces the labelled-token count and rescales the gradients by capacity / labelled,
-so the update is exactly grad [sum(CE) / labelled tokens] of the global batch.
+so the update is exactly grad [sum(CE) / labelled tokens] of the global batch. With
+`loss_weights` (train.loss_weighting, train/loss_weights.py) each token's CE is times
+w(position id) and the summed weight takes the token count's place: sum(w CE) / sum(w).
 
 No host synchronisation in a step: the step's totals stay on the device (the capacity is
 written with a fill, not copied from the host), the rescale is one `torch._foreach_mul_`
@@ -81,7 +83,14 @@ class LanguageModelModule(L.LightningModule):
     hyper-parameters: `config` (the experiment as a dict) and `model` (the ModelConfig, what
     `longctx.model.checkpoint.load_model` reads)."""
 
-    def __init__(self, config: ExperimentConfig | dict, initial_state: dict[str, torch.Tensor] | None = None):
+    loss_weights: torch.Tensor | None
+
+    def __init__(
+        self,
+        config: ExperimentConfig | dict,
+        initial_state: dict[str, torch.Tensor] | None = None,
+        loss_weights: torch.Tensor | None = None,
+    ):
         super().__init__()
         if isinstance(config, dict):
             config = from_dict(config)
@@ -94,6 +103,8 @@ class LanguageModelModule(L.LightningModule):
         # Summed cross-entropy, labelled tokens and token capacity since the last step.
         self._step_totals: torch.Tensor | None = None
         self.nonfinite = NonFiniteGuard(config.train.on_nonfinite, config.train.max_skipped_steps)
+        # w(p) by position id (frozen before step 0; not persistent: recomputed from the config).
+        self.register_buffer("loss_weights", loss_weights, persistent=False)
 
     def configure_model(self) -> None:
         if self.model is not None:
@@ -142,8 +153,15 @@ class LanguageModelModule(L.LightningModule):
 
     def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens),
-        both 0-dim tensors on the batch's device."""
+        both 0-dim tensors on the batch's device; with `loss_weights`, (sum of w CE, sum of w)."""
         labels = batch["labels"].flatten()
+        if self.loss_weights is not None:
+            losses = F.cross_entropy(
+                self(batch).float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="none"
+            )
+            positions = batch["position_ids"].flatten().clamp(max=self.loss_weights.numel() - 1)
+            weights = self.loss_weights[positions] * (labels != IGNORE_INDEX)
+            return (losses * weights).sum(), weights.sum()
         chunk_tokens = self.config.train.loss_chunk_tokens
         if chunk_tokens:
             ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])

@@ -98,6 +98,8 @@ def check_sft_config(config: ExperimentConfig) -> None:
             "applies to pretraining rows; SFT positions come from "
             "sft.variant (skipalign spreads them over sft.extended_length)",
         )
+    if config.train.loss_weighting != "none":
+        raise ConfigError("train.loss_weighting", "weights pretraining rows by position; SFT uses the plain loss")
 
 
 def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:

@@ -181,7 +181,22 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
         write_masking_report(config, sources, tokenizer.eos_id, config.train.max_steps * rows_per_step)
     initial_state = initial_weights(config) if config.init else None
     fi_window = config.data.window if transform is None else config.data.target_length
-    return fit(config, datamodule, fi_window=fi_window, initial_state=initial_state, tokenizer=tokenizer)
+    loss_weights = None
+    if config.train.loss_weighting == "inverse_frequency":
+        from longctx.train.loss_weights import run_loss_weights
+
+        rows = packed_rows(config.data, sources, tokenizer.eos_id, transform=transform)
+        count = config.train.max_steps * rows_per_step
+        out_dir = Path(config.train.out_dir) if int(os.environ.get("RANK", "0")) == 0 else None
+        loss_weights = run_loss_weights(rows, count, fi_window, config.train.loss_weight_cap, out_dir)
+    return fit(
+        config,
+        datamodule,
+        fi_window=fi_window,
+        initial_state=initial_state,
+        tokenizer=tokenizer,
+        loss_weights=loss_weights,
+    )
 
 
 MASKING_FILE = "answer_masking.json"
@@ -237,9 +252,11 @@ def fit(
     fi_window: int,
     initial_state: dict[str, torch.Tensor] | None = None,
     tokenizer=None,
+    loss_weights: torch.Tensor | None = None,
 ) -> L.Trainer:
     """Run the Trainer on `datamodule`; f(i) is counted up to relative position `fi_window`.
-    `tokenizer` is needed when `probe.niah_every_steps` runs NIAH during training."""
+    `tokenizer` is needed when `probe.niah_every_steps` runs NIAH during training;
+    `loss_weights`: w(p) of train.loss_weighting (train/loss_weights.py)."""
     world = world_size_from_environment(config)
     accumulation, _ = batch_plan(config, world)
     out_dir = Path(config.train.out_dir)
@@ -297,7 +314,7 @@ def fit(
         enable_model_summary=False,
         default_root_dir=str(out_dir),
     )
-    module = LanguageModelModule(config, initial_state=None if resume else initial_state)
+    module = LanguageModelModule(config, initial_state=None if resume else initial_state, loss_weights=loss_weights)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
     if trainer.is_global_zero:
         finish_loggers(trainer.loggers)

@@ -344,9 +344,11 @@ def rope_method(
     )
 
 
-def ntk_method(head_dim: int, base: float, factor: float, training_length: int) -> PositionMethod:
+def ntk_method(
+    head_dim: int, base: float, factor: float, training_length: int, position_scale: float = 1.0
+) -> PositionMethod:
     """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`)."""
-    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length)
+    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length, position_scale)
     return rope_method(rotary, "ntk", {"factor": factor})
 
 
@@ -358,12 +360,13 @@ def yarn_method(
     training_length: int,
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
+    position_scale: float = 1.0,
 ) -> PositionMethod:
     """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
     scaling = RopeScaling(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
-    rotary = RotaryEmbedding(head_dim, base, scaling, training_length)
+    rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale)
     params = {
         "factor": factor,
         "original_max_position": original_max_position,
@@ -470,18 +473,22 @@ def build_position_method(
     """The method `config.name` for a model; training length L = model.max_position.
 
     rope, string, rerope, self_extend and dca use the model's RoPE (including its own
-    scaling); ntk and yarn replace the model's scaling with theirs."""
+    scaling); ntk and yarn replace the model's scaling with theirs. Every method keeps the
+    model's `rope_position_scale`."""
     params = config.resolved(model.max_position, prefix)
-    rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position)
+    scale = model.rope_position_scale
+    rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position, scale)
     name = config.name
     if name == "rope":
         return rope_method(rotary, **params)
     if name == "string":
         return string_method(rotary, **params)
     if name == "ntk":
-        return ntk_method(model.head_dim, model.rope_base, params["factor"], model.max_position)
+        return ntk_method(model.head_dim, model.rope_base, params["factor"], model.max_position, scale)
     if name == "yarn":
-        return yarn_method(model.head_dim, model.rope_base, training_length=model.max_position, **params)
+        return yarn_method(
+            model.head_dim, model.rope_base, training_length=model.max_position, position_scale=scale, **params
+        )
     if name == "rerope":
         return rerope_method(rotary, **params)
     if name == "self_extend":

@@ -1,0 +1,113 @@
+"""The screen table of issue 38, item 1: effective length against tokens for each screen run.
+
+A screen (docs/replication_log.md, 2026-11-26) trains cpu_base at one window with one lever
+and probes NIAH every 200 steps on a fine grid (eval.niah.step=32). Per run this reads each
+probe's `niah/step-NNNNNNN/niah.json` and the run's metrics.jsonl and reports:
+
+- the curve: (step, tokens, L_eff, pass rate at the shortest length) at every probe;
+- at the last probe: L_eff, the pass rate at max(256, window/2), the answer loss;
+- the target of item 1 for the run: L_eff <= 0.75 x window, pass rate >= 0.8 at
+  max(256, window/2), and L_eff at the last probe above L_eff at the first probe that
+  passes at the shortest length (the effective length grows with tokens).
+
+    python -m longctx.analysis.mechanism_screens runs/mechanism/pretrain --window 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGET_SHARE = 0.75
+"""Item 1: the effective length at most this share of the window."""
+SHORT_PASS_RATE = 0.8
+"""Item 1: the pass rate the model keeps at max(256, window / 2)."""
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    step: int
+    tokens: float
+    effective_length: int
+    rates: dict[int, float]
+    """Pass rate per tested length (the search stops at the first failing length)."""
+
+
+@dataclass(frozen=True)
+class Screen:
+    name: str
+    window: int
+    curve: list[ProbePoint]
+    answer_loss: float | None
+    """answers/loss at the last step that logged it."""
+
+    @property
+    def last(self) -> ProbePoint:
+        return self.curve[-1]
+
+    @property
+    def short_length(self) -> int:
+        return max(256, self.window // 2)
+
+    def short_rate(self, point: ProbePoint) -> float:
+        """Pass rate at max(256, window/2); 0 where the search stopped before it."""
+        return point.rates.get(self.short_length, 0.0)
+
+    def meets_target(self) -> bool:
+        first = next((p for p in self.curve if p.effective_length > 0), None)
+        return (
+            first is not None
+            and self.last.effective_length <= TARGET_SHARE * self.window
+            and self.short_rate(self.last) >= SHORT_PASS_RATE
+            and self.last.effective_length > first.effective_length
+        )
+
+
+def read_screen(run_dir: Path, window: int) -> Screen:
+    """The probes of one run directory (at least one niah.json)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    tokens = {r["step"]: r["train/tokens_seen"] for r in rows if "train/tokens_seen" in r}
+    per_step = max((t / s for s, t in tokens.items() if s > 0), default=0.0)
+    losses = [(r["step"], r["answers/loss"]) for r in rows if "answers/loss" in r]
+    curve = []
+    for path in sorted(run_dir.glob("niah/step-*/niah.json")):
+        step = int(path.parent.name.removeprefix("step-"))
+        niah = json.loads(path.read_text())
+        rates = {int(row["length"]): float(row["rate"]) for row in niah["per_length"]}
+        curve.append(ProbePoint(step, tokens.get(step, step * per_step), int(niah["effective_length"]), rates))
+    if not curve:
+        raise FileNotFoundError(f"{run_dir} has no niah/step-*/niah.json yet")
+    return Screen(run_dir.name, window, curve, max(losses)[1] if losses else None)
+
+
+def screen_table(screens: list[Screen]) -> str:
+    """Markdown: one row per run (last probe) and its curve of L_eff against tokens."""
+    lines = [
+        "| run | steps | L_eff at last probe | pass rate at max(256, L/2) | answer loss | target | curve: step (M tokens) L_eff |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for screen in screens:
+        last = screen.last
+        curve = ", ".join(f"{p.step} ({p.tokens / 1e6:.1f}M) {p.effective_length}" for p in screen.curve)
+        loss = "-" if screen.answer_loss is None else f"{screen.answer_loss:.2f}"
+        lines.append(
+            f"| {screen.name} | {last.step} | {last.effective_length} | {screen.short_rate(last):.2f} | {loss} | "
+            f"{'met' if screen.meets_target() else 'not met'} | {curve} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, help="a directory of run directories")
+    parser.add_argument("--window", type=int, required=True, help="the runs' training window")
+    args = parser.parse_args(argv)
+    screens = [read_screen(d, args.window) for d in sorted(args.runs.iterdir()) if any(d.glob("niah/step-*"))]
+    print(screen_table(screens))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The screen table of issue 38: hand-made run directories with known probes."""
+
+import json
+
+from longctx.analysis.mechanism_screens import main, read_screen, screen_table
+
+
+def write_run(root, name, probes, loss=0.5):
+    """probes: {step: (effective_length, {length: rate})}; 4,608 tokens per step."""
+    run = root / name
+    run.mkdir()
+    rows = [{"step": s, "train/tokens_seen": s * 4608} for s in probes] + [{"step": 2000, "answers/loss": loss}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step, (length, rates) in probes.items():
+        probe = run / "niah" / f"step-{step:07d}"
+        probe.mkdir(parents=True)
+        per_length = [{"length": k, "rate": v} for k, v in rates.items()]
+        (probe / "niah.json").write_text(json.dumps({"effective_length": length, "per_length": per_length}))
+    return run
+
+
+def test_a_run_short_of_its_window_that_grows_meets_the_target(tmp_path):
+    run = write_run(tmp_path, "a", {200: (0, {256: 0.1}), 400: (256, {256: 0.9, 288: 0.2}), 600: (352, {256: 0.85})})
+    screen = read_screen(run, 512)
+    assert [p.effective_length for p in screen.curve] == [0, 256, 352]
+    assert screen.last.tokens == 600 * 4608
+    assert screen.short_rate(screen.last) == 0.85
+    assert screen.meets_target()  # 352 <= 384, 0.85 >= 0.8, 352 > 256 (the first passing probe)
+
+
+def test_targets_missed_for_each_reason(tmp_path):
+    at_window = write_run(tmp_path, "w", {200: (256, {256: 1.0}), 400: (512, {256: 1.0})})
+    weak = write_run(tmp_path, "weak", {200: (256, {256: 0.9}), 400: (320, {256: 0.7})})
+    flat = write_run(tmp_path, "flat", {200: (320, {256: 0.9}), 400: (320, {256: 0.9})})
+    assert not any(read_screen(run, 512).meets_target() for run in (at_window, weak, flat))
+
+
+def test_table_lists_each_run(tmp_path, capsys):
+    write_run(tmp_path, "rope4_s0", {200: (0, {256: 0.0}), 400: (288, {256: 0.96})}, loss=1.234)
+    (tmp_path / "unprobed").mkdir()
+    assert main([str(tmp_path), "--window", "512"]) == 0
+    out = capsys.readouterr().out
+    # 288 is the first passing probe itself: no growth yet, so the target is not met.
+    assert "| rope4_s0 | 400 | 288 | 0.96 | 1.23 | not met | 200 (0.9M) 0, 400 (1.8M) 288 |" in out
+    assert "unprobed" not in out
+    assert screen_table([]).count("\n") == 1
