@@ -55,8 +55,9 @@ from longctx.data.tokenizer import load_tokenizer
 from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate, greedy_generate_recompute
 from longctx.model.llama import Llama
+from longctx.niah.haystack import Haystack
 from longctx.niah.search import LlamaGenerator, plot_heatmap, search_effective_length
-from longctx.niah.tasks import Haystack, make_samples
+from longctx.niah.tasks import make_samples
 from longctx.runtime import tune_cpu_allocator
 
 WIDTHS = (6, 13, 14, 14, 19, 9)

@@ -29,7 +29,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def haystack(tokenizer):
     """The Paul Graham essays haystack; tests that need it skip when it is not installed."""
-    from longctx.niah.tasks import Haystack
+    from longctx.niah.haystack import Haystack
 
     try:
         return Haystack.paul_graham(tokenizer)

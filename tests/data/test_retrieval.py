@@ -18,7 +18,7 @@ from longctx.data.retrieval import (
     value_lengths,
 )
 from longctx.errors import ConfigError
-from longctx.niah import tasks as niah
+from longctx.niah import needles as niah
 from longctx.niah.haystack import paul_graham_text
 from longctx.niah.words import ADJECTIVES, NOUNS
 

@@ -8,7 +8,8 @@ from longctx.data.tokenizer import load_tokenizer
 from longctx.errors import ConfigError
 from longctx.model_tokenizer import tokenizer_for_model
 from longctx.niah.chat import PromptFrame, prompt_frame, render_chat
-from longctx.niah.tasks import Haystack, make_sample
+from longctx.niah.haystack import Haystack
+from longctx.niah.tasks import make_sample
 from tests.chat_tokenizer import write_chat_tokenizer, write_hf_config
 
 transformers = pytest.importorskip("transformers")

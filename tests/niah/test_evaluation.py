@@ -11,9 +11,10 @@ from longctx.analysis.wandb_offline import offline_runs, read_history, read_run
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
+from longctx.eval.niah_table import format_table
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import format_table, peak_failure_depth
+from longctx.niah.evaluation import peak_failure_depth
 from longctx.niah.search import EffectiveLengthResult
 from tests.niah.helpers import eval_args
 

@@ -12,6 +12,7 @@ from longctx.config.model import ModelConfig
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import string_method
+from longctx.niah.needles import PromptTooShortError
 from longctx.niah.search import (
     LlamaGenerator,
     check_task_settings,
@@ -19,7 +20,7 @@ from longctx.niah.search import (
     search_effective_length,
     wilson_interval,
 )
-from longctx.niah.tasks import PromptTooShortError, make_samples
+from longctx.niah.tasks import make_samples
 
 
 class LastKReader:

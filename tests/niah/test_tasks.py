@@ -6,20 +6,11 @@ import re
 import numpy as np
 import pytest
 
+from longctx.data.sentences import split_sentences
 from longctx.niah import tasks as niah
-from longctx.niah.haystack import paul_graham_dir
-from longctx.niah.tasks import (
-    TASKS,
-    Haystack,
-    NeedleTokenizationError,
-    NiahError,
-    answer_found,
-    found_answers,
-    make_sample,
-    make_samples,
-    ruler_task,
-    split_sentences,
-)
+from longctx.niah.haystack import Haystack, paul_graham_dir
+from longctx.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError, ruler_task
+from longctx.niah.tasks import answer_found, found_answers, make_sample, make_samples
 
 # STRING Table 5, typed in from the paper.
 TABLE5_PREFIX = (
@@ -308,4 +299,4 @@ def test_bad_arguments(tokenizer, haystack):
     with pytest.raises(NiahError, match="was tokenised by 'digit-merging'"):
         make_sample(tokenizer, other, 500)
     with pytest.raises(NiahError, match="min_found=5 exceeds"):
-        niah.NeedleTask("x", "", "{value}", "", "", min_found=5)
+        NeedleTask("x", "", "{value}", "", "", min_found=5)

@@ -36,8 +36,10 @@ def cmd_niah(args: argparse.Namespace) -> int:
 def cmd_niah_table(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from longctx.eval.niah_table import format_table, log_table, method_table
+    from longctx.eval.progress import CellProgress
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import format_table, method_table
+    from longctx.niah.evaluation import evaluation_device
 
     cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
     arms = cfg.eval.arms or {
@@ -46,14 +48,21 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = {}
     for path in checkpoints:
-        models[Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name] = load_model(path)
-    table = method_table(models, arms, cfg, tokenizer, haystack, lengths)
+        name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
+        models[name] = load_model(path).to(evaluation_device(cfg))
+    out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
+    cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
+    with CellProgress(quiet=args.quiet) as progress:
+        table, results = method_table(
+            models, arms, cfg, tokenizer, haystack, lengths, cells_dir=cells_dir, progress=progress
+        )
     text = format_table(table, list(arms))
     print(text)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")
         Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
+    log_table(cfg, table, results, list(arms), out_dir)
     return 0
 
 
@@ -86,4 +95,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"
     )
     table.add_argument("--out", default="", help="also write the markdown table here (and its numbers as .json)")
+    table.add_argument(
+        "--cells",
+        default="",
+        help="where each cell's records and summary go, reused by a rerun (default: cells/ beside --out, "
+        "else under eval.out_dir)",
+    )
+    table.add_argument("--quiet", action="store_true", help="no progress bar and no line per finished cell")
     table.set_defaults(run=cmd_niah_table)

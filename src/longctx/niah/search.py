@@ -51,7 +51,9 @@ from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
 from longctx.niah.chat import prompt_frame
-from longctx.niah.tasks import Haystack, PromptTooShortError, TextTokenizer, found_answers, get_task, make_samples
+from longctx.niah.haystack import Haystack, TextTokenizer
+from longctx.niah.needles import PromptTooShortError, get_task
+from longctx.niah.tasks import found_answers, make_samples
 
 WILSON_Z = 1.96
 

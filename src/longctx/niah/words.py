@@ -1,5 +1,5 @@
 """Adjective-noun keys and word values of the RULER tasks (RULER draws them from the
-`wonderwords` lists; niah/tasks.py)."""
+`wonderwords` lists; niah/needles.py)."""
 
 ADJECTIVES = [
     "amber",

@@ -30,7 +30,7 @@ from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.niah.evaluation import evaluate, search_settings, write_result
-from longctx.niah.tasks import Haystack
+from longctx.niah.haystack import Haystack
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step

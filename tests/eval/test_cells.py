@@ -1,0 +1,155 @@
+"""eval/cells.py: a grid of cells written as they finish, skipped by a rerun, resumed after a
+kill with the same samples, refused when the settings or the prompts changed."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.eval import cells as cells_module
+from longctx.eval.cells import CellMismatchError, Decoding, Grid, read_records, run_grid
+from longctx.eval.generation import StopRule
+from longctx.eval.task import Sample, Task
+from longctx.model.llama import Llama
+
+
+class Tokens:
+    """A tokenizer double: ids spelled as space-separated numbers."""
+
+    name = "numbers"
+
+    def decode(self, ids):
+        return " ".join(map(str, ids))
+
+
+class CopyTask(Task):
+    """Prompts of random ids (a function of seed, length, index); score 1 when the output
+    repeats the prompt's last id."""
+
+    name = "copy"
+
+    def __init__(self, salt: int = 0):
+        self.salt = salt
+
+    def samples(self, seed, length, count, tokenizer):
+        out = []
+        for index in range(count):
+            ids = np.random.default_rng([seed, length, index, self.salt]).integers(0, 256, length - index % 3)
+            out.append(Sample(index, tuple(int(i) for i in ids), 4, StopRule(), (str(ids[-1]),)))
+        return out
+
+    def score(self, sample, generation):
+        return float(sample.references[0] in (generation.text or "").split())
+
+    def details(self, sample, generation):
+        return {"first_token": generation.token_ids[0]}
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return Llama(ModelConfig.from_preset("debug", vocab_size=256, max_position=32, init_std=0.2)).eval()
+
+
+def grid(model, count=5, task=None, lengths=(24, 40)):
+    methods = {
+        "rope": PositionMethodConfig(name="rope"),
+        "string": PositionMethodConfig(name="string", string=StringConfig(local_window=4)),
+    }
+    return Grid({"m": model}, methods, [task or CopyTask()], list(lengths), seed=3, count=count)
+
+
+class Stop(Exception):
+    pass
+
+
+class StopAfter:
+    """A progress that raises (a kill) after `batches` batches of decoding."""
+
+    def __init__(self, batches: int):
+        self.batches = batches
+
+    def cell_started(self, cell, total, done):
+        pass
+
+    def advance(self, samples):
+        self.batches -= 1
+        if self.batches == 0:
+            raise Stop
+
+    def cell_done(self, result, reused):
+        pass
+
+
+def _strip(records):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in records]
+
+
+def test_cells_are_written_reused_and_resumed_with_the_same_samples(model, tmp_path, monkeypatch):
+    decoding = Decoding(batch_tokens=48)  # 2 rows of <= 24 tokens, 1 row of 40: several batches per cell
+    clean = run_grid(grid(model), Tokens(), tmp_path / "clean", decoding)
+    assert [r.cell.name for r in clean] == [
+        "m rope copy L=24",
+        "m rope copy L=40",
+        "m string copy L=24",
+        "m string copy L=40",
+    ]
+    for result in clean:
+        directory = result.cell.directory(tmp_path / "clean")
+        assert [r["index"] for r in read_records(directory / "samples.jsonl")] == list(range(5))
+        summary = json.loads((directory / "summary.json").read_text())
+        assert summary["count"] == 5 and summary["score"] == sum(r["score"] for r in result.records) / 5
+        assert json.loads((directory / "cell.json").read_text())["method_settings"]["name"] == result.cell.method
+    # StRing reaches the model: beyond its shift (L/3 of 32) the outputs differ from RoPE's.
+    assert clean[1].records != clean[3].records
+
+    # A killed run: the third batch raises; the first cell is done, the second half-written.
+    with pytest.raises(Stop):
+        run_grid(grid(model), Tokens(), tmp_path / "killed", decoding, progress=StopAfter(4))
+    first, second = (c.directory(tmp_path / "killed") for c in (clean[0].cell, clean[1].cell))
+    assert (first / "summary.json").exists() and not (second / "summary.json").exists()
+    assert len(read_records(second / "samples.jsonl")) == 1
+    with (second / "samples.jsonl").open("a") as torn:
+        torn.write('{"index": 4, "prom')  # killed inside a write
+    decoded = []
+    generate = cells_module.generate
+
+    def counting(model, prompts, **options):
+        decoded.extend(prompts)
+        return generate(model, prompts, **options)
+
+    monkeypatch.setattr(cells_module, "generate", counting)
+    resumed = run_grid(grid(model), Tokens(), tmp_path / "killed", decoding)
+    assert len(decoded) == 4 + 5 + 5  # the second cell's 4 missing samples, then the two string cells
+    assert [_strip(r.records) for r in resumed] == [_strip(r.records) for r in clean]
+
+    decoded.clear()
+    again = run_grid(grid(model), Tokens(), tmp_path / "killed", decoding)
+    assert decoded == [] and [r.summary for r in again] == [r.summary for r in resumed]
+    # More samples extend the cells (only the new ones decoded), fewer reuse the first records.
+    more = run_grid(grid(model, count=6), Tokens(), tmp_path / "killed", decoding)
+    assert len(decoded) == 4 and [len(r.records) for r in more] == [6] * 4
+    fewer = run_grid(grid(model, count=2), Tokens(), tmp_path / "killed", decoding)
+    assert [r.summary["count"] for r in fewer] == [2] * 4
+    assert _strip(fewer[0].records) == _strip(clean[0].records[:2])
+
+
+def test_cells_with_other_settings_or_prompts_are_refused(model, tmp_path):
+    decoding = Decoding()
+    run_grid(grid(model, count=2, lengths=[24]), Tokens(), tmp_path, decoding)
+    other_seed = grid(model, count=2, lengths=[24])
+    other_seed.seed = 4
+    with pytest.raises(CellMismatchError, match="seed differ"):
+        run_grid(other_seed, Tokens(), tmp_path, decoding)
+    cell = grid(model, count=2, lengths=[24]).cells()[0][0]
+    (cell.directory(tmp_path) / "summary.json").unlink()
+
+    class OtherPrompts(CopyTask):
+        def settings(self):
+            return {}  # claims the same settings, draws other prompts
+
+    with pytest.raises(CellMismatchError, match="sample 0 was decoded from another prompt"):
+        run_grid(grid(model, count=2, lengths=[24], task=OtherPrompts(salt=1)), Tokens(), tmp_path, decoding)
