@@ -209,7 +209,6 @@ def run_side_by_side(args: argparse.Namespace) -> int:
 
     ours(prompts[:1])  # warm-up
     ours_s, ours_out = _timed(lambda: ours(prompts))
-    del model
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
     eos = sorted(stop.eos_ids) or None
