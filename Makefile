@@ -96,12 +96,13 @@ replicate-gpu: $(STAMP)
 twin-data: $(STAMP)
 	$(BIN)/python -m longctx.data.debian_prose .device/twin
 
-# The GPU twin side by side on the GPU machine, one device call of at most TWIN_BUDGET_S
-# seconds; call again on the warm machine until $(TWIN_OUT)/twin_status.md says complete.
-TWIN_BUDGET_S ?= 540
-TWIN_OUT      ?= runs/replicate_gpu/out
+# The GPU twin on the GPU machine, one verdict seed per device call (sweeps/gpu_twin/plan.yaml):
+# commit what $(TWIN_OUT) gets (docs/replication/gpu/seed-<s>.tar.xz or cuts.json) and call
+# again until twin_status.md says complete; TWIN_MODE=--tuning for the first job.
+TWIN_OUT  ?= runs/replicate_gpu/out
+TWIN_MODE ?=
 replicate-twin:
-	$(GPU_RUN) -m longctx.sweep.gpu_twin --budget-s $(TWIN_BUDGET_S) --out $(TWIN_OUT)
+	$(GPU_RUN) -m longctx.sweep.gpu_twin $(TWIN_MODE) --out $(TWIN_OUT)
 
 # The same chain at 10 steps per run: checks that every step runs, decides nothing; its
 # results stay under runs/replicate_smoke/docs (not published).

@@ -43,3 +43,22 @@ def test_llama31_8b_case_has_the_published_parameter_count():
     config = model_config("llama3.1-8b", 131072)
     assert config.num_parameters() == 8_030_261_248
     assert config.head_dim == 128
+
+
+@pytest.mark.slow
+def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_path):
+    """benchmarks/real_table1.py smoke (issue 32's device script) on a tiny random Llama in
+    the HF layout: the table's cells packed and resumed from the archive on a fresh work
+    directory, the paired rules, the CPU agreement and the side-by-side with HF generate
+    (~5 min on the loaded 2-core machine)."""
+    out = tmp_path / "real"
+    command = [sys.executable, "benchmarks/real_table1.py", "smoke", "--out", str(out)]
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rules = json.loads((out / "table" / "rules-L512.json").read_text())
+    assert [row[0] for row in rules["rows"]] == ["string-repo - rope", "string-repo - rope-repo-temperature"]
+    agreement = json.loads((out / "agreement" / "agreement-L512.json").read_text())
+    assert len(agreement["rows"]) == 9 and all(row[1] == "2" for row in agreement["rows"])
+    side = json.loads((out / "side" / "side_by_side-L512.json").read_text())
+    # fp32 on CPU, greedy on the same weights: HF generate and longctx write the same text
+    assert "the same output text on 2/2" in " ".join(side["notes"])

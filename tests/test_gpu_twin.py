@@ -1,6 +1,6 @@
-"""The GPU twin (issue 25, item 6): its configs, its size, and the driver's plan and
-outputs (sweep/gpu_twin.py). Nothing here trains; tests/test_side_by_side.py covers the
-stop/resume/skip logic on fake jobs."""
+"""The GPU twin: its configs, its size, its plan (sweeps/gpu_twin/plan.yaml) and the jobs
+the driver builds from it (sweep/gpu_twin.py). Nothing here trains: tests/test_twin_calls.py
+runs the driver's calls on fake jobs, tests/test_side_by_side.py the stop/resume/skip logic."""
 
 import json
 from pathlib import Path
@@ -12,6 +12,7 @@ from longctx.config.model import shape_mismatches
 from longctx.model.llama import Llama
 from longctx.sweep import gpu_twin
 from longctx.sweep.side_by_side import DONE_FILE
+from longctx.sweep.twin_plan import load_plan
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 TWIN = REPOSITORY / "experiments" / "replicate"
@@ -40,10 +41,10 @@ def test_windows_seeds_sources_and_the_one_variable_rules():
     weights = config.data.source_weights()
     assert weights[0] / sum(weights) == pytest.approx(0.25)
     assert config.data.tokenizer == ".device/twin/tokenizer.json"
-    pretrain, _ = gpu_twin.twin_jobs()
+    plan = load_plan(REPOSITORY / "sweeps" / "gpu_twin" / "plan.yaml")
+    pretrain = [job for seed in plan.seeds for job in gpu_twin.seed_jobs(plan, seed, 1200)[0]]
     windows = sorted({int(gpu_twin._option(j.argv, "data.window")) for j in pretrain})
-    seeds = sorted({int(gpu_twin._option(j.argv, "train.seed")) for j in pretrain})
-    assert (windows, seeds) == ([1024, 2048, 4096], [10, 11, 12])
+    assert windows == [1024, 2048, 4096] and len(pretrain) == 9
     for window in windows:  # every window's batch divides into micro-batches
         _load("gpu_base.yaml", [f"data.window={window}"])
 
@@ -56,29 +57,37 @@ def test_table1_and_sft_load_the_pretrained_body_with_its_tokenizer():
         assert other.data.tokenizer == base.data.tokenizer, name
 
 
-def test_the_plan_runs_every_sweep_point_with_resume_and_waits_for_the_base_model():
-    pretrain, evaluations = gpu_twin.twin_jobs()
-    assert sorted(str(j.out_dir) for j in pretrain) == sorted(
-        f"runs/replicate_gpu/pretrain/w{w}_s{s}" for w in (1024, 2048, 4096) for s in (10, 11, 12)
-    )
-    assert len(evaluations) == 5 * 3 + 3 * 3  # Table 1 methods x seeds, SFT arms x seeds
-    assert len({j.out_dir for j in pretrain + evaluations}) == len(pretrain) + len(evaluations)
+def test_a_seed_call_runs_that_seed_s_sweep_points_with_the_cut_and_waits_for_its_base_model():
+    plan = load_plan(REPOSITORY / "sweeps" / "gpu_twin" / "plan.yaml")
+    pretrain, evaluations = gpu_twin.seed_jobs(plan, 11, 900)
+    assert sorted(str(j.out_dir) for j in pretrain) == [
+        f"runs/replicate_gpu/pretrain/w{w}_s11" for w in (1024, 2048, 4096)
+    ]
+    assert len(evaluations) == 5 + 3  # Table 1 methods, SFT arms
+    assert {str(j.out_dir.relative_to(plan.root)).split("/")[0] for j in evaluations} == {"sft", "table1"}
     for job in pretrain + evaluations:
         assert "log.wandb_mode=disabled" in job.argv
+        assert gpu_twin._option(job.argv, "train.seed") in ("11", "${train.seed}")
         training = job.argv[job.argv.index("longctx") + 1] in ("pretrain", "sft")
         assert ("train.resume=auto" in job.argv) == training, job.name
+    assert all(j.argv[-1] == "train.max_steps=900" for j in pretrain)  # the cut, after the sweep's own keys
+    assert not any("train.max_steps=900" in j.argv for j in evaluations)
     for job in evaluations:
         (need,) = job.needs
         checkpoint = next(w.removeprefix("init=") for w in job.argv if w.endswith("checkpoints/last.ckpt"))
-        seed = gpu_twin._option(job.argv, "train.seed")
-        assert checkpoint.replace("${train.seed}", seed) == str(need.parent / "checkpoints" / "last.ckpt")
-        assert need.name == DONE_FILE and need.parent.name == f"w4096_s{seed}"
+        assert checkpoint.replace("${train.seed}", "11") == str(need.parent / "checkpoints" / "last.ckpt")
+        assert need.name == DONE_FILE and need.parent.name == "w4096_s11"
 
 
-def test_overrides_reach_only_the_pretraining_runs():
-    pretrain, evaluations = gpu_twin.twin_jobs(overrides=("train.max_steps=800",))
-    assert all("train.max_steps=800" in j.argv for j in pretrain)
-    assert not any("train.max_steps=800" in j.argv for j in evaluations)
+def test_the_plan_s_verdict_and_tuning_seeds_and_cuts():
+    plan = load_plan(REPOSITORY / "sweeps" / "gpu_twin" / "plan.yaml")
+    assert plan.seeds == (10, 11, 12) and not set(plan.tuning.seeds) & {10, 11, 12}
+    assert plan.max_steps_cuts[0] == _load("gpu_base.yaml").train.max_steps
+    assert plan.archive_max_bytes == 2**20 and plan.budget_s < 600
+    drill = _load("gpu_drill.yaml")
+    assert drill.model.init_std == 0.06 and [s.retrieval.template for s in drill.data.mixture][-1] == "repeat"
+    assert shape_mismatches(_load("gpu_base.yaml").model, drill.model) == []
+    assert 300 % _load("gpu_base.yaml").probe.answer_every_steps == 0  # the rule's probe exists
 
 
 def test_copy_out_keeps_within_the_device_limits(tmp_path):
@@ -110,15 +119,3 @@ def test_progress_reads_the_last_values_and_survives_a_cut_line(tmp_path):
         "answers/loss": 2.2,
         "tokens_per_s_median": 200.0,
     }
-
-
-def test_a_call_without_time_to_start_anything_reports_every_job_pending(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_twin, "ROOT", tmp_path / "runs")
-    monkeypatch.setenv("LONGCTX_COMMIT", "abc123")
-    out = tmp_path / "out"
-    assert gpu_twin.main(["--budget-s", "100", "--out", str(out)]) == 0  # 40 s after the report reserve < 90 s
-    body = json.loads((out / "twin_status.json").read_text())
-    assert (body["state"], body["commit"]) == ("running", "abc123")
-    assert len(body["jobs"]) == 33 and {row["state"] for row in body["jobs"]} == {"pending"}
-    assert sorted(p.name for p in out.iterdir()) == ["twin_status.json", "twin_status.md"]
-    assert not (tmp_path / "runs" / "logs").exists() or not any((tmp_path / "runs" / "logs").iterdir())

@@ -254,3 +254,17 @@ def test_resume_may_change_schedule_length_cadences_and_world_size(workspace, re
     assert sorted(resumed) == [7, 8]
     assert resumed[7] < losses(reference)[1] - 0.3  # continues the trained model, not a fresh one
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
+
+
+def test_stop_at_step_ends_the_run_early_on_the_full_run_s_schedule(workspace, reference, tmp_path):
+    """train.stop_at_step=5 of a 6-step run (the GPU twin's tuning job reads step 300 of a
+    1,200-step recipe): its losses are the full run's first 5, and it saves at step 5. A
+    5-step run decays its learning rate sooner (its 4th update already), so its step-5
+    loss differs."""
+    stopped, short = tmp_path / "stopped", tmp_path / "short"
+    finish(launch(overrides(workspace, stopped, **{"train.stop_at_step": 5})))
+    finish(launch(overrides(workspace, short, **{"train.max_steps": 5})))
+    full = losses(reference)
+    assert losses(stopped) == pytest.approx({step: full[step] for step in range(1, 6)}, rel=1e-6)
+    assert torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
+    assert losses(short)[5] != pytest.approx(full[5], rel=1e-6)

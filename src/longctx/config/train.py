@@ -27,6 +27,10 @@ class TrainConfig:
     """Rows per forward/backward on one rank."""
     max_steps: int = 100_000
     """Optimizer steps."""
+    stop_at_step: int = 0
+    """> 0: end the run after this optimizer step, the learning-rate schedule still spanning
+    train.max_steps (a tuning job that reads an early probe of the full recipe); 0 = run to
+    train.max_steps."""
     lr: float = 4e-4
     """Peak learning rate."""
     min_lr: float = 4e-5
@@ -96,6 +100,10 @@ class TrainConfig:
     def validate(self) -> None:
         for key in ("global_batch_tokens", "micro_batch_size", "max_steps"):
             positive_int(f"train.{key}", getattr(self, key))
+        if not 0 <= self.stop_at_step <= self.max_steps:
+            raise ConfigError(
+                "train.stop_at_step", f"must be in [0, train.max_steps={self.max_steps}], got {self.stop_at_step}"
+            )
         if self.warmup_steps < 0:
             raise ConfigError("train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
         if self.lr <= 0:

@@ -1,60 +1,67 @@
-"""The GPU twin of the replication, side by side and resumable across device calls.
+"""The GPU twin of the replication, one verdict seed per device call.
 
-    python -m longctx.sweep.gpu_twin --budget-s 540 --out "$OUT"     # repeat until "complete"
-    python -m longctx.sweep.gpu_twin --dry-run                       # the jobs, nothing run
+    python -m longctx.sweep.gpu_twin --tuning --out "$OUT"      # first job: the recipe rule
+    python -m longctx.sweep.gpu_twin --out "$OUT"               # once per seed until all archived
+    python -m longctx.sweep.gpu_twin --report                   # on CPU, from the committed archives
+    python -m longctx.sweep.gpu_twin --dry-run                  # the next call's jobs, nothing run
 
-The jobs are exactly the points of sweeps/replicate_gpu*.yaml (what `make replicate-gpu`
-runs one at a time), with `train.resume=auto` on the training jobs and W&B off (the GPU
-image has no wandb; the report reads the runs' own files). Phase 1 trains the nine
-pretraining runs (3 windows x 3 seeds) at once; phase 2 runs, once a seed's largest-window
-model is done (the 4K runs are the slowest, so in practice once phase 1 ends), its three
-SFT arms and five Table 1 evaluations (at most `--max-parallel` processes at a time);
-phase 3, once every job is done, the report (`longctx.analysis.replication_report ...
---name gpu`). Each call runs what is left within
-`--budget-s` (side_by_side.py: SIGTERM and a checkpoint before the deadline, done jobs
-skipped), so calling it again on the same warm machine continues where the last call
-stopped; on a fresh machine it starts over.
+A GPU lease comes 15 minutes at a time, one command runs at most 10 minutes, and a fresh
+machine keeps nothing of the last. So the unit of resumption is **one seed finished on one
+machine**: a call takes the first seed of the plan (sweeps/gpu_twin/plan.yaml,
+twin_plan.py) with no archive under ARCHIVES (docs/replication/gpu/), deletes whatever an
+earlier call left of that seed's runs, and runs them from scratch within `budget_s`: its
+three pretraining runs side by side (the points of the pretraining sweep for that seed,
+`train.max_steps` at the cut in force), then, once its largest-window model is done, its
+SFT arms and Table 1 evaluations (side_by_side.py: SIGTERM 45 s before the deadline). A
+seed whose jobs all finish becomes one archive of its records (seed_archive.py: metrics,
+f(i), NIAH and answer-loss files, no checkpoints, <= 1 MiB) in ARCHIVES and in `--out`;
+commit it, and the next call, on any machine, skips that seed. A seed that did not finish
+in time records its cut as too long in ARCHIVES/cuts.json (also in `--out`: commit it);
+the next call runs it again at the next, smaller cut of the plan. Seeds finished before
+are never touched. A job that fails by itself leaves the cut alone (`failed`: fix, rerun).
 
-Checkpoints never leave the machine. `--out` receives at most MAX_OUT_FILES files, each
-under MAX_OUT_BYTES: twin_status.json / .md (every job's state, last step, loss, tokens/s,
-MFU, answer loss and effective length, from its metrics.jsonl, and the call's timing) and,
-after the report, replication_summary_gpu.json, results.md and its figures.
+`--out` receives at most MAX_OUT_FILES files: twin_status.json / .md (every job's state,
+last step, loss, tokens/s, MFU, answer loss, effective length, the log tail of a failed
+job), and seed-<s>.tar.xz or cuts.json. `--report` (CPU) extracts every committed archive
+into a temporary root and runs `longctx.analysis.replication_report ROOT --docs docs
+--name gpu` on it, with LONGCTX_COMMIT naming the commits the seeds ran on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from longctx.replication import checkout_commit
-from longctx.sweep.runner import plan
+from longctx.sweep.runner import plan as sweep_points
+from longctx.sweep.seed_archive import archive_path, extract_seed_archives, finished_seeds, write_seed_archive
 from longctx.sweep.side_by_side import DONE_FILE, Job, Outcome, run_side_by_side
 from longctx.sweep.spec import load_sweep
+from longctx.sweep.twin_plan import TwinPlan, TwinPlanError, cut_in_force, load_plan, record_too_long
+from longctx.sweep.twin_tuning import TUNING_FILE, answer_losses, tuning_jobs, tuning_markdown, tuning_verdict
 
-ROOT = Path("runs/replicate_gpu")
-"""Where sweeps/replicate_gpu*.yaml write their runs."""
-PRETRAIN_SWEEP = "sweeps/replicate_gpu.yaml"
-EVAL_SWEEPS = (
-    "sweeps/replicate_gpu_sft.yaml",
-    "sweeps/replicate_gpu_sft_plain.yaml",
-    "sweeps/replicate_gpu_table1.yaml",
-)
-"""Longest first: the SFT arms (training and an NIAH search to 8K), then Table 1's evaluations."""
+PLAN = Path("sweeps/gpu_twin/plan.yaml")
 MAX_OUT_FILES = 8
 MAX_OUT_BYTES = 16 * 2**20
-REPORT_RESERVE_S = 60.0
-"""Seconds of the budget kept for the report and the copy to --out."""
+ARCHIVE_RESERVE_S = 30.0
+"""Seconds of the budget kept for the archive and the copy to --out."""
+STOP_BEFORE_S = 45.0
+"""SIGTERM this long before the deadline (a training run saves last.ckpt and exits)."""
+MIN_START_S = 90.0
+"""No job starts with less time left (it would only pay its start-up)."""
 STATUS_METRICS = ("train/loss", "perf/mfu", "answers/loss", "niah/effective_length")
-
+LOG_TAIL_CHARS = 2000
 
 _INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
 
@@ -66,32 +73,36 @@ def _option(argv: list[str], key: str, arguments: dict | None = None) -> str:
     return _INTERPOLATION.sub(lambda match: str((arguments or {})[match.group(1)]), value)
 
 
-def _jobs(sweep_path: str, extra: list[str], needs_of: Callable[[dict], tuple[Path, ...]] | None = None) -> list[Job]:
-    sweep = load_sweep(sweep_path)
+def _jobs(sweep_path: str, seed: int, extra: list[str], needs: tuple[Path, ...] = ()) -> list[Job]:
+    """The points of a sweep with `train.seed` = `seed`, as jobs with `extra` appended."""
     jobs = []
-    for point in plan(sweep):
+    for point in sweep_points(load_sweep(sweep_path)):
+        if int(point.arguments["train.seed"]) != seed:
+            continue
         argv = [*point.command, *extra]
         key = "eval.out_dir" if any(w.startswith("eval.out_dir=") for w in argv) else "train.out_dir"
         out_dir = Path(_option(argv, key, point.arguments))
         name = "_".join(f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in sorted(point.arguments.items()))
-        needs = needs_of(point.arguments) if needs_of else ()
         jobs.append(Job(f"{Path(sweep_path).stem}_{name}", argv, out_dir, needs))
     return jobs
 
 
-def twin_jobs(wandb_mode: str = "disabled", overrides: tuple[str, ...] = ()) -> tuple[list[Job], list[Job]]:
-    """(pretraining jobs, evaluation jobs); `overrides` go to the pretraining jobs only."""
+def seed_jobs(plan: TwinPlan, seed: int, cut: int, wandb_mode: str = "disabled") -> tuple[list[Job], list[Job]]:
+    """(pretraining jobs, SFT and Table 1 jobs) of one seed; the pretraining runs train
+    `cut` steps; the others wait for the largest window's model."""
     log = f"log.wandb_mode={wandb_mode}"
-    pretrain = _jobs(PRETRAIN_SWEEP, ["train.resume=auto", log, *overrides])
+    pretrain = _jobs(plan.pretrain_sweep, seed, ["train.resume=auto", log, f"train.max_steps={cut}"])
+    if not pretrain:
+        raise TwinPlanError(f"{plan.pretrain_sweep} has no point with train.seed={seed}")
     largest = max(int(_option(job.argv, "data.window")) for job in pretrain)
-
-    def base_model(arguments: dict) -> tuple[Path, ...]:
-        return (ROOT / "pretrain" / f"w{largest}_s{arguments['train.seed']}" / DONE_FILE,)
-
+    base = (plan.root / "pretrain" / f"w{largest}_s{seed}" / DONE_FILE,)
     evaluations = []
-    for path in EVAL_SWEEPS:
+    for path in plan.eval_sweeps:
         extra = [log] if "table1" in path else ["train.resume=auto", log]
-        evaluations += _jobs(path, extra, base_model)
+        evaluations += _jobs(path, seed, extra, base)
+    for job in pretrain + evaluations:
+        if plan.root not in job.out_dir.parents:
+            raise TwinPlanError(f"{job.name} writes to {job.out_dir}, outside the plan's root {plan.root}")
     return pretrain, evaluations
 
 
@@ -116,12 +127,15 @@ def _progress(job: Job) -> dict:
 
 
 def status(jobs: list[Job], outcomes: dict[str, Outcome], meta: dict, pretrain: list[Job]) -> dict:
-    """The call's state, `meta` and one row per job; the summed median tokens/s of the
-    pretraining runs (what the budget in experiments/replicate/gpu_base.yaml assumes)."""
+    """The call's state, `meta` and one row per job (a failed job's log tail with it); the
+    summed median tokens/s of the pretraining runs (what gpu_base.yaml's budget assumes)."""
     rows = []
     for job in jobs:
         outcome = outcomes.get(job.name) or Outcome(job.name, "skipped" if job.done else "pending")
-        rows.append({"job": job.name, "state": outcome.state, "seconds": round(outcome.seconds, 1), **_progress(job)})
+        row = {"job": job.name, "state": outcome.state, "seconds": round(outcome.seconds, 1), **_progress(job)}
+        if outcome.state == "failed" and outcome.log and Path(outcome.log).is_file():
+            row["log_tail"] = Path(outcome.log).read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        rows.append(row)
     names = {job.name for job in pretrain}
     speeds = [row.get("tokens_per_s_median", 0.0) for row in rows if row["job"] in names]
     return {**meta, "pretrain_tokens_per_s_sum_of_medians": sum(speeds), "jobs": rows}
@@ -135,30 +149,10 @@ def status_markdown(body: dict) -> str:
     for row in body["jobs"]:
         cells = [row.get(c, "") for c in columns]
         lines.append("| " + " | ".join(f"{c:.4g}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    for row in body["jobs"]:
+        if "log_tail" in row:
+            lines += ["", f"## {row['job']} (failed): end of its log", "", "```", row["log_tail"], "```"]
     return "\n".join(lines) + "\n"
-
-
-def _report(seconds: float) -> tuple[str, list[Path]]:
-    """Run the report into ROOT/docs; its state and the files it wrote."""
-    docs = ROOT / "docs"
-    argv = [
-        sys.executable,
-        "-m",
-        "longctx.analysis.replication_report",
-        str(ROOT),
-        "--docs",
-        str(docs),
-        "--name",
-        "gpu",
-    ]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=max(seconds, 1.0))
-    except subprocess.TimeoutExpired:
-        return "report timed out", []
-    if done.returncode:
-        return f"report failed: {done.stderr.strip()[-800:]}", []
-    figures = sorted((docs / "replication" / "gpu").glob("*.png"))
-    return "complete", [docs / "replication_summary_gpu.json", docs / "replication" / "gpu" / "results.md", *figures]
 
 
 def copy_out(files: list[Path], out: Path) -> list[str]:
@@ -178,44 +172,174 @@ def copy_out(files: list[Path], out: Path) -> list[str]:
     return left_out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("overrides", nargs="*", help="key=value for the pretraining runs (e.g. train.max_steps=800)")
-    parser.add_argument("--budget-s", type=float, default=540.0, help="wall-clock seconds this call may use")
-    parser.add_argument("--out", type=Path, default=ROOT / "out", help="where the status, summary and figures go")
-    parser.add_argument("--max-parallel", type=int, default=9, help="processes at a time")
-    parser.add_argument("--wandb-mode", default="disabled", help="log.wandb_mode of every job")
-    parser.add_argument("--dry-run", action="store_true", help="print the jobs and their state, run nothing")
-    args = parser.parse_args(argv)
-    start = time.monotonic()
-    pretrain, evaluations = twin_jobs(args.wandb_mode, tuple(args.overrides))
-    jobs = pretrain + evaluations
-    if args.dry_run:
-        for job in jobs:
-            print(f"{'done' if job.done else 'to run':8} {job.name:45} {job.out_dir}")
-        return 0
-    env = {
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.max_parallel)))
-    }
-    deadline = start + args.budget_s - REPORT_RESERVE_S
-    outcomes: dict[str, Outcome] = {}
-    for phase in (pretrain, evaluations):  # an evaluation whose base model is not done is `blocked`
-        found = run_side_by_side(phase, deadline, ROOT / "logs", max_parallel=args.max_parallel, env=env)
-        outcomes.update({o.name: o for o in found})
-    finished = all(job.done for job in jobs)
-    state, files = _report(start + args.budget_s - time.monotonic() - 5) if finished else ("running", [])
-    meta = {"state": state, "commit": checkout_commit(Path.cwd()), "call_seconds": round(time.monotonic() - start, 1)}
-    body = status(jobs, outcomes, meta, pretrain)
-    out = args.out
+def _write_status(body: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "twin_status.json").write_text(json.dumps(body, indent=2) + "\n")
     (out / "twin_status.md").write_text(status_markdown(body))
+    print(status_markdown(body))
+
+
+def _run_phases(phases: list[list[Job]], deadline: float, plan: TwinPlan, max_parallel: int) -> dict[str, Outcome]:
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max_parallel)))}
+    outcomes: dict[str, Outcome] = {}
+    for phase in phases:  # a job whose needs are missing is `blocked`
+        found = run_side_by_side(
+            phase,
+            deadline,
+            plan.root / "logs",
+            max_parallel=max_parallel,
+            stop_before_s=STOP_BEFORE_S,
+            min_start_s=MIN_START_S,
+            env=env,
+        )
+        outcomes.update({o.name: o for o in found})
+    return outcomes
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (an exited child nobody reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def stop_leftovers(job: Job, log_dir: Path, wait_s: float = 10.0) -> None:
+    """SIGKILL the process group a killed call left running for `job` (its pid file in
+    `log_dir`), if that process is still the job's: its command line is the job's. A
+    fresh machine has none."""
+    pid_file = log_dir / f"{job.name}.pid"
+    if not pid_file.is_file():
+        return
+    pid = int(pid_file.read_text())
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return  # gone
+    if command != job.argv:
+        return  # gone, or the id now belongs to another process
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    stop = time.monotonic() + wait_s
+    while running(pid) and time.monotonic() < stop:
+        time.sleep(0.05)
+
+
+def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
+    """One call: the first seed without an archive, from scratch (module docstring)."""
+    start = time.monotonic()
+    archived = finished_seeds(plan.archives)
+    left = [s for s in plan.seeds if s not in archived]
+    meta: dict = {"commit": checkout_commit(Path.cwd()), "archived_seeds": archived}
+    if not left:
+        _write_status({"state": "complete: every seed archived; run --report on CPU", **meta, "jobs": []}, out)
+        return 0
+    seed, cut = left[0], cut_in_force(plan)
+    if cut is None:
+        raise TwinPlanError(f"every cut of {list(plan.max_steps_cuts)} is recorded too long in {plan.archives}")
+    pretrain, evaluations = seed_jobs(plan, seed, cut, wandb_mode)
+    jobs = pretrain + evaluations
+    for job in jobs:  # a seed runs whole on one machine: what an earlier call left is dropped
+        stop_leftovers(job, plan.root / "logs")
+        shutil.rmtree(job.out_dir, ignore_errors=True)
+    deadline = start + budget_s - ARCHIVE_RESERVE_S
+    outcomes = _run_phases([pretrain, evaluations], deadline, plan, max_parallel)
+    meta.update(seed=seed, max_steps=cut)
+    files: list[Path] = []
+    failed = [o.name for o in outcomes.values() if o.state == "failed"]
+    if all(job.done for job in jobs):
+        manifest_meta = {"seed": seed, "max_steps": cut, "commit": meta["commit"], "jobs": [j.name for j in jobs]}
+        path = archive_path(plan.archives, seed)
+        manifest = write_seed_archive(plan.root, [j.out_dir for j in jobs], path, manifest_meta, plan.archive_max_bytes)
+        state, code = f"seed {seed} archived ({manifest['bytes']:,} bytes)", 0
+        meta["archive_left_out"] = manifest["left_out"]
+        files.append(path)
+    elif failed:
+        state, code = f"seed {seed} failed: {', '.join(failed)}", 1
+    else:
+        seconds = round(time.monotonic() - start, 1)
+        record = {"seed": seed, "seconds": seconds, "steps": {j.name: _progress(j).get("step", 0) for j in pretrain}}
+        files.append(record_too_long(plan, cut, record))
+        state, code = f"seed {seed} did not finish at max_steps {cut}: commit cuts.json and call again", 3
+    meta["call_seconds"] = round(time.monotonic() - start, 1)
+    body = status(jobs, outcomes, {"state": state, **meta}, pretrain)
     left_out = copy_out(files, out)
     if left_out:
         body["left_out"] = left_out
-        (out / "twin_status.json").write_text(json.dumps(body, indent=2) + "\n")
-    print(status_markdown(body))
-    return 0 if state in ("running", "complete") else 1
+    _write_status(body, out)
+    return code
+
+
+def run_tuning(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
+    """The first job (twin_tuning.py): the tuning arms side by side, then the rule."""
+    start = time.monotonic()
+    record = plan.archives / TUNING_FILE
+    jobs = tuning_jobs(plan, wandb_mode)
+    meta = {"commit": checkout_commit(Path.cwd()), "mode": "tuning"}
+    if record.is_file():
+        _write_status({"state": f"tuning already judged: {record}", **meta, "jobs": []}, out)
+        return 0
+    outcomes = _run_phases([jobs], start + budget_s - ARCHIVE_RESERVE_S, plan, max_parallel)
+    if not all(job.done for job in jobs):
+        body = status(jobs, outcomes, {"state": "tuning unfinished", **meta}, jobs)
+        _write_status(body, out)
+        return 1
+    losses = {
+        (arm, seed): answer_losses(plan.root / "tuning" / f"{arm}_s{seed}")
+        for seed in plan.tuning.seeds
+        for arm in plan.tuning.arms
+    }
+    verdict = tuning_verdict(plan, losses)
+    verdict["tokens_per_s_median"] = {job.name: _progress(job).get("tokens_per_s_median") for job in jobs}
+    verdict["commit"] = meta["commit"]
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps(verdict, indent=1) + "\n")
+    (plan.archives / "tuning.md").write_text(tuning_markdown(verdict, plan.tuning.stop_at_step))
+    copy_out([record, plan.archives / "tuning.md"], out)
+    body = status(jobs, outcomes, {"state": f"tuning judged: adopt={verdict['adopt']}", **meta}, jobs)
+    _write_status(body, out)
+    return 0
+
+
+def report(plan: TwinPlan, docs: Path, name: str = "gpu") -> int:
+    """The replication report from the committed archives, on CPU."""
+    with tempfile.TemporaryDirectory(prefix="twin_report_") as scratch:
+        manifests = extract_seed_archives(plan.archives, Path(scratch))
+        commits = "; ".join(f"seed {m['seed']} at {m['commit']} ({m['max_steps']} steps)" for m in manifests)
+        argv = [sys.executable, "-m", "longctx.analysis.replication_report", scratch, "--docs", str(docs)]
+        done = subprocess.run([*argv, "--name", name], env={**os.environ, "LONGCTX_COMMIT": commits})
+    return done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, default=PLAN, help="the committed plan (twin_plan.py)")
+    parser.add_argument("--budget-s", type=float, help="wall-clock seconds of this call (default: the plan's)")
+    parser.add_argument("--out", type=Path, default=Path("runs/replicate_gpu_out"), help="what comes back")
+    parser.add_argument("--max-parallel", type=int, default=8, help="processes at a time")
+    parser.add_argument("--wandb-mode", default="disabled", help="log.wandb_mode of every job")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--tuning", action="store_true", help="the first job: the recipe rule on tuning seeds")
+    mode.add_argument("--report", action="store_true", help="on CPU: the report from the committed archives")
+    mode.add_argument("--dry-run", action="store_true", help="print the next call's jobs, run nothing")
+    parser.add_argument("--docs", type=Path, default=Path("docs"), help="with --report: where it writes")
+    args = parser.parse_args(argv)
+    plan = load_plan(args.plan)
+    budget_s = args.budget_s if args.budget_s is not None else plan.budget_s
+    if args.report:
+        return report(plan, args.docs)
+    if args.dry_run:
+        left = [s for s in plan.seeds if s not in finished_seeds(plan.archives)]
+        cut = cut_in_force(plan)
+        print(f"archived: {finished_seeds(plan.archives)}; next seed: {left[:1]}; max_steps cut in force: {cut}")
+        if left and cut is not None:
+            pretrain, evaluations = seed_jobs(plan, left[0], cut, args.wandb_mode)
+            for job in pretrain + evaluations:
+                print(f"{job.name:50} {job.out_dir}")
+        return 0
+    run = run_tuning if args.tuning else run_seed
+    return run(plan, args.out, budget_s, args.max_parallel, args.wandb_mode)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ records it, and later calls skip it. One that was signalled is `stopped` (starte
 next call), one that exits non-zero by itself `failed` (started again next call, its log
 kept), one whose `needs` files are missing `blocked`, one left waiting for time or a slot
 `pending`. A job is not started with less than `min_start_s` seconds left: it would only
-pay its start-up (imports, data checks, loading a checkpoint) and be stopped.
+pay its start-up (imports, data checks, loading a checkpoint) and be stopped. Each started
+job's process id (= its process group's) goes to `<log_dir>/<name>.pid`, so that a later
+call on the same machine can stop what a call killed from outside left running (gpu_twin.py).
 """
 
 from __future__ import annotations
@@ -93,10 +95,9 @@ def run_side_by_side(
             if missing:
                 outcomes[job.name] = Outcome(job.name, "blocked", missing=missing)
                 continue
-            running[job.name] = (
-                start_in_group(job.argv, {**os.environ, **(env or {})}, log_dir / f"{job.name}.log", append=True),
-                now,
-            )
+            process = start_in_group(job.argv, {**os.environ, **(env or {})}, log_dir / f"{job.name}.log", append=True)
+            (log_dir / f"{job.name}.pid").write_text(f"{process.pid}\n")
+            running[job.name] = (process, now)
             outcomes[job.name].log = str(log_dir / f"{job.name}.log")
         if not running and queue and deadline - now < min_start_s:
             break  # too little time to start the rest; they stay pending

@@ -302,7 +302,7 @@ def fit(
         num_nodes=world.num_nodes,
         strategy=make_strategy(config, world),
         precision=resolve_precision(config),
-        max_steps=config.train.max_steps,
+        max_steps=config.train.stop_at_step or config.train.max_steps,
         accumulate_grad_batches=accumulation,
         logger=build_loggers(config) or False,
         callbacks=callbacks,
