@@ -1,0 +1,229 @@
+"""longctx inside lm-evaluation-harness: three local tasks (generate_until, multiple choice,
+loglikelihood_rolling) on one tiny random HF Llama, run through lm-eval's own `hf` model and
+through `longctx` (src/longctx/eval/lm_eval.py). The peer library is the reference: same
+generations, log-likelihoods within 1e-4 nats (float32), same metrics; StRing equals RoPE
+where no query-key distance reaches its shift S and differs where one does."""
+
+import json
+import math
+
+import pytest
+import torch
+from tokenizers import Tokenizer, processors
+
+from longctx.errors import ConfigError
+from tests.chat_tokenizer import write_chat_tokenizer
+from tests.model.hf_models import SMALL
+
+transformers = pytest.importorskip("transformers")
+lm_eval = pytest.importorskip("lm_eval")
+from lm_eval.tasks import TaskManager  # noqa: E402
+
+from longctx.eval.lm_eval import LongctxLM  # noqa: E402
+
+MAX_LENGTH = 32
+"""Rolling windows of 32 tokens: each document below spans several."""
+TASKS = ["tiny_gen", "tiny_mc", "tiny_ppl"]
+GENERATION = [
+    {"prompt": "The cat sat on the", "answer": "mat"},
+    {"prompt": "Once upon a time there was a little house by the river, and", "answer": "it"},
+    {"prompt": "Numbers: 1 2 3 4 5 6 7", "answer": "8"},
+]
+CHOICE = [
+    {"question": "Sky?", "choices": [" blue", " red"], "label": 0},
+    {"question": "Grass?", "choices": [" green", " grey", " pink"], "label": 0},
+    {
+        "question": "A long question about the weather in the town by the river, which changes often in spring:",
+        "choices": [" rain", " the sun shines all day long"],
+        "label": 1,
+    },
+]
+DOCUMENTS = [
+    {"text": "It was a bright cold day in April, and the clocks were striking thirteen. " * 3},
+    {"text": "The quick brown fox jumps over the lazy dog while the river runs by the old mill. " * 2},
+]
+
+
+def task_yaml(name: str, data: str, body: str) -> str:
+    return (
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+        f"test_split: test\n{body}metadata:\n  version: 1.0\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """Three task YAMLs and their JSONL data, as a user's --include_path holds them."""
+    directory = tmp_path_factory.mktemp("tasks")
+    bodies = {
+        "tiny_gen": (
+            GENERATION,
+            'output_type: generate_until\ndoc_to_text: "{{prompt}}"\ndoc_to_target: "{{answer}}"\n'
+            'generation_kwargs:\n  until: ["\\n\\n", "."]\n  max_gen_toks: 10\n  do_sample: false\n'
+            "metric_list:\n  - metric: exact_match\n",
+        ),
+        "tiny_mc": (
+            CHOICE,
+            'output_type: multiple_choice\ndoc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\n'
+            'doc_to_target: "{{label}}"\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n',
+        ),
+        "tiny_ppl": (
+            DOCUMENTS,
+            'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
+            "metric_list:\n  - metric: word_perplexity\n  - metric: byte_perplexity\n  - metric: bits_per_byte\n",
+        ),
+    }
+    for name, (rows, body) in bodies.items():
+        data = directory / f"{name}.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (directory / f"{name}.yaml").write_text(task_yaml(name, str(data), body))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random LlamaForCausalLM saved by transformers beside a ChatML tokenizer that adds
+    BOS as Llama 2's does (tokenizer.json's post-processor and add_bos_token)."""
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    write_chat_tokenizer(directory, vocab_size=SMALL["vocab_size"], add_bos_token=True)
+    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    backend.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", pair="<|im_start|> $A $B", special_tokens=[("<|im_start|>", 1)]
+    )
+    backend.save(str(directory / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**SMALL, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(directory)
+    return directory
+
+
+def evaluate(model, model_args, tasks, **options):
+    return lm_eval.simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=TASKS,
+        task_manager=TaskManager(include_path=str(tasks)),
+        log_samples=True,
+        device="cpu",
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_results(model_dir, tasks):
+    args = {"pretrained": str(model_dir), "dtype": "float32", "max_length": MAX_LENGTH}
+    return evaluate("hf", args, tasks, batch_size=1)
+
+
+@pytest.fixture(scope="module")
+def rope_results(model_dir, tasks):
+    args = f"pretrained={model_dir},dtype=float32,max_length={MAX_LENGTH},position_method=rope"
+    return evaluate("longctx", args, tasks, batch_size=2)
+
+
+def responses(results, task):
+    """Per-sample model outputs in document order: generated text, (loglik, greedy), loglik."""
+    samples = sorted(results["samples"][task], key=lambda sample: sample["doc_id"])
+    return [[response[0] for response in sample["resps"]] for sample in samples]
+
+
+def assert_logliks_close(got, expected, tolerance=1e-4):
+    for got_sample, expected_sample in zip(got, expected, strict=True):
+        for got_value, expected_value in zip(got_sample, expected_sample, strict=True):
+            got_loglik = got_value[0] if isinstance(got_value, tuple | list) else got_value
+            expected_loglik = expected_value[0] if isinstance(expected_value, tuple | list) else expected_value
+            assert abs(float(got_loglik) - float(expected_loglik)) <= tolerance, (got_value, expected_value)
+
+
+def test_rope_matches_lm_evals_hf_model_sample_for_sample(hf_results, rope_results):
+    assert responses(rope_results, "tiny_gen") == responses(hf_results, "tiny_gen")
+    assert any(text for sample in responses(hf_results, "tiny_gen") for text in sample), "all generations empty"
+    assert_logliks_close(responses(rope_results, "tiny_mc"), responses(hf_results, "tiny_mc"))
+    greedy = [[bool(value[1]) for value in sample] for sample in responses(rope_results, "tiny_mc")]
+    assert greedy == [[bool(value[1]) for value in sample] for sample in responses(hf_results, "tiny_mc")]
+    assert_logliks_close(responses(rope_results, "tiny_ppl"), responses(hf_results, "tiny_ppl"))
+    for task in TASKS:
+        for metric, value in hf_results["results"][task].items():
+            if isinstance(value, float) and not math.isnan(value):
+                assert rope_results["results"][task][metric] == pytest.approx(value, rel=1e-4), (task, metric)
+
+
+def test_documents_span_several_rolling_windows(model_dir):
+    lm = LongctxLM(pretrained=str(model_dir), max_length=MAX_LENGTH)
+    assert all(len(lm.tok_encode(document["text"])) > 2 * MAX_LENGTH for document in DOCUMENTS)
+
+
+def input_lengths(lm, results):
+    """Tokens each multiple-choice request feeds the model: context + continuation - 1."""
+    lengths = []
+    for sample in sorted(results["samples"]["tiny_mc"], key=lambda sample: sample["doc_id"]):
+        pairs = [lm._encode_pair(*argument[:2]) for argument in sample["arguments"].values()]
+        lengths.append([len(context) + len(continuation) - 1 for context, continuation in pairs])
+    return lengths
+
+
+def test_string_equals_rope_below_its_shift_and_differs_beyond(model_dir, tasks, rope_results):
+    """Shift S = 40 > every distance of 32-token windows: RoPE's numbers. S = 12: requests
+    whose inputs hold a distance >= 12 change, shorter ones do not."""
+    far = LongctxLM(
+        pretrained=str(model_dir),
+        max_length=MAX_LENGTH,
+        position_method="string",
+        **{"string.shift": 40, "string.local_window": 4},
+    )
+    far_results = evaluate(far, None, tasks)
+    assert responses(far_results, "tiny_gen") == responses(rope_results, "tiny_gen")
+    for task in ("tiny_mc", "tiny_ppl"):
+        assert_logliks_close(responses(far_results, task), responses(rope_results, task))
+
+    shift = 12
+    near = LongctxLM(
+        pretrained=str(model_dir),
+        max_length=MAX_LENGTH,
+        position_method="string",
+        **{"string.shift": shift, "string.local_window": 4},
+    )
+    near_results = evaluate(near, None, tasks)
+    lengths = input_lengths(near, near_results)
+    mc_near, mc_rope = responses(near_results, "tiny_mc"), responses(rope_results, "tiny_mc")
+    seen = set()
+    for sample_lengths, near_sample, rope_sample in zip(lengths, mc_near, mc_rope, strict=True):
+        for length, near_value, rope_value in zip(sample_lengths, near_sample, rope_sample, strict=True):
+            reaches = length - 1 >= shift
+            seen.add(reaches)
+            difference = abs(near_value[0] - rope_value[0])
+            assert difference > 1e-3 if reaches else difference <= 1e-4, (length, near_value, rope_value)
+    assert seen == {True, False}, "the multiple-choice requests must fall on both sides of S"
+    for near_value, rope_value in zip(
+        responses(near_results, "tiny_ppl"), responses(rope_results, "tiny_ppl"), strict=True
+    ):
+        assert abs(near_value[0] - rope_value[0]) > 1e-3
+
+
+def test_chat_template_renders_as_lm_evals_hf_model(model_dir):
+    from lm_eval.models.huggingface import HFLM
+
+    reference = HFLM(pretrained=str(model_dir), device="cpu")
+    lm = LongctxLM(pretrained=str(model_dir))
+    history = [{"role": "user", "content": "Which colour is the sky?"}, {"role": "assistant", "content": " Blue"}]
+    assert lm.chat_template(True) == reference.chat_template(True)
+    assert lm.apply_chat_template(history[:1]) == reference.apply_chat_template(history[:1])
+    assert lm.apply_chat_template(history, add_generation_prompt=False) == reference.apply_chat_template(
+        history, add_generation_prompt=False
+    )
+    rendered = lm.apply_chat_template(history[:1])
+    assert lm.tok_encode(rendered) == reference.tok_encode(rendered)
+    assert lm.tokenizer_name and lm.rank == 0 and lm.world_size == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"strin.shift": 4}, "eval.position_method.strin"),
+        ({"shift": 4}, "model_args shift"),
+        ({"string.shift": 8, "string.local_window": 8}, "eval.position_method.string.local_window"),
+    ],
+)
+def test_bad_position_method_arguments_name_the_key(model_dir, params, key):
+    with pytest.raises(ConfigError, match=key):
+        LongctxLM(pretrained=str(model_dir), position_method="string", **params)
