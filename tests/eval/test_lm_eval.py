@@ -81,6 +81,11 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def task_manager(tasks):
+    return TaskManager(include_path=str(tasks), include_defaults=False)
+
+
+@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A random LlamaForCausalLM saved by transformers beside a ChatML tokenizer that adds
     BOS as Llama 2's does (tokenizer.json's post-processor and add_bos_token)."""
@@ -97,12 +102,12 @@ def model_dir(tmp_path_factory):
     return directory
 
 
-def evaluate(model, model_args, tasks, **options):
+def evaluate(model, model_args, task_manager, **options):
     return lm_eval.simple_evaluate(
         model=model,
         model_args=model_args,
         tasks=TASKS,
-        task_manager=TaskManager(include_path=str(tasks)),
+        task_manager=task_manager,
         log_samples=True,
         device="cpu",
         **options,
@@ -110,15 +115,15 @@ def evaluate(model, model_args, tasks, **options):
 
 
 @pytest.fixture(scope="module")
-def hf_results(model_dir, tasks):
+def hf_results(model_dir, task_manager):
     args = {"pretrained": str(model_dir), "dtype": "float32", "max_length": MAX_LENGTH}
-    return evaluate("hf", args, tasks, batch_size=1)
+    return evaluate("hf", args, task_manager, batch_size=1)
 
 
 @pytest.fixture(scope="module")
-def rope_results(model_dir, tasks):
+def rope_results(model_dir, task_manager):
     args = f"pretrained={model_dir},dtype=float32,max_length={MAX_LENGTH},position_method=rope"
-    return evaluate("longctx", args, tasks, batch_size=2)
+    return evaluate("longctx", args, task_manager, batch_size=2)
 
 
 def responses(results, task):
@@ -157,12 +162,12 @@ def input_lengths(lm, results):
     """Tokens each multiple-choice request feeds the model: context + continuation - 1."""
     lengths = []
     for sample in sorted(results["samples"]["tiny_mc"], key=lambda sample: sample["doc_id"]):
-        pairs = [lm._encode_pair(*argument[:2]) for argument in sample["arguments"].values()]
+        pairs = [lm._encode_pair(*argument[:2]) for argument in sample["arguments"]]
         lengths.append([len(context) + len(continuation) - 1 for context, continuation in pairs])
     return lengths
 
 
-def test_string_equals_rope_below_its_shift_and_differs_beyond(model_dir, tasks, rope_results):
+def test_string_equals_rope_below_its_shift_and_differs_beyond(model_dir, task_manager, rope_results):
     """Shift S = 40 > every distance of 32-token windows: RoPE's numbers. S = 12: requests
     whose inputs hold a distance >= 12 change, shorter ones do not."""
     far = LongctxLM(
@@ -171,7 +176,7 @@ def test_string_equals_rope_below_its_shift_and_differs_beyond(model_dir, tasks,
         position_method="string",
         **{"string.shift": 40, "string.local_window": 4},
     )
-    far_results = evaluate(far, None, tasks)
+    far_results = evaluate(far, None, task_manager)
     assert responses(far_results, "tiny_gen") == responses(rope_results, "tiny_gen")
     for task in ("tiny_mc", "tiny_ppl"):
         assert_logliks_close(responses(far_results, task), responses(rope_results, task))
@@ -183,7 +188,7 @@ def test_string_equals_rope_below_its_shift_and_differs_beyond(model_dir, tasks,
         position_method="string",
         **{"string.shift": shift, "string.local_window": 4},
     )
-    near_results = evaluate(near, None, tasks)
+    near_results = evaluate(near, None, task_manager)
     lengths = input_lengths(near, near_results)
     mc_near, mc_rope = responses(near_results, "tiny_mc"), responses(rope_results, "tiny_mc")
     seen = set()
