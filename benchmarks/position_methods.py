@@ -80,6 +80,11 @@ HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 he
 SEED = 0
 TOLERANCE = 1e-4
 METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "string-repo")
+DECODING_DIFFERS = ("string-repo",)
+"""Methods whose cached decoding step is not a prefill row, by design: StRing compat='repo'
+decodes over the band [0, S-1] and prefills over [0, S], as the authors' code does
+(position_methods/method.py); their decoding is checked against a dense reference in
+tests/model/test_position_methods.py instead."""
 GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE (issue 6)
 
 
@@ -198,6 +203,8 @@ def measure(seq_len: int, level: str, args: argparse.Namespace, clock: Callable[
         decode_ops = {n: decode for n, (_, decode) in ops.items()}
         checks = {n: (prefill(), decode()) for n, (prefill, decode) in ops.items()}
     for name, (last_row, decoded) in checks.items():
+        if name in DECODING_DIFFERS:
+            continue
         difference = (last_row - decoded).abs().max().item()
         if difference >= TOLERANCE:
             raise SystemExit(f"{name}: decoding differs from prefill by {difference:.2e} at T={seq_len}; not timing it")
@@ -249,6 +256,8 @@ def device_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     input_ids = torch.randint(0, model.config.vocab_size, (1, seq_len), generator=generator).to(device)
     ops = {name: model_ops(model, method, input_ids) for name, method in methods.items()}
     for name, (prefill, decode) in ops.items():
+        if name in DECODING_DIFFERS:
+            continue
         last_row, decoded = prefill().float(), decode().float()
         if (last_row - decoded).abs().max() > 0.05 * last_row.abs().max():
             raise SystemExit(f"{name}: decoding differs from prefill at T={seq_len}; not timing it")

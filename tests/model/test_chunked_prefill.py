@@ -50,6 +50,11 @@ def test_chunked_prefill_greedy_tokens_equal_the_recomputed_reference(model, arm
     whole = greedy_generate(model, ids, 8, position_method=method)
     reference = greedy_generate_recompute(model, ids, 8, position_method=method)
     assert torch.equal(chunked, whole)
+    if arm == "string-repo":
+        # Cached decoding attends [0, S-1], re-running the prompt [0, S] (the authors' code,
+        # position_methods/method.py): only the first token, from the prefill, must agree.
+        assert torch.equal(chunked[:, :1], reference[:, :1])
+        return
     assert torch.equal(chunked, reference)
 
 

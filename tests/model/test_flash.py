@@ -111,6 +111,11 @@ BAND_METHODS = {
 }
 
 
+DECODE_RELATIVE = {"string-repo": string_relative(10, 3)}
+"""Methods whose one-query forwards attend other distances than their prefill: StRing
+compat='repo' decodes over the band [0, S-1] (position_methods/method.py)."""
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", list(BAND_METHODS))
 def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, name, monkeypatch):
@@ -144,6 +149,11 @@ def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, nam
     assert calls, "the varlen kernel was not called"
     rotated = method.caches_rotated_keys
     cache = method.rotate_keys(k, positions) if rotated else k
+    decoded = expected
+    if name in DECODE_RELATIVE:
+        decoded = dense_reference(
+            q, k, v, positions, docs, DECODE_RELATIVE[name], plain_frequencies(), score_factor=score_factor
+        )
     for start, end in [(0, 1), (9, 10), (10, 11), (19, 20), (20, 27), (35, 36)]:
         step = method.attend(
             q[:, start:end],
@@ -154,7 +164,8 @@ def test_band_passes_on_the_varlen_kernel_match_the_dense_reference(version, nam
             keys_rotated=rotated,
             backend="flash",
         )
-        torch.testing.assert_close(step, expected[:, start:end], atol=tolerance, rtol=0)
+        reference = decoded if end - start == 1 else expected
+        torch.testing.assert_close(step, reference[:, start:end], atol=tolerance, rtol=0)
 
 
 def test_greedy_decoding_with_string_on_the_varlen_kernel_equals_the_cpu_path(monkeypatch):

@@ -21,9 +21,13 @@ Methods (L = training length = model.max_position; pass = [nearest, farthest] di
              string_for_llama.py instead: its first pass is flash-attn's window (S, 0),
              i.e. [0, S], so the diagonal m - n = S is attended twice (at S and at W), and
              its cos/sin are multiplied by 1 + 0.1 ln 2 for queries and keys alike, i.e.
-             scores by (1 + 0.1 ln 2)^2 ~ 1.14. (Its one-token decoding path attends the
-             last S keys, [0, S-1]; here both prefill and decoding use [0, S] so that
-             decoding equals prefill.)
+             scores by (1 + 0.1 ln 2)^2 ~ 1.14. Its one-token decoding path (q_len == 1
+             with a KV cache) attends the last S keys, the band [0, S-1], and so does
+             ours: a single-query forward takes `decode_passes` (diagonal [0, S-1],
+             shifted band and temperature unchanged), a multi-query forward (prefill,
+             chunked prefill included) the [0, S] diagonal. Under compat='repo' a cached
+             decoding step therefore differs from re-running the prompt, as the authors'
+             code does (issue 34: up to 0.26 in logits on SmolLM2-135M otherwise).
 - `rerope`   ReRoPE (Su, 2023): P' = min(P, w). Pass [0, w-1] at (m, n); pass [w, inf)
              with queries at w and keys at 0 (unrotated). As in Su's released patch, queries
              at position m are multiplied by max(1, log(m + 1) / log(L_log)) (log-n scaling).
@@ -126,13 +130,17 @@ class PositionMethod(nn.Module):
         params: dict | None = None,
         score_multiplier: float = 1.0,
         query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        decode_passes: list[AttentionPass] | None = None,
     ):
         super().__init__()
-        if not passes:
+        if not passes or decode_passes == []:
             raise ValueError(f"position method {name!r} needs at least one pass")
         self.name = name
         self.rotary = rotary
         self.passes = passes
+        self.decode_passes = decode_passes
+        """The passes of a single-query forward (a cached decoding step) when they differ
+        from `passes` (StRing compat='repo'); None = `passes`."""
         self.params = dict(params or {})
         self.score_multiplier = score_multiplier
         self.query_scale = query_scale
@@ -141,7 +149,11 @@ class PositionMethod(nn.Module):
     def caches_rotated_keys(self) -> bool:
         """True when every pass keeps keys at their own positions: the KV cache may hold
         keys rotated once by `rotate_keys`. False: the cache must hold un-rotated keys."""
-        return all(p.key_positions is None for p in self.passes)
+        return all(p.key_positions is None for p in [*self.passes, *(self.decode_passes or [])])
+
+    def passes_for(self, q_len: int) -> list[AttentionPass]:
+        """The passes of a forward with `q_len` queries: `decode_passes` for one, else `passes`."""
+        return self.decode_passes if q_len == 1 and self.decode_passes is not None else self.passes
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, " + ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -209,8 +221,9 @@ class PositionMethod(nn.Module):
         def plan_of(layout, passes: list[PassPlan]) -> PositionPlan:
             return PositionPlan(q_len, document_ids, keys_rotated, passes, key_rotations, query_scale, layout)
 
-        if len(self.passes) == 1:
-            only = self.passes[0]
+        method_passes = self.passes_for(q_len)
+        if len(method_passes) == 1:
+            only = method_passes[0]
             cos, sin = cos_sin(self.rotary, only.query_positions(query_positions), dtype)
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
@@ -218,13 +231,13 @@ class PositionMethod(nn.Module):
             return plan_of(single, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
 
         document_start = document_starts(position_ids, document_ids)[:, offset:]
-        bands = [p.band for p in self.passes]
-        varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in self.passes)
+        bands = [p.band for p in method_passes]
+        varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in method_passes)
         query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
-        rotated_at = torch.stack([p.query_positions(query_positions) for p in self.passes])
+        rotated_at = torch.stack([p.query_positions(query_positions) for p in method_passes])
         query_cos, query_sin = cos_sin(self.rotary, rotated_at, dtype)
         passes = []
-        for attention_pass, cos, sin in zip(self.passes, query_cos, query_sin, strict=True):
+        for attention_pass, cos, sin in zip(method_passes, query_cos, query_sin, strict=True):
             nearest, farthest = attention_pass.distances(query_positions)
             upper = query_index - nearest
             lower = torch.maximum(document_start, query_index - farthest)
@@ -233,7 +246,7 @@ class PositionMethod(nn.Module):
             passes.append(PassPlan(attention_pass.band, attention_pass.chunk, cos, sin, index, lower, upper, blocks))
         layout: VarlenLayout | TorchLayout
         if varlen:
-            layout = varlen_layout(position_ids, document_ids, q_len, self.passes)
+            layout = varlen_layout(position_ids, document_ids, q_len, method_passes)
         else:
             layout = torch_layout(document_ids, q_len, block_size, any(band is not None for band in bands))
         return plan_of(layout, passes)
@@ -370,14 +383,16 @@ def string_method(
         raise ValueError(f"StRing local_window W must be in [0, shift S={shift}), got {local_window}")
     if compat not in STRING_COMPAT:
         raise ValueError(f"StRing compat={compat!r} is not one of {STRING_COMPAT}")
-    diagonal_end = shift if compat == "repo" else shift - 1
-    passes = [
-        band_pass("diagonal", 0, diagonal_end, _own),
-        band_pass("shifted", shift, None, lambda p: p - shift + local_window),
-    ]
-    multiplier = REPO_STRING_ATTENTION_FACTOR**2 if compat == "repo" else 1.0
+    shifted = band_pass("shifted", shift, None, lambda p: p - shift + local_window)
+    paper = [band_pass("diagonal", 0, shift - 1, _own), shifted]
     params = {"shift": shift, "local_window": local_window, "compat": compat}
-    return PositionMethod("string", rotary, passes, params=params, score_multiplier=multiplier)
+    if compat == "paper":
+        return PositionMethod("string", rotary, paper, params=params)
+    repo_prefill = [band_pass("diagonal", 0, shift, _own), shifted]
+    multiplier = REPO_STRING_ATTENTION_FACTOR**2
+    return PositionMethod(
+        "string", rotary, repo_prefill, params=params, score_multiplier=multiplier, decode_passes=paper
+    )
 
 
 def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = -1) -> PositionMethod:

@@ -1,0 +1,144 @@
+"""eval/generation.py: mixed-length batches with per-row stops.
+
+References: today's equal-length `greedy_generate` on NIAH prompts; Hugging Face
+`generate` (greedy, EOS and stop strings, left padding with an attention mask) on a tiny
+random transformers Llama; and, under every position method, each prompt decoded alone."""
+
+import numpy as np
+import pytest
+import torch
+
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
+from longctx.eval.generation import StopRule, generate
+from longctx.model.generation import greedy_generate
+from longctx.model.hf import import_hf
+from longctx.model.llama import Llama
+from longctx.model.position_methods import build_position_method
+from longctx.niah.tasks import make_samples
+from tests.chat_tokenizer import write_chat_tokenizer
+from tests.model.hf_models import build_hf, save_hf
+
+TRAINING_LENGTH = 48
+ARMS = [*POSITION_METHODS, "string-repo"]
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_equals_greedy_generate_on_niah_prompts(tokenizer, haystack, one_thread):
+    torch.manual_seed(0)
+    model = Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
+    samples = make_samples(tokenizer, haystack, 160, 5, seed=1)
+    prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
+    reference = greedy_generate(model, prompts, 12).tolist()
+    assert len({tuple(row) for row in reference}) > 1
+    plain = generate(model, prompts.tolist(), max_new_tokens=12, batch_size=3)
+    assert [g.token_ids for g in plain] == reference
+    assert {g.stopped_by for g in plain} == {"length"}
+    # The token the first row emits 6th as the EOS: rows stop there, the token left out.
+    eos = reference[0][5]
+    stopped = generate(model, prompts.tolist(), max_new_tokens=12, stop=StopRule(eos_ids=frozenset({eos})))
+    for row, generation in zip(reference, stopped, strict=True):
+        expected = row[: row.index(eos)] if eos in row else row
+        assert generation.token_ids == expected
+        assert generation.stopped_by == ("eos" if eos in row else "length")
+    assert stopped[0].token_ids == reference[0][:5]
+
+
+@pytest.mark.parametrize("chunk", [0, 7])
+def test_mixed_lengths_equal_transformers_generate_with_eos_and_stop_strings(tmp_path, chunk):
+    transformers = pytest.importorskip("transformers")
+    vocab = 400
+    hf_tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(write_chat_tokenizer(tmp_path / "tok", vocab) / "tokenizer.json")
+    )
+    hf = build_hf("llama-tied", vocab_size=vocab).double()
+    save_hf(hf, tmp_path / "model", "single")
+    ours = import_hf(tmp_path / "model", dtype=torch.float64).eval()
+    lengths = [5, 31, 12, 20, 9]
+    generator = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in lengths]
+    width, new = max(lengths), 20
+
+    def hf_generate(**stops):
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        out = hf.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, tokenizer=hf_tokenizer, **stops
+        )
+        return out[:, width:].tolist()
+
+    free = hf_generate(eos_token_id=[vocab + 1], pad_token_id=0, min_new_tokens=new)
+    eos = free[1][3]  # the token row 1 emits 4th: row 1 (and any row emitting it) stops on it
+    # The first word-like token of row 2 past its 4th that it has not spelled before: row 2 stops there.
+    stop_string = next(
+        text
+        for i in range(4, new)
+        if (text := hf_tokenizer.decode(free[2][i : i + 1])).strip().isascii()
+        and text.strip()
+        and text not in hf_tokenizer.decode(free[2][:i])
+    )
+    assert eos not in free[2]  # so row 2 reaches its stop string
+    expected = hf_generate(eos_token_id=[eos], pad_token_id=eos, stop_strings=[stop_string])
+    expected = [row[: row.index(eos)] if eos in row else row for row in expected]  # HF pads with `eos`
+
+    got = generate(
+        ours,
+        prompts,
+        max_new_tokens=new,
+        stop=StopRule(eos_ids=frozenset({eos}), stop_strings=(stop_string,)),
+        decode=hf_tokenizer.decode,
+        batch_size=5,
+        prefill_chunk_tokens=chunk,
+    )
+    assert [g.token_ids for g in got] == expected
+    assert {"eos", "stop_string"} <= {g.stopped_by for g in got}
+    for generation in got:
+        text = hf_tokenizer.decode(generation.token_ids)
+        if generation.stopped_by == "stop_string":
+            assert generation.text == text[: text.index(stop_string)]
+        else:
+            assert generation.text == text and stop_string not in text
+
+
+def _method(arm: str, config: ModelConfig):
+    if arm == "rope":
+        return None
+    name, _, compat = arm.partition("-")
+    string = StringConfig(local_window=4, compat=compat or "paper")
+    return build_position_method(PositionMethodConfig(name=name, string=string), config)
+
+
+@pytest.fixture(scope="module")
+def debug_model():
+    torch.manual_seed(0)
+    config = ModelConfig.from_preset("debug", vocab_size=256, max_position=TRAINING_LENGTH, init_std=0.2)
+    return Llama(config).double().eval()
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_batched_mixed_lengths_equal_each_prompt_alone(debug_model, arm, one_thread):
+    method = _method(arm, debug_model.config)
+    generator = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 256, (n,), generator=generator).tolist() for n in (70, 23, 101, 55, 3)]
+    batched = generate(
+        debug_model, prompts, max_new_tokens=8, position_method=method, batch_size=5, prefill_chunk_tokens=16
+    )
+    alone = [generate(debug_model, [p], max_new_tokens=8, position_method=method)[0] for p in prompts]
+    assert [g.token_ids for g in batched] == [g.token_ids for g in alone]
+    assert len({tuple(g.token_ids) for g in alone}) > 1
+
+
+def test_bad_arguments_are_refused(debug_model):
+    with pytest.raises(ValueError, match="need a `decode`"):
+        generate(debug_model, [[1, 2]], max_new_tokens=2, stop=StopRule(stop_strings=("x",)))
+    with pytest.raises(ValueError, match="empty"):
+        generate(debug_model, [[1, 2], []], max_new_tokens=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(debug_model, [[1, 2]], max_new_tokens=0)
