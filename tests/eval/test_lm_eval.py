@@ -232,3 +232,31 @@ def test_chat_template_renders_as_lm_evals_hf_model(model_dir):
 def test_bad_position_method_arguments_name_the_key(model_dir, params, key):
     with pytest.raises(ConfigError, match=key):
         LongctxLM(pretrained=str(model_dir), position_method="string", **params)
+
+
+def test_until_strings_stop_each_row_of_a_batch_as_lm_evals_hf_model(model_dir):
+    """Rows of one batch cut at their own first stop string, and requests with different
+    `until` (other batches) at theirs; the reference is lm-eval's hf model, one row at a time."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    reference = HFLM(pretrained=str(model_dir), device="cpu", dtype="float32", max_length=MAX_LENGTH, batch_size=1)
+    lm = LongctxLM(pretrained=str(model_dir), max_length=MAX_LENGTH, batch_size=3)
+    contexts = [sample["prompt"] for sample in GENERATION]
+
+    def requests(until_of):
+        return [
+            Instance("generate_until", {}, (context, {"until": until_of(index), "max_gen_toks": 10}), index)
+            for index, context in enumerate(contexts)
+        ]
+
+    uncut = reference.generate_until(requests(lambda index: []))
+    assert lm.generate_until(requests(lambda index: [])) == uncut
+    assert all(len(text) >= 4 for text in uncut), uncut
+    shared = [uncut[0][2:4], uncut[1][3:5]]  # a string inside row 0's text and one inside row 1's
+    cut = lm.generate_until(requests(lambda index: shared))
+    assert cut == reference.generate_until(requests(lambda index: shared))
+    assert len(cut[0]) <= 2 and len(cut[1]) <= 3
+    own = lm.generate_until(requests(lambda index: [uncut[index][1:3]]))
+    assert own == reference.generate_until(requests(lambda index: [uncut[index][1:3]]))
+    assert all(len(text) <= 1 for text in own)

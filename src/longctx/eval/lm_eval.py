@@ -47,15 +47,15 @@ import torch
 import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+from lm_eval.models.utils import Collator, handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from longctx.config.loader import load
 from longctx.data.tokenizer import Tokenizer, TokenizerError
 from longctx.errors import ConfigError
+from longctx.eval.generation import StopRule, generate
 from longctx.model.checkpoint import load_model
-from longctx.model.generation import greedy_generate
 from longctx.model.position_methods import build_position_method
 from longctx.model_tokenizer import tokenizer_for_model
 from longctx.niah.chat import render_chat
@@ -240,35 +240,47 @@ class LongctxLM(TemplateLM):
     # ------------------------------------------------------------------ generation
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuations, each cut at the first of its `until` strings or EOS and at
-        `max_gen_toks` tokens (the request's, else the model's)."""
+        """Greedy continuations, batched by `longctx.eval.generation.generate` (prompts of
+        any lengths in one batch), each row stopped by EOS or the first of its `until`
+        strings and cut before it, within `max_gen_toks` tokens (the request's, else the
+        model's). Requests are grouped by their generation arguments, longest first."""
         eos = self.tokenizer.token(self.eot_token_id)
+        order = Collator(
+            [request.args for request in requests],
+            sort_fn=lambda args: (-len(self.tok_encode(args[0])), args[0]),
+            group_by="gen_kwargs",
+            group_fn=lambda args: args[1],
+        )
         results = []
-        for request in tqdm(requests, disable=disable_tqdm or self.rank != 0, desc="generate_until (longctx)"):
-            context, gen_kwargs = request.args
-            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
+        progress = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="generate_until (longctx)")
+        for batch in order.get_batched(n=self.batch_size):
+            contexts, all_gen_kwargs = zip(*batch, strict=True)
+            kwargs = normalize_gen_kwargs(all_gen_kwargs[0], self.max_gen_toks)
             if kwargs.get("do_sample"):
                 raise ConfigError("gen_kwargs do_sample", "the longctx model decodes greedily only")
-            until = handle_stop_sequences(kwargs.get("until"), eos=eos)
+            until = tuple(s for s in handle_stop_sequences(kwargs.get("until"), eos=eos) if s)
             max_new = kwargs["max_gen_toks"]
             if max_new >= self.max_length:
                 raise ConfigError(
                     "max_gen_toks", f"{max_new} leaves no room for a prompt in max_length={self.max_length}"
                 )
-            prompt = self.tok_encode(context)[-(self.max_length - max_new) :]
-            ids = greedy_generate(
+            generations = generate(
                 self.model,
-                torch.tensor([prompt], device=self._device),
-                max_new,
+                [self.tok_encode(context)[-(self.max_length - max_new) :] for context in contexts],
+                max_new_tokens=max_new,
+                stop=StopRule(eos_ids=frozenset({self.eot_token_id}), stop_strings=until),
+                decode=self.tok_decode,
                 position_method=self.position_method,
+                batch_size=self.batch_size,
                 prefill_chunk_tokens=self.chunk_tokens,
-            )[0].tolist()
-            if self.eot_token_id in ids:
-                ids = ids[: ids.index(self.eot_token_id)]
-            text = postprocess_generated_text(self.tok_decode(ids), until, None)
-            results.append(text)
-            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
-        return results
+            )
+            for context, gen_kwargs, generation in zip(contexts, all_gen_kwargs, generations, strict=True):
+                text = generation.text or ""  # always decoded: generate was given `decode`
+                results.append(text)
+                self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+                progress.update(1)
+        progress.close()
+        return order.get_original(results)
 
     # ------------------------------------------------------------------ processes
 
