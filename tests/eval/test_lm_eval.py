@@ -51,10 +51,9 @@ def task_yaml(name: str, data: str, body: str) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    """Three task YAMLs and their JSONL data, as a user's --include_path holds them."""
-    directory = tmp_path_factory.mktemp("tasks")
+def write_tasks(directory):
+    """Three task YAMLs and their JSONL data in `directory`, as a user's --include_path holds them."""
+    directory.mkdir(parents=True, exist_ok=True)
     bodies = {
         "tiny_gen": (
             GENERATION,
@@ -81,15 +80,19 @@ def tasks(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    return write_tasks(tmp_path_factory.mktemp("tasks"))
+
+
+@pytest.fixture(scope="module")
 def task_manager(tasks):
     return TaskManager(include_path=str(tasks), include_defaults=False)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def write_tiny_llama(directory):
     """A random LlamaForCausalLM saved by transformers beside a ChatML tokenizer that adds
     BOS as Llama 2's does (tokenizer.json's post-processor and add_bos_token)."""
-    directory = tmp_path_factory.mktemp("tiny-llama")
+    directory.mkdir(parents=True, exist_ok=True)
     write_chat_tokenizer(directory, vocab_size=SMALL["vocab_size"], add_bos_token=True)
     backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
     backend.post_processor = processors.TemplateProcessing(
@@ -100,6 +103,11 @@ def model_dir(tmp_path_factory):
     config = transformers.LlamaConfig(**SMALL, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     transformers.LlamaForCausalLM(config).eval().save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def evaluate(model, model_args, task_manager, **options):
