@@ -35,7 +35,7 @@ def test_lm_eval_runs_rulers_niah_and_a_local_task_with_string(tmp_path):
     """The whole path a user takes (lm-eval scans its ~15k built-in task configs: ~1 min):
     lm-eval's RULER niah_single_1 (generated offline: its repeat haystack needs no download)
     at 384 tokens and a local multiple-choice task, on a tiny HF Llama under StRing."""
-    from tests.eval.test_lm_eval import write_tasks, write_tiny_llama
+    from tests.eval.helpers import write_tasks, write_tiny_llama
 
     model_dir, tasks = write_tiny_llama(tmp_path / "model"), write_tasks(tmp_path / "tasks")
     out = tmp_path / "out"

@@ -8,12 +8,9 @@ import json
 import math
 
 import pytest
-import torch
-from tokenizers import Tokenizer, processors
 
 from longctx.errors import ConfigError
-from tests.chat_tokenizer import write_chat_tokenizer
-from tests.model.hf_models import SMALL
+from tests.eval.helpers import DOCUMENTS, GENERATION, write_tasks, write_tiny_llama
 
 transformers = pytest.importorskip("transformers")
 lm_eval = pytest.importorskip("lm_eval")
@@ -22,61 +19,8 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 from longctx.eval.lm_eval import LongctxLM  # noqa: E402
 
 MAX_LENGTH = 32
-"""Rolling windows of 32 tokens: each document below spans several."""
+"""Rolling windows of 32 tokens: each document of the tasks spans several."""
 TASKS = ["tiny_gen", "tiny_mc", "tiny_ppl"]
-GENERATION = [
-    {"prompt": "The cat sat on the", "answer": "mat"},
-    {"prompt": "Once upon a time there was a little house by the river, and", "answer": "it"},
-    {"prompt": "Numbers: 1 2 3 4 5 6 7", "answer": "8"},
-]
-CHOICE = [
-    {"question": "Sky?", "choices": [" blue", " red"], "label": 0},
-    {"question": "Grass?", "choices": [" green", " grey", " pink"], "label": 0},
-    {
-        "question": "A long question about the weather in the town by the river, which changes often in spring:",
-        "choices": [" rain", " the sun shines all day long"],
-        "label": 1,
-    },
-]
-DOCUMENTS = [
-    {"text": "It was a bright cold day in April, and the clocks were striking thirteen. " * 3},
-    {"text": "The quick brown fox jumps over the lazy dog while the river runs by the old mill. " * 2},
-]
-
-
-def task_yaml(name: str, data: str, body: str) -> str:
-    return (
-        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
-        f"test_split: test\n{body}metadata:\n  version: 1.0\n"
-    )
-
-
-def write_tasks(directory):
-    """Three task YAMLs and their JSONL data in `directory`, as a user's --include_path holds them."""
-    directory.mkdir(parents=True, exist_ok=True)
-    bodies = {
-        "tiny_gen": (
-            GENERATION,
-            'output_type: generate_until\ndoc_to_text: "{{prompt}}"\ndoc_to_target: "{{answer}}"\n'
-            'generation_kwargs:\n  until: ["\\n\\n", "."]\n  max_gen_toks: 10\n  do_sample: false\n'
-            "metric_list:\n  - metric: exact_match\n",
-        ),
-        "tiny_mc": (
-            CHOICE,
-            'output_type: multiple_choice\ndoc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\n'
-            'doc_to_target: "{{label}}"\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n',
-        ),
-        "tiny_ppl": (
-            DOCUMENTS,
-            'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
-            "metric_list:\n  - metric: word_perplexity\n  - metric: byte_perplexity\n  - metric: bits_per_byte\n",
-        ),
-    }
-    for name, (rows, body) in bodies.items():
-        data = directory / f"{name}.jsonl"
-        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        (directory / f"{name}.yaml").write_text(task_yaml(name, str(data), body))
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -87,22 +31,6 @@ def tasks(tmp_path_factory):
 @pytest.fixture(scope="module")
 def task_manager(tasks):
     return TaskManager(include_path=str(tasks), include_defaults=False)
-
-
-def write_tiny_llama(directory):
-    """A random LlamaForCausalLM saved by transformers beside a ChatML tokenizer that adds
-    BOS as Llama 2's does (tokenizer.json's post-processor and add_bos_token)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    write_chat_tokenizer(directory, vocab_size=SMALL["vocab_size"], add_bos_token=True)
-    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    backend.post_processor = processors.TemplateProcessing(
-        single="<|im_start|> $A", pair="<|im_start|> $A $B", special_tokens=[("<|im_start|>", 1)]
-    )
-    backend.save(str(directory / "tokenizer.json"))
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(**SMALL, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    transformers.LlamaForCausalLM(config).eval().save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +196,42 @@ def test_until_strings_stop_each_row_of_a_batch_as_lm_evals_hf_model(model_dir):
     own = lm.generate_until(requests(lambda index: [uncut[index][1:3]]))
     assert own == reference.generate_until(requests(lambda index: [uncut[index][1:3]]))
     assert all(len(text) <= 1 for text in own)
+
+
+RANKS_SCRIPT = """
+import json, sys
+import lm_eval
+from lm_eval.tasks import TaskManager
+import longctx.eval.lm_eval
+
+model_dir, tasks, out, max_length, names = sys.argv[1:]
+results = lm_eval.simple_evaluate(
+    model="longctx", model_args={"pretrained": model_dir, "max_length": int(max_length)}, tasks=names.split(","),
+    task_manager=TaskManager(include_path=tasks, include_defaults=False), log_samples=True, device="cpu",
+)
+if results is not None:  # rank 0 holds the gathered results
+    json.dump({task: [s["resps"] for s in sorted(results["samples"][task], key=lambda s: s["doc_id"])]
+               for task in results["samples"]}, open(out, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_single_process_results(model_dir, tasks, rope_results, tmp_path):
+    """torchrun --nproc-per-node 2 (gloo on the CPU): lm-eval splits the requests by rank,
+    gathers them with the model's gather_object / all_gather; rank 0 holds every sample."""
+    import subprocess
+    import sys
+
+    script, out = tmp_path / "ranks.py", tmp_path / "samples.json"
+    script.write_text(RANKS_SCRIPT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    subprocess.run(
+        [*command, str(model_dir), str(tasks), str(out), str(MAX_LENGTH), ",".join(TASKS)], check=True, timeout=600
+    )
+    samples = json.loads(out.read_text())
+    assert [[response[0] for response in sample] for sample in samples["tiny_gen"]] == responses(
+        rope_results, "tiny_gen"
+    )
+    for task in ("tiny_mc", "tiny_ppl"):
+        got = [[response[0] for response in sample] for sample in samples[task]]
+        assert_logliks_close(got, responses(rope_results, task))

@@ -31,8 +31,9 @@ chunk c attends to the cached keys of chunks 0..c-1, which is the unchunked forw
 
 Multi-process runs (`torchrun --nproc-per-node N -m longctx lm-eval ...`): rank and world
 size come from torchrun's RANK / WORLD_SIZE / LOCAL_RANK, each rank evaluates its share of
-the requests on cuda:LOCAL_RANK (lm-eval splits them by `rank` and `world_size`), and
-`all_gather` / `gather_object` / `barrier` are torch.distributed's.
+the requests on cuda:LOCAL_RANK (on the CPU, over gloo, without CUDA; lm-eval splits them
+by `rank` and `world_size`), and `all_gather` / `gather_object` / `barrier` are
+torch.distributed's.
 """
 
 from __future__ import annotations
@@ -106,10 +107,11 @@ class LongctxLM(TemplateLM):
         self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self._rank = int(os.environ.get("RANK", "0"))
         if self._world_size > 1:
-            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-            torch.cuda.set_device(device)
+            if torch.cuda.is_available():
+                device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+                torch.cuda.set_device(device)
             if not torch.distributed.is_initialized():
-                torch.distributed.init_process_group("nccl")
+                torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = load_model(pretrained, dtype=DTYPES[dtype], device=self._device).eval()
         self.tokenizer: Tokenizer = tokenizer_for_model(pretrained, override=tokenizer)
