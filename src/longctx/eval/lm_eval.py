@@ -1,6 +1,6 @@
 """longctx models and position methods inside lm-evaluation-harness (lm-eval 0.4.13).
 
-    longctx lm-eval --model longctx --tasks ruler_niah_single_1 \\
+    longctx lm-eval --model longctx --tasks niah_single_1 \\
         --model_args pretrained=runs/a/checkpoints/last.ckpt position_method=string string.shift=1365
 
     import longctx.eval.lm_eval  # registers the model name "longctx"
@@ -112,10 +112,10 @@ class LongctxLM(TemplateLM):
                 torch.cuda.set_device(device)
             if not torch.distributed.is_initialized():
                 torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        settings = load(overrides=position_method_overrides(position_method, method_params)).eval.position_method
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = load_model(pretrained, dtype=DTYPES[dtype], device=self._device).eval()
         self.tokenizer: Tokenizer = tokenizer_for_model(pretrained, override=tokenizer)
-        settings = load(overrides=position_method_overrides(position_method, method_params)).eval.position_method
         self.position_method = build_position_method(settings, self.model.config)
         self.batch_size = min(int(batch_size), max_batch_size or int(batch_size))
         self._max_length = max_length or self.model.config.max_position
