@@ -205,3 +205,31 @@ def test_the_checker_sees_a_planted_circle(tmp_path):
         ["longctx.model.a", "longctx.model.b", "longctx.model.a"],
         ["longctx.model.b", "longctx.model.a", "longctx.model.b"],
     )
+
+
+OPTIONAL_PACKAGE_IMPORTERS = {
+    "lm_eval": {"longctx.eval.lm_eval", "longctx.cli.harness"},
+}
+"""Packages of an extra (`longctx[lm-eval]`) and the only modules that may import them, so
+the rest of the suite runs without the extra installed."""
+
+
+def importers_of(package: str) -> set[str]:
+    found = set()
+    for path in SOURCE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == package or name.startswith(f"{package}.") for name in names):
+                found.add(module_name(path))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(OPTIONAL_PACKAGE_IMPORTERS))
+def test_an_extras_package_is_imported_only_by_its_adapter(package):
+    assert importers_of(package) <= OPTIONAL_PACKAGE_IMPORTERS[package]
+    assert importers_of(package), f"no module imports {package}: drop it from OPTIONAL_PACKAGE_IMPORTERS"

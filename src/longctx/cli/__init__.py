@@ -13,6 +13,7 @@
     longctx impactful-tokens base.ckpt extended.ckpt data/long --out data/long-impactful  # LongRecipe §3.1
     longctx sweep sweeps/probe_window_cpu.yaml --dry-run                  # a W&B sweep's grid, no server
     longctx eval-score --task niah_multikey_2 pred.jsonl                  # RULER's score of a prediction file
+    longctx lm-eval --model longctx --model_args pretrained=CKPT position_method=string --tasks TASKS  # lm-eval
 
 Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps can pass
 `${args_no_hyphens}` straight through. Every command exits with status 2 and a one-line
@@ -20,7 +21,7 @@ message naming the file/key at fault on bad input (a `LongctxError`: config, dat
 checkpoint, sweep) or a missing file; any other exception is a bug and keeps its traceback.
 
 Each command lives in the module of its concern (cli/experiment.py, data.py, training.py,
-models.py, evaluation.py): a `cmd_*` function and a `register(commands)` that adds its
+models.py, evaluation.py, harness.py): a `cmd_*` function and a `register(commands)` that adds its
 parser. Command modules import the heavy parts (torch, the model) inside the command, so
 `longctx config` runs without torch.
 """
@@ -32,11 +33,11 @@ import os
 import signal
 import sys
 
-from longctx.cli import benchmarks, data, evaluation, experiment, models, training
+from longctx.cli import benchmarks, data, evaluation, experiment, harness, models, training
 from longctx.errors import LongctxError
 from longctx.runtime import tune_cpu_allocator
 
-COMMAND_MODULES = (experiment, data, training, evaluation, benchmarks, models)
+COMMAND_MODULES = (experiment, data, training, evaluation, benchmarks, harness, models)
 """In `longctx --help` order."""
 
 
