@@ -19,28 +19,19 @@ import argparse
 import json
 from pathlib import Path
 
-from longctx.cli.common import evaluation_setup
+from longctx.cli.common import evaluation_setup, load_table_models, table_arms, write_table
 
 
 def cmd_eval_suite(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from longctx.eval.progress import CellProgress
     from longctx.eval.suite_table import format_markdown, log_suite, run_suite, suite_tasks
-    from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
-    arms = cfg.eval.arms or {
-        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
-    }
+    arms = table_arms(cfg, args.methods)
     names = args.tasks.split(",") if args.tasks else None
     tasks = suite_tasks(args.suite, names, cfg, haystack)
     lengths = [int(length) for length in args.lengths.split(",")]
-    models = {}
-    for path in checkpoints:
-        name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
-        models[name] = load_model(path).to(evaluation_device(cfg))
+    models = load_table_models(checkpoints, cfg)
     out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with CellProgress(quiet=args.quiet) as progress:
@@ -49,10 +40,7 @@ def cmd_eval_suite(args: argparse.Namespace) -> int:
         )
     text = format_markdown(table)
     print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
+    write_table(args.out, text, table)
     log_suite(cfg, table, results, out_dir)
     return 0
 

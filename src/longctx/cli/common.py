@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from longctx import config as config_module
 from longctx.errors import ConfigError
 
@@ -62,3 +65,41 @@ def evaluation_setup(items: list[str], checkpoints: list[str]):
         raise ConfigError("data.tokenizer", f"the checkpoints come with different tokenizers ({listing})")
     tokenizer = next(iter(tokenizers.values()))
     return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
+
+
+def table_arms(cfg, methods: str, subset: str = "") -> dict:
+    """The table's arms: `eval.arms` when the config names them, else one arm per name in
+    `methods` under eval.position_method's settings; `subset` keeps only the arms it names."""
+    import dataclasses
+
+    arms = cfg.eval.arms or {
+        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in methods.split(",")
+    }
+    if not subset:
+        return arms
+    unknown = [name for name in subset.split(",") if name not in arms]
+    if unknown:
+        raise ConfigError("eval.arms", f"--arms names {unknown}, which are not among the arms {sorted(arms)}")
+    return {name: arms[name] for name in subset.split(",")}
+
+
+def load_table_models(checkpoints: list[str], cfg) -> dict:
+    """Each checkpoint's model on eval.device, named by its run directory (a .ckpt's
+    runs/NAME/checkpoints/last.ckpt) or its own directory / file name."""
+    from longctx.model.checkpoint import load_model
+    from longctx.niah.evaluation import evaluation_device
+
+    models = {}
+    for path in checkpoints:
+        name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
+        models[name] = load_model(path).to(evaluation_device(cfg))
+    return models
+
+
+def write_table(out: str, text: str, table: dict) -> None:
+    """The Markdown table at `out` and its numbers beside it as .json (nothing when out is empty)."""
+    if not out:
+        return
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(text + "\n")
+    Path(out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from longctx.cli.common import evaluation_setup
-from longctx.errors import ConfigError
+from longctx.cli.common import evaluation_setup, load_table_models, table_arms, write_table
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -35,27 +33,13 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from longctx.eval.niah_table import format_table, log_table, method_table
     from longctx.eval.progress import CellProgress
-    from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
-    arms = cfg.eval.arms or {
-        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in args.methods.split(",")
-    }
-    if args.arms:
-        unknown = [name for name in args.arms.split(",") if name not in arms]
-        if unknown:
-            raise ConfigError("eval.arms", f"--arms names {unknown}, which are not among the arms {sorted(arms)}")
-        arms = {name: arms[name] for name in args.arms.split(",")}
+    arms = table_arms(cfg, args.methods, args.arms)
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
-    models = {}
-    for path in checkpoints:
-        name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
-        models[name] = load_model(path).to(evaluation_device(cfg))
+    models = load_table_models(checkpoints, cfg)
     out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with CellProgress(quiet=args.quiet) as progress:
@@ -64,10 +48,7 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
         )
     text = format_table(table, list(arms))
     print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-        Path(args.out).with_suffix(".json").write_text(json.dumps(table, indent=1) + "\n")
+    write_table(args.out, text, table)
     log_table(cfg, table, results, list(arms), out_dir)
     return 0
 
