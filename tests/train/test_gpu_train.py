@@ -105,7 +105,7 @@ def run_steps(
         module.configure_model()
     module.to(device)
     cuda = device.type == "cuda"
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3, fused=cuda)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-3, fused=True)  # fused: reads the guard's found_inf
     parameters = list(module.parameters())
     batches = host_batches(config.model.vocab_size, rows, window, micro_batches * steps, pin=cuda)
     losses = []
