@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
+from longctx.model.generation import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
 
@@ -111,10 +112,7 @@ def _generate_batch(
     rows, width = ids.shape
     cache = model.new_kv_cache(rows, width + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    chunk = prefill_chunk_tokens or width
-    for start in range(0, width, chunk):
-        part = slice(start, start + chunk)
-        logits = model(ids[:, part], positions[:, part], documents[:, part], last_logits_only=True, **options)
+    logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
     for step in range(max_new_tokens):

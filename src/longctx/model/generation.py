@@ -38,16 +38,7 @@ def greedy_generate(
     batch, prompt_len = input_ids.shape
     cache = model.new_kv_cache(batch, prompt_len + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    chunk = prefill_chunk_tokens or prompt_len
-    for start in range(0, prompt_len, chunk):
-        part = slice(start, start + chunk)
-        logits = model(
-            input_ids[:, part],
-            None if position_ids is None else position_ids[:, part],
-            None if document_ids is None else document_ids[:, part],
-            last_logits_only=True,
-            **options,
-        )
+    logits = prefill(model, input_ids, position_ids, document_ids, prefill_chunk_tokens, options)
     tokens = []
     next_token = logits[:, -1].argmax(-1)
     for step in range(max_new_tokens):
@@ -69,3 +60,27 @@ def greedy_generate_recompute(
         next_token = model(sequence, position_method=position_method)[:, -1].argmax(-1)
         sequence = torch.cat([sequence, next_token[:, None]], dim=1)
     return sequence[:, input_ids.shape[1] :]
+
+
+def prefill(
+    model: Llama,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    document_ids: torch.Tensor | None,
+    chunk_tokens: int,
+    options: dict,
+) -> torch.Tensor:
+    """Run the prompt [B, T] into `options['kv_cache']` in chunks of `chunk_tokens` per row
+    (0 = all at once); returns the last chunk's last-position logits [B, 1, vocab]."""
+    prompt_len = input_ids.shape[1]
+    chunk = chunk_tokens or prompt_len
+    for start in range(0, prompt_len, chunk):
+        part = slice(start, start + chunk)
+        logits = model(
+            input_ids[:, part],
+            None if position_ids is None else position_ids[:, part],
+            None if document_ids is None else document_ids[:, part],
+            last_logits_only=True,
+            **options,
+        )
+    return logits
