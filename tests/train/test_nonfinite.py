@@ -160,3 +160,11 @@ def test_a_non_finite_loss_is_named_and_its_update_dropped_on_the_device():
     with pytest.raises(NonFiniteError, match=r"train/loss = inf at optimizer step 2") as caught:
         guard.check()
     assert (caught.value.step, caught.value.quantity, caught.value.value) == (2, "train/loss", math.inf)
+
+
+def test_an_unfused_optimizer_is_refused_by_name():
+    """Only a fused optimizer reads found_inf; an unfused one would apply the update anyway."""
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.AdamW([weight], lr=1e-3)
+    with pytest.raises(TypeError, match="AdamW was built without fused=True"):
+        NonFiniteGuard("stop", max_skipped_steps=0).before_update(optimizer, torch.tensor(1.0), 1)

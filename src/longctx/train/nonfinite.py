@@ -69,6 +69,11 @@ class NonFiniteGuard:
         """Decide, on the device, whether optimizer step `step` (1-based) applies: sets the
         fused optimizer's `found_inf` and updates the record. Call after the gradient norm
         is known and before `optimizer.step` applies the update."""
+        if not optimizer.defaults.get("fused"):
+            raise TypeError(
+                f"the non-finite guard drops updates through a fused optimizer's found_inf; "
+                f"{type(optimizer).__name__} was built without fused=True"
+            )
         norm = grad_norm.detach().double()
         if self.record is None:
             # fills, not a host copy (as every value below that comes from the host)
