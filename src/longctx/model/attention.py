@@ -310,12 +310,16 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) 
             q_end = min(q_start + block_size, q_len)
             k_start = starts[b][offset + q_start]
             k_end = offset + q_end
-            allowed = _allowed(
-                doc[b, offset + q_start : k_end],
-                doc[b, k_start:k_end],
-                positions[offset + q_start : k_end],
-                positions[k_start:k_end],
-            )
+            # One query (decoding) attends exactly keys [its document's start, itself]:
+            # no mask, which spares the kernel a masked pass over the whole cache.
+            allowed = None
+            if q_end - q_start > 1:
+                allowed = _allowed(
+                    doc[b, offset + q_start : k_end],
+                    doc[b, k_start:k_end],
+                    positions[offset + q_start : k_end],
+                    positions[k_start:k_end],
+                )
             out = F.scaled_dot_product_attention(
                 q[b, q_start:q_end].transpose(0, 1),
                 k[b, k_start:k_end].transpose(0, 1),
