@@ -25,7 +25,8 @@ Backends:
              into chunks of <= SHORT_DOCUMENT tokens with a small block-diagonal mask. No
              [T, T] mask is built. Decoding / chunked prefill (Tq < Tk): queries in blocks
              of `block_size`, each attending keys from the start of its first query's
-             document to its last query with a small dense mask.
+             document to its last query with a small dense mask (none for a block of one
+             query: its keys are exactly the allowed ones).
 - `flex`     FlexAttention with a document+causal BlockMask built from document
              boundaries (no [Tq, Tk] tensor), compiled once per shape. Decoding
              (Tq <= FLEX_DECODE_QUERIES < Tk) runs `sdpa` instead: its mask is [Tq, Tk], and
