@@ -74,7 +74,9 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
     for source in sources:
         try:
             if source.list_item is None:
-                merged = cast(DictConfig, OmegaConf.merge(merged, source.values))
+                # In place: OmegaConf.merge would deep-copy the whole config once per source
+                # (most of a load's time: ~0.3 s for a recipe of eight layers).
+                merged.merge_with(source.values)
             else:
                 _update_list_item(merged, *source.list_item)
         except OmegaConfBaseException as error:
