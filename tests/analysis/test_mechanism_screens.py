@@ -5,11 +5,14 @@ import json
 from longctx.analysis.mechanism_screens import main, read_screen, screen_table
 
 
-def write_run(root, name, probes, loss=0.5):
-    """probes: {step: (effective_length, {length: rate})}; 4,608 tokens per step."""
+def write_run(root, name, probes, loss=0.5, f_counts=()):
+    """probes: {step: (effective_length, {length: rate})}; 4,608 tokens per step; f_counts:
+    (step, f(L-1), f at L_eff) rows as the f(i) and NIAH probes log them."""
     run = root / name
-    run.mkdir()
+    run.mkdir(parents=True)
     rows = [{"step": s, "train/tokens_seen": s * 4608} for s in probes] + [{"step": 2000, "answers/loss": loss}]
+    for step, f_tail, f_leff in f_counts:
+        rows += [{"step": step, "fi/f@L-1": f_tail}, {"step": step, "niah/f_at_effective_length": f_leff}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for step, (length, rates) in probes.items():
         probe = run / "niah" / f"step-{step:07d}"
@@ -41,6 +44,17 @@ def test_table_lists_each_run(tmp_path, capsys):
     assert main([str(tmp_path), "--window", "512"]) == 0
     out = capsys.readouterr().out
     # 288 is the first passing probe itself: no growth yet, so the target is not met.
-    assert "| rope4_s0 | 400 | 288 | 0.96 | 1.23 | not met | 200 (0.9M) 0, 400 (1.8M) 288 |" in out
+    assert "| rope4_s0 | 400 | 288 | 0.96 | 1.23 | - | - | not met | 200 (0.9M) 0, 400 (1.8M) 288 |" in out
     assert "unprobed" not in out
     assert screen_table([]).count("\n") == 1
+
+
+def test_f_counts_come_from_the_last_logged_step_and_several_roots_make_one_table(tmp_path, capsys):
+    f_counts = [(200, 9000.0, 50000.0), (400, 1736.0, 2500.0)]
+    write_run(tmp_path / "pin1", "tail_s0", {200: (288, {256: 0.9}), 400: (512, {256: 0.88})}, f_counts=f_counts)
+    write_run(tmp_path / "pin2", "base_s0", {200: (0, {256: 0.0})}, f_counts=[(200, 5.0, 7.0)])
+    assert main([str(tmp_path / "pin1"), str(tmp_path / "pin2"), "--window", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "| tail_s0 | 400 | 512 | 0.88 | 0.50 | 1,736 | 2,500 | not met |" in out
+    # At chance (L_eff = 0) there is no effective length to read f at.
+    assert "| base_s0 | 200 | 0 | 0.00 | 0.50 | 5 | - | not met |" in out

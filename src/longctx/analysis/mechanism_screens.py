@@ -5,12 +5,16 @@ and probes NIAH every 200 steps on a fine grid (eval.niah.step=32). Per run this
 probe's `niah/step-NNNNNNN/niah.json` and the run's metrics.jsonl and reports:
 
 - the curve: (step, tokens, L_eff, pass rate at the shortest length) at every probe;
-- at the last probe: L_eff, the pass rate at max(256, window/2), the answer loss;
+- at the last probe: L_eff, the pass rate at max(256, window/2), the answer loss, and the
+  f(i) probe's counts at the window's last distance, f(L-1), and at the effective length
+  (how rarely the longest distances were trained against how far the model retrieves);
 - the target of item 1 for the run: L_eff <= 0.75 x window, pass rate >= 0.8 at
   max(256, window/2), and L_eff at the last probe above L_eff at the first probe that
   passes at the shortest length (the effective length grows with tokens).
 
     python -m longctx.analysis.mechanism_screens runs/mechanism/pretrain --window 512
+
+Several directories of runs (screens from different pinned worktrees) make one table.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ class Screen:
     curve: list[ProbePoint]
     answer_loss: float | None
     """answers/loss at the last step that logged it."""
+    f_last_distance: float | None
+    """fi/f@L-1 at the last step that logged it: relative distance window - 1."""
+    f_at_effective_length: float | None
+    """niah/f_at_effective_length at the last step that logged it (absent while L_eff = 0)."""
 
     @property
     def last(self) -> ProbePoint:
@@ -70,7 +78,11 @@ def read_screen(run_dir: Path, window: int) -> Screen:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     tokens = {r["step"]: r["train/tokens_seen"] for r in rows if "train/tokens_seen" in r}
     per_step = max((t / s for s, t in tokens.items() if s > 0), default=0.0)
-    losses = [(r["step"], r["answers/loss"]) for r in rows if "answers/loss" in r]
+
+    def last_logged(key: str) -> float | None:
+        logged = [(r["step"], r[key]) for r in rows if key in r]
+        return max(logged)[1] if logged else None
+
     curve = []
     for path in sorted(run_dir.glob("niah/step-*/niah.json")):
         step = int(path.parent.name.removeprefix("step-"))
@@ -79,32 +91,43 @@ def read_screen(run_dir: Path, window: int) -> Screen:
         curve.append(ProbePoint(step, tokens.get(step, step * per_step), int(niah["effective_length"]), rates))
     if not curve:
         raise FileNotFoundError(f"{run_dir} has no niah/step-*/niah.json yet")
-    return Screen(run_dir.name, window, curve, max(losses)[1] if losses else None)
+    return Screen(
+        run_dir.name,
+        window,
+        curve,
+        last_logged("answers/loss"),
+        last_logged("fi/f@L-1"),
+        last_logged("niah/f_at_effective_length") if curve[-1].effective_length > 0 else None,
+    )
 
 
 def screen_table(screens: list[Screen]) -> str:
     """Markdown: one row per run (last probe) and its curve of L_eff against tokens."""
     lines = [
-        "| run | steps | L_eff at last probe | pass rate at max(256, L/2) | answer loss | target | curve: step (M tokens) L_eff |",
-        "|---|---|---|---|---|---|---|",
+        "| run | steps | L_eff at last probe | pass rate at max(256, L/2) | answer loss | f(L-1) | f(L_eff) "
+        "| target | curve: step (M tokens) L_eff |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for screen in screens:
         last = screen.last
         curve = ", ".join(f"{p.step} ({p.tokens / 1e6:.1f}M) {p.effective_length}" for p in screen.curve)
         loss = "-" if screen.answer_loss is None else f"{screen.answer_loss:.2f}"
+        f_tail = "-" if screen.f_last_distance is None else f"{screen.f_last_distance:,.0f}"
+        f_leff = "-" if screen.f_at_effective_length is None else f"{screen.f_at_effective_length:,.0f}"
         lines.append(
             f"| {screen.name} | {last.step} | {last.effective_length} | {screen.short_rate(last):.2f} | {loss} | "
-            f"{'met' if screen.meets_target() else 'not met'} | {curve} |"
+            f"{f_tail} | {f_leff} | {'met' if screen.meets_target() else 'not met'} | {curve} |"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, help="a directory of run directories")
+    parser.add_argument("runs", type=Path, nargs="+", help="directories of run directories")
     parser.add_argument("--window", type=int, required=True, help="the runs' training window")
     args = parser.parse_args(argv)
-    screens = [read_screen(d, args.window) for d in sorted(args.runs.iterdir()) if any(d.glob("niah/step-*"))]
+    run_dirs = [d for root in args.runs for d in sorted(root.iterdir()) if any(d.glob("niah/step-*"))]
+    screens = [read_screen(d, args.window) for d in run_dirs]
     print(screen_table(screens))
     return 0
 
