@@ -2,7 +2,7 @@
 
 import json
 
-from longctx.analysis.mechanism_screens import main, read_screen, screen_table
+from longctx.analysis.mechanism_screens import main, read_screen, screen_frame, screen_table
 
 
 def write_run(root, name, probes, loss=0.5, f_counts=()):
@@ -58,3 +58,17 @@ def test_f_counts_come_from_the_last_logged_step_and_several_roots_make_one_tabl
     assert "| tail_s0 | 400 | 512 | 0.88 | 0.50 | 1,736 | 2,500 | not met |" in out
     # At chance (L_eff = 0) there is no effective length to read f at.
     assert "| base_s0 | 200 | 0 | 0.00 | 0.50 | 5 | - | not met |" in out
+
+
+def test_the_figure_plots_every_probe_of_every_run(tmp_path):
+    write_run(tmp_path / "runs", "a", {200: (0, {256: 0.0}), 400: (352, {256: 0.9})})
+    write_run(tmp_path / "runs", "b", {200: (512, {256: 1.0})})
+    frame = screen_frame([read_screen(d, 512) for d in sorted((tmp_path / "runs").iterdir())])
+    assert frame.values.tolist() == [
+        ["a", 200, 200 * 4608, 0],
+        ["a", 400, 400 * 4608, 352],
+        ["b", 200, 200 * 4608, 512],
+    ]
+    figure_path = tmp_path / "figs" / "screens.png"
+    assert main([str(tmp_path / "runs"), "--window", "512", "--figure", str(figure_path)]) == 0
+    assert figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,9 @@ probe's `niah/step-NNNNNNN/niah.json` and the run's metrics.jsonl and reports:
 
     python -m longctx.analysis.mechanism_screens runs/mechanism/pretrain --window 512
 
-Several directories of runs (screens from different pinned worktrees) make one table.
+Several directories of runs (screens from different pinned worktrees) make one table;
+`--figure out.png` also draws every run's curve of L_eff against tokens (Fig. 2a's axes)
+with the window and the target (0.75 x window) marked.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
+
+from longctx.analysis import figures
 
 TARGET_SHARE = 0.75
 """Item 1: the effective length at most this share of the window."""
@@ -121,14 +127,38 @@ def screen_table(screens: list[Screen]) -> str:
     return "\n".join(lines)
 
 
+def screen_frame(screens: list[Screen]) -> pd.DataFrame:
+    """One row per probe: run, step, tokens_seen, effective_length (Fig. 2a's frame)."""
+    rows = [
+        {"run": s.name, "step": p.step, "tokens_seen": p.tokens, "effective_length": p.effective_length}
+        for s in screens
+        for p in s.curve
+    ]
+    return pd.DataFrame(rows, columns=["run", "step", "tokens_seen", "effective_length"])
+
+
+def plot_screens(screens: list[Screen], window: int, path: Path) -> Path:
+    """Each run's L_eff against tokens, the window and item 1's target as horizontal lines."""
+    figure = figures.plot_effective_length_vs_tokens(
+        screen_frame(screens), title=f"Issue 38 screens: effective length vs tokens (window {window})"
+    )
+    axis = figure.axes[0]
+    axis.axhline(window, color="gray", linestyle="--", linewidth=1)
+    axis.axhline(TARGET_SHARE * window, color="tab:red", linestyle=":", linewidth=1)
+    return figures.save(figure, path.parent, path.stem)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="directories of run directories")
     parser.add_argument("--window", type=int, required=True, help="the runs' training window")
+    parser.add_argument("--figure", type=Path, help="also write the curves of L_eff against tokens (PNG)")
     args = parser.parse_args(argv)
     run_dirs = [d for root in args.runs for d in sorted(root.iterdir()) if any(d.glob("niah/step-*"))]
     screens = [read_screen(d, args.window) for d in run_dirs]
     print(screen_table(screens))
+    if args.figure:
+        print(f"wrote {plot_screens(screens, args.window, args.figure)}")
     return 0
 
 
