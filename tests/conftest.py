@@ -1,7 +1,13 @@
-"""Shared test setup: deterministic seeds and the `gpu` marker's skip."""
+"""Shared test setup: one intra-op thread, deterministic seeds and the `gpu` marker's skip."""
 
 import pytest
 import torch
+
+# The tests' models are tiny: a second intra-op thread costs more in hand-offs than it
+# gains, and on a shared 2-core machine spinning OpenMP threads slow every small op down
+# (tests/model/test_hf_variants.py -k single: 22 s on one thread, 68 s on two, beside two
+# training runs). Subprocesses that need one thread set OMP_NUM_THREADS themselves.
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
