@@ -2,7 +2,7 @@
 
 import json
 
-from longctx.analysis.mechanism_screens import main, read_screen, screen_frame, screen_table
+from longctx.analysis.mechanism_screens import main, read_screen, screen_frame, screen_table, style_by_lever
 
 
 def write_run(root, name, probes, loss=0.5, f_counts=()):
@@ -72,3 +72,17 @@ def test_the_figure_plots_every_probe_of_every_run(tmp_path):
     figure_path = tmp_path / "figs" / "screens.png"
     assert main([str(tmp_path / "runs"), "--window", "512", "--figure", str(figure_path)]) == 0
     assert figure_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_levers_seeds_share_a_colour_and_differ_in_line_style():
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots()
+    for label in ("rope2.0_s0", "rope2.0_s1", "base_s0", "base_s1", "other"):
+        axis.plot([0, 1], [0, 1], label=label)
+    style_by_lever(axis)
+    style = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in axis.get_lines()}
+    plt.close(figure)
+    assert style["rope2.0_s0"][0] == style["rope2.0_s1"][0] != style["base_s0"][0] == style["base_s1"][0]
+    assert style["rope2.0_s0"][1] == style["base_s0"][1] != style["rope2.0_s1"][1] == style["base_s1"][1]
+    assert style["other"][0] not in {style["rope2.0_s0"][0], style["base_s0"][0]}

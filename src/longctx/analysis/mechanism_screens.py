@@ -137,14 +137,30 @@ def screen_frame(screens: list[Screen]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "step", "tokens_seen", "effective_length"])
 
 
+def style_by_lever(axis) -> None:
+    """Colour each run's line by its lever and style it by its seed (labels `<lever>_s<seed>`):
+    a dozen runs outnumber a colour cycle, and a lever's seeds read best side by side."""
+    lines = axis.get_lines()
+    levers = list(dict.fromkeys(line.get_label().rsplit("_s", 1)[0] for line in lines))
+    seeds = sorted({line.get_label().rsplit("_s", 1)[-1] for line in lines})
+    for line in lines:
+        lever, _, seed = line.get_label().rpartition("_s")
+        line.set_color(f"C{levers.index(lever or seed) % 10}")
+        line.set_linestyle(["-", "--", ":", "-."][seeds.index(seed) % 4])
+
+
 def plot_screens(screens: list[Screen], window: int, path: Path) -> Path:
     """Each run's L_eff against tokens, the window and item 1's target as horizontal lines."""
     figure = figures.plot_effective_length_vs_tokens(
         screen_frame(screens), title=f"Issue 38 screens: effective length vs tokens (window {window})"
     )
     axis = figure.axes[0]
+    style_by_lever(axis)
+    axis.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the curves
+    figure.set_size_inches(figure.get_figwidth() + 2, figure.get_figheight())
     axis.axhline(window, color="gray", linestyle="--", linewidth=1)
     axis.axhline(TARGET_SHARE * window, color="tab:red", linestyle=":", linewidth=1)
+    figure.tight_layout()
     return figures.save(figure, path.parent, path.stem)
 
 
