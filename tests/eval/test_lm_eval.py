@@ -224,7 +224,7 @@ def test_two_processes_give_the_single_process_results(model_dir, tasks, rope_re
 
     script, out = tmp_path / "ranks.py", tmp_path / "samples.json"
     script.write_text(RANKS_SCRIPT)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
     subprocess.run(
         [*command, str(model_dir), str(tasks), str(out), str(MAX_LENGTH), ",".join(TASKS)], check=True, timeout=600
     )

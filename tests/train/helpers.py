@@ -77,7 +77,9 @@ def launch(
             "-m",
             "torch.distributed.run",
             f"--nproc-per-node={nproc}",
-            *extra_torchrun,
+            # A single node rendezvous on a free port, not the default 29500: tests run
+            # side by side (pytest -n) and two launches must not meet each other.
+            *(extra_torchrun or ["--standalone"]),
             "-m",
             "longctx",
             "pretrain",
