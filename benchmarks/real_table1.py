@@ -80,13 +80,13 @@ def outcomes(cells: Path, model: str, length: int) -> dict[str, dict[int, dict]]
     return found
 
 
-def _unpack(archive: Path | None, into: Path) -> None:
+def unpack_cells(archive: Path | None, into: Path) -> None:
     if archive is not None and archive.is_file():
         with tarfile.open(archive, "r:xz") as tar:
             tar.extractall(into, filter="data")
 
 
-def _pack(cells: Path, archive: Path) -> None:
+def pack_cells(cells: Path, archive: Path) -> None:
     if not cells.is_dir():
         raise SystemExit(f"no cells under {cells}: niah-table stopped before its first cell (see its output above)")
     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -97,11 +97,11 @@ def _pack(cells: Path, archive: Path) -> None:
 def run_table(args: argparse.Namespace) -> int:
     start = time.monotonic()
     work = Path(args.work)
-    _unpack(args.resume_from, work)
+    unpack_cells(args.resume_from, work)
     cells, name = work / "cells", Path(args.model).name
     table_md = work / f"table1-L{args.length}.md"
     code = _niah_table(Path(args.model), args.length, args.tests, cells, table_md, args.budget_s - RESERVE_S, *args.set)
-    _pack(cells, Path(args.out) / "cells.tar.xz")
+    pack_cells(cells, Path(args.out) / "cells.tar.xz")
     found = outcomes(cells, name, args.length)
     done = {arm: len(records) for arm, records in found.items()}
     print(f"tests per arm at L={args.length}: {done}")
@@ -137,7 +137,7 @@ def run_table(args: argparse.Namespace) -> int:
 
 def run_agreement(args: argparse.Namespace) -> int:
     work = Path(args.work)
-    _unpack(args.resume_from, work)
+    unpack_cells(args.resume_from, work)
     name = Path(args.model).name
     cpu_cells = work / "cells_cpu"
     code = _niah_table(
@@ -150,7 +150,7 @@ def run_agreement(args: argparse.Namespace) -> int:
         "eval.device=cpu",
         *args.set,
     )
-    _pack(cpu_cells, Path(args.out) / "cells_cpu.tar.xz")
+    pack_cells(cpu_cells, Path(args.out) / "cells_cpu.tar.xz")
     cpu, cuda = outcomes(cpu_cells, name, args.length), outcomes(work / "cells", name, args.length)
     rows = []
     for arm in arms():

@@ -62,3 +62,23 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
     side = json.loads((out / "side" / "side_by_side-L512.json").read_text())
     # fp32 on CPU, greedy on the same weights: HF generate and longctx write the same text
     assert "the same output text on 2/2" in " ".join(side["notes"])
+
+
+@pytest.mark.slow
+def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
+    """benchmarks/real_ruler.py smoke (issue 32 item 6's device script): RULER-11 on a tiny
+    random Llama, a first call at 1,024 tokens, then a fresh work directory resumed from that
+    call's archive at 1,024 and 2,048 (~1.5 min on one quiet core)."""
+    import os
+
+    out = tmp_path / "ruler"
+    command = [sys.executable, "benchmarks/real_ruler.py", "smoke", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    first = json.loads((out / "first" / "ruler.json").read_text())
+    second = json.loads((out / "second" / "ruler.json").read_text())
+    assert len(first["tasks"]) == 11 and first["mean_name"].startswith("RULER-11")
+    assert sorted(first["lengths"]) == ["1024"] and sorted(second["lengths"]) == ["1024", "2048"]
+    assert second["lengths"]["1024"] == first["lengths"]["1024"]  # the archived cells, read back
+    assert "RULER samples on disk: 88 (44 this call" in result.stdout  # 11 tasks x 2 arms x 2 samples

@@ -200,6 +200,16 @@ def test_fwe_zipf_counts_and_answers(samples):
             assert sample.info["vocab_size"] == (length - 50) // 50
 
 
+def test_riemann_zeta_is_scipys_and_the_closed_forms():
+    from longctx.eval.ruler.words import riemann_zeta
+
+    assert riemann_zeta(2.0) == pytest.approx(np.pi**2 / 6, rel=1e-15, abs=0)
+    assert riemann_zeta(4.0) == pytest.approx(np.pi**4 / 90, rel=1e-15, abs=0)
+    special = pytest.importorskip("scipy.special")  # RULER's own call; present here through lm-eval
+    for alpha in (1.1, 1.5, 2.0, 2.5, 3.0):
+        assert riemann_zeta(alpha) == pytest.approx(special.zeta(alpha), rel=1e-15, abs=0)
+
+
 def test_a_sample_depends_only_on_seed_task_length_and_index(llama3, ruler_ctx):
     fresh = RulerContext(llama3, seed=7)
     for task in ("niah_multikey_2", "vt", "cwe", "niah_multivalue"):

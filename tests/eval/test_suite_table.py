@@ -76,3 +76,22 @@ def test_eval_suite_infinitebench_passkey(tmp_path):
     assert main([*args, *sets, "--out", str(out), "--quiet"]) == 0
     table = json.loads(out.with_suffix(".json").read_text())
     assert table["lengths"]["512"]["m.safetensors"]["rope"]["passkey"]["n"] == 2
+
+
+def test_a_chat_template_the_tokenizer_lacks_names_the_benchmarks_key():
+    """eval.benchmarks.chat_template=auto on a tokenizer with no template: the error names the
+    benchmarks' key, the one the user set (not eval.niah's)."""
+    from longctx.config.eval import BenchmarkConfig
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.errors import ConfigError
+    from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
+
+    plain = load_tokenizer("bpe-8192")
+    settings = BenchmarkConfig(chat_template="auto")
+    message = (
+        r"eval\.benchmarks\.chat_template: is auto, but tokenizer bpe-8192 has no chat_template \(set eval\.benchmarks"
+    )
+    with pytest.raises(ConfigError, match=message):
+        RulerTask("vt", RulerContexts(settings)).samples(0, 1024, 1, plain)
+    with pytest.raises(ConfigError, match=message):
+        InfiniteBenchTask("passkey", settings).samples(0, 1024, 1, plain)

@@ -24,6 +24,9 @@ from longctx.eval.task import Sample, Task
 from longctx.niah.chat import prompt_frame
 from longctx.niah.haystack import TextTokenizer
 
+BENCHMARKS_TEMPLATE_KEY = "eval.benchmarks.chat_template"
+"""The key that sets RULER's and InfiniteBench's prompt frame (named in its errors)."""
+
 
 def _stop(tokenizer: TextTokenizer) -> StopRule:
     eos_id = getattr(tokenizer, "eos_id", None)
@@ -45,7 +48,7 @@ class RulerContexts:
                 squad_path=self.settings.squad_path or None,
                 hotpotqa_path=self.settings.hotpotqa_path or None,
             )
-            frame = prompt_frame(tokenizer, self.settings.chat_template)
+            frame = prompt_frame(tokenizer, self.settings.chat_template, BENCHMARKS_TEMPLATE_KEY)
             self._contexts[id(tokenizer)] = RulerContext(tokenizer, frame, options, seed=self.settings.seed)
         return self._contexts[id(tokenizer)]
 
@@ -100,7 +103,7 @@ class InfiniteBenchTask(Task):
 
     def _generator(self, tokenizer: TextTokenizer) -> infinitebench.InfiniteBenchGenerator:
         if id(tokenizer) not in self._generators:
-            frame = prompt_frame(tokenizer, self.config.chat_template)
+            frame = prompt_frame(tokenizer, self.config.chat_template, BENCHMARKS_TEMPLATE_KEY)
             self._generators[id(tokenizer)] = infinitebench.InfiniteBenchGenerator(tokenizer, frame, self.config.seed)
         return self._generators[id(tokenizer)]
 

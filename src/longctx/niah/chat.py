@@ -63,22 +63,21 @@ def render_chat(template: str, messages: list[dict], tokenizer: Tokenizer, add_g
     )
 
 
-def prompt_frame(tokenizer: object, mode: str) -> PromptFrame:
+def prompt_frame(tokenizer: object, mode: str, key: str = "eval.niah.chat_template") -> PromptFrame:
     """The frame of `mode` (the module docstring) for prompts written in `tokenizer` (a
-    longctx Tokenizer; test doubles without BOS or template get the bare prompt)."""
+    longctx Tokenizer; test doubles without BOS or template get the bare prompt); `key` is
+    the config key that set `mode`, named in errors."""
     if mode not in CHAT_TEMPLATE_MODES:
-        raise ConfigError("eval.niah.chat_template", f"{mode!r} is not one of {CHAT_TEMPLATE_MODES}")
+        raise ConfigError(key, f"{mode!r} is not one of {CHAT_TEMPLATE_MODES}")
     if mode == "none":
         bos = getattr(tokenizer, "bos_id", None)
         return PromptFrame(head=(bos,)) if getattr(tokenizer, "add_bos", False) and bos is not None else BARE
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(tokenizer, Tokenizer) or not template:
         where = getattr(tokenizer, "config_file", None) or f"tokenizer {getattr(tokenizer, 'name', tokenizer)}"
-        raise ConfigError(
-            "eval.niah.chat_template", f"is auto, but {where} has no chat_template (set eval.niah.chat_template=none)"
-        )
+        raise ConfigError(key, f"is auto, but {where} has no chat_template (set {key}=none)")
     text = render_chat(template, [{"role": "user", "content": _CONTENT}], tokenizer)
     if text.count(_CONTENT) != 1:
-        raise ConfigError("eval.niah.chat_template", f"the chat template of {tokenizer.name} does not place the prompt")
+        raise ConfigError(key, f"the chat template of {tokenizer.name} does not place the prompt")
     head, tail = text.split(_CONTENT)
     return PromptFrame(tuple(tokenizer.encode_template(head)), tuple(tokenizer.encode_template(tail)))
