@@ -36,3 +36,17 @@ def wandb_grid(sweep: dict) -> list[list[str]]:
 def read_verdicts(path: str | Path) -> dict[str, str]:
     """{finding key: verdict} of a replication summary JSON (longctx.replication.write_summary)."""
     return {key: value["verdict"] for key, value in json.loads(Path(path).read_text())["findings"].items()}
+
+
+def gpu_image_environment(scratch: Path) -> dict[str, str]:
+    """os.environ for a subprocess that should see what the GPU image lacks: `wandb` (not in
+    the image, not staged by prepare-device.sh) raises ImportError on import, as it would
+    there, so a GPU script that imports it when W&B is disabled fails here, not in a device call."""
+    import os
+    import sys
+
+    stub = scratch / "gpu_image_stubs" / "wandb"
+    stub.mkdir(parents=True, exist_ok=True)
+    (stub / "__init__.py").write_text('raise ImportError("wandb is not installed on the GPU image")\n')
+    path = os.pathsep.join([str(stub.parent), *sys.path])
+    return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")

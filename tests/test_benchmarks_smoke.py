@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import gpu_image_environment
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 SCRIPTS = {
     "train_gpu.py": ["train_step", "train_e2e"],
@@ -53,7 +55,8 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
     (~5 min on the loaded 2-core machine)."""
     out = tmp_path / "real"
     command = [sys.executable, "benchmarks/real_table1.py", "smoke", "--out", str(out)]
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200)
+    env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rules = json.loads((out / "table" / "rules-L512.json").read_text())
     assert [row[0] for row in rules["rows"]] == ["string-repo - rope", "string-repo - rope-repo-temperature"]
@@ -69,11 +72,9 @@ def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
     """benchmarks/real_ruler.py smoke (issue 32 item 6's device script): RULER-11 on a tiny
     random Llama, a first call at 1,024 tokens, then a fresh work directory resumed from that
     call's archive at 1,024 and 2,048 (~1.5 min on one quiet core)."""
-    import os
-
     out = tmp_path / "ruler"
     command = [sys.executable, "benchmarks/real_ruler.py", "smoke", "--out", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     first = json.loads((out / "first" / "ruler.json").read_text())

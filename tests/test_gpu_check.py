@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import gpu_image_environment
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY / "benchmarks"))
 import gpu_check  # noqa: E402  (a script directory, not a package)
@@ -20,7 +22,8 @@ sys.path.remove(str(REPOSITORY / "benchmarks"))
 def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(out)]
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600)
+    env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
     logs = "".join(path.read_text()[-2000:] for path in sorted(out.glob("*.log")))
     assert result.returncode == 0, result.stdout[-3000:] + logs
     summary = json.loads((out / "gpu_check.json").read_text())

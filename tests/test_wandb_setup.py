@@ -1,5 +1,7 @@
 """wandb_setup: the online/offline rule and the runs it refuses to start."""
 
+import pytest
+
 from longctx.config import load
 from longctx.wandb_setup import make_wandb_logger, resolve_wandb_mode, start_run
 
@@ -22,3 +24,23 @@ def test_disabled_starts_no_logger_and_no_run(tmp_path):
     assert make_wandb_logger(config) is None
     assert start_run(config, job="niah", out_dir=tmp_path / "eval") is None
     assert not (tmp_path / "run").exists() and not (tmp_path / "eval").exists()
+
+
+def test_disabled_evaluations_log_nothing_and_need_no_wandb(monkeypatch, tmp_path):
+    """With log.wandb_mode=disabled the evaluations' W&B steps return before importing wandb:
+    the GPU image has none (a None entry in sys.modules makes `import wandb` raise)."""
+    import sys
+
+    from longctx.eval.niah_table import log_table
+    from longctx.eval.suite_table import log_suite
+    from longctx.niah.evaluation import log_to_wandb
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    config = load([], ["log.wandb_mode=disabled"])
+    log_to_wandb(None, config, tmp_path / "heatmap.png", "niah", tmp_path)  # type: ignore[arg-type]
+    log_table(config, {}, [], ["rope"], tmp_path)
+    log_suite(config, {}, [], tmp_path)
+    assert not any(tmp_path.iterdir())
+    monkeypatch.setattr("longctx.wandb_setup.resolve_wandb_mode", lambda mode: "offline")
+    with pytest.raises(ImportError):  # enabled, it does import wandb (missing here)
+        log_suite(config, {}, [], tmp_path)

@@ -143,13 +143,13 @@ def log_table(config: ExperimentConfig, table: dict, results: list[CellResult], 
     """One W&B run (job `niah-table`, under `<out_dir>/wandb/`, offline unless a key is
     configured; none when log.wandb_mode=disabled): a table of every cell and the method x
     model accuracy table."""
-    import wandb
-
     from longctx.wandb_setup import finish_run, start_run
 
     run = start_run(config, "niah-table", out_dir)
-    if run is None:
+    if run is None:  # disabled: wandb need not be installed (the GPU image has none)
         return
+    import wandb
+
     cells = wandb.Table(
         columns=["model", "method", "task", "length", "tests", "score", "wilson_low", "wilson_high", "seconds"],
         data=[

@@ -159,13 +159,13 @@ def run_suite(
 
 def log_suite(config: ExperimentConfig, table: dict[str, Any], results: list[CellResult], out_dir) -> None:
     """One W&B run (job `eval-suite`): every cell, and each method's mean by length."""
-    import wandb
-
     from longctx.wandb_setup import finish_run, start_run
 
     run = start_run(config, "eval-suite", out_dir)
-    if run is None:
+    if run is None:  # disabled: wandb need not be installed (the GPU image has none)
         return
+    import wandb
+
     cells = wandb.Table(
         columns=["model", "method", "task", "length", "samples", "score"],
         data=[

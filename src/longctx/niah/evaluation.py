@@ -159,13 +159,13 @@ def log_to_wandb(
     """One W&B run per evaluation (what a `wandb sweep` over eval settings reads back), written
     under the evaluation's own `out_dir` (`<out_dir>/wandb/`), so the points of a sweep do not
     share one directory."""
-    import wandb
-
     from longctx.wandb_setup import finish_run, start_run
 
     run = start_run(config, job, out_dir)
-    if run is None:
+    if run is None:  # disabled: wandb need not be installed (the GPU image has none)
         return
+    import wandb
+
     table = wandb.Table(
         columns=["length", "tests", "passed", "rate", "wilson_low", "wilson_high"],
         data=[[r.length, r.tests, r.passed, r.rate, r.wilson_low, r.wilson_high] for r in result.per_length],
