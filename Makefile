@@ -109,11 +109,12 @@ replicate-twin:
 replicate-smoke: $(STAMP)
 	$(call REPLICATE_CHAIN,smoke,runs/replicate_smoke/docs,$(REPLICATE_STEPS))
 
-# The CPU suite, one pytest-xdist worker per core, each on one torch thread (tests/conftest.py);
+# The CPU suite, one pytest-xdist worker per core up to 8 (each worker holds its own torch,
+# and some tests spawn training subprocesses), each on one torch thread (tests/conftest.py);
 # --dist loadfile keeps a file's tests, and so its module fixtures (a reference training
 # run), on one worker. TEST_WORKERS=0 runs it in one process. Exit code 5 means "no tests
 # collected", which is not a failure.
-TEST_WORKERS ?= $(shell nproc)
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 8 ? n : 8 )))
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not gpu and not slow" -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; [ $$rc -eq 5 ] && exit 0 || exit $$rc
 
