@@ -47,6 +47,15 @@ def test_llama31_8b_case_has_the_published_parameter_count():
     assert config.head_dim == 128
 
 
+def run_device_smoke(script: str, out: Path, scratch: Path) -> subprocess.CompletedProcess:
+    """`benchmarks/<script> smoke --out out` as the GPU image would run it (no wandb); it must succeed."""
+    command = [sys.executable, f"benchmarks/{script}", "smoke", "--out", str(out)]
+    env = gpu_image_environment(scratch)
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
 @pytest.mark.slow
 def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_path):
     """benchmarks/real_table1.py smoke (issue 32's device script) on a tiny random Llama in
@@ -54,10 +63,7 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
     directory, the paired rules, the CPU agreement and the side-by-side with HF generate
     (~5 min on the loaded 2-core machine)."""
     out = tmp_path / "real"
-    command = [sys.executable, "benchmarks/real_table1.py", "smoke", "--out", str(out)]
-    env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_device_smoke("real_table1.py", out, tmp_path)
     rules = json.loads((out / "table" / "rules-L512.json").read_text())
     assert [row[0] for row in rules["rows"]] == ["string-repo - rope", "string-repo - rope-repo-temperature"]
     agreement = json.loads((out / "agreement" / "agreement-L512.json").read_text())
@@ -73,10 +79,7 @@ def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
     random Llama, a first call at 1,024 tokens, then a fresh work directory resumed from that
     call's archive at 1,024 and 2,048 (~1.5 min on one quiet core)."""
     out = tmp_path / "ruler"
-    command = [sys.executable, "benchmarks/real_ruler.py", "smoke", "--out", str(out)]
-    env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
-    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_device_smoke("real_ruler.py", out, tmp_path)
     first = json.loads((out / "first" / "ruler.json").read_text())
     second = json.loads((out / "second" / "ruler.json").read_text())
     assert len(first["tasks"]) == 11 and first["mean_name"].startswith("RULER-11")
