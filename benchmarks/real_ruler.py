@@ -7,7 +7,8 @@ fit one device command each, beside STRING Table 1 (benchmarks/real_table1.py).
 - `run`: `longctx eval-suite MODEL --suite ruler` with experiments/real/smollm2_ruler.yaml's
   arms (RoPE, StRing as released: S = L/3, W = 128, compat repo), its chat template and RULER's
   answer prefixes, at `--lengths` (4,096 and 8,192), `--samples` (100, the issue's floor;
-  RULER's own is 500) per task and length, bf16 autocast on CUDA; RULER-11 (qa_1/qa_2 need the
+  RULER's own is 500) per task and length, bf16 autocast on CUDA, `--batch-tokens` (65,536:
+  8 rows of 8K per forward, as real_table1.GPU_BATCH_TOKENS); RULER-11 (qa_1/qa_2 need the
   SQuAD/HotpotQA files). The suite runs as a child stopped `--budget-s` after the start; its
   cells (eval/cells.py) resume after a kill and are packed into $OUT/ruler_cells.tar.xz every
   call (the generated text and score of each sample: ~1-2 MiB at 11 x 2 x 2 x 100), so the
@@ -32,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from real_table1 import RESERVE_S, pack_cells, tiny_model, unpack_cells
+from real_table1 import GPU_BATCH_TOKENS, RESERVE_S, pack_cells, tiny_model, unpack_cells
 
 CONFIG = "experiments/real/smollm2_ruler.yaml"
 ARCHIVE = "ruler_cells.tar.xz"
@@ -46,10 +47,13 @@ def samples_on_disk(cells: Path) -> int:
     )
 
 
-def _eval_suite(model: Path, lengths: str, samples: int, cells: Path, out_md: Path, budget_s: float, extra) -> int:
+def _eval_suite(
+    model: Path, lengths: str, samples: int, batch_tokens: int, cells: Path, out_md: Path, budget_s: float, extra
+) -> int:
     """`longctx eval-suite` as a child, stopped at the budget; its exit code (-9 when stopped)."""
     argv = [sys.executable, "-m", "longctx", "eval-suite", str(model), "--suite", "ruler", "--lengths", lengths]
     argv += ["--set", CONFIG, "--set", f"eval.benchmarks.samples_per_length={samples}"]
+    argv += ["--set", f"eval.niah.batch_tokens={batch_tokens}"]
     argv += [w for item in extra for w in ("--set", item)]
     argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
     try:
@@ -65,7 +69,14 @@ def run(args: argparse.Namespace) -> int:
     cells, table_md = work / "cells", work / "ruler.md"
     before = samples_on_disk(cells) if cells.is_dir() else 0
     code = _eval_suite(
-        Path(args.model), args.lengths, args.samples, cells, table_md, args.budget_s - RESERVE_S, args.set
+        Path(args.model),
+        args.lengths,
+        args.samples,
+        args.batch_tokens,
+        cells,
+        table_md,
+        args.budget_s - RESERVE_S,
+        args.set,
     )
     pack_cells(cells, out / ARCHIVE)
     after = samples_on_disk(cells)
@@ -82,7 +93,8 @@ def run_smoke(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="real_ruler_smoke_") as scratch:
         model = tiny_model(Path(scratch) / "tiny", 2048)
-        common = dict(model=str(model), samples=2, budget_s=900.0, set=["eval.benchmarks.chat_template=none"])
+        settings = ["eval.benchmarks.chat_template=none"]
+        common = dict(model=str(model), samples=2, batch_tokens=8192, budget_s=900.0, set=settings)
         first = argparse.Namespace(
             **common, lengths="1024", out=str(out / "first"), work=str(Path(scratch) / "w1"), resume_from=None
         )
@@ -109,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--work", default="runs/real/ruler_gpu", help="cells on this machine")
     mode.add_argument("--resume-from", type=Path, help=f"{ARCHIVE} of an earlier call")
     mode.add_argument("--budget-s", type=float, default=540.0, help="seconds this call may run")
+    mode.add_argument("--batch-tokens", type=int, default=GPU_BATCH_TOKENS, help="eval.niah.batch_tokens (decoding)")
     mode.add_argument("--set", action="append", default=[], help="more config overrides (key=value)")
     smoke = modes.add_parser("smoke", help="two resumed calls on CPU with a tiny random model")
     smoke.add_argument("--out", required=True)

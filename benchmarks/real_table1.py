@@ -8,7 +8,8 @@ calls that fit one device command each.
 
 - `table`: the nine arms of experiments/real/smollm2_table1.yaml at `--length` (8,192, the
   training length, first; then 6K, 4K, 2K in later calls), `--tests` (500) per cell, bf16 on
-  CUDA, by `longctx niah-table` on the engine's cells (eval/cells.py), run as a child
+  CUDA, `--batch-tokens` (65,536: 8 rows of 8K per forward, GPU_BATCH_TOKENS), by
+  `longctx niah-table` on the engine's cells (eval/cells.py), run as a child
   stopped `--budget-s` after the start: the cells resume after a kill, and are packed into
   $OUT/cells.tar.xz every call (prompts' outputs and scores, ~0.1-0.3 MiB), so the next call,
   on this machine or a fresh one (`--resume-from` that archive, committed under
@@ -19,8 +20,8 @@ calls that fit one device command each.
   (eval.device=cpu, cells of their own, resumable likewise), each arm's records compared with
   the CUDA bf16 cells of `table`: the same pass/fail, the same output text ($OUT/agreement-L<L>.*).
 - `side-by-side`: RoPE only, the first `--tests` (<= 50) prompts at `--length`: seconds per
-  test of longctx's batched evaluation (eval.generation.generate with the engine's batch
-  rows, bf16 autocast on CUDA) and of Hugging Face `generate` at batch size 1 on the same
+  test of longctx's batched evaluation (eval.generation.generate with `--batch-tokens`' rows,
+  bf16 autocast on CUDA) and of Hugging Face `generate` at batch size 1 on the same
   token ids (bf16 weights, sdpa: how the STRING repository runs its NIAH; the GPU image has
   no flash-attn), after one warm-up prompt each, and whether they pass the same prompts
   ($OUT/side_by_side-L<L>.*).
@@ -51,6 +52,13 @@ TABLE = "experiments/real/smollm2_table1.yaml"
 TASK = "niah-paper"
 RESERVE_S = 20.0
 """Seconds of the budget kept for packing the cells and writing the tables."""
+GPU_BATCH_TOKENS = 65_536
+"""Prompt tokens per forward on the GPU: 8 rows at 8K (the YAML's 8,192 is one row, which
+leaves an H100 idle between a 135M model's decode steps). Kept at 8 rows because a method
+that scores attention densely would hold rows x 9 heads x chunk x 8,192 fp32 scores per
+layer: 4.8 GB with the table's 2,048-token prefill chunks, 19 GB with RULER's whole-prompt
+prefill (arithmetic, not measured). Decoding batch sizes are not part of a cell's identity,
+so cells resume across a change."""
 
 
 def _niah_table(model: Path, length: int, tests: int, cells: Path, out_md: Path, budget_s: float, *extra: str) -> int:
@@ -100,7 +108,10 @@ def run_table(args: argparse.Namespace) -> int:
     unpack_cells(args.resume_from, work)
     cells, name = work / "cells", Path(args.model).name
     table_md = work / f"table1-L{args.length}.md"
-    code = _niah_table(Path(args.model), args.length, args.tests, cells, table_md, args.budget_s - RESERVE_S, *args.set)
+    batch = f"eval.niah.batch_tokens={args.batch_tokens}"
+    code = _niah_table(
+        Path(args.model), args.length, args.tests, cells, table_md, args.budget_s - RESERVE_S, batch, *args.set
+    )
     pack_cells(cells, Path(args.out) / "cells.tar.xz")
     found = outcomes(cells, name, args.length)
     done = {arm: len(records) for arm, records in found.items()}
@@ -185,7 +196,8 @@ def run_side_by_side(args: argparse.Namespace) -> int:
 
     if args.tests > 50:
         raise SystemExit(f"--tests {args.tests}: the side-by-side is capped at 50 prompts")
-    cfg, tokenizer, haystack, (path,) = evaluation_setup([TABLE, *args.set], [args.model])
+    batch = f"eval.niah.batch_tokens={args.batch_tokens}"
+    cfg, tokenizer, haystack, (path,) = evaluation_setup([TABLE, batch, *args.set], [args.model])
     device = evaluation_device(cfg)
     task = NiahTask(cfg.eval.niah, haystack)
     samples = task.samples(cfg.eval.niah.seed, args.length, args.tests, tokenizer)
@@ -278,9 +290,8 @@ def run_smoke(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="real_table1_smoke_") as scratch:
         model = tiny_model(Path(scratch) / "tiny", 512)
-        small = ["eval.niah.batch_tokens=2048", "eval.niah.prefill_chunk_tokens=256"]
-        small += ["eval.niah.max_new_tokens=8"]
-        common = dict(model=str(model), length=512, budget_s=600.0, set=small)
+        small = ["eval.niah.prefill_chunk_tokens=256", "eval.niah.max_new_tokens=8"]
+        common = dict(model=str(model), length=512, budget_s=600.0, batch_tokens=2048, set=small)
         table = argparse.Namespace(
             **common, tests=3, out=str(out / "table"), work=str(Path(scratch) / "w1"), resume_from=None
         )
@@ -308,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         mode.add_argument("--work", default="runs/real/table1_gpu", help="cells on this machine")
         mode.add_argument("--resume-from", type=Path, help="cells.tar.xz of an earlier call")
         mode.add_argument("--budget-s", type=float, default=540.0, help="seconds this call may run")
+        if name != "agreement":  # agreement decodes on the CPU with the table's own batches
+            mode.add_argument("--batch-tokens", type=int, default=GPU_BATCH_TOKENS, help="eval.niah.batch_tokens")
         mode.add_argument("--set", action="append", default=[], help="more eval.* overrides")
     smoke = modes.add_parser("smoke", help="all three modes on CPU with a tiny random model")
     smoke.add_argument("--out", required=True)
