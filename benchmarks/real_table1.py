@@ -61,16 +61,21 @@ prefill (arithmetic, not measured). Decoding batch sizes are not part of a cell'
 so cells resume across a change."""
 
 
-def _niah_table(model: Path, length: int, tests: int, cells: Path, out_md: Path, budget_s: float, *extra: str) -> int:
-    """`longctx niah-table` as a child, stopped at the budget (its cells resume); its exit code
-    (None -> -9 when stopped)."""
-    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), "--set", TABLE]
-    argv += ["--set", f"eval.niah.tests_per_length={tests}", *[w for item in extra for w in ("--set", item)]]
-    argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
+def run_child(argv: list[str], budget_s: float) -> int:
+    """`argv` as a child process stopped at the budget (the engine's cells resume after it);
+    its exit code, -9 when stopped."""
     try:
         return subprocess.run(argv, timeout=max(budget_s, 1.0)).returncode
     except subprocess.TimeoutExpired:
         return -9
+
+
+def _niah_table(model: Path, length: int, tests: int, cells: Path, out_md: Path, budget_s: float, *extra: str) -> int:
+    """`longctx niah-table` as a child, stopped at the budget (run_child)."""
+    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), "--set", TABLE]
+    argv += ["--set", f"eval.niah.tests_per_length={tests}", *[w for item in extra for w in ("--set", item)]]
+    argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
+    return run_child(argv, budget_s)
 
 
 def arms() -> list[str]:
