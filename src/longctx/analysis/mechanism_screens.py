@@ -141,10 +141,10 @@ def style_by_lever(axis) -> None:
     """Colour each run's line by its lever and style it by its seed (labels `<lever>_s<seed>`):
     a dozen runs outnumber a colour cycle, and a lever's seeds read best side by side."""
     lines = axis.get_lines()
-    levers = list(dict.fromkeys(line.get_label().rsplit("_s", 1)[0] for line in lines))
-    seeds = sorted({line.get_label().rsplit("_s", 1)[-1] for line in lines})
-    for line in lines:
-        lever, _, seed = line.get_label().rpartition("_s")
+    names = [line.get_label().rpartition("_s")[::2] for line in lines]  # ("", label) without "_s"
+    levers = list(dict.fromkeys(lever or seed for lever, seed in names))
+    seeds = sorted({seed for _, seed in names})
+    for line, (lever, seed) in zip(lines, names, strict=True):
         line.set_color(f"C{levers.index(lever or seed) % 10}")
         line.set_linestyle(["-", "--", ":", "-."][seeds.index(seed) % 4])
 
