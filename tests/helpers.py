@@ -41,7 +41,8 @@ def read_verdicts(path: str | Path) -> dict[str, str]:
 def gpu_image_environment(scratch: Path) -> dict[str, str]:
     """os.environ for a subprocess that should see what the GPU image lacks: `wandb` (not in
     the image, not staged by prepare-device.sh) raises ImportError on import, as it would
-    there, so a GPU script that imports it when W&B is disabled fails here, not in a device call."""
+    there, so a GPU script that imports it when W&B is disabled fails here, not in a device call.
+    One OpenMP thread, as every test subprocess beside the pytest workers."""
     import os
     import sys
 
