@@ -74,7 +74,7 @@ REPLICATE_CHAIN = \
 	WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1).yaml --jobs $(REPLICATE_JOBS) && { \
 	for step in $(3); do WANDB_MODE=offline $(BIN)/longctx sweep sweeps/replicate_$(1)$$step.yaml --keep-going \
 	--jobs $(REPLICATE_JOBS); done; \
-	true; } && $(BIN)/python -m longctx.analysis.replication_report runs/replicate_$(1) --docs $(2) --name $(1)
+	true; } && $(BIN)/python -m longctx_replication.report runs/replicate_$(1) --docs $(2) --name $(1)
 REPLICATE_STEPS = _table1 _sft _sft_plain
 
 replicate: $(STAMP)
@@ -94,7 +94,7 @@ replicate-gpu: $(STAMP)
 # pinned builds (apt-get download from the Debian archive) tokenised with the twin's
 # tokenizer file into .device/twin (git-ignored; carry it with the wheels of prepare-device.sh).
 twin-data: $(STAMP)
-	$(BIN)/python -m longctx.data.debian_prose .device/twin
+	$(BIN)/python -m longctx_replication.debian_prose .device/twin
 
 # The GPU twin on the GPU machine, one verdict seed per device call (sweeps/gpu_twin/plan.yaml):
 # commit what $(TWIN_OUT) gets (docs/replication/gpu/seed-<s>.tar.xz or cuts.json) and call
@@ -102,7 +102,7 @@ twin-data: $(STAMP)
 TWIN_OUT  ?= runs/replicate_gpu/out
 TWIN_MODE ?=
 replicate-twin:
-	$(GPU_RUN) -m longctx.sweep.gpu_twin $(TWIN_MODE) --out $(TWIN_OUT)
+	$(GPU_RUN) -m longctx_replication.gpu_twin $(TWIN_MODE) --out $(TWIN_OUT)
 
 # The same chain at 10 steps per run: checks that every step runs, decides nothing; its
 # results stay under runs/replicate_smoke/docs (not published).

@@ -34,7 +34,7 @@ def wandb_grid(sweep: dict) -> list[list[str]]:
 
 
 def read_verdicts(path: str | Path) -> dict[str, str]:
-    """{finding key: verdict} of a replication summary JSON (longctx.replication.write_summary)."""
+    """{finding key: verdict} of a replication summary JSON (longctx_replication.findings.write_summary)."""
     return {key: value["verdict"] for key, value in json.loads(Path(path).read_text())["findings"].items()}
 
 

@@ -24,14 +24,13 @@ LAYERS = {
     "train": 4,
     "eval": 4,
     "analysis": 5,
-    "replication": 5,
     "sweep": 5,
     "cli": 6,
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
 setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
-analysis, replication, sweep < cli; eval (benchmarks on the
+analysis, sweep < cli; eval (benchmarks on the
 evaluation engine) sits beside train. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
@@ -40,8 +39,6 @@ PEER_IMPORTS = {
     ("model", "batch"),
     ("data", "batch"),
     ("niah", "probes"),
-    ("analysis", "replication"),
-    ("sweep", "replication"),
     ("__main__", "cli"),
 }
 """(importer, imported) pairs of top-level parts allowed inside one layer; parts import
@@ -233,3 +230,40 @@ def importers_of(package: str) -> set[str]:
 def test_an_extras_package_is_imported_only_by_its_adapter(package):
     assert importers_of(package) <= OPTIONAL_PACKAGE_IMPORTERS[package]
     assert importers_of(package), f"no module imports {package}: drop it from OPTIONAL_PACKAGE_IMPORTERS"
+
+
+CAMPAIGN = SOURCE.parent / "longctx_replication"
+"""Our own replication campaign: it imports the library; the library never imports it."""
+
+
+def campaign_imports(root: Path = SOURCE) -> list[str]:
+    """`module -> name` for every import of longctx_replication inside the library."""
+    bad = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            bad += [f"{module_name(path, root)} -> {name}" for name in names if name.split(".")[0] == CAMPAIGN.name]
+    return sorted(bad)
+
+
+def test_the_library_never_imports_the_campaign():
+    assert CAMPAIGN.is_dir()
+    bad = campaign_imports()
+    assert not bad, "the library imports the replication campaign:\n" + "\n".join(bad)
+
+
+def test_the_campaign_checker_sees_a_planted_import(tmp_path):
+    package = tmp_path / "longctx"
+    (package / "eval").mkdir(parents=True)
+    (package / "eval" / "x.py").write_text("def f():\n    from longctx_replication.findings import Finding\n")
+    assert campaign_imports(package) == ["longctx.eval.x -> longctx_replication.findings"]
+
+
+def test_campaign_modules_stay_under_the_line_limit():
+    long = [path.name for path in CAMPAIGN.rglob("*.py") if len(path.read_text().splitlines()) > MAX_LINES]
+    assert not long

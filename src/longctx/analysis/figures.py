@@ -9,7 +9,7 @@
     fig = figures.plot_effective_length_vs_tokens(table)         # Fig. 2a
     fig = figures.plot_effective_length_vs_frequency(table)      # Fig. 2b
     fig = figures.plot_ablation(ablation_grid(results))          # Fig. 7: StRing W x S
-    figures.save(fig, "analysis/figures", "fig2a")               # -> analysis/figures/fig2a.png
+    figures.save(fig, "runs/figures", "fig2a")                   # -> runs/figures/fig2a.png
     figures.figure1("data/embedded", 2048, "out/fig1.png")       # Fig. 1 (probes.dataset_fi.plot_figure1)
     figures.figure4("runs/niah/niah.json", "out/fig4.png")       # Fig. 4 (niah.search.plot_heatmap)
 

@@ -39,7 +39,8 @@ class RetrievalConfig:
     """> 0: the filler count n follows a truncated power law instead, n + 1 Pareto with
     exponent alpha = filler_tail on [filler_min + 1, filler_max + 1]: P(n + 1 > x) falls as
     x^-alpha, so most documents are short and long needle-question distances rare, as in
-    real corpora (STRING §2.2, Fig. 1). 0 = log-uniform (the alpha -> 0 limit), bitwise as before."""
+    real corpora (STRING §2.2, Fig. 1). 0 = log-uniform (the alpha -> 0 limit), the default, so configs
+    without the key keep their documents."""
     value_digits: int = 5
     """Digits of a value; NIAH uses 6 and 7, so keep it outside {6, 7}."""
     value_digits_max: int = 0

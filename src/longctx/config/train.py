@@ -73,7 +73,7 @@ class TrainConfig:
     """none | inverse_frequency: each labelled token's cross-entropy times w(p) = min(cap,
     n_mean / n(p)), p its position id, n(p) the labelled tokens at p over the run's rows
     (counted before step 0, frozen), normalised to mean 1 over the optimizer step
-    (train/loss_weights.py). none: the plain mean, bitwise as before the option."""
+    (train/loss_weights.py). none: the plain mean over labelled tokens."""
     loss_weight_cap: float = 10.0
     """The largest weight inverse_frequency gives a position (>= 1)."""
     loader_workers: int = 0

@@ -1,6 +1,6 @@
 """HTML documentation pages -> plain prose paragraphs, with the standard library's parser.
 
-The GPU twin's natural text (data/debian_prose.py) comes from Debian's HTML manuals. A
+The GPU twin's natural text (longctx_replication/debian_prose.py) comes from Debian's HTML manuals. A
 page becomes one document: the text of its block elements (paragraphs, headings, list
 items, notes), one paragraph per block, whitespace inside a paragraph collapsed, blank
 lines between paragraphs. Left out, with everything inside them:

@@ -198,7 +198,7 @@ def value_lengths(config: RetrievalConfig) -> list[int]:
 
 def _random_number(rng: np.random.Generator, lengths: Sequence[int]) -> str:
     # One length draws nothing for it, so configs without value_digits_max generate the
-    # same documents (and prepared-data cache) as before the option existed.
+    # same documents (and prepared-data cache key) whether or not the key is set.
     digits = lengths[int(rng.integers(len(lengths)))] if len(lengths) > 1 else lengths[0]
     return str(rng.integers(10 ** (digits - 1), 10**digits))
 

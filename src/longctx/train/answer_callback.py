@@ -13,7 +13,7 @@ but the `template: repeat` copying drills, and appends to metrics.jsonl
     answers/loss_s<i>     the same loss for source i alone
 
 A run "leaves chance" at the first probe with answers/loss below 2.0 nats
-(longctx.analysis.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
+(longctx_replication.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
 skip (a teacher-forced forward of a few documents). With `probe.answer_stop_below` > 0 the
 run ends at the first probe below it: a recipe-tuning run needs only the step at which it
 left chance (sweeps/replicate_tuning.yaml), and a run that has left it would spend the

@@ -1,4 +1,4 @@
-"""Inverse-frequency loss weights by in-document position (`train.loss_weighting`, issue 38).
+"""Inverse-frequency loss weights by in-document position (`train.loss_weighting`).
 
 STRING (§2.2) traces the short effective length to the rarely trained tail of the position
 frequency. EXACT (arXiv 2605.10544, 2026) upweights long-context targets in packed,

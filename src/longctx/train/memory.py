@@ -39,7 +39,7 @@ Five terms, bytes on the busiest device:
 Margin: the activation and logits terms are upper bounds of what eager PyTorch keeps
 (torch.compile's partitioner recomputes pointwise ops and saves less); the total is meant
 to lie within 25% above the measured peak (`torch.cuda.max_memory_allocated`). That margin
-is a design target, not yet checked on a GPU (issue 24: bench-gpu-train records the peak).
+is a design target, not yet checked on a GPU (`make bench-gpu-train` records the peak).
 """
 
 from __future__ import annotations

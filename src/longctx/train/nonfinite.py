@@ -1,4 +1,4 @@
-"""Non-finite training is stopped, not saved (`train.on_nonfinite`, issue 37).
+"""Non-finite training is stopped, not saved (`train.on_nonfinite`).
 
 A step is non-finite when the loss backward sees (the value `training_step` returns, after
 any weighting of it, observed in `on_before_backward`) or the global gradient norm (what

@@ -1,12 +1,12 @@
 """`longctx sft`: supervised fine-tuning with Normal-SFT, PackedSFT-k or SkipAlign rows.
 
     longctx sft experiments/sft/tiny_skipalign.yaml init=runs/tiny_512/checkpoints/last.ckpt
-    torchrun --nproc-per-node 8 -m longctx sft experiments/sft/skipalign_outer.yaml init=...
+    torchrun --nproc-per-node 8 -m longctx sft experiments/sft/tiny_skipalign.yaml init=...
 
 Reuses the pretraining machinery (Lightning Trainer, FSDP2/DDP, exact resume, W&B, the
 f(i) callback, whose histogram over response-token queries is SkipAlign Figure 2) with
 the paper's SFT recipe in the presets (SkipAlign §4: 2 epochs, lr 1e-5, no weight decay,
-linear warm-up over 3% of the steps, then linear decay). Rows come from data/sft.py; the
+linear warm-up over 3% of the steps, then linear decay). Rows come from data/sft/ (rows.py); the
 order is world-size invariant (GlobalOrderSampler), so resuming at step s starts at row
 s x rows_per_step. `train.max_steps` is set from `sft.epochs`.
 

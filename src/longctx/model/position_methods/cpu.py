@@ -340,7 +340,7 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     is torch's fused flash kernel, which skips the masked half of a causal square; with
     autograd recording, and elsewhere, explicit math (`_attend_math`): the fused kernel's
     backward drops the log-sum-exp's gradient, which the merge of passes needs (without it
-    q and k gradients were off by ~10-30% at a few hundred tokens: issue 31)."""
+    q and k gradients are off by ~10-30% at a few hundred tokens)."""
     q4, k4, v4 = (t.transpose(1, 2) for t in (q, k, v))
     bias = None
     if allowed is not None:

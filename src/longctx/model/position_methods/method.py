@@ -27,7 +27,7 @@ Methods (L = training length = model.max_position; pass = [nearest, farthest] di
              shifted band and temperature unchanged), a multi-query forward (prefill,
              chunked prefill included) the [0, S] diagonal. Under compat='repo' a cached
              decoding step therefore differs from re-running the prompt, as the authors'
-             code does (issue 34: up to 0.26 in logits on SmolLM2-135M otherwise).
+             code does (replaying the prompt instead moves SmolLM2-135M's logits by up to 0.26).
 - `rerope`   ReRoPE (Su, 2023): P' = min(P, w). Pass [0, w-1] at (m, n); pass [w, inf)
              with queries at w and keys at 0 (unrotated). As in Su's released patch, queries
              at position m are multiplied by max(1, log(m + 1) / log(L_log)) (log-n scaling).

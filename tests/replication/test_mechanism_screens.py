@@ -2,7 +2,7 @@
 
 import json
 
-from longctx.analysis.mechanism_screens import main, read_screen, screen_frame, screen_table, style_by_lever
+from longctx_replication.mechanism_screens import main, read_screen, screen_frame, screen_table, style_by_lever
 
 
 def write_run(root, name, probes, loss=0.5, f_counts=()):

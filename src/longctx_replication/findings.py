@@ -3,7 +3,7 @@
 Each STRING / SkipAlign finding becomes a `Finding`: the measured numbers, a verdict
 (holds | does not hold | inconclusive) and the reason, stored in a summary JSON and shown
 as a Markdown table. The rules that produce them, with the seed as the unit, are in
-longctx/analysis/seed_verdicts.py.
+longctx_replication/seed_verdicts.py.
 """
 
 from __future__ import annotations

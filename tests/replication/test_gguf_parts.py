@@ -1,4 +1,4 @@
-"""model/gguf_parts.py: a file split into parts and joined back is the same file (its
+"""longctx_replication/gguf_parts.py: a file split into parts and joined back is the same file (its
 SHA-256 computed here by hashlib on the original bytes), in order whatever order the parts
 arrive in; a missing part is named, a damaged one fails the hash and leaves no output."""
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from longctx.model.gguf_parts import PartsError, join, main, split
+from longctx_replication.gguf_parts import PartsError, join, main, split
 
 
 @pytest.fixture

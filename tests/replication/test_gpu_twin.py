@@ -1,5 +1,5 @@
 """The GPU twin: its configs, its size, its plan (sweeps/gpu_twin/plan.yaml) and the jobs
-the driver builds from it (sweep/gpu_twin.py). Nothing here trains: tests/test_twin_calls.py
+the driver builds from it (longctx_replication/gpu_twin.py). Nothing here trains: tests/test_twin_calls.py
 runs the driver's calls on fake jobs, tests/test_side_by_side.py the stop/resume/skip logic."""
 
 import json
@@ -10,11 +10,11 @@ import pytest
 from longctx import config as config_module
 from longctx.config.model import shape_mismatches
 from longctx.model.llama import Llama
-from longctx.sweep import gpu_twin
-from longctx.sweep.side_by_side import DONE_FILE
-from longctx.sweep.twin_plan import load_plan
+from longctx_replication import gpu_twin
+from longctx_replication.side_by_side import DONE_FILE
+from longctx_replication.twin_plan import load_plan
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 TWIN = REPOSITORY / "experiments" / "replicate"
 
 

@@ -1,4 +1,4 @@
-"""The GPU twin's driver (sweep/side_by_side.py) on a real `longctx pretrain` run: stopped
+"""The GPU twin's driver (longctx_replication/side_by_side.py) on a real `longctx pretrain` run: stopped
 at its call's deadline, resumed by the next call from last.ckpt, skipped by the third."""
 
 import json
@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from longctx.sweep.side_by_side import Job, run_side_by_side
+from longctx_replication.side_by_side import Job, run_side_by_side
 from tests.train.helpers import overrides
 
 STEPS = 12

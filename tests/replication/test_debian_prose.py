@@ -1,15 +1,15 @@
 """The twin's prose: HTML pages -> paragraphs (data/html_text.py) and the pinned Debian
-packages -> documents (data/debian_prose.py), on hand-made pages; no network, no apt."""
+packages -> documents (longctx_replication/debian_prose.py), on hand-made pages; no network, no apt."""
 
 import hashlib
 
 import pytest
 
 from longctx.data.corpus import CorpusReport
-from longctx.data.debian_prose import ProsePackage, fetch, package_documents, write_tokenizer
 from longctx.data.html_text import html_paragraphs, html_text
 from longctx.data.tokenizer import load_tokenizer
 from longctx.errors import DataError
+from longctx_replication.debian_prose import ProsePackage, fetch, package_documents, write_tokenizer
 
 PAGE = """<!DOCTYPE html><html><head><title>6.2. apt-get</title><style>p {color: red}</style></head>
 <body><div id="banner"><a href="x"><span class="text">Download the ebook</span></a></div>

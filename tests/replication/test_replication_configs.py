@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from longctx import config as config_module
-from longctx.analysis.seed_verdicts import MIN_SEEDS
+from longctx_replication.seed_verdicts import MIN_SEEDS
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 TUNING_SEEDS = {0, 1, 100, 101, 102}
 """Seeds the recipe was or may be tuned on (docs/replication.md); never verdict seeds."""
 SCALES = {"replicate_cpu": 3, "replicate_full": 5, "replicate_gpu": 3, "replicate_smoke": 3}

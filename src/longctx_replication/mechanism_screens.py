@@ -1,4 +1,4 @@
-"""The screen table of issue 38, item 1: effective length against tokens for each screen run.
+"""The mechanism screens' table: effective length against tokens for each screen run.
 
 A screen (docs/replication_log.md, 2026-11-26) trains cpu_base at one window with one lever
 and probes NIAH every 200 steps on a fine grid (eval.niah.step=32). Per run this reads each
@@ -8,11 +8,11 @@ probe's `niah/step-NNNNNNN/niah.json` and the run's metrics.jsonl and reports:
 - at the last probe: L_eff, the pass rate at max(256, window/2), the answer loss, and the
   f(i) probe's counts at the window's last distance, f(L-1), and at the effective length
   (how rarely the longest distances were trained against how far the model retrieves);
-- the target of item 1 for the run: L_eff <= 0.75 x window, pass rate >= 0.8 at
+- the screens' target for the run: L_eff <= 0.75 x window, pass rate >= 0.8 at
   max(256, window/2), and L_eff at the last probe above L_eff at the first probe that
   passes at the shortest length (the effective length grows with tokens).
 
-    python -m longctx.analysis.mechanism_screens runs/mechanism/pretrain --window 512
+    python -m longctx_replication.mechanism_screens runs/mechanism/pretrain --window 512
 
 Several directories of runs (screens from different pinned worktrees) make one table;
 `--figure out.png` also draws every run's curve of L_eff against tokens (Fig. 2a's axes)
@@ -31,9 +31,9 @@ import pandas as pd
 from longctx.analysis import figures
 
 TARGET_SHARE = 0.75
-"""Item 1: the effective length at most this share of the window."""
+"""The screens' target: the effective length at most this share of the window."""
 SHORT_PASS_RATE = 0.8
-"""Item 1: the pass rate the model keeps at max(256, window / 2)."""
+"""The screens' target: the pass rate the model keeps at max(256, window / 2)."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +150,9 @@ def style_by_lever(axis) -> None:
 
 
 def plot_screens(screens: list[Screen], window: int, path: Path) -> Path:
-    """Each run's L_eff against tokens, the window and item 1's target as horizontal lines."""
+    """Each run's L_eff against tokens, the window and the screens' target as horizontal lines."""
     figure = figures.plot_effective_length_vs_tokens(
-        screen_frame(screens), title=f"Issue 38 screens: effective length vs tokens (window {window})"
+        screen_frame(screens), title=f"Mechanism screens: effective length vs tokens (window {window})"
     )
     axis = figure.axes[0]
     style_by_lever(axis)

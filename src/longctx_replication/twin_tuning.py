@@ -1,6 +1,6 @@
 """The GPU twin's first job: does the twin need the CPU recipe's two levers?
 
-    python -m longctx.sweep.gpu_twin --tuning --out "$OUT"      # one device call
+    python -m longctx_replication.gpu_twin --tuning --out "$OUT"      # one device call
 
 The CPU miniature left chance only with the `repeat` copying drill as a third source and
 model.init_std 0.06 (docs/replication.md; docs/design.md §13). The twin is 30x wider and
@@ -23,8 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from longctx.sweep.side_by_side import Job
-from longctx.sweep.twin_plan import TwinPlan, TwinPlanError
+from longctx_replication.side_by_side import Job
+from longctx_replication.twin_plan import TwinPlan, TwinPlanError
 
 TUNING_FILE = "tuning.json"
 LAUNCHER = (sys.executable, "-m", "longctx")

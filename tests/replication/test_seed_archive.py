@@ -1,4 +1,4 @@
-"""sweep/seed_archive.py: what a finished seed's archive keeps, its size limit and its
+"""longctx_replication/seed_archive.py: what a finished seed's archive keeps, its size limit and its
 fallback, and the layout extraction rebuilds."""
 
 import json
@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.sweep.seed_archive import (
+from longctx.train.frequency_callback import save_npz
+from longctx_replication.seed_archive import (
     SeedArchiveError,
     archive_path,
     extract_seed_archives,
     read_manifest,
     write_seed_archive,
 )
-from longctx.train.frequency_callback import save_npz
 
 
 def _fi_run(root, window, steps, seed=10):

@@ -1,7 +1,7 @@
 """One finished seed of the GPU twin as one small archive: what comes back from the GPU
 machine and is committed under docs/replication/gpu/ (docs/replication.md, "The GPU twin").
 
-    docs/replication/gpu/seed-10.tar.xz     # written by `python -m longctx.sweep.gpu_twin`
+    docs/replication/gpu/seed-10.tar.xz     # written by `python -m longctx_replication.gpu_twin`
 
 A seed's runs (three pretraining windows, its SFT arms, its Table 1 evaluations) write
 metrics.jsonl, NIAH results (niah.json), answer-masking counts and f(i) arrays (fi/*.npz)
@@ -9,7 +9,7 @@ beside checkpoints of ~250 MB. The archive keeps the records the report reads an
 the rest: files ending in RECORD_SUFFIXES, outside the directories in LEFT_OUT_DIRS
 (checkpoints, W&B's files), each stored under its path relative to the runs' root, so
 extracting every archive into one directory rebuilds the layout
-longctx.analysis.replication_report reads. `manifest.json` inside names the seed, the
+longctx_replication.report reads. `manifest.json` inside names the seed, the
 commit, the training steps and every file left out.
 
 The archive must stay under `max_bytes` (1 MiB: committed results travel with every

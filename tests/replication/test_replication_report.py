@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from longctx.analysis.replication_report import judge, main
-from longctx.replication import FAILS, HOLDS, INCONCLUSIVE
+from longctx_replication.findings import FAILS, HOLDS, INCONCLUSIVE
+from longctx_replication.report import judge, main
 
 TOKENS_PER_STEP = 6144
 EDGES = [0.0, 0.25, 0.5, 0.75, 1.0]  # 4 bands; only band 0 (centre 0.125) lies in the first third

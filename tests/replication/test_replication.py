@@ -1,10 +1,10 @@
-"""Findings of the miniature replication (longctx/replication.py): summary, table, the commit it records."""
+"""Findings of the miniature replication (longctx_replication/findings.py): summary, table, the commit it records."""
 
 import json
 import os
 import subprocess
 
-from longctx.replication import (
+from longctx_replication.findings import (
     HOLDS,
     INCONCLUSIVE,
     Finding,

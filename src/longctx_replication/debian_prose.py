@@ -1,9 +1,9 @@
 """The GPU twin's natural text: English manuals from pinned Debian packages, tokenised here.
 
-    python -m longctx.data.debian_prose .device/twin        # what `make twin-data` runs
+    python -m longctx_replication.debian_prose .device/twin        # what `make twin-data` runs
 
 The embedded corpus is mostly code (the stdlib) and the retrieval documents' filler is
-Python's pydoc help; a GPU-sized model needs prose too (issue 25, item 6). The GPU
+Python's pydoc help; a GPU-sized model needs prose too. The GPU
 machine reaches no network and runs another Python (another stdlib, so another `bpe-N`
 cache key), so everything it trains on is decided here:
 

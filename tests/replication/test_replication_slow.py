@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers import read_verdicts
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -46,7 +46,7 @@ def test_replication_verdicts_hold(tmp_path, scale):
         [
             sys.executable,
             "-m",
-            "longctx.analysis.replication_report",
+            "longctx_replication.report",
             f"runs/replicate_{scale}",
             "--docs",
             "docs",

@@ -1,4 +1,4 @@
-"""The GPU twin's device calls (sweep/gpu_twin.py) on CPU, with tests/sweep_fake_runs.py in
+"""The GPU twin's device calls (longctx_replication/gpu_twin.py) on CPU, with tests/sweep_fake_runs.py in
 place of `longctx pretrain | sft | niah`: a seed runs and is archived (<= the size limit,
 no checkpoints), a rerun skips it, a killed call's seed starts again from scratch without
 touching a finished seed, a seed that does not fit moves the plan to its next cut, a
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx.sweep import gpu_twin, twin_tuning
-from longctx.sweep.seed_archive import archive_path, read_manifest
-from longctx.sweep.twin_plan import cut_in_force, load_plan
+from longctx_replication import gpu_twin, twin_tuning
+from longctx_replication.seed_archive import archive_path, read_manifest
+from longctx_replication.twin_plan import cut_in_force, load_plan
 
-FAKE = Path(__file__).with_name("sweep_fake_runs.py")
+FAKE = Path(__file__).parents[1] / "sweep_fake_runs.py"
 WINDOWS = [64, 128]
 
 
@@ -136,7 +136,15 @@ def test_a_killed_call_s_seed_starts_again_from_scratch_and_a_finished_seed_is_u
     finished_run = plan.root / "pretrain" / "w128_s10" / "metrics.jsonl"
     finished_text = finished_run.read_text()
     env = {**os.environ, "FAKE_STEP_S": "1.0", "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [sys.executable, "-m", "longctx.sweep.gpu_twin", "--plan", str(plan_file), "--out", str(tmp_path / "o")]
+    argv = [
+        sys.executable,
+        "-m",
+        "longctx_replication.gpu_twin",
+        "--plan",
+        str(plan_file),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     argv += ["--budget-s", "300"]  # in its own process the 90 s MIN_START_S holds
     driver = subprocess.Popen(argv, env=env, process_group=0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     partial = plan.root / "pretrain" / "w128_s11" / "metrics.jsonl"

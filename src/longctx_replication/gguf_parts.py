@@ -1,7 +1,7 @@
 """A model file larger than one device call carries, sent in parts and joined there.
 
-    python -m longctx.model.gguf_parts split FILE DIR --part-mib 32
-    python -m longctx.model.gguf_parts join DIR OUT --sha256 HEX
+    python -m longctx_replication.gguf_parts split FILE DIR --part-mib 32
+    python -m longctx_replication.gguf_parts join DIR OUT --sha256 HEX
 
 A GPU device call takes along at most 64 MiB, the working tree and `.device` (the wheels,
 ~24 MiB) included; the SmolLM2-135M-Instruct Q4_1 GGUF file (`fetch_smollm2`) is

@@ -1,10 +1,11 @@
-"""Seed-level verdict rules (longctx/analysis/seed_verdicts.py) on inputs whose verdicts are worked by hand."""
+"""Seed-level verdict rules (longctx_replication/seed_verdicts.py) on inputs whose verdicts are worked by hand."""
 
 import math
 
 import pytest
 
-from longctx.analysis.seed_verdicts import (
+from longctx_replication.findings import FAILS, HOLDS, INCONCLUSIVE
+from longctx_replication.seed_verdicts import (
     Probe,
     SeedInterval,
     alignment_gap,
@@ -19,7 +20,6 @@ from longctx.analysis.seed_verdicts import (
     string_beats_rope,
     t_quantile,
 )
-from longctx.replication import FAILS, HOLDS, INCONCLUSIVE
 
 # Two-sided 95% Student t quantiles from a printed table (t_{0.975, df}).
 T_TABLE = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 30: 2.0423}

@@ -42,7 +42,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from longctx.replication import FAILS, HOLDS, INCONCLUSIVE, Finding
+from longctx_replication.findings import FAILS, HOLDS, INCONCLUSIVE, Finding
 
 LEAVES_CHANCE_NATS = 2.0
 """A run has left chance once its held-out answer loss is below this (chance: ln 10 = 2.30)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.analysis.figures import new_figure, save
-from longctx.analysis.seed_verdicts import Probe
+from longctx_replication.seed_verdicts import Probe
 
 
 def _curves(run_probes: dict[tuple[int, int], list[tuple[Probe, dict]]], x: str, path: Path, xlabel: str) -> Path:

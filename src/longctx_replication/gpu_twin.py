@@ -1,9 +1,9 @@
 """The GPU twin of the replication, one verdict seed per device call.
 
-    python -m longctx.sweep.gpu_twin --tuning --out "$OUT"      # first job: the recipe rule
-    python -m longctx.sweep.gpu_twin --out "$OUT"               # once per seed until all archived
-    python -m longctx.sweep.gpu_twin --report                   # on CPU, from the committed archives
-    python -m longctx.sweep.gpu_twin --dry-run                  # the next call's jobs, nothing run
+    python -m longctx_replication.gpu_twin --tuning --out "$OUT"      # first job: the recipe rule
+    python -m longctx_replication.gpu_twin --out "$OUT"               # once per seed until all archived
+    python -m longctx_replication.gpu_twin --report                   # on CPU, from the committed archives
+    python -m longctx_replication.gpu_twin --dry-run                  # the next call's jobs, nothing run
 
 A GPU lease comes 15 minutes at a time, one command runs at most 10 minutes, and a fresh
 machine keeps nothing of the last. So the unit of resumption is **one seed finished on one
@@ -23,7 +23,7 @@ are never touched. A job that fails by itself leaves the cut alone (`failed`: fi
 `--out` receives at most MAX_OUT_FILES files: twin_status.json / .md (every job's state,
 last step, loss, tokens/s, MFU, answer loss, effective length, the log tail of a failed
 job), and seed-<s>.tar.xz or cuts.json. `--report` (CPU) extracts every committed archive
-into a temporary root and runs `longctx.analysis.replication_report ROOT --docs docs
+into a temporary root and runs `longctx_replication.report ROOT --docs docs
 --name gpu` on it, with LONGCTX_COMMIT naming the commits the seeds ran on.
 """
 
@@ -43,13 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from longctx.replication import checkout_commit
 from longctx.sweep.runner import plan as sweep_points
-from longctx.sweep.seed_archive import archive_path, extract_seed_archives, finished_seeds, write_seed_archive
-from longctx.sweep.side_by_side import DONE_FILE, Job, Outcome, run_side_by_side
 from longctx.sweep.spec import load_sweep
-from longctx.sweep.twin_plan import TwinPlan, TwinPlanError, cut_in_force, load_plan, record_too_long
-from longctx.sweep.twin_tuning import TUNING_FILE, answer_losses, tuning_jobs, tuning_markdown, tuning_verdict
+from longctx_replication.findings import checkout_commit
+from longctx_replication.seed_archive import archive_path, extract_seed_archives, finished_seeds, write_seed_archive
+from longctx_replication.side_by_side import DONE_FILE, Job, Outcome, run_side_by_side
+from longctx_replication.twin_plan import TwinPlan, TwinPlanError, cut_in_force, load_plan, record_too_long
+from longctx_replication.twin_tuning import TUNING_FILE, answer_losses, tuning_jobs, tuning_markdown, tuning_verdict
 
 PLAN = Path("sweeps/gpu_twin/plan.yaml")
 MAX_OUT_FILES = 8
@@ -307,7 +307,7 @@ def report(plan: TwinPlan, docs: Path, name: str = "gpu") -> int:
     with tempfile.TemporaryDirectory(prefix="twin_report_") as scratch:
         manifests = extract_seed_archives(plan.archives, Path(scratch))
         commits = "; ".join(f"seed {m['seed']} at {m['commit']} ({m['max_steps']} steps)" for m in manifests)
-        argv = [sys.executable, "-m", "longctx.analysis.replication_report", scratch, "--docs", str(docs)]
+        argv = [sys.executable, "-m", "longctx_replication.report", scratch, "--docs", str(docs)]
         done = subprocess.run([*argv, "--name", name], env={**os.environ, "LONGCTX_COMMIT": commits})
     return done.returncode
 

@@ -18,7 +18,7 @@ Keys (every one required; an unknown or missing key is a TwinPlanError naming th
     archive_max_bytes  the size limit of one seed's archive (1 MiB)
     tuning           the first job (`--tuning`): seeds (never verdict seeds), window,
                      stop_at_step, threshold and arms {name: argv after `longctx pretrain`},
-                     judged by longctx/sweep/twin_tuning.py
+                     judged by longctx_replication/twin_tuning.py
 """
 
 from __future__ import annotations

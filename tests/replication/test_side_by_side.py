@@ -1,4 +1,4 @@
-"""sweep/side_by_side.py on fake jobs: a resumable counter that saves on SIGTERM (as
+"""longctx_replication/side_by_side.py on fake jobs: a resumable counter that saves on SIGTERM (as
 `longctx pretrain` saves last.ckpt), a failing job, a blocked one and one that ignores
 SIGTERM. Each call's outcome is checked against what the job itself recorded."""
 
@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from longctx.sweep.side_by_side import Job, run_side_by_side
+from longctx_replication.side_by_side import Job, run_side_by_side
 
 COUNTER = """
 import json, pathlib, signal, sys, time

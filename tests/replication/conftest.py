@@ -1,0 +1,11 @@
+"""Fixtures of the campaign's tests."""
+
+import pytest
+
+from tests.train.helpers import make_workspace
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory):
+    """A prepared tiny dataset and config for the tests that run a real `longctx pretrain`."""
+    return make_workspace(tmp_path_factory.mktemp("pretrain"))
