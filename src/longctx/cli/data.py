@@ -60,7 +60,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         return 0
     shard_only = {"--keep": args.keep, "--drop": args.drop, "--node-rank": args.node_rank, "--nodes": args.nodes > 1}
     if given := [flag for flag, value in shard_only.items() if value]:
-        raise DataError(f"{' '.join(given)} apply to sharded corpora (.jsonl, .jsonl.zst, .jsonl.gz, .parquet), not {sources[0]!r}")
+        raise DataError(
+            f"{' '.join(given)} apply to sharded corpora (.jsonl, .jsonl.zst, .jsonl.gz, .parquet), not {sources[0]!r}"
+        )
     prepare(sources[0], out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
     return 0
 
@@ -136,8 +138,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--keep", metavar="KEY=V[,V...]", help="keep only records whose KEY (e.g. meta.redpajama_set_name) is a V"
     )
     prep.add_argument(
-        "--drop", metavar="KEY=V[,V...]", help="drop records whose KEY is a V (SlimPajama without GitHub: "
-        "--drop meta.redpajama_set_name=RedPajamaGithub)"
+        "--drop",
+        metavar="KEY=V[,V...]",
+        help="drop records whose KEY is a V (SlimPajama without GitHub: "
+        "--drop meta.redpajama_set_name=RedPajamaGithub)",
     )
     prep.add_argument(
         "--on-bad-input",

@@ -284,7 +284,12 @@ def prepare_shards(
         name = f"round-{len(ledger['rounds']):05d}"
         summary = _run_round(storage.join(part, name), group, plan, tokenizer_spec, keep, chunk_bytes)
         ledger["rounds"].append(
-            {"dir": name, "shards": [s.name for s in group], "documents": summary["documents"], "tokens": summary["tokens"]}
+            {
+                "dir": name,
+                "shards": [s.name for s in group],
+                "documents": summary["documents"],
+                "tokens": summary["tokens"],
+            }
         )
         _write_json(ledger_path, ledger)
         tokens_now += summary["tokens"]
@@ -303,7 +308,9 @@ def prepare_shards(
     if nodes == 1:
         return join_parts(output_dir, 1, verbose=verbose)
     if verbose:
-        print(f"prepare: node {node_rank} of {nodes} done; once every node is, run `longctx prepare --join {output_dir} --nodes {nodes}`")
+        print(
+            f"prepare: node {node_rank} of {nodes} done; once every node is, run `longctx prepare --join {output_dir} --nodes {nodes}`"
+        )
     return ledger
 
 
@@ -334,7 +341,7 @@ def lengths_summary(lengths: np.ndarray) -> dict[str, float]:
     of hundreds of millions of documents."""
     lengths = np.asarray(lengths, dtype=np.int64)
     report: dict[str, float] = {
-        "count": int(len(lengths)),
+        "count": len(lengths),
         "total": int(lengths.sum()),
         "min": int(lengths.min()),
         "p10": float(np.percentile(lengths, 10)),
@@ -368,7 +375,11 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
                 raise DataError(f"node {rank}'s part was prepared with another {key} than node 0's")
     assigned = [name for ledger in ledgers for name in ledger["plan"]["assigned"]]
     prepared = [name for ledger in ledgers for entry in ledger["rounds"] for name in entry["shards"]]
-    if len(set(prepared)) != len(prepared) or sorted(prepared) != sorted(assigned) or len(assigned) != plan["shards_total"]:
+    if (
+        len(set(prepared)) != len(prepared)
+        or sorted(prepared) != sorted(assigned)
+        or len(assigned) != plan["shards_total"]
+    ):
         raise DataError(
             f"the parts under {storage.join(output_dir, PARTS_DIR)} do not cover the {plan['shards_total']} shards "
             f"exactly once ({len(prepared)} prepared, {len(set(prepared))} distinct)"
@@ -394,9 +405,12 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
     merged_index = json.loads(storage.read_bytes(storage.join(output_dir, INDEX_FILE)))
     chunk_records = [chunk for summary in summaries for chunk in summary["chunks"]]
     if len(chunk_records) != len(merged_index["chunks"]):
-        raise DataError(f"{output_dir}: merged {len(merged_index['chunks'])} chunks, the parts recorded {len(chunk_records)}")
+        raise DataError(
+            f"{output_dir}: merged {len(merged_index['chunks'])} chunks, the parts recorded {len(chunk_records)}"
+        )
     chunks = [
-        {**record, "file": chunk["filename"]} for record, chunk in zip(chunk_records, merged_index["chunks"], strict=True)
+        {**record, "file": chunk["filename"]}
+        for record, chunk in zip(chunk_records, merged_index["chunks"], strict=True)
     ]
     skipped: Counter = Counter()
     examples: list[dict] = []
@@ -431,4 +445,3 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
             f"{len(all_shards)} shards to {output_dir}; skipped {dict(skipped) or 'none'}, filtered {manifest['filtered']}"
         )
     return manifest
-

@@ -76,7 +76,7 @@ def _has_wildcard(spec: str) -> bool:
 
 def _glob_root(spec: str) -> Path:
     parts = Path(spec).parts
-    prefix = [p for p in parts[: next(i for i, p in enumerate(parts) if _has_wildcard(p))]]
+    prefix = list(parts[: next(i for i, p in enumerate(parts) if _has_wildcard(p))])
     return Path(*prefix) if prefix else Path(".")
 
 
@@ -158,7 +158,9 @@ class MetadataFilter:
         names = frozenset(v.strip() for v in values.split(",") if v.strip())
         if not sep or not key.strip() or not names:
             flag = "--keep" if keep else "--drop"
-            raise ShardError(f"{flag} {spec!r}: expected KEY=VALUE[,VALUE...], e.g. meta.redpajama_set_name=RedPajamaGithub")
+            raise ShardError(
+                f"{flag} {spec!r}: expected KEY=VALUE[,VALUE...], e.g. meta.redpajama_set_name=RedPajamaGithub"
+            )
         return cls(key.strip(), names, keep)
 
     def admits(self, record: dict) -> bool:
@@ -198,7 +200,9 @@ class _Reader:
 
     def bad(self, where: str, kind: str, detail: str) -> None:
         if not self.skip:
-            raise ShardError(f"{where}: {detail} (--on-bad-input skip skips such items and counts them in the manifest)")
+            raise ShardError(
+                f"{where}: {detail} (--on-bad-input skip skips such items and counts them in the manifest)"
+            )
         self.counts.skipped[kind] += 1
         if len(self.counts.examples) < EXAMPLES_KEPT:
             self.counts.examples.append({"where": where, "kind": kind, "detail": detail})
