@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import math
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
