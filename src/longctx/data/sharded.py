@@ -54,7 +54,7 @@ from longctx.data.corpus import LENGTH_WINDOWS, format_length_report
 from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, record_chunks
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.shards import EXAMPLES_KEPT, MetadataFilter, Shard, ShardCounts, file_sha256, find_shards, shard_texts
-from longctx.data.tokenizer import Tokenizer, load_tokenizer
+from longctx.data.tokenizer import Tokenizer
 from longctx.errors import DataError
 
 PARTS_DIR = "parts"
@@ -236,7 +236,9 @@ def prepare_shards(
     if num_workers < 1:
         raise DataError(f"--workers {num_workers}: need at least one worker")
     output_dir = str(output_dir)
-    tokenizer = load_tokenizer(tokenizer_spec)
+    from longctx.data.prepare import _worker_tokenizer
+
+    tokenizer = _worker_tokenizer(tokenizer_spec)  # loaded once: the forked workers inherit it
     manifest = _read_json(storage.join(output_dir, MANIFEST_FILE))
     if manifest is not None and manifest.get("complete"):
         if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
