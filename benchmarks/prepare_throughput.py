@@ -64,8 +64,9 @@ print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - start}))
 
 
 def write_shards(directory: Path, shards: int, megabytes: float, seed: int = 0) -> list[Path]:
-    import zstandard
     from pydoc_data.topics import topics
+
+    import zstandard
 
     prose = "\n\n".join(topics[name] for name in sorted(topics))
     rng = np.random.default_rng(seed)
