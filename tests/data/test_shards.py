@@ -100,10 +100,13 @@ def test_shards_are_found_recursively_in_a_stable_order(corpus):
         find_shards([str(root / "*.txt")])
 
 
-def test_every_format_is_prepared_with_exact_token_counts(tmp_path, corpus, tokenizer_path):
+def test_every_format_is_prepared_with_exact_token_counts(tmp_path, corpus, tokenizer_path, capsys):
     root, shards = corpus
     out = tmp_path / "out"
     assert main(["prepare", str(root), str(out), "--tokenizer", tokenizer_path, "--workers", "2"]) == 0
+    progress = [line for line in capsys.readouterr().out.splitlines() if "shards," in line]
+    assert [line.split()[1] for line in progress] == ["2/6", "4/6", "6/6"]
+    assert all("tokens/s" in line and "left" in line for line in progress)
     tokenizer = load_tokenizer(tokenizer_path)
     items = read_items(out)
     assert sorted(items) == expected_items(tokenizer, [row for rows in shards.values() for row in rows])
@@ -182,6 +185,22 @@ def test_a_killed_preparation_resumes_without_redoing_finished_shards(tmp_path, 
     assert [name for call in calls for name in call] == [name for name in sorted(shards) if name not in done]
     tokenizer = load_tokenizer(tokenizer_path)
     assert sorted(read_items(out)) == expected_items(tokenizer, [row for rows in shards.values() for row in rows])
+
+
+def test_a_part_started_with_other_settings_is_not_continued(tmp_path, corpus, tokenizer_path):
+    root, shards = corpus
+    out = tmp_path / "out"
+    node = ["prepare", str(root), str(out), "--tokenizer", tokenizer_path, "--nodes", "2", "--node-rank", "0"]
+    assert main(node) == 0
+    with pytest.raises(DataError, match="was started with other settings \\(text_key differ\\)"):
+        sharded.prepare_shards([str(root)], out, tokenizer_path, text_key="body", nodes=2, verbose=False)
+    assert main(node[:-4] + ["--nodes", "2", "--node-rank", "1"]) == 0
+    ledger_path = out / "parts" / "node-1-of-2" / "part.json"
+    ledger = json.loads(ledger_path.read_text())
+    ledger["rounds"][-1]["shards"].append(sorted(shards)[0])  # node 0's shard, claimed twice
+    ledger_path.write_text(json.dumps(ledger))
+    with pytest.raises(DataError, match="do not cover the 6 shards exactly once"):
+        sharded.join_parts(out, 2, verbose=False)
 
 
 BAD_LINES = {
