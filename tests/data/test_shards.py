@@ -194,7 +194,7 @@ def test_a_part_started_with_other_settings_is_not_continued(tmp_path, corpus, t
     assert main(node) == 0
     with pytest.raises(DataError, match="was started with other settings \\(text_key differ\\)"):
         sharded.prepare_shards([str(root)], out, tokenizer_path, text_key="body", nodes=2, verbose=False)
-    assert main(node[:-4] + ["--nodes", "2", "--node-rank", "1"]) == 0
+    assert main([*node[:-4], "--nodes", "2", "--node-rank", "1"]) == 0
     ledger_path = out / "parts" / "node-1-of-2" / "part.json"
     ledger = json.loads(ledger_path.read_text())
     ledger["rounds"][-1]["shards"].append(sorted(shards)[0])  # node 0's shard, claimed twice
