@@ -274,3 +274,14 @@ def test_prepare_stops_on_bad_input_or_counts_it_in_the_manifest(tmp_path, token
     by_name = {record["name"]: record for record in manifest["shards"]}
     assert by_name["c.jsonl"]["skipped"] == {"bad-json": 1} and by_name["c.jsonl"]["documents"] == 3
     assert manifest["documents"] == sum(record["documents"] for record in manifest["shards"])
+
+
+def test_an_unreadable_parquet_file_is_named(tmp_path):
+    shard = tmp_path / "broken.parquet"
+    write_shard(shard, records(0, 50))
+    shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
+    with pytest.raises(ShardError, match=f"{shard}:row 0: pyarrow cannot read the file"):
+        list(shard_texts(str(shard)))
+    counts = ShardCounts()
+    assert list(shard_texts(str(shard), on_bad_input="skip", counts=counts)) == []
+    assert counts.skipped == {"unreadable": 1}
