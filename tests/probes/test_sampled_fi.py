@@ -92,3 +92,13 @@ def test_the_interval_covers_at_its_nominal_rate():
         _, low, high = estimate_fi(sample, WINDOW, 0.1, seed=trial, replicates=100)
         covered += low[WINDOW - 1] <= truth <= high[WINDOW - 1]
     assert 0.9 <= covered / 200 <= 0.995
+
+
+def test_exact_fi_of_compressed_shards_counts_every_document(corpus, tmp_path):
+    """`longctx fi 'shards/*.jsonl.zst'` without --sample: every record, tokenised."""
+    from longctx.probes.dataset_fi import document_lengths
+
+    lengths = document_lengths(str(corpus / "shards" / "part-0.jsonl.zst"), str(corpus / "tok.json"))
+    assert len(lengths) == 3334 and lengths.min() >= 2
+    both = document_lengths(str(corpus / "shards" / "part-[01].jsonl.zst"), str(corpus / "tok.json"))
+    assert len(both) == 2 * 3334 and both[:3334].tolist() == lengths.tolist()
