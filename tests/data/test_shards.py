@@ -98,6 +98,13 @@ def test_shards_are_found_recursively_in_a_stable_order(corpus):
     assert [s.name for s in by_glob] == ["chunk2/sub/part-0.parquet", "chunk3/part-1.parquet", "plain.jsonl"]
     with pytest.raises(ShardError, match="holds no file ending"):
         find_shards([str(root / "*.txt")])
+    write_shard(root / "other" / "example_train_1.jsonl.zst", records(9, 2))
+    both = find_shards([str(root / "chunk1"), str(root / "other"), str(root / "chunk1")])
+    assert [s.name for s in both] == [
+        "example_train_0.jsonl.zst",
+        str(root / "chunk1" / "example_train_1.jsonl.zst"),  # the same relative name in two SRCs: the path
+        str(root / "other" / "example_train_1.jsonl.zst"),
+    ]
 
 
 def test_every_format_is_prepared_with_exact_token_counts(tmp_path, corpus, tokenizer_path, capsys):

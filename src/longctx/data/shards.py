@@ -114,7 +114,9 @@ def find_shards(specs: Sequence[str]) -> list[Shard]:
             if file.resolve() not in seen:
                 seen.add(file.resolve())
                 found.append(Shard(str(file), name, file.stat().st_size))
-    return found
+    names = Counter(shard.name for shard in found)
+    # Two SRCs holding the same relative name (a/x.jsonl, b/x.jsonl): those are named by their path.
+    return [Shard(s.path, s.path, s.bytes) if names[s.name] > 1 else s for s in found]
 
 
 def file_sha256(path: str | Path) -> str:
