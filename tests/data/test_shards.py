@@ -292,3 +292,37 @@ def test_an_unreadable_parquet_file_is_named(tmp_path):
     counts = ShardCounts()
     assert list(shard_texts(str(shard), on_bad_input="skip", counts=counts)) == []
     assert counts.skipped == {"unreadable": 1}
+
+
+def test_a_sigkilled_preparation_resumes_from_its_ledger(tmp_path, tokenizer_path):
+    """A real kill (SIGKILL to the run and its litdata workers) once the first round is in
+    the ledger: the rerun keeps that round and the dataset is exact."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "corpus"
+    shards = {f"s{number}.jsonl.gz": records(number, 2500) for number in range(4)}
+    for name, rows in shards.items():
+        write_shard(root / name, rows)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "longctx", "prepare", str(root), str(out), "--tokenizer", tokenizer_path]
+    run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ledger = out / "parts" / "node-0-of-1" / "part.json"
+    deadline = time.monotonic() + 120
+    while not (ledger.exists() and json.loads(ledger.read_text())["rounds"]):
+        assert run.poll() is None and time.monotonic() < deadline, "the run ended before its first round was recorded"
+        time.sleep(0.02)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    first = json.loads(ledger.read_text())["rounds"]
+    assert 1 <= len(first) < 4 and not (out / MANIFEST_FILE).exists()
+    stamp = (out / "parts" / "node-0-of-1" / "round-00000" / "round.json").stat().st_mtime_ns
+    assert main(command[3:]) == 0
+    rounds = json.loads(ledger.read_text())["rounds"]
+    assert rounds[: len(first)] == first and [s for r in rounds for s in r["shards"]] == sorted(shards)
+    assert (out / "parts" / "node-0-of-1" / "round-00000" / "round.json").stat().st_mtime_ns == stamp
+    tokenizer = load_tokenizer(tokenizer_path)
+    assert sorted(read_items(out)) == expected_items(tokenizer, [row for rows in shards.values() for row in rows])
