@@ -176,8 +176,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     prep.add_argument(
         "paths",
         nargs="*",
-        metavar="SRC... OUT",
-        help="sources then the output directory (or s3:// prefix). A source is a shard (.jsonl, .jsonl.zst, "
+        metavar="PATH",
+        help="SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard (.jsonl, .jsonl.zst, "
         ".jsonl.gz, .parquet), a directory searched recursively for shards, a quoted glob ('c/**/*.parquet'); "
         "or one of embedded | embedded:code | debian:PACKAGE | a directory of .txt/.md/.rst files",
     )
