@@ -6,7 +6,8 @@ SlimPajama-627B (the corpus of STRING §2-3 and Appendix A.2) ships as thousands
 `{"text": ..., "meta": {"redpajama_set_name": "RedPajamaC4"}}`; StarCoderData and
 FineWeb(-Edu) ship as parquet shards. This module finds such shards in a stable order and
 streams the text of each record: a shard is never held in memory (jsonl: one line at a
-time through a streaming decompressor; parquet: record batches of `PARQUET_BATCH_ROWS`).
+time through a streaming decompressor; parquet: record batches of `PARQUET_BATCH_ROWS` rows
+of only the columns needed, pyarrow holding at most one row group's column chunks).
 
     find_shards(["data/slimpajama/train", "more/*.parquet"])   # sorted Shard list
     shard_texts(path, text_key="text", keep=MetadataFilter.parse("meta.redpajama_set_name=RedPajamaGithub", keep=False))
