@@ -1,6 +1,7 @@
 """Prepared datasets in an object store: `prepare` writes to s3://, `PackedSource` and
 `pretrain` read from it, against a real S3-compatible server (moto) on 127.0.0.1."""
 
+import io
 import json
 import uuid
 
@@ -150,3 +151,21 @@ def test_a_remote_dataset_records_its_chunks_and_full_verify_downloads_and_check
         source.read(0, 10)
     assert main(["prepare", "--verify", url]) == 2
     assert f"{url}/{name}: chunk checksum is sha256 {hashlib.sha256(damaged).hexdigest()}" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # ~55 s on one core: three litdata uploads to the local server and a merge
+def test_sharded_corpus_prepared_on_two_nodes_and_joined_in_the_store(s3_bucket, corpus, tmp_path):
+    """Each node writes its part under the prefix; --join merges them there (litdata's
+    merge_datasets copying objects) into what PackedSource streams."""
+    lines = (corpus / "corpus.jsonl").read_text().splitlines(keepends=True)
+    for number in range(3):
+        (tmp_path / "shards" / f"s{number}.jsonl").parent.mkdir(exist_ok=True)
+        (tmp_path / "shards" / f"s{number}.jsonl").write_text("".join(lines[number::3]))
+    url = f"s3://{s3_bucket}/sharded/data"
+    node = ["prepare", str(tmp_path / "shards"), url, "--tokenizer", str(corpus / "tokenizer.json"), "--nodes", "2"]
+    assert main([*node, "--node-rank", "0"]) == 0 and main([*node, "--node-rank", "1"]) == 0
+    assert main(["prepare", "--join", url, "--nodes", "2"]) == 0
+    local = np.load(corpus / "local" / LENGTHS_FILE)
+    remote = np.load(io.BytesIO(storage.read_bytes(storage.join(url, LENGTHS_FILE))))
+    assert sorted(remote.tolist()) == sorted(local.tolist()) and read_manifest(url)["documents"] == len(lines)
+    assert main(["prepare", "--verify", url]) == 0

@@ -19,7 +19,7 @@ from longctx.data.packing import (
     pad_documents_row,
     tokens_per_step,
 )
-from longctx.errors import DataError
+from longctx.errors import ConfigError, DataError
 from tests.data.helpers import EOS, random_documents, write_token_dataset
 
 
@@ -378,3 +378,22 @@ def test_loader_workers_yield_the_in_process_batches_in_order(tmp_path, start_ro
         assert expected.keys() == got.keys()
         for key in expected:
             assert torch.equal(expected[key], got[key]), key
+
+
+def test_more_nodes_than_the_config_was_written_for_is_a_located_config_error(monkeypatch, capsys):
+    """`torchrun --nnodes 2 ... -m longctx pretrain experiments/pretrain/tiny_512.yaml`: one
+    line naming the key, where it was set and the nearest valid values; no traceback, and
+    nothing prepared or built first."""
+    from longctx.cli import main
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr("longctx.data.sources.prepared_sources", lambda *a: pytest.fail("prepared data first"))
+    assert main(["pretrain", "experiments/pretrain/tiny_512.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("longctx pretrain: error: train.global_batch_tokens: 4,096 is not a multiple of")
+    assert "512 x 8 x 2 = 8,192; the nearest valid values are 8,192 " in err
+    assert "divides into world sizes 1" in err and "tiny_512.yaml:13" in err
+    with pytest.raises(ConfigError, match="the nearest valid values are 2,048 or 3,072"):
+        tokens_per_step(512, 1, 2, 2560)

@@ -34,7 +34,9 @@ def test_prepare_tokenises_every_good_document_and_reports_the_rest(tmp_path, to
     ]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("\n".join(lines) + "\n")
-    assert main(["prepare", str(corpus), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]) == 0
+    out = ["prepare", str(corpus), str(tmp_path / "out"), "--tokenizer", str(tokenizer_path)]
+    assert main(out) == 2  # bad input stops the run unless a skip policy is given
+    assert main([*out, "--on-bad-input", "skip"]) == 0
 
     manifest = json.loads((tmp_path / "out" / MANIFEST_FILE).read_text())
     tokenizer = load_tokenizer(str(tokenizer_path))

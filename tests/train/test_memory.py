@@ -67,7 +67,9 @@ def test_paper_configs_fit_one_80_gib_device_and_keep_the_paper_batch(path):
     assert config.train.global_batch_tokens == 4_194_304
     estimate = estimate_memory(config, world_size=1, precision=config.train.precision)
     check_fits(estimate, H100_BYTES, config)
-    assert config.data.path == ""  # the embedded corpus, prepared on first use
+    assert config.data.path == "data/slimpajama-llama3"  # a prepared SlimPajama (docs/data.md)
+    tokens_between_probes = config.probe.niah_every_steps * config.train.global_batch_tokens
+    assert abs(tokens_between_probes - 10e9) < 0.001 * 10e9  # NIAH every 10B tokens, as STRING probes
 
 
 @pytest.mark.parametrize("path", PAPER_CONFIGS)
@@ -82,3 +84,18 @@ def test_the_old_paper_settings_are_refused_naming_the_knob(path):
     message = str(error.value)
     assert "train.micro_batch_size" in message and "train.loss_chunk_tokens" in message
     assert "train.activation_checkpointing" in message
+
+
+def test_tinyllama_data_mixture_is_slimpajama_without_github_and_starcoderdata_7_to_3(capsys):
+    """TinyLlama's pretraining data as a `data.mixture`, validated offline by `longctx config`."""
+    from longctx.cli import main
+
+    path = "experiments/pretrain/tinyllama_1b_2k_mixture.yaml"
+    assert main(["config", path]) == 0 and "data/starcoderdata-llama3" in capsys.readouterr().out
+    config = load([path], [])
+    assert [source.path for source in config.data.mixture] == [
+        "data/slimpajama-nogithub-llama3",
+        "data/starcoderdata-llama3",
+    ]
+    assert config.data.source_weights() == pytest.approx([0.7, 0.3]) and config.data.path == ""
+    assert config.probe.niah_every_steps == load([PAPER_CONFIGS[0]], []).probe.niah_every_steps

@@ -9,14 +9,56 @@ from pathlib import Path
 from longctx.errors import DataError
 
 
+def _is_sharded(sources: list[str]) -> bool:
+    """Shard files, globs, or directories holding shards (data/shards.py) rather than the
+    one-string sources of data/corpus.py (embedded, debian:PACKAGE, a directory of text files)."""
+    from longctx.data.shards import is_shard
+
+    if len(sources) != 1:
+        return True
+    spec = sources[0]
+    if any(c in spec for c in "*?[") or is_shard(spec):
+        return True
+    path = Path(spec)
+    return path.is_dir() and any(p.is_file() and is_shard(p.name) for p in path.rglob("*"))
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from longctx.data.prepare import prepare
 
     if args.verify:
         return verify_prepared(args.verify)
-    if not (args.source and args.out_dir):
-        raise DataError("longctx prepare needs SOURCE and OUT_DIR (or --verify DIR)")
-    prepare(args.source, args.out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
+    if args.join:
+        from longctx.data.sharded import join_parts
+
+        join_parts(args.join, args.nodes)
+        return 0
+    if len(args.paths) < 2:
+        raise DataError("longctx prepare needs SRC... OUT_DIR (or --verify DIR, or --join OUT_DIR --nodes N)")
+    *sources, out_dir = args.paths
+    if _is_sharded(sources):
+        from longctx.data.sharded import prepare_shards
+
+        keep = _metadata_filter(args)
+        prepare_shards(
+            sources,
+            out_dir,
+            args.tokenizer,
+            text_key=args.text_key,
+            keep=keep,
+            on_bad_input=args.on_bad_input,
+            num_workers=args.workers,
+            node_rank=args.node_rank,
+            nodes=args.nodes,
+            chunk_bytes=args.chunk_bytes,
+        )
+        return 0
+    shard_only = {"--keep": args.keep, "--drop": args.drop, "--node-rank": args.node_rank, "--nodes": args.nodes > 1}
+    if given := [flag for flag, value in shard_only.items() if value]:
+        raise DataError(
+            f"{' '.join(given)} apply to sharded corpora (.jsonl, .jsonl.zst, .jsonl.gz, .parquet), not {sources[0]!r}"
+        )
+    prepare(sources[0], out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
     return 0
 
 
@@ -38,11 +80,51 @@ def verify_prepared(directory: str) -> int:
     return 0
 
 
+def _metadata_filter(args: argparse.Namespace):
+    from longctx.data.shards import MetadataFilter
+
+    if args.keep and args.drop:
+        raise DataError("--keep and --drop: give one metadata filter")
+    if args.keep or args.drop:
+        return MetadataFilter.parse(args.keep or args.drop, keep=bool(args.keep))
+    return None
+
+
+def cmd_sampled_fi(args: argparse.Namespace) -> int:
+    from longctx.probes.sampled_fi import sampled_fi, write_sampled
+
+    if not _is_sharded(args.data):
+        raise DataError(f"--sample reads shards (.jsonl, .jsonl.zst, .jsonl.gz, .parquet); {args.data} holds none")
+    result = sampled_fi(
+        args.data,
+        args.tokenizer,
+        args.window,
+        args.sample,
+        args.seed,
+        text_key=args.text_key,
+        keep=_metadata_filter(args),
+        on_bad_input=args.on_bad_input,
+        replicates=args.bootstrap,
+    )
+    for line in result.summary_lines():
+        print(line)
+    numbers, figure = write_sampled(result, args.out)
+    print(f"wrote {numbers} and {figure}")
+    return 0
+
+
 def cmd_fi(args: argparse.Namespace) -> int:
     import numpy as np
 
     from longctx.probes.dataset_fi import document_lengths, figure1_frequencies, packed_rows_fi, write_outputs
 
+    if args.sample is not None:
+        return cmd_sampled_fi(args)
+    if len(args.data) != 1:
+        raise DataError(
+            f"longctx fi counts one dataset or source at a time (got {len(args.data)}); --sample reads several"
+        )
+    args.data = args.data[0]
     result = figure1_frequencies(document_lengths(args.data, args.tokenizer), args.window)
     if args.doc_mask is not None:
         from longctx.data.prepare import read_manifest
@@ -70,21 +152,53 @@ def cmd_fi(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_record_options(parser: argparse.ArgumentParser) -> None:
+    """How records of shards are read (data/shards.py): shared by prepare and fi --sample."""
+    parser.add_argument("--text-key", default="text", help="the records' text field (dotted for nested)")
+    parser.add_argument(
+        "--keep", metavar="KEY=V[,V...]", help="keep only records whose KEY (e.g. meta.redpajama_set_name) is a V"
+    )
+    parser.add_argument(
+        "--drop",
+        metavar="KEY=V[,V...]",
+        help="drop records whose KEY is a V (SlimPajama without GitHub: --drop meta.redpajama_set_name=RedPajamaGithub)",
+    )
+    parser.add_argument(
+        "--on-bad-input",
+        choices=("error", "skip"),
+        default="error",
+        help="a bad line, record or shard: stop naming shard and line (error), or skip it and count it in the manifest",
+    )
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     prep = commands.add_parser("prepare", help="tokenise a corpus into a litdata-optimized dataset")
     prep.add_argument(
-        "source", nargs="?", help="embedded | embedded:code | debian:PACKAGE | FILE.jsonl | FILE.parquet | DIR"
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard (.jsonl, .jsonl.zst, "
+        ".jsonl.gz, .parquet), a directory searched recursively for shards, a quoted glob ('c/**/*.parquet'); "
+        "or one of embedded | embedded:code | debian:PACKAGE | a directory of .txt/.md/.rst files",
     )
-    prep.add_argument("out_dir", nargs="?", help="output directory")
     prep.add_argument(
         "--verify", metavar="DIR", help="check a prepared dataset: every chunk's size and SHA-256 (nothing is written)"
     )
     prep.add_argument("--tokenizer", default="bpe-8192", help="bpe-8192 | llama3 | cl100k | path to tokenizer.json")
     prep.add_argument("--workers", type=int, default=1, help="litdata worker processes")
     prep.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size")
+    _add_record_options(prep)
+    prep.add_argument("--node-rank", type=int, default=0, help="this node, of --nodes: it takes every N-th shard")
+    prep.add_argument("--nodes", type=int, default=1, help="nodes preparing the corpus together (then --join)")
+    prep.add_argument("--join", metavar="OUT", help="merge the --nodes parts under OUT/parts into the dataset OUT")
     prep.set_defaults(run=cmd_prepare)
     fi = commands.add_parser("fi", help="f(i) and document lengths of a dataset (STRING Figure 1), no training")
-    fi.add_argument("data", help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR)")
+    fi.add_argument(
+        "data",
+        nargs="+",
+        help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR); with --sample, shards, "
+        "directories and globs as `longctx prepare` reads them",
+    )
     fi.add_argument("--window", type=int, required=True, help="training length L")
     fi.add_argument("--tokenizer", default="bpe-8192", help="for corpus sources that are not prepared")
     fi.add_argument("--doc-mask", choices=("true", "false"), help="also count one epoch of packed rows in this mode")
@@ -93,4 +207,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     fi.add_argument("--target-length", type=int, default=0, help="the transform's target length (default 4 x window)")
     fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
+    fi.add_argument(
+        "--sample",
+        type=float,
+        metavar="FRACTION",
+        help="estimate f(i) and the length histogram from this fraction of the documents, drawn uniformly at "
+        "random and scaled by 1/FRACTION, with a bootstrap 95%% interval (a corpus too large to tokenise)",
+    )
+    fi.add_argument("--seed", type=int, default=0, help="--sample's draw (and its bootstrap)")
+    fi.add_argument("--bootstrap", type=int, default=200, help="--sample's bootstrap replicates")
+    _add_record_options(fi)
     fi.set_defaults(run=cmd_fi)

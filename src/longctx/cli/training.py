@@ -9,6 +9,19 @@ from longctx import config as config_module
 from longctx.cli.common import split_overrides, user_tokenizer
 
 
+def check_world_size(cfg: config_module.ExperimentConfig, paths: list[str], overrides: list[str]) -> None:
+    """The global batch against this launch's world size, before any data is prepared: a
+    config written for fewer devices than torchrun started is a `ConfigError` on
+    `train.global_batch_tokens` naming the nearest valid values and where it was set."""
+    from longctx.errors import ConfigError
+    from longctx.train.trainer import batch_plan, world_size_from_environment
+
+    try:
+        batch_plan(cfg, world_size_from_environment(cfg))
+    except ConfigError as error:
+        raise config_module.locate(error, paths, overrides) from None
+
+
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from longctx.data.sources import prepared_sources
     from longctx.model_tokenizer import tokenizer_for_model
@@ -16,6 +29,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
     paths, overrides = split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
+    check_world_size(cfg, paths, overrides)
     tokenizer = tokenizer_for_model(cfg.init, user_tokenizer(cfg.data.tokenizer))
     sources = prepared_sources(cfg, tokenizer)
     trainer = pretrain(cfg, sources, tokenizer)
@@ -31,6 +45,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     paths, overrides = split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
     check_sft_config(cfg)
+    check_world_size(cfg, paths, overrides)
     trainer = finetune(cfg, tokenizer_for_model(cfg.init, user_tokenizer(cfg.data.tokenizer)))
     if trainer.is_global_zero:
         print(f"run directory: {cfg.train.out_dir}\ncheckpoint:    {cfg.train.out_dir}/checkpoints/last.ckpt")

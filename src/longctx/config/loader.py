@@ -89,6 +89,18 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
         raise ConfigError(getattr(error, "full_key", "?") or "?", str(error)) from None
 
 
+def locate(error: ConfigError, paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ConfigError:
+    """`error` with where its key (and related keys) were set among the YAML files and
+    overrides `load` read: for checks that need more than the config (the world size a
+    launch gives), made after loading."""
+    locations: dict[str, str] = {}
+    for source in [s for path in paths for s in _read_yaml(Path(path), chain=())] + [
+        _read_override(text) for text in overrides if text.partition("=")[0].strip() != "inherit"
+    ]:
+        locations.update(source.locations)
+    return _located(error, locations)
+
+
 def to_yaml(config: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
 

@@ -14,6 +14,7 @@ Paths are strings: `pathlib.Path("s3://b/x")` collapses the `//` into `s3:/b/x`.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -68,3 +69,14 @@ def write_bytes(path: str | Path, data: bytes) -> None:
         local = Path(scratch) / "file"
         local.write_bytes(data)
         _provider(str(path)).upload_file(str(local), str(path))
+
+
+def copy(source: str | Path, target: str | Path) -> None:
+    """Copy one file (both local, or both in an object store)."""
+    if is_remote(source) != is_remote(target):
+        raise ValueError(f"copy from {source} to {target}: both must be local or both remote")
+    if not is_remote(source):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        return
+    _provider(str(target)).copy(str(source), str(target))
