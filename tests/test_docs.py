@@ -59,7 +59,7 @@ device calls' results land once measured); other projects' paths, told apart by 
 project named on the line or the two before it (`other_project`)."""
 OTHER_PROJECTS = re.compile(
     r"transformers|litgpt|TinyLlama|RULER|lm-eval|lm_eval|nanochat|torchtitan|HELMET|flash.attn|STRING (?:authors|copy|repo)|"
-    r"InfiniteBench's|site-packages|github|the authors'|upstream|reference code|vLLM|SkipAlign's repo|LongRecipe's repo"
+    r"InfiniteBench's|SlimPajama|StarCoderData|FineWeb|site-packages|github|the authors'|upstream|reference code|vLLM|SkipAlign's repo|LongRecipe's repo"
 )
 
 
