@@ -200,11 +200,11 @@ def layout_sync_allowed() -> Iterator[None]:
         finally:
             torch.cuda.set_sync_debug_mode(mode)
 
-    attention_module._flash_cu_seqlens = allowed  # type: ignore[assignment]
+    attention_module._flash_cu_seqlens = allowed
     try:
         yield
     finally:
-        attention_module._flash_cu_seqlens = original  # type: ignore[assignment]
+        attention_module._flash_cu_seqlens = original
 
 
 def run_steps(
