@@ -119,7 +119,7 @@ def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "fla
     """Name -> a function that raises on failure and returns what it measured. `backend`:
     the packed-varlen backend the attention checks run on (flash; varlen in the CPU smoke)."""
     flash_tokens, band_tokens = (64, 48) if smoke else (4096, 8192)
-    step_shape = {"preset": "debug", "window": 64} if smoke else {"preset": "tinyllama-1.1b", "window": 2048}
+    preset, window = ("debug", 64) if smoke else ("tinyllama-1.1b", 2048)
     kill = {"kill_after": 7, "max_steps": 12} if smoke else {"kill_after": 12, "max_steps": 100}
 
     def flash() -> str:
@@ -131,10 +131,10 @@ def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "fla
         return "cos/sin within m theta 2^-23 + 4e-6"
 
     def no_sync() -> str:
-        losses = run_steps(backend, rows=2, micro_batches=2, steps=2, device=device, **step_shape)  # type: ignore[arg-type]
+        losses = run_steps(backend, preset, window, rows=2, micro_batches=2, steps=2, device=device)
         assert all(torch.isfinite(torch.tensor(losses))), losses
         mode = '"error" mode' if device.type == "cuda" else "CPU: no sync-debug mode"
-        return f"{step_shape['preset']}, losses {', '.join(f'{loss:.3f}' for loss in losses)} ({mode})"
+        return f"{preset}, losses {', '.join(f'{loss:.3f}' for loss in losses)} ({mode})"
 
     def kill_resume() -> str:
         pairs = kill_and_resume_losses(scratch / "kill", cuda=device.type == "cuda", **kill)
@@ -150,7 +150,7 @@ def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "fla
         f"{backend} {tokens}, fwd+bwd vs fp32": flash,
         **{f"band {name} {band}": band_check(name, band_tokens, device, backend) for name in BAND_METHODS},
         "rope bf16-true": rope,
-        f"no sync, {step_shape['preset']} {backend} step": no_sync,
+        f"no sync, {preset} {backend} step": no_sync,
         "kill + resume (fsdp, compile)" if not smoke else "kill + resume": kill_resume,
     }
 
