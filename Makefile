@@ -120,13 +120,13 @@ test: $(STAMP)
 
 # ruff (lint + format check) over the code, mypy over src/. `make format` applies ruff's fixes.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks scripts
+	$(BIN)/ruff format src tests benchmarks scripts
 
 # Regenerate the golden loss curve after an intended change of the training numerics.
 golden: $(STAMP)
@@ -146,13 +146,14 @@ test-gpu:
 # runbook"): parts correctness, training, kernels, long-context, each in its own process with
 # a hard limit, tables in $(BENCH_OUT) as each part ends, the summary gpu_check.md last; exit 1
 # if a correctness check failed. `make gpu-check PARTS="kernels long-context"` reruns parts.
-# The repository root goes on PYTHONPATH too: the correctness part calls the `gpu` tests' functions.
+# The driver lives in scripts/device/; its parts are the benchmarks/ timing scripts and the
+# correctness checks of longctx.gpu_checks (scripts/device/gpu_check_correctness.py).
 PARTS ?=
 gpu-check:
-	PYTHONPATH=src:.$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) benchmarks/gpu_check.py \
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) scripts/device/gpu_check.py \
 		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS))
 
-# RULER's generators on the GPU machine (benchmarks/real_ruler.py, issue 32 item 6) need
+# RULER's generators on the GPU machine (scripts/device/real_ruler.py) need
 # wheels the shared staging script does not fetch (../shared/gpu/prepare-device.sh): staged
 # in .device-ruler/ (git-ignored, ~8 MB), kept out of .device/ so the model's 32 MiB parts
 # still travel beside .device in one call (64 MiB a call). Carry it with the RULER call and

@@ -5,7 +5,7 @@ from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 CITATION = re.compile(r"(?:docs/)?([a-z_]+)\.md,? §(\d+(?:\.\d+)*)")
-SEARCHED = ("src", "tests", "benchmarks", "analysis", "docs", "README.md", "Makefile")
+SEARCHED = ("src", "tests", "benchmarks", "scripts", "analysis", "docs", "README.md", "Makefile")
 
 
 def sections(markdown: str) -> set[str]:

@@ -1,27 +1,69 @@
-"""`make gpu-check` (benchmarks/gpu_check.py): its CPU smoke runs every part end to end, so
-that a GPU session loses no minute to a typo or an import error; and its limits hold: a
+"""`make gpu-check` (scripts/device/gpu_check.py): its CPU smoke runs every part end to end,
+so that a GPU session loses no minute to a typo or an import error; its limits hold: a
 part past its budget is stopped and reported, the next part still runs, and a failed
-correctness check makes the exit status non-zero."""
+correctness check makes the exit status non-zero; and every correctness check
+(scripts/device/gpu_check_correctness.py) runs its flash path on CPU at tiny sizes through
+the CPU stand-in of torch's varlen kernel, installed here (the script itself imports no test
+code, so its own smoke runs on the pure-torch `varlen` backend)."""
 
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.helpers import gpu_image_environment
+from tests.model import varlen_stand_in
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPOSITORY / "benchmarks"))
+DEVICE_SCRIPTS = REPOSITORY / "scripts" / "device"
+SAVED_PATH = list(sys.path)
+sys.path.insert(0, str(DEVICE_SCRIPTS))
 import gpu_check  # noqa: E402  (a script directory, not a package)
+import gpu_check_correctness  # noqa: E402
 
-sys.path.remove(str(REPOSITORY / "benchmarks"))
+sys.path[:] = SAVED_PATH  # the scripts put benchmarks/ on it too
+
+CPU = torch.device("cpu")
+IN_PROCESS = [name for name in gpu_check_correctness.checks(True, CPU, Path("unused")) if name != "kill + resume"]
+"""Every correctness check but the kill + resume, whose pretrains run in processes of their
+own (no stand-in reaches them; on CPU they train on varlen either way): the smoke below runs it."""
+
+
+@pytest.mark.parametrize("name", IN_PROCESS)
+def test_every_correctness_check_passes_on_the_flash_path_at_tiny_sizes(name, tmp_path, monkeypatch):
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    check = gpu_check_correctness.checks(True, CPU, tmp_path, backend="flash")[name]
+    assert check()
+
+
+def test_the_in_process_checks_and_the_smoke_cover_every_check():
+    names = list(gpu_check_correctness.checks(True, CPU, Path("unused")))
+    assert len(names) == 9 and names[-1] == "kill + resume" and names[:-1] == IN_PROCESS
+
+
+def test_a_correctness_check_can_fail(tmp_path, monkeypatch):
+    """A band method whose flash path is wrong (the stand-in's scale doubled) is caught."""
+    real = varlen_stand_in.STAND_INS["torch-2.14"]
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    import torch.nn.attention.varlen
+
+    @functools.wraps(real)  # the same signature: flash.py reads its parameters
+    def off(*args, scale=None, **kwargs):
+        return real(*args, scale=2 * (args[0].shape[-1] ** -0.5 if scale is None else scale), **kwargs)
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", off)
+    check = gpu_check_correctness.checks(True, CPU, tmp_path, backend="flash")["band string 48"]
+    with pytest.raises(AssertionError, match="relative errors"):
+        check()
 
 
 def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path):
     out = tmp_path / "out"
-    command = [sys.executable, "benchmarks/gpu_check.py", "--smoke", "--out", str(out)]
+    command = [sys.executable, "scripts/device/gpu_check.py", "--smoke", "--out", str(out)]
     env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
     logs = "".join(path.read_text()[-2000:] for path in sorted(out.glob("*.log")))
@@ -40,7 +82,7 @@ def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path)
 def script(tmp_path: Path, name: str, body: str) -> str:
     path = tmp_path / f"{name}.py"
     path.write_text("import sys, time, pathlib\nout = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n" + body)
-    return str(path)  # absolute: gpu_check joins it to benchmarks/ unchanged
+    return str(path)  # absolute: gpu_check joins it to the repository root unchanged
 
 
 CORRECTNESS_TABLE = (
@@ -78,7 +120,7 @@ def test_exit_status_is_non_zero_when_a_correctness_check_failed(tmp_path, body,
 
 
 def test_parts_option_names_only_known_parts(tmp_path):
-    command = [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path), "--parts", "speed"]
+    command = [sys.executable, "scripts/device/gpu_check.py", "--out", str(tmp_path), "--parts", "speed"]
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown parts ['speed']" in result.stderr
 

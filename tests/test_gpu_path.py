@@ -5,9 +5,6 @@ killed mid-run and resumed, and a NIAH run on CUDA. Written against documented t
 they run on both the GPU image's torch 2.11 and the pinned 2.14."""
 
 import json
-import os
-import signal
-import time
 
 import pytest
 import torch
@@ -15,6 +12,7 @@ import torch
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
+from longctx.gpu_checks import RESUME_TOLERANCE, assert_backend_matches_fp32_sdpa, document_rows, kill_and_resume_losses
 from longctx.model.attention import attention, build_mask
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
@@ -32,16 +30,6 @@ def require(backend: str) -> None:
         pytest.importorskip("xformers")
 
 
-def document_rows(total: int, device: torch.device = CUDA) -> torch.Tensor:
-    """Row 0: four packed documents (one of a single token); row 1: one document."""
-    return torch.stack(
-        [
-            packed_document_ids([total // 4, 1, total // 2, total - total // 4 - total // 2 - 1])[0],
-            torch.zeros(total, dtype=torch.long),
-        ]
-    ).to(device)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("q_len", [256, 9, 1], ids=["prefill", "chunk", "decode"])
 def test_backend_matches_sdpa_forward(backend, q_len):
@@ -54,31 +42,10 @@ def test_backend_matches_sdpa_forward(backend, q_len):
     torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=0)
 
 
-def assert_backend_matches_fp32_sdpa(backend: str, total: int, device: torch.device = CUDA) -> float:
-    """`backend` in bf16 on 2 rows of `total` tokens (packed documents, GQA 8/2 heads of 64)
-    against the fp32 dense-mask sdpa reference: output within 2e-2, q/k/v gradients within
-    5% of each gradient's largest entry. Returns the largest error relative to its bound.
-    `make gpu-check` runs it at 4K (benchmarks/gpu_check_correctness.py)."""
-    docs = document_rows(total, device)
-    inputs = [t.to(device) for t in random_qkv(2, total, total, heads=8, kv_heads=2, dim=64, dtype=torch.bfloat16)]
-    grad_out = torch.randn(2, total, 8, 64, device=device)
-    results = {}
-    for name, dtype in ((backend, torch.bfloat16), ("sdpa", torch.float32)):
-        q, k, v = (t.to(dtype).requires_grad_() for t in inputs)
-        out = attention(q, k, v, document_ids=docs, backend=name)
-        results[name] = (out.detach(), *torch.autograd.grad(out, (q, k, v), grad_out.to(dtype)))
-    worst = 0.0
-    for index, (got, expected) in enumerate(zip(results[backend], results["sdpa"], strict=True)):
-        bound = 2e-2 if index == 0 else 5e-2 * expected.abs().max().item()
-        torch.testing.assert_close(got.float(), expected, atol=bound, rtol=0)
-        worst = max(worst, (got.float() - expected).abs().max().item() / bound)
-    return worst
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_matches_sdpa_backward(backend):
     require(backend)
-    assert_backend_matches_fp32_sdpa(backend, 256)
+    assert_backend_matches_fp32_sdpa(backend, 256, CUDA)
 
 
 @pytest.mark.parametrize("backend", ["sdpa", *BACKENDS])
@@ -171,65 +138,6 @@ def test_string_prefill_at_32k_fits_in_linear_memory():
     assert torch.isfinite(logits).all()
     extra_gib = (torch.cuda.max_memory_allocated() - before) / 2**30
     assert extra_gib < 8, f"StRing prefill at 32K used {extra_gib:.1f} GiB above weights and cache"
-
-
-RESUME_TOLERANCE = 2e-2
-"""Losses of a resumed run vs the uninterrupted one (absolute): flash backward (atomic adds)
-and compiled kernels are not bitwise deterministic on CUDA."""
-CHECKPOINT_EVERY = 5
-
-
-def logged_losses(out_dir) -> dict[int, float]:
-    """The losses a running pretrain has logged so far (none while its line is half written)."""
-    from tests.train.helpers import losses
-
-    try:
-        return losses(out_dir) if (out_dir / "metrics.jsonl").exists() else {}
-    except json.JSONDecodeError:
-        return {}
-
-
-def kill_and_resume_losses(root, cuda: bool = True, kill_after: int = 12, max_steps: int = 100) -> dict[int, tuple]:
-    """`longctx pretrain` of the debug preset (fsdp + compile + bf16-mixed + flash on CUDA;
-    on CPU the defaults, for the smoke) killed (SIGKILL, its process group) once it has
-    logged step `kill_after`, then resumed from its last checkpoint before that step and
-    run to `max_steps`. Returns {step: (killed run's loss, resumed run's loss)} for the
-    steps both ran after the checkpoint. `make gpu-check` calls it; the gpu test below too."""
-    from tests.train.helpers import finish, launch, losses, make_workspace, overrides
-
-    workspace = make_workspace(root / "workspace")
-    settings = {
-        "train.max_steps": max_steps,
-        "train.checkpoint_every_steps": CHECKPOINT_EVERY,
-        "probe.fi": "false",
-        "log.wandb_mode": "disabled",  # the GPU image has no wandb
-        "train.loader_workers": 2,  # rows from worker processes: resume must stay exact
-    }
-    if cuda:
-        settings |= {
-            "model.attention_backend": "auto",
-            "train.precision": "bf16-mixed",
-            "train.strategy": "fsdp",
-            "train.compile": "true",
-        }
-    first, log = root / "killed", root / "killed.log"
-    process = launch(overrides(workspace, first, **settings), log=log)
-    try:
-        while process.poll() is None and max(logged_losses(first), default=0) < kill_after:
-            time.sleep(0.05)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    killed = logged_losses(first)
-    assert max(killed, default=0) >= kill_after, log.read_text()[-4000:]
-    resume_step = (kill_after - 1) // CHECKPOINT_EVERY * CHECKPOINT_EVERY
-    checkpoint = first / "checkpoints" / f"step-{resume_step:07d}.ckpt"
-    assert checkpoint.exists(), sorted(p.name for p in (first / "checkpoints").iterdir())
-    second = root / "resumed"
-    finish(launch([*overrides(workspace, second, **settings), f"train.resume={checkpoint}"]), timeout=900)
-    resumed = losses(second)
-    return {step: (killed[step], resumed[step]) for step in sorted(killed) if step > resume_step}
 
 
 @pytest.mark.slow

@@ -25,13 +25,16 @@ LAYERS = {
     "eval": 4,
     "analysis": 5,
     "sweep": 5,
+    "gpu_checks": 5,
     "cli": 6,
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
 setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
-analysis, sweep < cli; eval (benchmarks on the
-evaluation engine) sits beside train. A module imports
+analysis, sweep, gpu_checks < cli; eval (benchmarks on the evaluation engine) sits beside
+train; gpu_checks (the GPU path's numerical checks that the `gpu` tests and `make
+gpu-check` share: it drives the model, a training step and a pretrain) beside analysis and
+sweep. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
 

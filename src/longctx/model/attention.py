@@ -438,7 +438,7 @@ class _FlashSegments:
     per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
     Finding the document boundaries (`document_segments`, a `nonzero`) is the path's one
     remaining synchronisation, once per forward, named and justified in batch.py
-    (tests/train/test_gpu_train.py allows it there and nowhere else)."""
+    (longctx.gpu_checks.layout_sync_allowed allows it there and nowhere else)."""
 
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor

@@ -1,10 +1,11 @@
-"""STRING Table 1 on SmolLM2-135M-Instruct at 500 tests per cell on the GPU (issue 32), in
-calls that fit one device command each.
+"""STRING Table 1 on SmolLM2-135M-Instruct at 500 tests per cell on the GPU, in calls that
+fit one device command each (a device driver: the tables it writes are the real-model
+results of docs/real_models.md, not timings).
 
-    python3 benchmarks/real_table1.py table MODEL_DIR --out $OUT [--resume-from CELLS.tar.xz]
-    python3 benchmarks/real_table1.py agreement MODEL_DIR --out $OUT [--resume-from ...]
-    python3 benchmarks/real_table1.py side-by-side MODEL_DIR --out $OUT
-    python3 benchmarks/real_table1.py smoke --out DIR            # all three on CPU, tiny model
+    python3 scripts/device/real_table1.py table MODEL_DIR --out $OUT [--resume-from CELLS.tar.xz]
+    python3 scripts/device/real_table1.py agreement MODEL_DIR --out $OUT [--resume-from ...]
+    python3 scripts/device/real_table1.py side-by-side MODEL_DIR --out $OUT
+    python3 scripts/device/real_table1.py smoke --out DIR            # all three on CPU, tiny model
 
 - `table`: the nine arms of experiments/real/smollm2_table1.yaml at `--length` (8,192, the
   training length, first; then 6K, 4K, 2K in later calls), `--tests` (500) per cell, bf16 on
@@ -42,8 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import report
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # report.py
+import report
 
 from longctx.analysis.paired import table1_rules
 from longctx.eval.cells import Cell, Decoding, read_records

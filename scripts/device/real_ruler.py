@@ -1,14 +1,15 @@
-"""RULER on SmolLM2-135M-Instruct at 4K and 8K on the GPU (issue 32, item 6), in calls that
-fit one device command each, beside STRING Table 1 (benchmarks/real_table1.py).
+"""RULER on SmolLM2-135M-Instruct at 4K and 8K on the GPU, in calls that fit one device
+command each, beside STRING Table 1 (scripts/device/real_table1.py).
 
-    python3 benchmarks/real_ruler.py run MODEL_DIR --out $OUT [--resume-from RULER_CELLS.tar.xz]
-    python3 benchmarks/real_ruler.py smoke --out DIR       # on CPU, tiny random model
+    python3 scripts/device/real_ruler.py run MODEL_DIR --out $OUT [--resume-from RULER_CELLS.tar.xz]
+    python3 scripts/device/real_ruler.py smoke --out DIR       # on CPU, tiny random model
 
 - `run`: `longctx eval-suite MODEL --suite ruler` with experiments/real/smollm2_ruler.yaml's
   arms (RoPE, StRing as released: S = L/3, W = 128, compat repo), its chat template and RULER's
-  answer prefixes, at `--lengths` (4,096 and 8,192), `--samples` (100, the issue's floor;
-  RULER's own is 500) per task and length, bf16 autocast on CUDA, `--batch-tokens` (65,536:
-  8 rows of 8K per forward, as real_table1.GPU_BATCH_TOKENS); RULER-11 (qa_1/qa_2 need the
+  answer prefixes, at `--lengths` (4,096 and 8,192), `--samples` (100: a 95% interval of at
+  most +-10 points on a task's score; RULER's own is 500) per task and length, bf16
+  autocast on CUDA, `--batch-tokens` (65,536: 8 rows of 8K per forward, as
+  real_table1.GPU_BATCH_TOKENS); RULER-11 (qa_1/qa_2 need the
   SQuAD/HotpotQA files). The suite runs as a child stopped `--budget-s` after the start; its
   cells (eval/cells.py) resume after a kill and are packed into $OUT/ruler_cells.tar.xz every
   call (the generated text and score of each sample: ~1-2 MiB at 11 x 2 x 2 x 100), so the

@@ -1,40 +1,44 @@
 """`make gpu-check`, part `correctness`: the GPU path against independent references.
 
-    python benchmarks/gpu_check_correctness.py --out DIR [--smoke]
+    python scripts/device/gpu_check_correctness.py --out DIR [--smoke]
 
-(the repository root and src/ on PYTHONPATH, as benchmarks/gpu_check.py sets them). Each
-check is a function of the `gpu` tests, called here at the sizes of issue 31 (the tests
-call the same functions at small sizes), in this order:
+(src/ on PYTHONPATH, as scripts/device/gpu_check.py sets it). Each check is a function of
+longctx.gpu_checks, which the `gpu` tests call at small sizes; here at the sizes that make
+the proof of one device session, in this order:
 
 1. `flash 4K`: the flash varlen backend (bf16) forward and backward on 2 rows of 4,096
    tokens (four packed documents, one of a single token, and one whole document), GQA
-   8/2 heads of 64, against fp32 dense-mask sdpa (tests/test_gpu_path.py);
+   8/2 heads of 64, against fp32 dense-mask sdpa;
 2. `band <method> 8K`: StRing (paper and repo compat), ReRoPE, Self-Extend and DCA with
    the STRING §4.2 parameters of a 2,048-token training length, 2 rows of 8,192 tokens
    (packed and whole), the `tiny` preset's heads (8/4 of 32): output and q/k/v gradients
    through the merged passes (the exact lse-merge backward) on the flash path in bf16
    against the pure-torch path in fp64 (exact autograd; the CPU suite checks it against
    the dense Eq. 4 reference, tests/model/test_flash.py), run on the GPU: on CPU the 8K
-   fp64 reference with gradients would take minutes (tests/model/test_gpu_numerics.py);
+   fp64 reference with gradients would take minutes;
 3. `rope bf16-true`: a bf16 model's cos/sin at positions up to 131,071 within
    m theta 2^-23 + 4e-6 of float64;
 4. `no sync, 1.1B flash`: 2 optimizer steps of 2 micro-batches of 2 x 2,048 tokens of
    tinyllama-1.1b on the flash backend under `torch.cuda.set_sync_debug_mode("error")`,
-   batch.document_segments' `nonzero` the one allowed synchronisation
-   (tests/train/test_gpu_train.py);
+   batch.document_segments' `nonzero` the one allowed synchronisation;
 5. `kill + resume`: `longctx pretrain` of the debug preset with fsdp, compile, bf16-mixed
    and flash, SIGKILLed once it has logged step 12, resumed from its step-10 checkpoint:
    the resumed losses of steps 11.. equal the killed run's within 2e-2 (flash backward
-   and compiled kernels are not bitwise deterministic) (tests/test_gpu_path.py).
+   and compiled kernels are not bitwise deterministic).
 
-StRing's repo-compat decoding is not compared with its prefill here (no check decodes), so
-the change of its single-token forwards on branch `engine` does not touch these checks.
-
+`checks()` maps each check's name to its function, so a new check is one more entry.
 DIR/correctness.json and .md (benchmarks/report.py) are rewritten after every check, so a
 part stopped at its time limit keeps the checks that finished. Exit status 1 if any check
-failed. `--smoke`: the same checks on CPU at tiny sizes, the flash backend running through
-the CPU stand-in of torch's varlen kernel (tests/model/varlen_stand_in.py), without the
-sync-debug mode (CUDA only) and with compile, fsdp and bf16 off in the kill + resume.
+failed.
+
+`--smoke`: the same checks on CPU at tiny sizes (the debug preset's heads, a 32-token
+training length's method parameters), with the backend that CPU has in place of flash:
+`varlen` (pure torch), so the smoke proves every check's code and the part's reporting
+but not the flash kernel; without the sync-debug mode (CUDA only) and with compile, fsdp
+and bf16 off in the kill + resume. tests/test_gpu_check.py also calls `checks(...,
+backend="flash")` in its own process with the CPU stand-in of torch's varlen kernel
+installed, which runs the flash path of every check but the kill + resume (a pretrain in
+processes of its own, where no stand-in reaches; it runs on varlen either way on CPU).
 """
 
 from __future__ import annotations
@@ -48,62 +52,78 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-import report
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # report, position_methods
+import report
 from position_methods import build
 
-from tests.helpers import packed_document_ids, reset_position_ids
-from tests.model import varlen_stand_in
-from tests.model.helpers import all_methods, random_qkv
-from tests.model.test_gpu_numerics import (
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.gpu_checks import (
+    RESUME_TOLERANCE,
+    assert_backend_matches_fp32_sdpa,
     assert_band_pass_gradients_match_fp64_path,
     assert_bf16_true_rope_matches_float64,
+    kill_and_resume_losses,
+    packed_rows,
+    random_qkv,
+    run_steps,
 )
-from tests.test_gpu_path import RESUME_TOLERANCE, assert_backend_matches_fp32_sdpa, kill_and_resume_losses
-from tests.train.test_gpu_train import run_steps
+from longctx.model.position_methods import PositionMethod, build_position_method
 
 BAND_METHODS = ("string", "string-repo", "rerope", "self_extend", "dca")
 COLUMNS = ["check", "result", "detail", "seconds"]
+SMOKE_TRAINING_LENGTH = 32
+"""The smoke's methods are built for this training length (STRING S = 11, W = 3; the
+baselines' protocol parameters), so 48-token rows reach past S and every pass runs."""
+
+
+def smoke_method(name: str) -> PositionMethod:
+    """`name` built from longctx's own config for the debug preset (heads of 16) at
+    SMOKE_TRAINING_LENGTH, StRing with a local window of 3 (its default 128 needs S > 128)."""
+    compat = "repo" if name == "string-repo" else "paper"
+    config = PositionMethodConfig(name=name.removesuffix("-repo"), string=StringConfig(local_window=3, compat=compat))
+    return build_position_method(config, ModelConfig.from_preset("debug", max_position=SMOKE_TRAINING_LENGTH))
 
 
 def band_rows(total: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(position_ids, document_ids) [2, total]: four packed documents, then one whole."""
-    lengths = [3 * total // 8, 1, total // 2, total - 3 * total // 8 - 1 - total // 2]
-    documents = torch.stack([packed_document_ids(lengths)[0], torch.zeros(total, dtype=torch.long)])
-    positions = torch.stack([reset_position_ids(lengths)[0], torch.arange(total)])
-    return positions, documents
+    return packed_rows([3 * total // 8, 1, total // 2, total - 3 * total // 8 - 1 - total // 2], total)
 
 
-def band_check(name: str, total: int, device: torch.device) -> Callable[[], str]:
+def band_check(name: str, total: int, device: torch.device, backend: str) -> Callable[[], str]:
     """On CUDA: `total` tokens, the STRING §4.2 parameters of a 2,048-token training length,
-    bf16. On CPU (smoke): the parameters of the CPU tests (tests/model/helpers.all_methods:
-    StRing S=10, W=3 ...), fp32 through the kernel's stand-in."""
+    bf16. On CPU: smoke_method's parameters, fp32."""
 
     def check() -> str:
         positions, documents = band_rows(total)
         torch.manual_seed(0)
+        factory: Callable[[], PositionMethod]
         if device.type == "cuda":
-            heads, factory, dtype = (8, 4, 32), lambda: build(name, 2048, "tiny"), torch.bfloat16
+            heads, dtype = (8, 4, 32), torch.bfloat16
+            factory = lambda: build(name, 2048, "tiny")  # noqa: E731
         else:
-            heads, factory, dtype = (4, 2, 16), lambda: all_methods()[name], torch.float32
+            heads, dtype = (4, 2, 16), torch.float32
+            factory = lambda: smoke_method(name)  # noqa: E731
         q, k, v = random_qkv(2, total, total, *heads)
         error = assert_band_pass_gradients_match_fp64_path(
-            factory, positions, documents, q, k, v, device, device, dtype
+            factory, positions, documents, q, k, v, device, device, dtype, backend
         )
         return f"relative L2 error {error:.1e} (bound {3e-2 if dtype == torch.bfloat16 else 1e-5:g})"
 
     return check
 
 
-def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callable[[], str]]:
-    """Name -> a function that raises on failure and returns what it measured."""
+def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "flash") -> dict[str, Callable[[], str]]:
+    """Name -> a function that raises on failure and returns what it measured. `backend`:
+    the packed-varlen backend the attention checks run on (flash; varlen in the CPU smoke)."""
     flash_tokens, band_tokens = (64, 48) if smoke else (4096, 8192)
-    step_shape = {"preset": "debug", "window": 64} if smoke else {"preset": "tinyllama-1.1b", "window": 2048}
+    preset, window = ("debug", 64) if smoke else ("tinyllama-1.1b", 2048)
     kill = {"kill_after": 7, "max_steps": 12} if smoke else {"kill_after": 12, "max_steps": 100}
 
     def flash() -> str:
-        worst = assert_backend_matches_fp32_sdpa("flash", flash_tokens, device)
+        worst = assert_backend_matches_fp32_sdpa(backend, flash_tokens, device)
         return f"largest error {worst:.2f} of its bound (output 2e-2, gradients 5% of max)"
 
     def rope() -> str:
@@ -111,10 +131,10 @@ def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callab
         return "cos/sin within m theta 2^-23 + 4e-6"
 
     def no_sync() -> str:
-        losses = run_steps("flash", rows=2, micro_batches=2, steps=2, device=device, **step_shape)
+        losses = run_steps(backend, preset, window, rows=2, micro_batches=2, steps=2, device=device)
         assert all(torch.isfinite(torch.tensor(losses))), losses
         mode = '"error" mode' if device.type == "cuda" else "CPU: no sync-debug mode"
-        return f"{step_shape['preset']}, losses {', '.join(f'{loss:.3f}' for loss in losses)} ({mode})"
+        return f"{preset}, losses {', '.join(f'{loss:.3f}' for loss in losses)} ({mode})"
 
     def kill_resume() -> str:
         pairs = kill_and_resume_losses(scratch / "kill", cuda=device.type == "cuda", **kill)
@@ -127,10 +147,10 @@ def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callab
     tokens = f"{flash_tokens // 1024}K" if flash_tokens >= 1024 else str(flash_tokens)
     band = f"{band_tokens // 1024}K" if band_tokens >= 1024 else str(band_tokens)
     return {
-        f"flash {tokens}, fwd+bwd vs fp32": flash,
-        **{f"band {name} {band}": band_check(name, band_tokens, device) for name in BAND_METHODS},
+        f"{backend} {tokens}, fwd+bwd vs fp32": flash,
+        **{f"band {name} {band}": band_check(name, band_tokens, device, backend) for name in BAND_METHODS},
         "rope bf16-true": rope,
-        f"no sync, {step_shape['preset']} flash step": no_sync,
+        f"no sync, {preset} {backend} step": no_sync,
         "kill + resume (fsdp, compile)" if not smoke else "kill + resume": kill_resume,
     }
 
@@ -138,18 +158,16 @@ def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callab
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for correctness.json and .md")
-    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the flash kernel's CPU stand-in")
+    parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, backend varlen in place of flash")
     args = parser.parse_args()
     # Stopped at the part's limit (SIGTERM from gpu_check.py): leave through the `finally`
     # blocks, which kill a pretrain running in its own process group.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     device = torch.device("cpu" if args.smoke else "cuda")
-    patch = pytest.MonkeyPatch()
-    if args.smoke:
-        varlen_stand_in.install(patch, "torch-2.14")
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
-        for name, check in checks(args.smoke, device, Path(scratch)).items():
+        named = checks(args.smoke, device, Path(scratch), "varlen" if args.smoke else "flash")
+        for name, check in named.items():
             start = time.perf_counter()
             try:
                 result, detail = "passed", check()
@@ -158,7 +176,6 @@ def main() -> None:
                 result, detail = "FAILED", f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
             rows.append([name, result, detail.replace("|", "/"), f"{time.perf_counter() - start:.1f}"])
             report.write(args.out, "correctness", COLUMNS, rows, {"smoke": args.smoke})
-    patch.undo()
     raise SystemExit(1 if any(row[1] != "passed" for row in rows) else 0)
 
 

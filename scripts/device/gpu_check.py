@@ -1,7 +1,10 @@
-"""`make gpu-check`: the GPU path proved in one command of at most 5.5 minutes on one H100
-(issue 31), so that a second, partial run fits the same 15-minute device session.
+"""`make gpu-check`: the GPU path proved in one command of at most 5.5 minutes on one H100,
+so that a second, partial run fits the same 15-minute device session.
 
-    python benchmarks/gpu_check.py --out DIR [--parts correctness kernels] [--smoke]
+    python scripts/device/gpu_check.py --out DIR [--parts correctness kernels] [--smoke]
+
+A device driver, not a measurement: it runs the benchmarks/ timing scripts (and the
+correctness script beside it) as its parts, each a process of its own.
 
 Parts, in this order, each in its own process group with a hard time limit (its budget;
 at the limit the group is killed, the part is reported "stopped at its limit" and the
@@ -10,10 +13,10 @@ versions recorded) and .md the moment it ends, its console in DIR/<part>.log:
 
 | part | budget | what (script) |
 | --- | ---: | --- |
-| correctness | 100 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed (gpu_check_correctness.py) |
-| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory.py's estimate (train_gpu.py) |
-| kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (attention.py) |
-| long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (position_methods.py) |
+| correctness | 100 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed (scripts/device/gpu_check_correctness.py) |
+| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory.py's estimate (benchmarks/train_gpu.py) |
+| kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
+| long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (benchmarks/position_methods.py) |
 
 The budgets add up to 320 s; start-up, compilation and model set-up are inside them. After
 every part DIR/gpu_check.json and DIR/gpu_check.md (the summary: part, status, seconds,
@@ -22,9 +25,10 @@ what finished. Exit status: 1 if a correctness check failed or the correctness p
 not finish, else 2 if another part failed or was stopped, else 0. `--parts` runs only the
 parts named (a rerun after a fix), in the order above.
 
-`--smoke` runs the same scripts on CPU at tiny sizes (the flash kernel through its CPU
-stand-in, no compile), each part limited to SMOKE_LIMIT_S: tests/test_gpu_check.py runs
-it in `make test` so that no GPU minute is lost to a typo or an import error.
+`--smoke` runs the same scripts on CPU at tiny sizes (their --smoke modes: the correctness
+checks and the kernels on the pure-torch `varlen` backend in place of flash, no compile),
+each part limited to SMOKE_LIMIT_S: tests/test_gpu_check.py runs it in `make test` so that
+no GPU minute is lost to a typo or an import error.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ import sys
 import time
 from pathlib import Path
 
-import report
+REPOSITORY = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPOSITORY / "benchmarks"))  # report.py
+import report  # noqa: E402
 
-BENCHMARKS = Path(__file__).resolve().parent
-REPOSITORY = BENCHMARKS.parent
 KILL_GRACE_S = 5
 SUMMARY_COLUMNS = ["part", "status", "seconds", "budget s", "tables", "checks"]
 
@@ -52,20 +56,20 @@ class Part:
     name: str
     budget_s: float
     commands: tuple[tuple[str, ...], ...]
-    """Each a benchmarks/ script and its arguments (`--out DIR` is added); one after the
-    other within the part's budget."""
+    """Each a script (its path from the repository root) and its arguments (`--out DIR` is
+    added); one after the other within the part's budget."""
     tables: tuple[str, ...]
 
 
 def gpu_parts() -> list[Part]:
     return [
-        Part("correctness", 100, (("gpu_check_correctness.py",),), ("correctness",)),
+        Part("correctness", 100, (("scripts/device/gpu_check_correctness.py",),), ("correctness",)),
         Part(
             "training",
             85,
             (
                 (
-                    "train_gpu.py",
+                    "benchmarks/train_gpu.py",
                     *("--backends", "flash", "--compile", "--no-litgpt", "--skip-e2e"),
                     *("--lengths", "2048", "--batch", "8", "--repeats", "10", "--loss-chunk-tokens", "2048"),
                 ),
@@ -77,7 +81,7 @@ def gpu_parts() -> list[Part]:
             45,
             (
                 (
-                    "attention.py",
+                    "benchmarks/attention.py",
                     "--device",
                     "cuda",
                     "--backends",
@@ -96,12 +100,12 @@ def gpu_parts() -> list[Part]:
             90,
             (
                 (
-                    "position_methods.py",
+                    "benchmarks/position_methods.py",
                     *("--device", "cuda", "--preset", "tinyllama-1.1b", "--methods", "string"),
                     *("--lengths", "32768", "131072", "--repeats", "2", "--decode-lengths", "32768"),
                 ),
                 (
-                    "position_methods.py",
+                    "benchmarks/position_methods.py",
                     *("--device", "cuda", "--preset", "llama3.1-8b", "--methods", "string", "--no-rope-baseline"),
                     *("--lengths", "131072", "--repeats", "0", "--decode-lengths"),
                 ),
@@ -120,21 +124,35 @@ with stand-in parts (tests/test_gpu_check.py)."""
 def smoke_parts() -> list[Part]:
     """The same scripts on CPU at tiny sizes (their --smoke modes), each under SMOKE_LIMIT_S."""
     return [
-        Part("correctness", SMOKE_LIMIT_S, (("gpu_check_correctness.py", "--smoke"),), ("correctness",)),
+        Part("correctness", SMOKE_LIMIT_S, (("scripts/device/gpu_check_correctness.py", "--smoke"),), ("correctness",)),
         Part(
             "training",
             SMOKE_LIMIT_S,
-            (("train_gpu.py", "--smoke", "--no-litgpt", "--skip-e2e", "--loss-chunk-tokens", "64"),),
+            (("benchmarks/train_gpu.py", "--smoke", "--no-litgpt", "--skip-e2e", "--loss-chunk-tokens", "64"),),
             ("train_step",),
         ),
-        Part("kernels", SMOKE_LIMIT_S, (("attention.py", "--smoke", "--backends", "sdpa", "varlen"),), ("attention",)),
+        Part(
+            "kernels",
+            SMOKE_LIMIT_S,
+            (("benchmarks/attention.py", "--smoke", "--backends", "sdpa", "varlen"),),
+            ("attention",),
+        ),
         Part(
             "long-context",
             SMOKE_LIMIT_S,
             (
-                ("position_methods.py", "--smoke", "--methods", "string", "--repeats", "2", "--decode-lengths", "512"),
                 (
-                    "position_methods.py",
+                    "benchmarks/position_methods.py",
+                    "--smoke",
+                    "--methods",
+                    "string",
+                    "--repeats",
+                    "2",
+                    "--decode-lengths",
+                    "512",
+                ),
+                (
+                    "benchmarks/position_methods.py",
                     *("--smoke", "--methods", "string", "--no-rope-baseline", "--repeats", "0", "--decode-lengths"),
                 ),
             ),
@@ -144,8 +162,8 @@ def smoke_parts() -> list[Part]:
 
 
 def environment() -> dict[str, str]:
-    """The parts import `longctx` (src/) and the `gpu` tests' functions (the repository root)."""
-    paths = [str(REPOSITORY / "src"), str(REPOSITORY), os.environ.get("PYTHONPATH", "")]
+    """The parts import `longctx` (src/); each script puts benchmarks/ on its own path."""
+    paths = [str(REPOSITORY / "src"), os.environ.get("PYTHONPATH", "")]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p), PYTHONUNBUFFERED="1")
 
 
@@ -177,7 +195,7 @@ def run_part(part: Part, out: Path) -> dict:
     start = time.monotonic()
     status = "ok"
     for script, *arguments in part.commands:
-        command = [sys.executable, str(BENCHMARKS / script), *arguments, "--out", str(out)]
+        command = [sys.executable, str(REPOSITORY / script), *arguments, "--out", str(out)]
         returncode = run_command(command, log, part.budget_s - (time.monotonic() - start))
         if returncode is None:
             status = f"stopped at its limit ({part.budget_s:.0f} s)"
