@@ -18,9 +18,9 @@ from longctx.eval.cells import Cell, CellResult
 from longctx.eval.niah_table import assemble_table, format_table, method_table
 from longctx.eval.progress import CellProgress
 from longctx.model.checkpoint import save_model
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.niah.evaluation import evaluate, peak_failure_depth, search_settings
-from longctx.niah.search import LlamaGenerator
 from longctx.niah.tasks import make_samples
 from tests.niah.helpers import eval_args
 
@@ -53,14 +53,13 @@ def test_table_equals_the_search_on_the_same_config(model, tokenizer, haystack, 
                 "wilson": (row.wilson_low, row.wilson_high),
                 "peak_failure_depth": peak_failure_depth(search),
             }
-    # Outputs too: each record's text is the search generator's decoding, cut at EOS.
-    generator = LlamaGenerator(model, batch_tokens=512)
+    # Outputs too: each rope record's text is the full-recompute greedy decoding, cut at EOS.
     for result in results:
         samples = make_samples(tokenizer, haystack, result.cell.length, 3, seed=0)
         prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
         assert result.cell.method != "rope" or [r["text"] for r in result.records] == [
             tokenizer.decode(row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row)
-            for row in generator.generate(prompts, 10).tolist()
+            for row in greedy_generate_recompute(model, prompts, 10).tolist()
         ]
     assert {r.cell.method for r in results} == {"rope", "string"}
 

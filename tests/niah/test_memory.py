@@ -72,7 +72,7 @@ def test_niah_refuses_an_impossible_length_before_building_prompts(tmp_path, mon
     def no_prompts(*args, **kwargs):
         raise AssertionError("prompts were built for an impossible length")
 
-    monkeypatch.setattr("longctx.niah.search.make_samples", no_prompts)
+    monkeypatch.setattr("longctx.eval.niah_task.make_samples", no_prompts)
     args = ["niah", str(path), "--lengths", "100000000", f"eval.niah.haystack={haystack}", "log.wandb_mode=disabled"]
     assert main(args) == 2
     err = capsys.readouterr().err

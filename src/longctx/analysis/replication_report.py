@@ -41,7 +41,7 @@ from longctx.analysis.seed_verdicts import (
     skipalign_beyond_window,
     string_beats_rope,
 )
-from longctx.niah.search import wilson_interval
+from longctx.eval.stats import wilson_interval
 from longctx.replication import Finding, checkout_commit, findings_markdown, write_summary
 
 RUN_NAME = re.compile(r"w(\d+)_s(\d+)$")

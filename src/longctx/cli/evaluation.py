@@ -9,6 +9,7 @@ from longctx.cli.common import evaluation_setup, load_table_models, table_arms, 
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
+    from longctx.eval.progress import CellProgress
     from longctx.model.checkpoint import load_model
     from longctx.niah.evaluation import (
         evaluate,
@@ -22,9 +23,10 @@ def cmd_niah(args: argparse.Namespace) -> int:
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
     model = load_model(checkpoint).to(evaluation_device(cfg))
-    result = evaluate(model, cfg, tokenizer, haystack, progress=True)
-    print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
+    with CellProgress() as progress:
+        result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")
+    print(format_search(result))
     title = f"{checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
     log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)

@@ -30,7 +30,6 @@ refused with its limit named (niah/memory.py).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -40,17 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
+from longctx.eval.runtime import check_memory, evaluating, position_method
+from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethod, build_position_method
+from longctx.model.position_methods import PositionMethod
 from longctx.niah.haystack import TextTokenizer
-from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
-from longctx.niah.search import wilson_interval
 
 SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
 
@@ -204,31 +201,6 @@ def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
         path.write_text(json.dumps(spec, indent=1) + "\n")
 
 
-def _position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
-    """None for plain RoPE (the model's own path), else the method on the model's device."""
-    if config.name == "rope" and not config.rope.repo_score_scale:
-        return None
-    return build_position_method(config, model.config).to(model.tok_embeddings.weight.device)
-
-
-def _check_memory(model: Llama, samples: list[Sample], decoding: Decoding) -> None:
-    longest = max(len(s.prompt_ids) for s in samples)
-    device = model.tok_embeddings.weight.device
-    cuda = device.type == "cuda"
-    estimate = estimate_evaluation_memory(
-        model.config,
-        longest,
-        rows=decoding.rows(longest),
-        tests=len(samples),
-        new_tokens=max(s.max_new_tokens for s in samples),
-        prefill_chunk_tokens=decoding.prefill_chunk_tokens,
-        compute_bytes=2 if cuda else 4,
-        dense_attention=not cuda,
-    )
-    available, source = available_memory(device)
-    check_evaluation_memory(estimate, available, source, length=longest)
-
-
 def _decode(
     model: Llama,
     batch: list[Sample],
@@ -312,39 +284,37 @@ def run_cell(
 
 def _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress) -> None:
     """Decode `pending` samples batch by batch, appending each batch's records at once."""
-    _check_memory(model, pending, decoding)
-    method = _position_method(method_config, model)
-    rows = decoding.rows(max(len(s.prompt_ids) for s in pending))
-    device = model.tok_embeddings.weight.device
-    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), precision, records_path.open("a") as out:
-            for first in range(0, len(pending), rows):
-                batch = pending[first : first + rows]
-                start = time.perf_counter()
-                generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
-                seconds = (time.perf_counter() - start) / len(batch)
-                for sample, generation in zip(batch, generations, strict=True):
-                    record = {
-                        "index": sample.index,
-                        "prompt_hash": sample.prompt_hash,
-                        "prompt_tokens": len(sample.prompt_ids),
-                        "score": float(task.score(sample, generation)),
-                        "text": generation.text,
-                        "stopped_by": generation.stopped_by,
-                        "new_tokens": len(generation.token_ids),
-                        "seconds": seconds,
-                        **task.details(sample, generation),
-                    }
-                    records[sample.index] = record
-                    out.write(json.dumps(record) + "\n")
-                out.flush()
-                if progress is not None:
-                    progress.advance(len(batch))
-    finally:
-        model.train(was_training)
+    longest = max(len(s.prompt_ids) for s in pending)
+    rows = decoding.rows(longest)
+    new_tokens = max(s.max_new_tokens for s in pending)
+    prefill_chunk = decoding.prefill_chunk_tokens
+    check_memory(
+        model, longest, rows=rows, tests=len(pending), new_tokens=new_tokens, prefill_chunk_tokens=prefill_chunk
+    )
+    method = position_method(method_config, model)
+    with evaluating(model), records_path.open("a") as out:
+        for first in range(0, len(pending), rows):
+            batch = pending[first : first + rows]
+            start = time.perf_counter()
+            generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
+            seconds = (time.perf_counter() - start) / len(batch)
+            for sample, generation in zip(batch, generations, strict=True):
+                record = {
+                    "index": sample.index,
+                    "prompt_hash": sample.prompt_hash,
+                    "prompt_tokens": len(sample.prompt_ids),
+                    "score": float(task.score(sample, generation)),
+                    "text": generation.text,
+                    "stopped_by": generation.stopped_by,
+                    "new_tokens": len(generation.token_ids),
+                    "seconds": seconds,
+                    **task.details(sample, generation),
+                }
+                records[sample.index] = record
+                out.write(json.dumps(record) + "\n")
+            out.flush()
+            if progress is not None:
+                progress.advance(len(batch))
 
 
 def run_grid(

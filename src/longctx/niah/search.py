@@ -11,105 +11,40 @@ bpe-8192, which spells a 6-digit number in 6 tokens, `paper` needs 125 tokens,
 `string-repo` 129 (so it starts at 256 with the paper's step of 128), the RULER tasks
 172-215 and `helmet-json-kv` 135.
 
-Each pass rate p = k / n comes with the Wilson score 95% interval (z = 1.96):
-
-    centre = (p + z^2 / 2n) / (1 + z^2 / n)
-    half   = z / (1 + z^2 / n) * sqrt(p (1 - p) / n + z^2 / 4n^2)
-
-(at the paper's n = 500 a rate of 0.5 is known to +-0.044; at n = 50, +-0.13).
+Each pass rate p = k / n comes with its Wilson score 95% interval (eval/stats.py; at the
+paper's n = 500 a rate of 0.5 is known to +-0.044, at n = 50 to +-0.13).
 
 Every answer's needle depth (its position as a fraction of the haystack) falls into one
 of `depth_bands` equal bands; recall per band and per (band, length) cell is the depth x
 length heatmap of Figure 4 (`plot_heatmap`), recall per band over all lengths the depth
 profile of Table 4.
 
-The model is anything with `generate(input_ids [B, T], max_new_tokens) -> [B, new]`
-(`Generator`), so tests can pass in oracles. `LlamaGenerator` runs `greedy_generate`:
-one prefill of a batch of prompts of the same length, then one cached token per step, so
-a new token costs one token's forward (attending to L cached keys) instead of re-running
-all L + t tokens (an order of magnitude faster than recompute at the lengths the tests
-use; `benchmarks/niah.py`, docs/benchmarks.md). Every test decodes `max_new_tokens` tokens; the
-output is cut at the first EOS before scoring.
+Each length is a cell of the evaluation engine (eval/cells.py): its tests are the task's
+samples for (seed, length, index), decoded greedily by `eval.generation.generate` (each
+row stops at the tokenizer's EOS or after `max_new_tokens`) and scored by the task, written
+as they finish and resumed after a kill. The search is a driver over those cells
+(`search_effective_length` takes the function that runs the cell of a length), so tests can
+hand it oracle cells.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from tqdm import tqdm
 
 from longctx.config import NiahConfig
 from longctx.errors import ConfigError
-from longctx.model.generation import greedy_generate
-from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethod
-from longctx.niah.chat import prompt_frame
-from longctx.niah.haystack import Haystack, TextTokenizer
+from longctx.eval.stats import wilson_interval
 from longctx.niah.needles import PromptTooShortError, get_task
-from longctx.niah.tasks import found_answers, make_samples
 
-WILSON_Z = 1.96
-
-
-class Generator(Protocol):
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        """input_ids [B, T] int64 -> new token ids [B, <= max_new_tokens]."""
-        ...
-
-
-@dataclass
-class LlamaGenerator:
-    """Greedy KV-cache decoding of a `Llama`, several prompts per forward.
-
-    A batch holds max(1, min(batch_size, batch_tokens // L)) prompts of length L: the
-    prefill returns [B, L, vocab] fp32 logits (B L x 32 KiB for an 8192 vocabulary, 256 MiB
-    at the default 8192 tokens), and a decoding step is dominated by per-op overhead (32
-    rows cost 1.6x 8 rows on `tiny` at L = 1024, one CPU thread), so short prompts go in
-    large batches.
-    """
-
-    model: Llama
-    batch_size: int = 64
-    """Most prompts per forward."""
-    batch_tokens: int = 8192
-    """Most prompt tokens per forward (B x L)."""
-    attention_backend: str | None = None
-    """None = the model's configured backend. On CPU `sdpa` prefills single-document
-    prompts faster than `varlen`, the training default (benchmarks/niah.py)."""
-    position_method: PositionMethod | None = None
-    """StRing or a baseline (`build_position_method`); None = the model's plain RoPE."""
-    prefill_chunk_tokens: int = 0
-    """Prompt tokens per row per prefill forward (0 = the whole prompt; model/generation.py)."""
-
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "batch_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-    def rows_per_batch(self, length: int) -> int:
-        return max(1, min(self.batch_size, self.batch_tokens // length))
-
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-        device = self.model.tok_embeddings.weight.device
-        outputs = [
-            greedy_generate(
-                self.model,
-                chunk.to(device),
-                max_new_tokens,
-                attention_backend=self.attention_backend,
-                position_method=self.position_method,
-                prefill_chunk_tokens=self.prefill_chunk_tokens,
-            )
-            for chunk in input_ids.split(self.rows_per_batch(input_ids.shape[1]))
-        ]
-        return torch.cat(outputs).cpu()
+if TYPE_CHECKING:
+    from longctx.eval.cells import CellResult
 
 
 @dataclass
@@ -205,71 +140,26 @@ def check_task_settings(config: NiahConfig) -> None:
         )
 
 
-def wilson_interval(successes: int, trials: int, z: float = WILSON_Z) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (see the module docstring); (0, 1) for 0 trials."""
-    if not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
-    if trials == 0:
-        return 0.0, 1.0
-    p = successes / trials
-    denominator = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denominator
-    half = z / denominator * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _decode_until_eos(tokenizer: TextTokenizer, ids: list[int], eos_id: int | None) -> str:
-    if eos_id is not None and eos_id in ids:
-        ids = ids[: ids.index(eos_id)]
-    return tokenizer.decode(ids)
-
-
-def evaluate_length(
-    generator: Generator,
-    tokenizer: TextTokenizer,
-    haystack: Haystack | None,
-    length: int,
-    config: NiahConfig,
-    progress: bool = False,
-) -> tuple[LengthResult, np.ndarray, np.ndarray]:
-    """One length: its row, plus every answer's depth and whether it was found. With
-    `progress`, a bar on stderr counts the tests decoded (one generator call per batch of
-    the generator's `rows_per_batch`, when it has one)."""
-    start = time.perf_counter()
-    task = get_task(config.task)
-    min_found = config.min_found or task.min_found
-    samples = make_samples(
-        tokenizer,
-        haystack,
-        length,
-        config.tests_per_length,
-        task=task,
-        seed=config.seed,
-        snap_to_sentence=config.snap_to_sentence,
-        random_start=config.random_start,
-        frame=prompt_frame(tokenizer, config.chat_template),
-    )
-    input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    eos_id = getattr(tokenizer, "eos_id", None)  # longctx Tokenizers have one; test doubles may not
-    rows_per_batch = getattr(generator, "rows_per_batch", None)
-    batch = rows_per_batch(length) if rows_per_batch else len(samples)
-    outputs: list[str] = []
-    with tqdm(total=len(samples), desc=f"NIAH length {length}", unit="test", disable=not progress) as bar:
-        for first in range(0, len(samples), batch):
-            prompts = input_ids[first : first + batch]
-            generated = generator.generate(prompts, config.max_new_tokens)
-            if generated.dim() != 2 or generated.shape[0] != len(prompts):
-                raise ValueError(f"generator returned shape {tuple(generated.shape)} for {len(prompts)} prompts")
-            outputs += [_decode_until_eos(tokenizer, row, eos_id) for row in generated.tolist()]
-            bar.update(len(prompts))
-    found = [found_answers(s, text) for s, text in zip(samples, outputs, strict=True)]
-    passed = sum(sum(f) >= min_found for f in found)
-    low, high = wilson_interval(passed, len(samples))
-    hits = np.array([hit for f in found for hit in f], dtype=bool)
-    depths = np.array([n.depth for s in samples for n in s.answer_needles])
-    seconds = time.perf_counter() - start
+def length_result(result: CellResult) -> tuple[LengthResult, np.ndarray, np.ndarray]:
+    """A length's row from its cell, plus every answer's depth and whether it was found
+    (empty for a task whose records carry no depths)."""
+    records, summary = result.records, result.summary
+    count = summary["count"]
+    passed = summary.get("passed", round(summary["score"] * count))
+    low, high = summary.get("wilson", wilson_interval(passed, count))
+    depths = np.array([depth for record in records for depth in record.get("depths", [])], dtype=float)
+    hits = np.array([hit for record in records for hit in record.get("found", [])], dtype=bool)
+    recall = float(hits.mean()) if len(hits) else float(summary["score"])
     row = LengthResult(
-        length, len(samples), passed, passed / len(samples), low, high, float(hits.mean()), outputs[0], seconds
+        result.cell.length,
+        count,
+        passed,
+        float(summary["score"]),
+        low,
+        high,
+        recall,
+        records[0].get("text") or "",
+        summary.get("seconds", 0.0),
     )
     return row, depths, hits
 
@@ -281,22 +171,16 @@ def _band_recall(bands: np.ndarray, hits: np.ndarray, num_bands: int) -> np.ndar
         return np.where(totals > 0, found / totals, np.nan)
 
 
-def search_effective_length(
-    generator: Generator,
-    tokenizer: TextTokenizer,
-    haystack: Haystack | None,
-    config: NiahConfig,
-    progress: bool = False,
-) -> EffectiveLengthResult:
-    """Run the search of the module docstring; `progress`: a bar per length on stderr.
-    `config.max_length` must be resolved (`NiahConfig.for_model`) unless `lengths` are given."""
-    check_task_settings(config)
+def search_effective_length(run_length: Callable[[int], CellResult], config: NiahConfig) -> EffectiveLengthResult:
+    """Run the search of the module docstring over `run_length(length)`, the finished cell of
+    one length (PromptTooShortError: the length is skipped). `config.max_length` must be
+    resolved (`NiahConfig.for_model`) unless `lengths` are given."""
     rows: list[LengthResult] = []
     band_columns, all_bands, all_hits, skipped = [], [], [], []
     effective, failed = 0, False
     for length in config.evaluated_lengths():
         try:
-            row, depths, hits = evaluate_length(generator, tokenizer, haystack, length, config, progress)
+            row, depths, hits = length_result(run_length(length))
         except PromptTooShortError:
             skipped.append(length)
             continue
