@@ -17,7 +17,7 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    - `kv, batched`: `eval.generation.generate`, all prompts per forward (no stop rule).
    All three must produce the same tokens (checked; the script aborts otherwise). Times
    are single runs after a short warm-up decode; "speedup" is recompute / batched time.
-2. A full effective-length search (`niah.evaluation.evaluate`: one engine cell per length,
+2. A full effective-length search (`eval.niah.evaluation.evaluate`: one engine cell per length,
    decoded by `eval.generation.generate`, stopping at EOS) of the model: lengths
    128, 256, ... `--search-max-length`, `--tests` prompts each, every length evaluated
    (`stop_at_first_failure=False`), wall time per length and in total, sample building and
@@ -54,14 +54,14 @@ from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.eval.cells import Decoding
+from longctx.eval.effective_length import plot_heatmap
 from longctx.eval.generation import generate
+from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.samples import make_samples
 from longctx.model.checkpoint import load_model
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate
-from longctx.niah.haystack import Haystack
-from longctx.niah.search import plot_heatmap
-from longctx.niah.tasks import make_samples
 from longctx.runtime import tune_cpu_allocator
 
 WIDTHS = (6, 13, 14, 14, 19, 9)

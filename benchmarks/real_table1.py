@@ -195,9 +195,9 @@ def run_side_by_side(args: argparse.Namespace) -> int:
 
     from longctx.cli.common import evaluation_setup
     from longctx.eval.generation import Generation, generate
-    from longctx.eval.niah_task import NiahTask
+    from longctx.eval.niah.evaluation import evaluation_device
+    from longctx.eval.niah.task import NiahTask
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     if args.tests > 50:
         raise SystemExit(f"--tests {args.tests}: the side-by-side is capped at 50 prompts")

@@ -20,7 +20,6 @@ LAYERS = {
     "wandb_setup": 2,
     "model_tokenizer": 3,
     "probes": 3,
-    "niah": 3,
     "eval": 3,
     "train": 4,
     "analysis": 5,
@@ -30,18 +29,17 @@ LAYERS = {
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
-setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
-analysis, replication, sweep < cli; eval (benchmarks on the
-evaluation engine) sits beside train. A module imports
+setup) < model_tokenizer (which reads model files and tokenizers), probes, eval (the
+evaluation engine and every benchmark on it, the effective-length search among them) <
+train (whose in-training probe and NIAH after SFT read eval) < analysis, replication,
+sweep < cli. eval reads a checkpoint's own tokenizer through model_tokenizer (the
+lm-eval adapter), its one peer edge. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
 
 PEER_IMPORTS = {
     ("model", "batch"),
     ("data", "batch"),
-    ("niah", "probes"),
-    ("niah", "eval"),
-    ("eval", "niah"),
     ("eval", "model_tokenizer"),
     ("analysis", "replication"),
     ("sweep", "replication"),

@@ -17,14 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from longctx.config import ExperimentConfig, NiahConfig
-from longctx.data.packing import contract_from_blocks
 from longctx.config.data import RetrievalConfig
+from longctx.config.model import ModelConfig
+from longctx.data.packing import contract_from_blocks
 from longctx.data.retrieval import filler_sentences, make_document
 from longctx.data.tokenizer import load_tokenizer
-from longctx.config.model import ModelConfig
+from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate
-from longctx.niah.haystack import Haystack
 from longctx.probes.retrieval_answers import answer_metrics
 
 parser = argparse.ArgumentParser()

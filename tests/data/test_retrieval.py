@@ -18,9 +18,9 @@ from longctx.data.retrieval import (
     value_lengths,
 )
 from longctx.errors import ConfigError
-from longctx.niah import needles as niah
-from longctx.niah.haystack import paul_graham_text
-from longctx.niah.words import ADJECTIVES, NOUNS
+from longctx.eval.niah import needles as niah
+from longctx.eval.niah.haystack import paul_graham_text
+from longctx.eval.niah.words import ADJECTIVES, NOUNS
 
 FILLER = tuple(f" Filler sentence number {word} goes here." for word in ("one", "two", "three", "four", "five"))
 

@@ -11,11 +11,11 @@ import torch
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
 from longctx.eval.generation import StopRule, generate
+from longctx.eval.niah.samples import make_samples
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.hf import import_hf
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
-from longctx.niah.tasks import make_samples
 from tests.chat_tokenizer import write_chat_tokenizer
 from tests.model.hf_models import build_hf, save_hf
 

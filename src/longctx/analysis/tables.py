@@ -116,7 +116,7 @@ def table1(results: pd.DataFrame) -> pd.DataFrame:
 def table1_markdown(results: pd.DataFrame) -> str:
     """Table 1 (and Table 4's peak failure depth under the first method) as markdown, in the
     layout of `longctx niah-table` (eval.niah_table.format_table)."""
-    from longctx.eval.niah_table import format_table
+    from longctx.eval.niah.table import format_table
 
     chosen = _checkpoint_results(results)
     accuracy = table1(chosen)

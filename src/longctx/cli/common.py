@@ -48,8 +48,8 @@ def interpolate(path: str, cfg) -> str:
 def evaluation_setup(items: list[str], checkpoints: list[str]):
     """(config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them), the
     haystack tokenised in it, checkpoints with their `${key}` references filled in)."""
+    from longctx.eval.niah.evaluation import load_haystack
     from longctx.model_tokenizer import tokenizer_for_model
-    from longctx.niah.evaluation import load_haystack
 
     paths, overrides = split_overrides(items)
     cfg = config_module.load(paths, overrides)
@@ -86,8 +86,8 @@ def table_arms(cfg, methods: str, subset: str = "") -> dict:
 def load_table_models(checkpoints: list[str], cfg) -> dict:
     """Each checkpoint's model on eval.device, named by its run directory (a .ckpt's
     runs/NAME/checkpoints/last.ckpt) or its own directory / file name."""
+    from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     models = {}
     for path in checkpoints:

@@ -9,9 +9,7 @@ from longctx.cli.common import evaluation_setup, load_table_models, table_arms, 
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
-    from longctx.eval.progress import CellProgress
-    from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import (
+    from longctx.eval.niah.evaluation import (
         evaluate,
         evaluation_device,
         format_search,
@@ -19,6 +17,8 @@ def cmd_niah(args: argparse.Namespace) -> int:
         method_settings,
         write_result,
     )
+    from longctx.eval.progress import CellProgress
+    from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
@@ -35,7 +35,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
-    from longctx.eval.niah_table import format_table, log_table, method_table
+    from longctx.eval.niah.table import format_table, log_table, method_table
     from longctx.eval.progress import CellProgress
 
     cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)

@@ -21,11 +21,11 @@ its records (decoding only the samples without one, the same samples since they 
 (seed, task, length, index) only: a record whose prompt hash differs is refused, as is a
 `cell.json` with other settings: delete the cell's directory to redo it). More samples than
 before extend a cell; fewer use its first `count` records. A torn last line (a kill during
-the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah_table.py).
+the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah/table.py).
 
 Precision as `longctx niah`: bf16 autocast on CUDA, the fp32 weights on CPU. Memory: before
 decoding, a cell whose longest prompt, KV cache and prefill chunk cannot fit the device is
-refused with its limit named (niah/memory.py).
+refused with its limit named (eval/memory.py).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ from typing import Any, Protocol
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
+from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.runtime import check_memory, evaluating, position_method
 from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
-from longctx.niah.haystack import TextTokenizer
 
 SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
 

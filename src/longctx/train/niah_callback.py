@@ -1,7 +1,7 @@
 """Effective length during training, next to f(i) (STRING Figure 2a/2b from one run).
 
 Every `probe.niah_every_steps` optimizer steps the NIAH effective-length search
-(niah/evaluation.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
+(eval/niah/evaluation.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
 length, a fixed seed so every evaluation sees the same tests) runs on the model being
 trained, one engine cell per length under `<out>/niah/step-N/cells/` (rank 0; a rerun of
 a step starts its cells afresh, the weights being those of this run), and logs
@@ -30,9 +30,9 @@ import lightning as L
 
 from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
+from longctx.eval.niah.evaluation import evaluate, search_settings, write_result
+from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate, search_settings, write_result
-from longctx.niah.haystack import Haystack
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step

@@ -150,7 +150,7 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
 def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
     """The effective-length search of the fine-tuned model within and beyond the base
     model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
-    from longctx.niah import evaluation
+    from longctx.eval.niah import evaluation
 
     out_dir = Path(config.train.out_dir)
     # On eval.device (auto: the GPU when there is one), as `longctx niah` runs: the checkpoint

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from longctx.errors import LongctxError
-from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.haystack import TextTokenizer
+from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 
 class RulerError(LongctxError, ValueError):

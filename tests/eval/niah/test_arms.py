@@ -14,7 +14,7 @@ from longctx.errors import ConfigError
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 def test_rope_with_the_repo_temperature_multiplies_scores_by_it():

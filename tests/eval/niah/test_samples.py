@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from longctx.data.sentences import split_sentences
-from longctx.niah import tasks as niah
-from longctx.niah.haystack import Haystack, paul_graham_dir
-from longctx.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError, ruler_task
-from longctx.niah.tasks import answer_found, found_answers, make_sample, make_samples
+from longctx.eval.niah import samples as niah
+from longctx.eval.niah.haystack import Haystack, paul_graham_dir
+from longctx.eval.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError, ruler_task
+from longctx.eval.niah.samples import answer_found, found_answers, make_sample, make_samples
 
 # STRING Table 5, typed in from the paper.
 TABLE5_PREFIX = (

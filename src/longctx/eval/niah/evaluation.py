@@ -3,12 +3,12 @@
     longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah.tests_per_length=50
     longctx niah CKPT eval.position_method.name=string eval.position_method.string.shift_ratio=0.33
 
-`longctx niah` runs the effective-length search (niah/search.py) with the
+`longctx niah` runs the effective-length search (eval/effective_length.py) with the
 `eval.*` settings and writes `<out>/niah.json`, the depth x length heatmap (STRING
 Figure 4) as `<out>/niah_heatmap.png` and each length's cell under `<out>/cells/`
 (eval/cells.py: a rerun reuses finished lengths, a killed run resumes). Device,
 precision, position method and the memory check: eval/runtime.py. The STRING Table 1 / Table 4 layout (`niah-table`)
-runs on the evaluation engine: eval/niah_table.py.
+runs on the evaluation engine: eval/niah/table.py.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.eval import runtime
 from longctx.eval.cells import Cell, Decoding, Progress, run_cell
-from longctx.eval.niah_task import NiahTask
+from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, search_effective_length
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.task import NiahTask
+from longctx.eval.prompt_frame import TextTokenizer
 from longctx.model.llama import Llama
-from longctx.niah.haystack import Haystack, TextTokenizer
-from longctx.niah.search import EffectiveLengthResult, plot_heatmap, search_effective_length
 
 SEARCH_MODEL = "model"
 """The model's name in the search's cell paths (`<cells>/model/<method>/<task>/L<length>`)."""

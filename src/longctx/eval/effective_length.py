@@ -1,10 +1,11 @@
-"""Effective context length by the 4-needle NIAH test (STRING §3 "Evaluation", Figure 4; docs/design.md §7.2).
+"""Effective context length: the search over lengths (STRING §3 "Evaluation", Figure 4; docs/design.md §7.2).
 
 This module owns the search and its report. For lengths L = step, 2 step, ... <= max_length
-(step 128 in the paper) it builds `tests_per_length` prompts of exactly L tokens
-(`longctx.niah.tasks`), decodes greedily, counts a test as passed when >= `min_found`
-answers (2 of 4 needles) appear in the output, and stops after the first length whose
-pass rate is below `pass_threshold` (0.5). The effective length is the last length before
+(step 128 in the paper) a task (the 4-needle NIAH by default, eval/niah/) gives
+`tests_per_length` prompts of exactly L tokens, the engine decodes them greedily and the
+task scores each (NIAH: passed when >= `min_found` answers, 2 of 4 needles, appear in the
+output); the search stops after the first length whose pass rate (a task with fractional
+scores: its mean score) is below `pass_threshold` (0.5). The effective length is the last length before
 it (0 when the first length fails; the largest tested length when none fails). Lengths
 too short for the prompt's fixed part are skipped and listed (`skipped_lengths`): with
 bpe-8192, which spells a 6-digit number in 6 tokens, `paper` needs 125 tokens,
@@ -39,9 +40,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from longctx.config import NiahConfig
-from longctx.errors import ConfigError
+from longctx.eval.niah.needles import PromptTooShortError
 from longctx.eval.stats import wilson_interval
-from longctx.niah.needles import PromptTooShortError, get_task
 
 if TYPE_CHECKING:
     from longctx.eval.cells import CellResult
@@ -126,18 +126,6 @@ def _config_from_dict(values: dict) -> NiahConfig:
         values["lengths"] = list(values.pop("fixed_lengths"))
     known = {f.name for f in dataclasses.fields(NiahConfig)}
     return NiahConfig(**{key: value for key, value in values.items() if key in known})
-
-
-def check_task_settings(config: NiahConfig) -> None:
-    """Raise ConfigError naming the key when the task or its `min_found` is not usable."""
-    try:
-        task = get_task(config.task)
-    except ValueError as error:
-        raise ConfigError("eval.niah.task", str(error)) from None
-    if config.min_found is not None and not 1 <= config.min_found <= task.num_answers:
-        raise ConfigError(
-            "eval.niah.min_found", f"must be in [1, {task.num_answers}] for task {task.name!r}, got {config.min_found}"
-        )
 
 
 def length_result(result: CellResult) -> tuple[LengthResult, np.ndarray, np.ndarray]:

@@ -11,12 +11,12 @@ from longctx.analysis.wandb_offline import offline_runs, read_history, read_run
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
-from longctx.eval.niah_table import format_table
+from longctx.eval.effective_length import EffectiveLengthResult
+from longctx.eval.niah.evaluation import peak_failure_depth
+from longctx.eval.niah.table import format_table
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import peak_failure_depth
-from longctx.niah.search import EffectiveLengthResult
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ gkamradt's and the authors' scripts do) costs O(L) encodes per sample; the slice
 Because pieces are tokenised separately, the ids may differ from tokenising the decoded
 prompt at the seams (a handful of tokens); the model reads the ids, which are what we count.
 
-The tasks, their wording and how their needles are drawn: niah/needles.py; the haystack
-and its tokenisation: niah/haystack.py.
+The tasks, their wording and how their needles are drawn: eval/niah/needles.py; the haystack
+and its tokenisation: eval/niah/haystack.py.
 
 Answer detection (the authors' rule): case-insensitive substring of the output with
 whitespace runs collapsed, so "... 144231." and "x144231y" count and "144 231" does not.
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.haystack import Haystack, TextTokenizer
-from longctx.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
-from longctx.niah.words import ADJECTIVES, NOUNS
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
+from longctx.eval.niah.words import ADJECTIVES, NOUNS
+from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 _JSON_UNITS_PER_DRAW = 16
 
@@ -160,7 +160,7 @@ def make_sample(
     frame: PromptFrame = BARE,
 ) -> Sample:
     """One prompt of exactly `length` tokens (see the module docstring), inside `frame`
-    (BOS, or an instruct model's chat turn: niah/chat.py), whose tokens count in `length`.
+    (BOS, or an instruct model's chat turn: eval/prompt_frame.py), whose tokens count in `length`.
 
     depths: one per needle in [0, 1] (default: drawn by the task's placement), sorted; the
     (randomly ordered) needles take them in prompt order. snap_to_sentence: move each

@@ -1,5 +1,5 @@
 """Adjective-noun keys and word values of the RULER tasks (RULER draws them from the
-`wonderwords` lists; niah/needles.py)."""
+`wonderwords` lists; eval/niah/needles.py)."""
 
 ADJECTIVES = [
     "amber",

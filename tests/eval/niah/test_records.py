@@ -3,7 +3,7 @@ decoded output, which answers it holds and whether it passed, for `longctx niah`
 trained checkpoint (rope and StRing) and for the in-training probe (`probe.niah_every_steps`)
 of the short run that trains it. Records: tests/golden/niah_records.json, written by
 
-    PYTHONPATH=src .venv/bin/python -m tests.eval.test_niah_records --update
+    PYTHONPATH=src .venv/bin/python -m tests.eval.niah.test_records --update
 
 A changed output or verdict is a changed decoder, prompt or scorer: the diff names the test.
 """
@@ -18,8 +18,8 @@ import pytest
 from longctx.cli import main
 from tests.train.helpers import make_workspace, overrides
 
-RECORDS_FILE = Path(__file__).parents[1] / "golden" / "niah_records.json"
-SMOLLM2_RECORDS_FILE = Path(__file__).parents[1] / "golden" / "niah_smollm2_records.json"
+RECORDS_FILE = Path(__file__).parents[2] / "golden" / "niah_records.json"
+SMOLLM2_RECORDS_FILE = Path(__file__).parents[2] / "golden" / "niah_smollm2_records.json"
 SMOLLM2 = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")) / "hf" / "smollm2-135m-instruct"
 """`make real-model`'s directory (`longctx convert-gguf smollm2 DIR`)."""
 SEARCH = [

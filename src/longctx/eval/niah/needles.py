@@ -1,5 +1,5 @@
 """NIAH task templates: each task's wording, how its needles are drawn and when a test passes
-(STRING Table 5, RULER, HELMET; docs/design.md §7.2). niah/tasks.py builds the prompts.
+(STRING Table 5, RULER, HELMET; docs/design.md §7.2). eval/niah/samples.py builds the prompts.
 
 Tasks (`TASKS`; a test passes when at least `min_found` answers appear in the output):
 

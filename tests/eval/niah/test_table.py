@@ -1,4 +1,4 @@
-"""eval/niah_table.py: the table assembled from cells equals the effective-length search
+"""eval/niah/table.py: the table assembled from cells equals the effective-length search
 of `longctx niah` (niah/evaluation.evaluate) on the same config, cell by cell and output by
 output; the peak failure depth pools a model's lengths; W&B gets the cells and the table."""
 
@@ -15,14 +15,14 @@ from longctx.config import ExperimentConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
 from longctx.eval.cells import Cell, CellResult
-from longctx.eval.niah_table import assemble_table, format_table, method_table
+from longctx.eval.niah.evaluation import evaluate, peak_failure_depth, search_settings
+from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.table import assemble_table, format_table, method_table
 from longctx.eval.progress import CellProgress
 from longctx.model.checkpoint import save_model
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate, peak_failure_depth, search_settings
-from longctx.niah.tasks import make_samples
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 @pytest.fixture(scope="module")
