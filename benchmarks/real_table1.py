@@ -72,8 +72,8 @@ def run_child(argv: list[str], budget_s: float) -> int:
 
 def _niah_table(model: Path, length: int, tests: int, cells: Path, out_md: Path, budget_s: float, *extra: str) -> int:
     """`longctx niah-table` as a child, stopped at the budget (run_child)."""
-    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), "--set", TABLE]
-    argv += ["--set", f"eval.niah.tests_per_length={tests}", *[w for item in extra for w in ("--set", item)]]
+    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), TABLE]
+    argv += [f"eval.niah.tests_per_length={tests}", *extra]
     argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
     return run_child(argv, budget_s)
 

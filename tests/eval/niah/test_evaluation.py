@@ -84,7 +84,7 @@ def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(c
 
 
 def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
-    sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
+    sets = eval_args(haystack_file)
     out = tmp_path / "table.md"
     assert (
         main(
@@ -94,7 +94,6 @@ def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
                 "--methods",
                 "rope,string",
                 *sets,
-                "--set",
                 "eval.position_method.string.local_window=16",
                 "--out",
                 str(out),

@@ -1,7 +1,7 @@
 """STRING Table 1 / Table 4 on the evaluation engine: `longctx niah-table`.
 
     longctx niah-table CKPT_A CKPT_B --methods rope,ntk,yarn,rerope,self_extend,dca,string
-    longctx niah-table DIR --set experiments/real/smollm2_table1.yaml --lengths 2048,8192 --out t/table1.md
+    longctx niah-table DIR experiments/real/smollm2_table1.yaml eval.niah.tests_per_length=50 --lengths 2048,8192
 
 Every position method (row) on every checkpoint (column) at the model's training length
 L (= model.max_position; STRING Table 1), or at each of `--lengths` (columns
