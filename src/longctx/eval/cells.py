@@ -23,9 +23,10 @@ its records (decoding only the samples without one, the same samples since they 
 before extend a cell; fewer use its first `count` records. A torn last line (a kill during
 the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah/table.py).
 
-Precision as `longctx niah`: bf16 autocast on CUDA, the fp32 weights on CPU. Memory: before
-decoding, a cell whose longest prompt, KV cache and prefill chunk cannot fit the device is
-refused with its limit named (eval/memory.py).
+Device, precision (bf16 autocast on CUDA, the fp32 weights on CPU), position method and
+memory check: eval/runtime.py, before decoding; a cell whose longest prompt, KV cache and
+prefill chunk cannot fit the device is refused with its limit named (eval/memory.py).
+The effective-length search (eval/effective_length.py) runs one cell per length.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ inside the configured frame (BOS or a chat turn, eval/prompt_frame.py); the mode
 1 when at least `min_found` answers (the task's default, 2 of 4 for `paper`) appear in the
 output (case-insensitive, whitespace collapsed: eval/niah/samples.py), else 0; the record keeps
 which answer was found and its needle's depth, from which eval/niah/table.py draws the
-depth band where a model fails most (STRING Table 4). These are the prompts, the decoding
-and the scoring of `longctx niah` (eval/effective_length.py), so a cell's pass rate is the search's
-at that length.
+depth band where a model fails most (STRING Table 4) and the effective-length search
+(eval/effective_length.py) its depth x length heatmap. `longctx niah`, the training probe
+and `niah-table` all run this task, so a table cell's pass rate is the search's at that
+length.
 """
 
 from __future__ import annotations
