@@ -49,13 +49,13 @@ real-model: $(STAMP)
 # quiet cores (README states the measured time). Cells are kept in runs/real/demo/cells: a rerun
 # reuses them. Every arm at 2K and below: `make table1-real TESTS=...`.
 demo-real: real-model
-	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 8192 --arms rope,string-repo --set $(REAL_TABLE) \
-		--set eval.niah.tests_per_length=2 --set eval.niah.prefill_chunk_tokens=0 --out runs/real/demo/table1_8k.md
+	$(BIN)/longctx niah-table $(REAL_MODEL) $(REAL_TABLE) eval.niah.tests_per_length=2 \
+		eval.niah.prefill_chunk_tokens=0 --lengths 8192 --arms rope,string-repo --out runs/real/demo/table1_8k.md
 
 # The table: NIAH at the 8K training length and below, every arm, TESTS tests per cell.
 table1-real: real-model
-	$(BIN)/longctx niah-table $(REAL_MODEL) --lengths 2048,4096,6144,8192 --set $(REAL_TABLE) \
-		--set eval.niah.tests_per_length=$(TESTS) --out runs/real/table1/table1.md
+	$(BIN)/longctx niah-table $(REAL_MODEL) $(REAL_TABLE) eval.niah.tests_per_length=$(TESTS) \
+		--lengths 2048,4096,6144,8192 --out runs/real/table1/table1.md
 
 # The miniature replication of STRING's findings at CPU scale (docs/replication.md): each
 # verdict seed pretrains at 3 windows on one token stream, then Table 1 position methods,

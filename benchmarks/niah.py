@@ -13,11 +13,12 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    `--new-tokens` greedy tokens three ways, side by side:
    - `recompute`: `greedy_generate_recompute`, all prompts in one batch, the whole
      sequence re-run for every new token (no cache);
-   - `kv, batch 1`: `greedy_generate` one prompt at a time;
-   - `kv, batched`: `LlamaGenerator`, as the probe runs it (all prompts per forward).
+   - `kv, batch 1`: `eval.generation.generate` one prompt at a time;
+   - `kv, batched`: `eval.generation.generate`, all prompts per forward (no stop rule).
    All three must produce the same tokens (checked; the script aborts otherwise). Times
    are single runs after a short warm-up decode; "speedup" is recompute / batched time.
-2. A full effective-length search (`search_effective_length`) of the model: lengths
+2. A full effective-length search (`eval.niah.evaluation.evaluate`: one engine cell per length,
+   decoded by `eval.generation.generate`, stopping at EOS) of the model: lengths
    128, 256, ... `--search-max-length`, `--tests` prompts each, every length evaluated
    (`stop_at_first_failure=False`), wall time per length and in total, sample building and
    scoring included. A random-init model finds no needle, so its effective length is 0.
@@ -49,15 +50,18 @@ import numpy as np
 import report
 import torch
 
-from longctx.config import NiahConfig
+from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
+from longctx.eval.cells import Decoding
+from longctx.eval.effective_length import plot_heatmap
+from longctx.eval.generation import generate
+from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.samples import make_samples
 from longctx.model.checkpoint import load_model
-from longctx.model.generation import greedy_generate, greedy_generate_recompute
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
-from longctx.niah.haystack import Haystack
-from longctx.niah.search import LlamaGenerator, plot_heatmap, search_effective_length
-from longctx.niah.tasks import make_samples
 from longctx.runtime import tune_cpu_allocator
 
 WIDTHS = (6, 13, 14, 14, 19, 9)
@@ -70,24 +74,23 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-def one_by_one(model, input_ids: torch.Tensor, new_tokens: int, backend: str) -> torch.Tensor:
-    """Cached greedy decoding of each prompt on its own (batch size 1)."""
-    return torch.cat([greedy_generate(model, row, new_tokens, attention_backend=backend) for row in input_ids.split(1)])
+def cached(model, input_ids: torch.Tensor, new_tokens: int, backend: str, batch_size: int) -> torch.Tensor:
+    """Cached greedy decoding of the prompts, `batch_size` per forward, no stop rule."""
+    prompts = input_ids.tolist()
+    generations = generate(model, prompts, max_new_tokens=new_tokens, batch_size=batch_size, attention_backend=backend)
+    return torch.tensor([g.token_ids for g in generations])
 
 
 def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend) -> None:
     print(f"\n== greedy decoding of {prompts} prompts x {new_tokens} new tokens ==")
     header = ("length", "recompute s", "kv batch-1 s", "kv batched s", "new tok/s batched", "speedup")
     print("".join(f"{h:>{w}}" for h, w in zip(header, WIDTHS, strict=True)))
-    generator = LlamaGenerator(
-        model, batch_size=prompts, batch_tokens=prompts * max(lengths), attention_backend=backend
-    )
     for length in lengths:
         samples = make_samples(tokenizer, haystack, length, prompts, seed=0)
         input_ids = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-        greedy_generate(model, input_ids[:, :64], 4, attention_backend=backend)  # warm-up: prefill, cached steps
-        batched, t_batched = timed(functools.partial(generator.generate, input_ids, new_tokens))
-        single, t_single = timed(functools.partial(one_by_one, model, input_ids, new_tokens, backend))
+        cached(model, input_ids[:, :64], 4, backend, prompts)  # warm-up: prefill, cached steps
+        batched, t_batched = timed(functools.partial(cached, model, input_ids, new_tokens, backend, prompts))
+        single, t_single = timed(functools.partial(cached, model, input_ids, new_tokens, backend, 1))
         recomputed, t_recompute = timed(functools.partial(greedy_generate_recompute, model, input_ids, new_tokens))
         if not (torch.equal(batched, single) and torch.equal(batched, recomputed)):
             raise SystemExit(f"length {length}: the three decoders disagree")
@@ -112,13 +115,13 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
     print(
         f"\n== effective-length search: lengths {config.evaluated_lengths()[0]}..{config.evaluated_lengths()[-1]}, {tests} tests each =="
     )
-    generator = LlamaGenerator(model, attention_backend=backend)
+    decoding = Decoding(batch_tokens=config.batch_tokens)
     start = time.perf_counter()
-    result = search_effective_length(generator, tokenizer, haystack, config)
+    result = evaluate(model, ExperimentConfig(), tokenizer, haystack, settings=config, attention_backend=backend)
     total = time.perf_counter() - start
     for row in result.per_length:
         print(
-            f"  L={row.length:>5}  batch {generator.rows_per_batch(row.length):>2}  pass {row.passed:>3}/{row.tests}"
+            f"  L={row.length:>5}  batch {decoding.rows(row.length):>2}  pass {row.passed:>3}/{row.tests}"
             f"  rate {row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]  {row.seconds:6.1f} s"
         )
     print(
@@ -129,7 +132,7 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
     rows = [
         [
             str(row.length),
-            str(generator.rows_per_batch(row.length)),
+            str(decoding.rows(row.length)),
             f"{row.passed}/{row.tests}",
             f"{row.rate:.2f} [{row.wilson_low:.2f}, {row.wilson_high:.2f}]",
             f"{row.seconds:.1f}",

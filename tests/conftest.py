@@ -35,7 +35,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def haystack(tokenizer):
     """The Paul Graham essays haystack; tests that need it skip when it is not installed."""
-    from longctx.niah.haystack import Haystack
+    from longctx.eval.niah.haystack import Haystack
 
     try:
         return Haystack.paul_graham(tokenizer)

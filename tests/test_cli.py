@@ -71,7 +71,7 @@ def test_domain_errors_share_one_base():
     from longctx.data.sft import SFTDataError
     from longctx.data.tokenizer import TokenizerError
     from longctx.errors import CheckpointError, ConfigError, DataError, LongctxError
-    from longctx.niah.needles import NiahError
+    from longctx.eval.niah.needles import NiahError
     from longctx.sweep import SweepError
 
     for error in (

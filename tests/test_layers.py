@@ -20,9 +20,8 @@ LAYERS = {
     "wandb_setup": 2,
     "model_tokenizer": 3,
     "probes": 3,
-    "niah": 3,
+    "eval": 3,
     "train": 4,
-    "eval": 4,
     "analysis": 5,
     "sweep": 5,
     "gpu_checks": 5,
@@ -30,18 +29,20 @@ LAYERS = {
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
-setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
-analysis, sweep, gpu_checks < cli; eval (benchmarks on the evaluation engine) sits beside
-train; gpu_checks (the GPU path's numerical checks that the `gpu` tests and `make
-gpu-check` share: it drives the model, a training step and a pretrain) beside analysis and
-sweep. A module imports
+setup) < model_tokenizer (which reads model files and tokenizers), probes, eval (the
+evaluation engine and every benchmark on it, the effective-length search among them) <
+train (whose in-training probe and NIAH after SFT read eval) < analysis, sweep, gpu_checks
+< cli; gpu_checks (the GPU path's numerical checks that the `gpu` tests and `make
+gpu-check` share: it drives the model, a training step and a pretrain) sits beside
+analysis and sweep. eval reads a checkpoint's own tokenizer through model_tokenizer (the
+lm-eval adapter), its one peer edge. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
 import each other, so data never needs a model (docs/design.md, "House rules")."""
 
 PEER_IMPORTS = {
     ("model", "batch"),
     ("data", "batch"),
-    ("niah", "probes"),
+    ("eval", "model_tokenizer"),
     ("__main__", "cli"),
 }
 """(importer, imported) pairs of top-level parts allowed inside one layer; parts import

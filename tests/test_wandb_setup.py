@@ -31,9 +31,9 @@ def test_disabled_evaluations_log_nothing_and_need_no_wandb(monkeypatch, tmp_pat
     the GPU image has none (a None entry in sys.modules makes `import wandb` raise)."""
     import sys
 
-    from longctx.eval.niah_table import log_table
+    from longctx.eval.niah.evaluation import log_to_wandb
+    from longctx.eval.niah.table import log_table
     from longctx.eval.suite_table import log_suite
-    from longctx.niah.evaluation import log_to_wandb
 
     monkeypatch.setitem(sys.modules, "wandb", None)
     config = load([], ["log.wandb_mode=disabled"])

@@ -8,6 +8,7 @@ python experiments/replicate/recipe_search.py --facts 2 --queries 2 --filler-max
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -15,15 +16,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from longctx.config import NiahConfig
-from longctx.data.packing import contract_from_blocks
+from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.data import RetrievalConfig
+from longctx.config.model import ModelConfig
+from longctx.data.packing import contract_from_blocks
 from longctx.data.retrieval import filler_sentences, make_document
 from longctx.data.tokenizer import load_tokenizer
-from longctx.config.model import ModelConfig
+from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
-from longctx.niah.search import LlamaGenerator, evaluate_length
-from longctx.niah.tasks import Haystack
 from longctx.probes.retrieval_answers import answer_metrics
 
 parser = argparse.ArgumentParser()
@@ -157,10 +158,11 @@ for step in range(1, args.steps + 1):
         metrics = answer_metrics(model, tokenizer, retrieval, args.window, documents=32)
         model.eval()
         passes = {}
-        for length in niah_lengths:
-            row, _, hits = evaluate_length(LlamaGenerator(model), tokenizer, haystack, length, niah)
-            passes[length] = f"{row.passed}/{row.tests} recall {hits.mean():.2f}"
-            passes[f"out{length}"] = row.example_output[:60]
+        if niah_lengths:
+            settings = dataclasses.replace(niah, lengths=niah_lengths)
+            for row in evaluate(model, ExperimentConfig(), tokenizer, haystack, settings=settings).per_length:
+                passes[row.length] = f"{row.passed}/{row.tests} recall {row.recall:.2f}"
+                passes[f"out{row.length}"] = row.example_output[:60]
         print(
             json.dumps(
                 {

@@ -52,9 +52,8 @@ def _eval_suite(
 ) -> int:
     """`longctx eval-suite` as a child, stopped at the budget (real_table1.run_child)."""
     argv = [sys.executable, "-m", "longctx", "eval-suite", str(model), "--suite", "ruler", "--lengths", lengths]
-    argv += ["--set", CONFIG, "--set", f"eval.benchmarks.samples_per_length={samples}"]
-    argv += ["--set", f"eval.niah.batch_tokens={batch_tokens}"]
-    argv += [w for item in extra for w in ("--set", item)]
+    argv += [CONFIG, f"eval.benchmarks.samples_per_length={samples}", f"eval.niah.batch_tokens={batch_tokens}"]
+    argv += list(extra)
     argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
     return run_child(argv, budget_s)
 

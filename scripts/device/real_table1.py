@@ -75,8 +75,8 @@ def run_child(argv: list[str], budget_s: float) -> int:
 
 def _niah_table(model: Path, length: int, tests: int, cells: Path, out_md: Path, budget_s: float, *extra: str) -> int:
     """`longctx niah-table` as a child, stopped at the budget (run_child)."""
-    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), "--set", TABLE]
-    argv += ["--set", f"eval.niah.tests_per_length={tests}", *[w for item in extra for w in ("--set", item)]]
+    argv = [sys.executable, "-m", "longctx", "niah-table", str(model), "--lengths", str(length), TABLE]
+    argv += [f"eval.niah.tests_per_length={tests}", *extra]
     argv += ["--cells", str(cells), "--out", str(out_md), "--quiet"]
     return run_child(argv, budget_s)
 
@@ -198,9 +198,9 @@ def run_side_by_side(args: argparse.Namespace) -> int:
 
     from longctx.cli.common import evaluation_setup
     from longctx.eval.generation import Generation, generate
-    from longctx.eval.niah_task import NiahTask
+    from longctx.eval.niah.evaluation import evaluation_device
+    from longctx.eval.niah.task import NiahTask
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     if args.tests > 50:
         raise SystemExit(f"--tests {args.tests}: the side-by-side is capped at 50 prompts")

@@ -27,7 +27,7 @@ import re
 import statistics
 from pathlib import Path
 
-from longctx.niah.search import wilson_interval
+from longctx.eval.stats import wilson_interval
 from longctx_replication import figures as replication_figures
 from longctx_replication.findings import Finding, checkout_commit, findings_markdown, write_summary
 from longctx_replication.seed_verdicts import (

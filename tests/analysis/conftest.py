@@ -60,8 +60,8 @@ def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> P
     W x S grid of StRing, through the same functions; one point is also logged to W&B offline."""
     from longctx.config import load
     from longctx.data.tokenizer import load_tokenizer
+    from longctx.eval.niah.evaluation import evaluate, load_haystack, log_to_wandb, write_result
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluate, load_haystack, log_to_wandb, write_result
 
     base = [
         f"{key}={value}"

@@ -11,8 +11,8 @@ import pytest
 
 from longctx.analysis.niah import load_niah, load_niah_wandb, method_label, niah_result
 from longctx.config import NiahConfig
-from longctx.niah.evaluation import peak_failure_depth, write_result
-from longctx.niah.search import EffectiveLengthResult, LengthResult
+from longctx.eval.effective_length import EffectiveLengthResult, LengthResult
+from longctx.eval.niah.evaluation import peak_failure_depth, write_result
 
 
 def make_result(rates, effective, lengths=(128, 256, 384), tests=4, max_length=384) -> EffectiveLengthResult:

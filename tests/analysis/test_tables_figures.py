@@ -156,8 +156,8 @@ def saved_figures(monkeypatch) -> list:
 
 def test_figure1_and_figure4_reuse_the_probe_plots(tmp_path, monkeypatch):
     from longctx.config import NiahConfig
-    from longctx.niah.evaluation import write_result
-    from longctx.niah.search import EffectiveLengthResult, LengthResult
+    from longctx.eval.effective_length import EffectiveLengthResult, LengthResult
+    from longctx.eval.niah.evaluation import write_result
     from longctx.probes.dataset_fi import figure1_frequencies
 
     drawn = saved_figures(monkeypatch)

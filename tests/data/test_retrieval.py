@@ -18,9 +18,8 @@ from longctx.data.retrieval import (
     value_lengths,
 )
 from longctx.errors import ConfigError
-from longctx.niah import needles as niah
-from longctx.niah.haystack import paul_graham_text
-from longctx.niah.words import ADJECTIVES, NOUNS
+from longctx.eval.niah import needles as niah
+from longctx.eval.niah.haystack import paul_graham_text
 
 FILLER = tuple(f" Filler sentence number {word} goes here." for word in ("one", "two", "three", "four", "five"))
 
@@ -61,7 +60,6 @@ def test_facts_come_before_questions_and_filler_count_bounds():
 
 
 def test_text_is_disjoint_from_the_niah_tasks():
-    words = set(ADJECTIVES) | set(NOUNS)
     niah_text = " ".join(t.prefix + t.needle + t.question + t.answer_prefix for t in niah.TASKS.values()).lower()
     for phrase in RETRIEVAL_PHRASES:
         lowered = phrase.lower()
@@ -76,9 +74,6 @@ def test_text_is_disjoint_from_the_niah_tasks():
         numbers = re.findall(r"\b\d+\b", doc.text.split("\n", 1)[1].split("How many")[0])
         values = [n for n in numbers if len(n) == 5]
         assert len(values) >= 4 and not any(len(n) in (6, 7) for n in values)
-    for index in range(50):
-        doc = make_document(config, index)
-        assert not words.intersection(doc.keys)
 
 
 def test_niah_template_is_the_paper_tasks_wording():

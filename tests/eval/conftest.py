@@ -1,10 +1,19 @@
 """Fixtures of the evaluation tests: the engine's small haystack, the Llama-3 tokenizer and a
 RULER context on it."""
 
+import itertools
+
 import pytest
 
+from longctx.data.corpus import embedded_documents
 from longctx.data.tokenizer import load_tokenizer
-from tests.niah.conftest import haystack_file  # noqa: F401  (the NIAH tests' small haystack)
+
+
+@pytest.fixture(scope="module")
+def haystack_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hay") / "haystack.txt"
+    path.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
+    return path
 
 
 @pytest.fixture(scope="session")

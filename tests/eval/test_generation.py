@@ -1,6 +1,6 @@
 """eval/generation.py: mixed-length batches with per-row stops.
 
-References: today's equal-length `greedy_generate` on NIAH prompts; Hugging Face
+References: the full-recompute `greedy_generate_recompute` on NIAH prompts; Hugging Face
 `generate` (greedy, EOS and stop strings, left padding with an attention mask) on a tiny
 random transformers Llama; and, under every position method, each prompt decoded alone."""
 
@@ -11,11 +11,11 @@ import torch
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
 from longctx.eval.generation import StopRule, generate
-from longctx.model.generation import greedy_generate
+from longctx.eval.niah.samples import make_samples
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.hf import import_hf
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
-from longctx.niah.tasks import make_samples
 from tests.chat_tokenizer import write_chat_tokenizer
 from tests.model.hf_models import build_hf, save_hf
 
@@ -31,12 +31,12 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_equals_greedy_generate_on_niah_prompts(tokenizer, haystack, one_thread):
+def test_equals_the_recompute_reference_on_niah_prompts(tokenizer, haystack, one_thread):
     torch.manual_seed(0)
     model = Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
     samples = make_samples(tokenizer, haystack, 160, 5, seed=1)
     prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    reference = greedy_generate(model, prompts, 12).tolist()
+    reference = greedy_generate_recompute(model, prompts, 12).tolist()
     assert len({tuple(row) for row in reference}) > 1
     plain = generate(model, prompts.tolist(), max_new_tokens=12, batch_size=3)
     assert [g.token_ids for g in plain] == reference

@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("punkt")
 pytest.importorskip("wonderwords")
 
+from longctx.eval.niah.haystack import paul_graham_text
 from longctx.eval.ruler.sources import Essay, punkt_english, wonderwords_lists
-from longctx.niah.haystack import paul_graham_text
 
 
 def test_nltk_punkt_on_the_shipped_parameters_splits_the_essays_as_the_independent_punkt_package():

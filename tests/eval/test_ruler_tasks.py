@@ -220,8 +220,8 @@ def test_a_sample_depends_only_on_seed_task_length_and_index(llama3, ruler_ctx):
 
 
 def test_chat_frame_wraps_the_task_and_the_answer_prefix_follows(tmp_path):
+    from longctx.eval.prompt_frame import prompt_frame
     from longctx.model_tokenizer import tokenizer_for_model
-    from longctx.niah.chat import prompt_frame
     from tests.chat_tokenizer import write_chat_tokenizer, write_hf_config
 
     tokenizer = tokenizer_for_model(write_hf_config(write_chat_tokenizer(tmp_path, vocab_size=400), vocab_size=400))

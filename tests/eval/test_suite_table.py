@@ -45,7 +45,7 @@ def test_eval_suite_command_on_a_tiny_model(tmp_path, capsys):
     save_model(Llama(ModelConfig.from_preset("debug", max_position=512)), checkpoint)
     out = tmp_path / "out" / "ruler.md"
     items = ["eval.benchmarks.samples_per_length=2", "log.wandb_mode=disabled", "eval.niah.max_new_tokens=8"]
-    sets = [arg for item in items for arg in ("--set", item)]
+    sets = items
     args = ["eval-suite", str(checkpoint), "--suite", "ruler", "--tasks", "niah_single_1,fwe", "--lengths", "512,1024"]
     assert main([*args, *sets, "--methods", "rope,string", "--out", str(out), "--quiet"]) == 0
     table = json.loads(out.with_suffix(".json").read_text())
@@ -71,7 +71,7 @@ def test_eval_suite_infinitebench_passkey(tmp_path):
     checkpoint = tmp_path / "m.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=512)), checkpoint)
     out = tmp_path / "ib.md"
-    sets = ["--set", "eval.benchmarks.samples_per_length=2", "--set", "log.wandb_mode=disabled"]
+    sets = ["eval.benchmarks.samples_per_length=2", "log.wandb_mode=disabled"]
     args = ["eval-suite", str(checkpoint), "--suite", "infinitebench", "--tasks", "passkey", "--lengths", "512"]
     assert main([*args, *sets, "--out", str(out), "--quiet"]) == 0
     table = json.loads(out.with_suffix(".json").read_text())

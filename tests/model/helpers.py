@@ -207,3 +207,16 @@ def dense_block_mask(document_ids: torch.Tensor, q_len: int):
         return (document_ids[b, q_idx + offset] == document_ids[b, kv_idx]) & (kv_idx <= q_idx + offset)
 
     return create_block_mask(document_causal, batch, None, q_len, kv_len, device="cpu")
+
+
+def cached_greedy(model, input_ids, max_new_tokens, **options):
+    """Greedy KV-cache decoding of the rows of `input_ids` [B, T] in one batch by the engine's
+    decoder (`eval.generation.generate`, no stop rule): [B, max_new_tokens]. `options`:
+    attention_backend, position_method, prefill_chunk_tokens."""
+    import torch
+
+    from longctx.eval.generation import generate
+
+    rows = input_ids.tolist()
+    generations = generate(model, rows, max_new_tokens=max_new_tokens, batch_size=len(rows), **options)
+    return torch.tensor([g.token_ids for g in generations], device=input_ids.device)

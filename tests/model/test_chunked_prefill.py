@@ -6,9 +6,10 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
-from longctx.model.generation import greedy_generate, greedy_generate_recompute
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
+from tests.model.helpers import cached_greedy
 
 TRAINING_LENGTH = 48
 PROMPT = 70  # past the training length: the methods' far passes are all in play
@@ -46,8 +47,8 @@ def test_chunked_prefill_logits_equal_the_unchunked_forward(model, arm, chunk):
 def test_chunked_prefill_greedy_tokens_equal_the_recomputed_reference(model, arm):
     method = _method(arm, model.config)
     ids = torch.randint(0, 256, (2, PROMPT), generator=torch.Generator().manual_seed(2))
-    chunked = greedy_generate(model, ids, 8, position_method=method, prefill_chunk_tokens=17)
-    whole = greedy_generate(model, ids, 8, position_method=method)
+    chunked = cached_greedy(model, ids, 8, position_method=method, prefill_chunk_tokens=17)
+    whole = cached_greedy(model, ids, 8, position_method=method)
     reference = greedy_generate_recompute(model, ids, 8, position_method=method)
     assert torch.equal(chunked, whole)
     if arm == "string-repo":
@@ -60,4 +61,4 @@ def test_chunked_prefill_greedy_tokens_equal_the_recomputed_reference(model, arm
 
 def test_prefill_chunk_tokens_must_not_be_negative(model):
     with pytest.raises(ValueError, match="prefill_chunk_tokens must be >= 0"):
-        greedy_generate(model, torch.zeros(1, 4, dtype=torch.long), 1, prefill_chunk_tokens=-1)
+        cached_greedy(model, torch.zeros(1, 4, dtype=torch.long), 1, prefill_chunk_tokens=-1)

@@ -14,13 +14,13 @@ from longctx.config.position_methods import REPO_STRING_ATTENTION_FACTOR
 from longctx.model import attention as attention_module
 from longctx.model import flash
 from longctx.model.attention import attention, resolve_backend
-from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import dca_method, rerope_method, self_extend_method, string_method
 from longctx.model.position_methods import gpu as passes_gpu
 from tests.helpers import packed_document_ids
 from tests.model import varlen_stand_in
 from tests.model.helpers import (
+    cached_greedy,
     dca_relative,
     dense_reference,
     plain_frequencies,
@@ -173,8 +173,8 @@ def test_greedy_decoding_with_string_on_the_varlen_kernel_equals_the_cpu_path(mo
     model = Llama(ModelConfig.from_preset("debug", max_position=24)).double()
     method = string_method(model.rope, 8, 2).double()
     prompts = torch.randint(0, 8192, (2, 30))
-    flash = greedy_generate(model, prompts, 6, attention_backend="flash", position_method=method)
-    cpu = greedy_generate(model, prompts, 6, attention_backend="varlen", position_method=method)
+    flash = cached_greedy(model, prompts, 6, attention_backend="flash", position_method=method)
+    cpu = cached_greedy(model, prompts, 6, attention_backend="varlen", position_method=method)
     assert torch.equal(flash, cpu)
 
 

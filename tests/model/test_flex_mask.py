@@ -13,10 +13,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from longctx.config.model import ModelConfig
 from longctx.model import attention as attention_module
 from longctx.model.attention import attention, build_mask
-from longctx.model.generation import greedy_generate
 from longctx.model.llama import Llama
 from tests.helpers import packed_document_ids
-from tests.model.helpers import BLOCK_FIELDS, dense_block_mask
+from tests.model.helpers import BLOCK_FIELDS, cached_greedy, dense_block_mask
 
 
 def random_rows(rng: random.Random, batch: int, length: int, pad: int) -> torch.Tensor:
@@ -91,9 +90,9 @@ def test_flex_decoding_does_not_recompile(monkeypatch):
     torch.manual_seed(0)
     model = Llama(ModelConfig.from_preset("debug", max_position=256))
     prompts = torch.randint(0, 8192, (2, 130))
-    got = greedy_generate(model, prompts, 13, attention_backend="flex")
+    got = cached_greedy(model, prompts, 13, attention_backend="flex")
     assert counter.frame_count == 1
-    expected = greedy_generate(model, prompts, 13, attention_backend="sdpa")
+    expected = cached_greedy(model, prompts, 13, attention_backend="sdpa")
     assert torch.equal(got, expected)
 
 

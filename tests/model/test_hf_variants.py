@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from longctx.model.generation import greedy_generate
 from longctx.model.hf import export_hf, import_hf
+from tests.model.helpers import cached_greedy
 from tests.model.hf_models import LAYOUTS, SMALL, VARIANTS, build_hf, save_hf
 
 transformers = pytest.importorskip("transformers")
@@ -36,7 +36,7 @@ def test_logits_and_greedy_tokens_equal_transformers(tmp_path, kind, layout):
     assert (mine - theirs).abs().max() <= 1e-4
     prompt = ids[:, :24]
     expected = hf.generate(prompt, max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
-    assert torch.equal(greedy_generate(ours, prompt, 32), expected[:, 24:])
+    assert torch.equal(cached_greedy(ours, prompt, 32), expected[:, 24:])
 
 
 @pytest.mark.parametrize("kind", list(VARIANTS))

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from longctx.config.model import ModelConfig
-from longctx.model.generation import greedy_generate, greedy_generate_recompute
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
 from tests.helpers import packed_document_ids, reset_position_ids
+from tests.model.helpers import cached_greedy
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +115,11 @@ def test_kv_cache_overflow_is_an_error(model):
 
 def test_batched_cached_generation_equals_recompute(model):
     prompts = torch.randint(0, model.config.vocab_size, (4, 30))
-    cached = greedy_generate(model, prompts, max_new_tokens=10)
+    cached = cached_greedy(model, prompts, max_new_tokens=10)
     recomputed = greedy_generate_recompute(model, prompts, max_new_tokens=10)
     assert cached.shape == (4, 10)
     assert torch.equal(cached, recomputed)
-    one_by_one = torch.cat([greedy_generate(model, p[None], max_new_tokens=10) for p in prompts])
+    one_by_one = torch.cat([cached_greedy(model, p[None], max_new_tokens=10) for p in prompts])
     assert torch.equal(cached, one_by_one)
 
 
@@ -187,11 +188,11 @@ def test_generation_runs_compiled_blocks_eagerly():
     torch.manual_seed(0)
     model = Llama(ModelConfig.from_preset("debug"))
     prompts = torch.randint(0, 8192, (2, 20))
-    expected = greedy_generate(model, prompts, 12)
+    expected = cached_greedy(model, prompts, 12)
     counter = CompileCounter()
     for block in model.blocks:
         block.compile(backend=counter, dynamic=False)
-    assert torch.equal(greedy_generate(model, prompts, 12), expected)
+    assert torch.equal(cached_greedy(model, prompts, 12), expected)
     assert counter.frame_count == 0
     model(prompts)
     assert counter.frame_count > 0

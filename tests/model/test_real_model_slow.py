@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from longctx.cli import main
+from longctx.eval.niah.haystack import paul_graham_text
 from longctx.model.gguf import cache_root, convert_gguf, fetch_smollm2
 from longctx.model.hf import import_hf
 from longctx.model_tokenizer import tokenizer_for_model
-from longctx.niah.haystack import paul_graham_text
 
 pytestmark = pytest.mark.slow
 transformers = pytest.importorskip("transformers")

@@ -126,7 +126,7 @@ def test_niah_after_sft_runs_on_the_evaluation_device(workspace, pretrained, tmp
 
     from longctx import config as config_module
     from longctx.data.tokenizer import load_tokenizer
-    from longctx.niah import evaluation
+    from longctx.eval.niah import evaluation
     from longctx.train.sft import niah_after_sft
 
     (tmp_path / "checkpoints").mkdir()

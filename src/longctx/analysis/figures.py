@@ -11,7 +11,7 @@
     fig = figures.plot_ablation(ablation_grid(results))          # Fig. 7: StRing W x S
     figures.save(fig, "runs/figures", "fig2a")                   # -> runs/figures/fig2a.png
     figures.figure1("data/embedded", 2048, "out/fig1.png")       # Fig. 1 (probes.dataset_fi.plot_figure1)
-    figures.figure4("runs/niah/niah.json", "out/fig4.png")       # Fig. 4 (niah.search.plot_heatmap)
+    figures.figure4("runs/niah/niah.json", "out/fig4.png")       # Fig. 4 (eval.effective_length.plot_heatmap)
 
 Each `plot_*` function draws from a frame of `analysis.runs`, `analysis.fi`,
 `analysis.niah` or `analysis.tables` and returns a `matplotlib.figure.Figure` on an Agg
@@ -231,9 +231,9 @@ def figure1(source, window: int, path: str | Path, tokenizer: str = "bpe-8192") 
 
 def figure4(result, path: str | Path, title: str | None = None) -> Path:
     """STRING Figure 4 (depth x length recall) of an EffectiveLengthResult or a niah.json
-    through `niah.search.plot_heatmap`; returns the PNG path."""
+    through `eval.effective_length.plot_heatmap`; returns the PNG path."""
     from longctx.analysis.niah import niah_result
-    from longctx.niah.search import EffectiveLengthResult, plot_heatmap
+    from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap
 
     if not isinstance(result, EffectiveLengthResult):
         result = niah_result(result)

@@ -8,7 +8,7 @@
     load_niah_wandb("runs/tiny_1k")                # the `longctx niah` W&B runs (e.g. a wandb sweep)
     niah_result("runs/niah/niah.json")             # back to the EffectiveLengthResult it was written from
 
-This module owns reading back what the effective-length search (niah/search.py)
+This module owns reading back what the effective-length search (eval/effective_length.py)
 wrote: `niah.json` files (`EffectiveLengthResult.to_dict`, written by `longctx niah --out
 DIR` and by the training probe as `<run>/niah/step-NNNNNNN/niah.json`), and the W&B runs
 `longctx niah` logs (job type "niah": config, `niah/effective_length`, and the
@@ -47,7 +47,7 @@ import pandas as pd
 
 from longctx.analysis import wandb_offline
 from longctx.analysis.runs import expand
-from longctx.niah.search import EffectiveLengthResult
+from longctx.eval.effective_length import EffectiveLengthResult
 
 NIAH_FILE = "niah.json"
 LENGTH_COLUMNS = ["length", "tests", "passed", "rate", "wilson_low", "wilson_high", "recall"]
@@ -103,7 +103,7 @@ def read_result_dict(path: str | Path) -> dict:
 
 def niah_result(path: str | Path) -> EffectiveLengthResult:
     """The EffectiveLengthResult a niah.json was written from (None -> NaN), e.g. for
-    `niah.search.plot_heatmap` or `niah.evaluation.peak_failure_depth`."""
+    `eval.effective_length.plot_heatmap` or `eval.niah.evaluation.peak_failure_depth`."""
     try:
         return EffectiveLengthResult.from_dict(read_result_dict(path))
     except (KeyError, TypeError, ValueError) as error:
@@ -303,10 +303,10 @@ def method_label(method: str | None, params: dict) -> str:
 
 
 def _failure_depth(data: dict) -> tuple[float, float]:
-    """STRING Table 4's peak failure depth band (niah.evaluation.peak_failure_depth); NaN without depth data."""
+    """STRING Table 4's peak failure depth band (eval.niah.evaluation.peak_failure_depth); NaN without depth data."""
     if "depth_recall" not in data:
         return math.nan, math.nan
-    from longctx.niah.evaluation import peak_failure_depth
+    from longctx.eval.niah.evaluation import peak_failure_depth
 
     recall = [math.nan if v is None else v for v in data["depth_recall"]]
     result = EffectiveLengthResult(

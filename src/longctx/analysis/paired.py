@@ -8,7 +8,7 @@ D = p1 - p2 = (b - c) / n, with p1 = (a + b) / n and p2 = (a + c) / n.
 Its 95% interval is Newcombe's method 10 for paired proportions (R. G. Newcombe,
 "Improved confidence intervals for the difference between binomial proportions based on
 paired data", Statistics in Medicine 17:2635-2650, 1998): the Wilson intervals
-[l1, u1] of p1 and [l2, u2] of p2 (longctx.niah.search.wilson_interval) combined by
+[l1, u1] of p1 and [l2, u2] of p2 (longctx.eval.stats.wilson_interval) combined by
 "square and add" with the correlation of the pairs,
 
     L = D - sqrt((p1 - l1)^2 - 2 phi (p1 - l1)(u2 - p2) + (u2 - p2)^2)
@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from longctx.niah.search import WILSON_Z, wilson_interval
+from longctx.eval.stats import WILSON_Z, wilson_interval
 
 
 @dataclass(frozen=True)

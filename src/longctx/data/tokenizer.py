@@ -315,16 +315,31 @@ def _tokenizer_file(path: Path) -> Tokenizer:
     bos, pad = _special_from_config(config, "bos_token"), _special_from_config(config, "pad_token")
     if config.get("add_bos_token") and bos is None:
         raise TokenizerError(f"{config_file}: add_bos_token is true but no bos_token is given")
+    added = _post_processor_prefix(hf)
+    bos = bos if bos is not None else added
     return Tokenizer(
         str(path),
         hf,
         eos,
         bos,
         pad,
-        add_bos=bool(config.get("add_bos_token")),
+        add_bos=bool(config.get("add_bos_token")) or (added is not None and added == bos),
         chat_template=_chat_template(config, config_file),
         config_file=str(config_file),
     )
+
+
+def _post_processor_prefix(hf: tokenizers.Tokenizer) -> str | None:
+    """The special token the tokenizer.json's post-processor puts before a text when special
+    tokens are added (Llama 3's TemplateProcessing: <|begin_of_text|>, with no
+    `add_bos_token` in its tokenizer_config.json), as transformers' and RULER's calls encode
+    a prompt; None when it adds none."""
+    plain = hf.encode("x", add_special_tokens=False).ids
+    full = hf.encode("x", add_special_tokens=True).ids
+    extra = len(full) - len(plain)
+    if extra < 1 or full[extra:] != plain:
+        return None
+    return hf.id_to_token(full[0])
 
 
 def _chat_template(config: dict, config_file: Path) -> str | None:

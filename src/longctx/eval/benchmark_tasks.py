@@ -17,12 +17,11 @@ from typing import Any
 from longctx.config.eval import BenchmarkConfig
 from longctx.eval import infinitebench
 from longctx.eval.generation import Generation, StopRule
+from longctx.eval.prompt_frame import TextTokenizer, prompt_frame
 from longctx.eval.ruler import RulerContext, RulerOptions, make_sample
 from longctx.eval.ruler.constants import TASKS as RULER_TASKS
 from longctx.eval.ruler.scoring import sample_score
 from longctx.eval.task import Sample, Task
-from longctx.niah.chat import prompt_frame
-from longctx.niah.haystack import TextTokenizer
 
 BENCHMARKS_TEMPLATE_KEY = "eval.benchmarks.chat_template"
 """The key that sets RULER's and InfiniteBench's prompt frame (named in its errors)."""

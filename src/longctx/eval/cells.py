@@ -21,16 +21,16 @@ its records (decoding only the samples without one, the same samples since they 
 (seed, task, length, index) only: a record whose prompt hash differs is refused, as is a
 `cell.json` with other settings: delete the cell's directory to redo it). More samples than
 before extend a cell; fewer use its first `count` records. A torn last line (a kill during
-the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah_table.py).
+the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah/table.py).
 
-Precision as `longctx niah`: bf16 autocast on CUDA, the fp32 weights on CPU. Memory: before
-decoding, a cell whose longest prompt, KV cache and prefill chunk cannot fit the device is
-refused with its limit named (niah/memory.py).
+Device, precision (bf16 autocast on CUDA, the fp32 weights on CPU), position method and
+memory check: eval/runtime.py, before decoding; a cell whose longest prompt, KV cache and
+prefill chunk cannot fit the device is refused with its limit named (eval/memory.py).
+The effective-length search (eval/effective_length.py) runs one cell per length.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -40,17 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import torch
-
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
+from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.runtime import check_memory, evaluating, position_method
+from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethod, build_position_method
-from longctx.niah.haystack import TextTokenizer
-from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
-from longctx.niah.search import wilson_interval
+from longctx.model.position_methods import PositionMethod
 
 SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
 
@@ -204,31 +202,6 @@ def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
         path.write_text(json.dumps(spec, indent=1) + "\n")
 
 
-def _position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
-    """None for plain RoPE (the model's own path), else the method on the model's device."""
-    if config.name == "rope" and not config.rope.repo_score_scale:
-        return None
-    return build_position_method(config, model.config).to(model.tok_embeddings.weight.device)
-
-
-def _check_memory(model: Llama, samples: list[Sample], decoding: Decoding) -> None:
-    longest = max(len(s.prompt_ids) for s in samples)
-    device = model.tok_embeddings.weight.device
-    cuda = device.type == "cuda"
-    estimate = estimate_evaluation_memory(
-        model.config,
-        longest,
-        rows=decoding.rows(longest),
-        tests=len(samples),
-        new_tokens=max(s.max_new_tokens for s in samples),
-        prefill_chunk_tokens=decoding.prefill_chunk_tokens,
-        compute_bytes=2 if cuda else 4,
-        dense_attention=not cuda,
-    )
-    available, source = available_memory(device)
-    check_evaluation_memory(estimate, available, source, length=longest)
-
-
 def _decode(
     model: Llama,
     batch: list[Sample],
@@ -312,39 +285,37 @@ def run_cell(
 
 def _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress) -> None:
     """Decode `pending` samples batch by batch, appending each batch's records at once."""
-    _check_memory(model, pending, decoding)
-    method = _position_method(method_config, model)
-    rows = decoding.rows(max(len(s.prompt_ids) for s in pending))
-    device = model.tok_embeddings.weight.device
-    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), precision, records_path.open("a") as out:
-            for first in range(0, len(pending), rows):
-                batch = pending[first : first + rows]
-                start = time.perf_counter()
-                generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
-                seconds = (time.perf_counter() - start) / len(batch)
-                for sample, generation in zip(batch, generations, strict=True):
-                    record = {
-                        "index": sample.index,
-                        "prompt_hash": sample.prompt_hash,
-                        "prompt_tokens": len(sample.prompt_ids),
-                        "score": float(task.score(sample, generation)),
-                        "text": generation.text,
-                        "stopped_by": generation.stopped_by,
-                        "new_tokens": len(generation.token_ids),
-                        "seconds": seconds,
-                        **task.details(sample, generation),
-                    }
-                    records[sample.index] = record
-                    out.write(json.dumps(record) + "\n")
-                out.flush()
-                if progress is not None:
-                    progress.advance(len(batch))
-    finally:
-        model.train(was_training)
+    longest = max(len(s.prompt_ids) for s in pending)
+    rows = decoding.rows(longest)
+    new_tokens = max(s.max_new_tokens for s in pending)
+    prefill_chunk = decoding.prefill_chunk_tokens
+    check_memory(
+        model, longest, rows=rows, tests=len(pending), new_tokens=new_tokens, prefill_chunk_tokens=prefill_chunk
+    )
+    method = position_method(method_config, model)
+    with evaluating(model), records_path.open("a") as out:
+        for first in range(0, len(pending), rows):
+            batch = pending[first : first + rows]
+            start = time.perf_counter()
+            generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
+            seconds = (time.perf_counter() - start) / len(batch)
+            for sample, generation in zip(batch, generations, strict=True):
+                record = {
+                    "index": sample.index,
+                    "prompt_hash": sample.prompt_hash,
+                    "prompt_tokens": len(sample.prompt_ids),
+                    "score": float(task.score(sample, generation)),
+                    "text": generation.text,
+                    "stopped_by": generation.stopped_by,
+                    "new_tokens": len(generation.token_ids),
+                    "seconds": seconds,
+                    **task.details(sample, generation),
+                }
+                records[sample.index] = record
+                out.write(json.dumps(record) + "\n")
+            out.flush()
+            if progress is not None:
+                progress.advance(len(batch))
 
 
 def run_grid(

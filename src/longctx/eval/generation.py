@@ -34,8 +34,8 @@ them; `Generation.text` is cut before the string). Decoding stops when every row
 batch has stopped. Stop strings need `decode`.
 
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
-once), as `longctx.model.generation.greedy_generate` does: chunk c attends the cached keys
-of chunks 0..c-1 and causally itself, so the logits do not depend on the chunk size.
+once; `longctx.model.generation.prefill`): chunk c attends the cached keys of chunks
+0..c-1 and causally itself, so the logits do not depend on the chunk size.
 """
 
 from __future__ import annotations

@@ -40,10 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 from longctx.eval.ruler.constants import NOISE
 from longctx.eval.ruler.tokens import Piece, PieceEncoder, Ragged, RulerError, Segment
-from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.haystack import TextTokenizer
 
 TEMPLATES = {
     "passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "

@@ -56,10 +56,10 @@ from longctx.config.loader import load
 from longctx.data.tokenizer import Tokenizer, TokenizerError
 from longctx.errors import ConfigError
 from longctx.eval.generation import StopRule, generate
+from longctx.eval.prompt_frame import render_chat
 from longctx.model.checkpoint import load_model
 from longctx.model.position_methods import build_position_method
 from longctx.model_tokenizer import tokenizer_for_model
-from longctx.niah.chat import render_chat
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 METHOD_KEY = "eval.position_method"

@@ -26,13 +26,14 @@ from longctx.errors import ConfigError
 from longctx.eval import infinitebench
 from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
 from longctx.eval.cells import CellResult, Decoding, Grid, run_grid
+from longctx.eval.niah.haystack import Haystack
 from longctx.eval.progress import CellProgress
+from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.ruler import SYNTHETIC_TASKS
 from longctx.eval.ruler.constants import TASKS as RULER_TASKS
 from longctx.eval.ruler.scoring import averages, effective_length, suite_name
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
-from longctx.niah.haystack import Haystack, TextTokenizer
 
 SUITES = ("ruler", "infinitebench", "niah")
 
@@ -51,7 +52,7 @@ def suite_tasks(suite: str, names: list[str] | None, config: ExperimentConfig, h
     if suite == "infinitebench":
         return [InfiniteBenchTask(name, settings) for name in (names or list(infinitebench.TASKS))]
     if suite == "niah":
-        from longctx.eval.niah_task import NiahTask
+        from longctx.eval.niah.task import NiahTask
 
         return [NiahTask(config.eval.niah, haystack)]
     raise ConfigError("--suite", f"{suite!r} is not one of {SUITES}")

@@ -14,11 +14,11 @@ found at which depth). A cell's score is the mean over its samples.
 
 Determinism: `samples(seed, length, count, tokenizer)[i]` must depend on (seed, task,
 length, i) only, never on `count` or on other samples (seed a generator with
-[seed, length, i], as niah/tasks.py does), so a killed run that resumes, or a rerun with
+[seed, length, i], as eval/niah/samples.py does), so a killed run that resumes, or a rerun with
 more samples, sees the same prompts. The engine checks it: every record keeps a hash of
 its prompt, and a resumed cell whose prompts changed is refused.
 
-Tasks: NIAH (eval/niah_task.py); RULER, InfiniteBench and lm-eval plug in the same way.
+Tasks: NIAH (eval/niah/task.py); RULER, InfiniteBench and lm-eval plug in the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longctx.eval.generation import Generation, StopRule
-from longctx.niah.haystack import TextTokenizer
+from longctx.eval.prompt_frame import TextTokenizer
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,11 @@
-"""Greedy decoding: batched with the KV cache, and a full-recompute reference.
+"""The prefill of a KV-cache decoder, and the full-recompute greedy reference.
 
-`greedy_generate` prefills the batch of equal-length prompts into the KV cache, then runs
-one forward of a single token per step; each step costs O(prompt length) instead of the
-O(prompt length^2) of re-running the prompt. The prefill runs in chunks of
-`prefill_chunk_tokens` tokens per row: chunk c attends to the cached keys of chunks
-0..c-1 and causally to itself, which is exactly the unchunked attention row by row, while
-a forward's activations (and the attention scores of the dense CPU kernels, Tq x Tk) grow
-with the chunk instead of the prompt: what lets a long prompt fit (niah/memory.py).
+`prefill` runs a batch of prompts into the KV cache in chunks of `chunk_tokens` tokens per
+row: chunk c attends to the cached keys of chunks 0..c-1 and causally to itself, which is
+exactly the unchunked attention row by row, while a forward's activations (and the
+attention scores of the dense CPU kernels, Tq x Tk) grow with the chunk instead of the
+prompt: what lets a long prompt fit (eval/memory.py). The decoder every evaluation uses,
+one cached token per step after the prefill, is `longctx.eval.generation.generate`.
 `greedy_generate_recompute` re-runs the full sequence every step: slow, obviously right,
 and what tests compare against.
 """
@@ -17,37 +16,6 @@ import torch
 
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
-
-
-@torch.no_grad()
-def greedy_generate(
-    model: Llama,
-    input_ids: torch.Tensor,
-    max_new_tokens: int,
-    *,
-    position_ids: torch.Tensor | None = None,
-    document_ids: torch.Tensor | None = None,
-    attention_backend: str | None = None,
-    position_method: PositionMethod | None = None,
-    prefill_chunk_tokens: int = 0,
-) -> torch.Tensor:
-    """input_ids [B, T] -> generated ids [B, max_new_tokens] (argmax at every step);
-    `prefill_chunk_tokens`: prompt tokens per row per prefill forward (0 = all T at once)."""
-    if prefill_chunk_tokens < 0:
-        raise ValueError(f"prefill_chunk_tokens must be >= 0, got {prefill_chunk_tokens}")
-    batch, prompt_len = input_ids.shape
-    cache = model.new_kv_cache(batch, prompt_len + max_new_tokens)
-    options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    logits = prefill(model, input_ids, position_ids, document_ids, prefill_chunk_tokens, options)
-    tokens = []
-    next_token = logits[:, -1].argmax(-1)
-    for step in range(max_new_tokens):
-        tokens.append(next_token)
-        if step + 1 == max_new_tokens:
-            break
-        logits = model(next_token[:, None], **options)
-        next_token = logits[:, -1].argmax(-1)
-    return torch.stack(tokens, dim=1)
 
 
 @torch.no_grad()

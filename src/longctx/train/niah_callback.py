@@ -1,9 +1,10 @@
 """Effective length during training, next to f(i) (STRING Figure 2a/2b from one run).
 
 Every `probe.niah_every_steps` optimizer steps the NIAH effective-length search
-(niah/search.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
+(eval/niah/evaluation.py, `eval.*` settings, `probe.niah_tests_per_length` tests per
 length, a fixed seed so every evaluation sees the same tests) runs on the model being
-trained and logs
+trained, one engine cell per length under `<out>/niah/step-N/cells/` (rank 0; a rerun of
+a step starts its cells afresh, the weights being those of this run), and logs
 
     niah/effective_length           Figure 2a: effective length vs tokens seen
     niah/f_at_effective_length      Figure 2b: effective length vs f(effective length)
@@ -22,15 +23,16 @@ decoded tokens each; keep the test count small.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import lightning as L
 
 from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
+from longctx.eval.niah.evaluation import evaluate, search_settings, write_result
+from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate, search_settings, write_result
-from longctx.niah.haystack import Haystack
 from longctx.train.callbacks import METRICS_FILE, append_metrics
 from longctx.train.frequency_callback import PositionFrequencyCallback
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
@@ -56,7 +58,12 @@ class EffectiveLengthCallback(L.Callback):
         data = self.config.data
         trained = data.window if data.position_transform == "none" else data.target_length  # ids reach L_t
         settings = dataclasses.replace(settings, max_length=min(settings.max_length, trained))
-        result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings)
+        out = self.out_dir / "niah" / f"step-{step:07d}"
+        cells = None  # the other ranks take part in every forward but keep nothing
+        if trainer.is_global_zero:
+            cells = out / "cells"
+            shutil.rmtree(cells, ignore_errors=True)
+        result = evaluate(model, self.config, self.tokenizer, self.haystack, settings=settings, cells_dir=cells)
         callbacks: list[L.Callback] = trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's connector
         frequency = next((c for c in callbacks if isinstance(c, PositionFrequencyCallback)), None)
         total = frequency.counts.all_reduce() if frequency is not None else None  # collective
@@ -66,7 +73,7 @@ class EffectiveLengthCallback(L.Callback):
         if total is not None and 0 < result.effective_length <= len(total.relative):
             metrics["niah/f_at_effective_length"] = float(total.relative[result.effective_length - 1])
         append_metrics(self.out_dir / METRICS_FILE, step, metrics)
-        _, heatmap = write_result(result, self.out_dir / "niah" / f"step-{step:07d}", f"step {step}")
+        _, heatmap = write_result(result, out, f"step {step}")
         at = logger_step(trainer)  # the step of Lightning's metrics for this optimizer step
         log_scalars(trainer, metrics, at)
         log_table(

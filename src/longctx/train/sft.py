@@ -150,7 +150,7 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
 def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
     """The effective-length search of the fine-tuned model within and beyond the base
     model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
-    from longctx.niah import evaluation
+    from longctx.eval.niah import evaluation
 
     out_dir = Path(config.train.out_dir)
     # On eval.device (auto: the GPU when there is one), as `longctx niah` runs: the checkpoint
@@ -158,9 +158,9 @@ def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_wind
     model = load_model(out_dir / "checkpoints" / "last.ckpt").to(evaluation.evaluation_device(config))
     settings = evaluation.search_settings(config, model, max_length=config.sft.niah_max_length or 2 * original_window)
     settings = dataclasses.replace(settings, stop_at_first_failure=False)  # the whole curve, beyond the window too
-    result = evaluation.evaluate(
-        model, config, tokenizer, evaluation.load_haystack(config, tokenizer), settings=settings
-    )
+    haystack = evaluation.load_haystack(config, tokenizer)
+    out = out_dir / "niah_after_sft"
+    result = evaluation.evaluate(model, config, tokenizer, haystack, settings=settings, cells_dir=out / "cells")
     print(evaluation.format_search(result))
-    numbers, _ = evaluation.write_result(result, out_dir / "niah_after_sft", f"after SFT ({config.sft.variant})")
+    numbers, _ = evaluation.write_result(result, out, f"after SFT ({config.sft.variant})")
     return numbers

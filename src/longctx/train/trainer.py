@@ -283,7 +283,7 @@ def fit(
             )
         )
     if config.probe.niah_every_steps:
-        from longctx.niah.evaluation import load_haystack
+        from longctx.eval.niah.evaluation import load_haystack
         from longctx.train.niah_callback import EffectiveLengthCallback
 
         if tokenizer is None:

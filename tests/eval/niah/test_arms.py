@@ -14,7 +14,7 @@ from longctx.errors import ConfigError
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 def test_rope_with_the_repo_temperature_multiplies_scores_by_it():
@@ -76,8 +76,8 @@ def test_niah_table_runs_the_arms_at_the_given_lengths(tmp_path, haystack_file, 
     arms = tmp_path / "arms.yaml"
     arms.write_text("eval:\n  arms:\n    rope: {name: rope}\n    string: {name: string, string: {local_window: 16}}\n")
     out = tmp_path / "table.md"
-    args = ["niah-table", str(model), "--set", str(arms), "--lengths", "192,256", "--out", str(out)]
-    assert main([*args, *(f"--set={a}" for a in eval_args(haystack_file))]) == 0
+    args = ["niah-table", str(model), str(arms), "--lengths", "192,256", "--out", str(out)]
+    assert main([*args, *eval_args(haystack_file)]) == 0
     lines = out.read_text().splitlines()
     assert lines[0] == "| method | m.safetensors@192 | m.safetensors@256 |"
     assert lines[2].startswith("| rope | ") and lines[3].startswith("| string | ")

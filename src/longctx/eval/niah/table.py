@@ -1,7 +1,7 @@
 """STRING Table 1 / Table 4 on the evaluation engine: `longctx niah-table`.
 
     longctx niah-table CKPT_A CKPT_B --methods rope,ntk,yarn,rerope,self_extend,dca,string
-    longctx niah-table DIR --set experiments/real/smollm2_table1.yaml --lengths 2048,8192 --out t/table1.md
+    longctx niah-table DIR experiments/real/smollm2_table1.yaml eval.niah.tests_per_length=50 --lengths 2048,8192
 
 Every position method (row) on every checkpoint (column) at the model's training length
 L (= model.max_position; STRING Table 1), or at each of `--lengths` (columns
@@ -29,12 +29,13 @@ import numpy as np
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
-from longctx.eval.niah_task import NiahTask
+from longctx.eval.niah.evaluation import peak_failure_band
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.needles import PromptTooShortError
+from longctx.eval.niah.task import NiahTask
 from longctx.eval.progress import CellProgress
+from longctx.eval.prompt_frame import TextTokenizer
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import peak_failure_band
-from longctx.niah.haystack import Haystack, TextTokenizer
-from longctx.niah.needles import PromptTooShortError
 
 
 def niah_grid(
@@ -50,7 +51,7 @@ def niah_grid(
 
 
 def depth_recall(records: list[dict[str, Any]], bands: int) -> list[float]:
-    """Recall per needle-depth band (NaN where no answer fell), as niah/search.py bins it."""
+    """Recall per needle-depth band (NaN where no answer fell), as eval/effective_length.py bins it."""
     depths = np.array([d for record in records for d in record["depths"]], dtype=float)
     hits = np.array([h for record in records for h in record["found"]], dtype=float)
     band = np.minimum((depths * bands).astype(np.int64), bands - 1)

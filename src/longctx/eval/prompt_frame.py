@@ -10,20 +10,35 @@
 The template is rendered as transformers' `apply_chat_template` renders it: a sandboxed
 Jinja environment with trim_blocks, lstrip_blocks and the loopcontrols extension, given
 `messages`, `add_generation_prompt`, the special tokens' spellings and `raise_exception`.
-NIAH prompts are assembled in token space (niah/tasks.py), so the rendering is split at
+NIAH prompts are assembled in token space (eval/niah/samples.py), so the rendering is split at
 the user's content into the `PromptFrame`'s head and tail, each tokenised with special
 tokens recognised ("<|im_start|>" is one id), as transformers tokenises the rendered text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import ConfigError
 
 CHAT_TEMPLATE_MODES = ("none", "auto")
 _CONTENT = "\x00LONGCTX-NIAH-PROMPT\x00"
+
+
+class TextTokenizer(Protocol):
+    """What prompt builders (NIAH, RULER, InfiniteBench) and the engine need of
+    `longctx.data.tokenizer.Tokenizer`; tests pass doubles."""
+
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass(frozen=True)

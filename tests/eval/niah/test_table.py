@@ -1,4 +1,4 @@
-"""eval/niah_table.py: the table assembled from cells equals the effective-length search
+"""eval/niah/table.py: the table assembled from cells equals the effective-length search
 of `longctx niah` (niah/evaluation.evaluate) on the same config, cell by cell and output by
 output; the peak failure depth pools a model's lengths; W&B gets the cells and the table."""
 
@@ -15,14 +15,14 @@ from longctx.config import ExperimentConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
 from longctx.eval.cells import Cell, CellResult
-from longctx.eval.niah_table import assemble_table, format_table, method_table
+from longctx.eval.niah.evaluation import evaluate, peak_failure_depth, search_settings
+from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.table import assemble_table, format_table, method_table
 from longctx.eval.progress import CellProgress
 from longctx.model.checkpoint import save_model
+from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import evaluate, peak_failure_depth, search_settings
-from longctx.niah.search import LlamaGenerator
-from longctx.niah.tasks import make_samples
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +53,13 @@ def test_table_equals_the_search_on_the_same_config(model, tokenizer, haystack, 
                 "wilson": (row.wilson_low, row.wilson_high),
                 "peak_failure_depth": peak_failure_depth(search),
             }
-    # Outputs too: each record's text is the search generator's decoding, cut at EOS.
-    generator = LlamaGenerator(model, batch_tokens=512)
+    # Outputs too: each rope record's text is the full-recompute greedy decoding, cut at EOS.
     for result in results:
         samples = make_samples(tokenizer, haystack, result.cell.length, 3, seed=0)
         prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
         assert result.cell.method != "rope" or [r["text"] for r in result.records] == [
             tokenizer.decode(row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row)
-            for row in generator.generate(prompts, 10).tolist()
+            for row in greedy_generate_recompute(model, prompts, 10).tolist()
         ]
     assert {r.cell.method for r in results} == {"rope", "string"}
 
@@ -97,8 +96,8 @@ def test_niah_table_command_reuses_its_cells_and_logs_them_to_wandb(tmp_path, ha
     checkpoint = tmp_path / "m.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
     out = tmp_path / "out" / "table.md"
-    sets = [arg for item in [*eval_args(haystack_file), "log.wandb_mode=offline"] for arg in ("--set", item)]
-    args = ["niah-table", str(checkpoint), "--methods", "rope", *sets, "--lengths", "128,256", "--out", str(out)]
+    sets = [*eval_args(haystack_file), "log.wandb_mode=offline"]
+    args = ["niah-table", str(checkpoint), *sets, "--methods", "rope", "--lengths", "128,256", "--out", str(out)]
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "done  m.safetensors rope niah-paper L=128: 0.000 (0/2" in err and "L=256" in err
@@ -125,7 +124,32 @@ def test_niah_table_command_reuses_its_cells_and_logs_them_to_wandb(tmp_path, ha
 def test_arms_outside_the_table_are_refused(tmp_path, haystack_file, capsys):
     checkpoint = tmp_path / "m.safetensors"
     save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), checkpoint)
-    sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
+    sets = eval_args(haystack_file)
     assert main(["niah-table", str(checkpoint), "--methods", "rope,ntk", "--arms", "rope,dca", *sets]) == 2
     assert "--arms names ['dca'], which are not among the arms ['ntk', 'rope']" in capsys.readouterr().err
     assert not (tmp_path / "cells").exists()
+
+
+def test_set_is_refused_naming_the_positional_form(tmp_path, haystack_file, capsys):
+    """Checkpoints, YAML files and overrides are told apart by form; `--set` is an error
+    that shows the new form."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["niah-table", str(tmp_path / "m.safetensors"), "--set", "eval.niah.tests_per_length=2"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "--set is gone" in err and "longctx niah-table CKPT experiments/real/smollm2_table1.yaml" in err
+    with pytest.raises(SystemExit):
+        main(["eval-suite", "CKPT", "--suite", "ruler", "--lengths", "512", "--set", "a.yaml"])
+    assert "longctx eval-suite CKPT experiments/real/smollm2_ruler.yaml" in capsys.readouterr().err
+    assert main(["niah-table", "run.yaml", "eval.niah.step=64"]) == 2
+    assert "no checkpoint among ['run.yaml', 'eval.niah.step=64']" in capsys.readouterr().err
+
+
+def test_checkpoints_and_config_are_told_apart_by_form():
+    from longctx.cli.common import checkpoints_and_config
+
+    items = ["runs/a/last.ckpt", "x.yaml", "hf/smollm2", "eval.niah.step=64", "y.yml"]
+    assert checkpoints_and_config(items) == (
+        ["runs/a/last.ckpt", "hf/smollm2"],
+        ["x.yaml", "eval.niah.step=64", "y.yml"],
+    )

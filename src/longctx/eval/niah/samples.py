@@ -16,8 +16,8 @@ gkamradt's and the authors' scripts do) costs O(L) encodes per sample; the slice
 Because pieces are tokenised separately, the ids may differ from tokenising the decoded
 prompt at the seams (a handful of tokens); the model reads the ids, which are what we count.
 
-The tasks, their wording and how their needles are drawn: niah/needles.py; the haystack
-and its tokenisation: niah/haystack.py.
+The tasks, their wording and how their needles are drawn: eval/niah/needles.py; the haystack
+and its tokenisation: eval/niah/haystack.py.
 
 Answer detection (the authors' rule): case-insensitive substring of the output with
 whitespace runs collapsed, so "... 144231." and "x144231y" count and "144 231" does not.
@@ -39,12 +39,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longctx.niah.chat import BARE, PromptFrame
-from longctx.niah.haystack import Haystack, TextTokenizer
-from longctx.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
-from longctx.niah.words import ADJECTIVES, NOUNS
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
+from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 _JSON_UNITS_PER_DRAW = 16
+SLOT_DRAWS = 50
+"""Each of a slot key's two integers is below this (NeedleTask.key_type)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ class Sample:
 def _random_value(kind: str, rng: np.random.Generator, digits: int) -> str:
     if kind == "numbers":
         return str(rng.integers(10 ** (digits - 1), 10**digits))
-    if kind == "words":
-        return f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
+    if kind == "slots":
+        return f"slot-{rng.integers(SLOT_DRAWS)}-{rng.integers(SLOT_DRAWS)}"
     return str(uuid.UUID(bytes=rng.bytes(16), version=4))
 
 
@@ -160,7 +161,7 @@ def make_sample(
     frame: PromptFrame = BARE,
 ) -> Sample:
     """One prompt of exactly `length` tokens (see the module docstring), inside `frame`
-    (BOS, or an instruct model's chat turn: niah/chat.py), whose tokens count in `length`.
+    (BOS, or an instruct model's chat turn: eval/prompt_frame.py), whose tokens count in `length`.
 
     depths: one per needle in [0, 1] (default: drawn by the task's placement), sorted; the
     (randomly ordered) needles take them in prompt order. snap_to_sentence: move each

@@ -3,10 +3,12 @@
     longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah.tests_per_length=50
     longctx niah CKPT eval.position_method.name=string eval.position_method.string.shift_ratio=0.33
 
-`longctx niah` runs the effective-length search (niah/search.py) with the
-`eval.*` settings and writes `<out>/niah.json` and the depth x length heatmap (STRING
-Figure 4) as `<out>/niah_heatmap.png`. The STRING Table 1 / Table 4 layout (`niah-table`)
-runs on the evaluation engine: eval/niah_table.py.
+`longctx niah` runs the effective-length search (eval/effective_length.py) with the
+`eval.*` settings and writes `<out>/niah.json`, the depth x length heatmap (STRING
+Figure 4) as `<out>/niah_heatmap.png` and each length's cell under `<out>/cells/`
+(eval/cells.py: a rerun reuses finished lengths, a killed run resumes). Device,
+precision, position method and the memory check: eval/runtime.py. The STRING Table 1 / Table 4 layout (`niah-table`)
+runs on the evaluation engine: eval/niah/table.py.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import torch
@@ -21,16 +24,17 @@ import torch
 from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
+from longctx.eval import runtime
+from longctx.eval.cells import Cell, Decoding, Progress, run_cell
+from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, search_effective_length
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.task import NiahTask
+from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.task import Task
 from longctx.model.llama import Llama
-from longctx.model.position_methods import build_position_method
-from longctx.niah.haystack import Haystack
-from longctx.niah.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
-from longctx.niah.search import (
-    EffectiveLengthResult,
-    LlamaGenerator,
-    plot_heatmap,
-    search_effective_length,
-)
+
+SEARCH_MODEL = "model"
+"""The model's name in the search's cell paths (`<cells>/model/<method>/<task>/L<length>`)."""
 
 
 def search_settings(
@@ -45,77 +49,86 @@ def search_settings(
 
 def evaluation_device(config: ExperimentConfig) -> torch.device:
     """eval.device resolved: auto = cuda when available, else cpu."""
-    name = config.eval.device
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    return runtime.evaluation_device(config.eval.device)
 
 
 def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
-    """The configured haystack, tokenised once; None for tasks that build their own (JSON KV)."""
-    if config.eval.niah.task == "helmet-json-kv":
+    """The configured haystack, tokenised once; None for tasks that build their own (JSON
+    KV, RULER's)."""
+    if config.eval.niah.task == "helmet-json-kv" or config.eval.niah.task.startswith(RULER_PREFIX):
         return None
     if config.eval.niah.haystack:
         return Haystack.from_file(tokenizer, config.eval.niah.haystack)
     return Haystack.paul_graham(tokenizer)
 
 
+RULER_PREFIX = "ruler-"
+"""eval.niah.task=ruler-<task>: one of RULER's tasks (eval/ruler/) is searched."""
+
+
+def search_task(settings: NiahConfig, config: ExperimentConfig, haystack: Haystack | None) -> Task:
+    """The engine task the search runs: a RULER task for `ruler-<task>` (its prompts, tokens
+    to generate and scorer; settings from eval.benchmarks), else the NIAH task."""
+    if settings.task.startswith(RULER_PREFIX):
+        from longctx.eval.benchmark_tasks import RulerContexts, RulerTask
+
+        return RulerTask(settings.task.removeprefix(RULER_PREFIX), RulerContexts(config.eval.benchmarks))
+    return NiahTask(settings, haystack)
+
+
 def evaluate(
     model: Llama,
     config: ExperimentConfig,
-    tokenizer: Tokenizer,
+    tokenizer: TextTokenizer,
     haystack: Haystack | None,
     *,
     method: PositionMethodConfig | None = None,
     settings: NiahConfig | None = None,
-    progress: bool = False,
+    progress: Progress | None = None,
+    cells_dir: str | Path | None = None,
+    attention_backend: str | None = None,
 ) -> EffectiveLengthResult:
     """The effective-length search of `model` under a position method (default
-    eval.position_method); `progress`: a bar per length on stderr."""
+    eval.position_method): one engine cell per length under `cells_dir` (None: a temporary
+    directory, nothing kept); `progress`: a bar per cell and a line per finished one;
+    `attention_backend`: None = the model's configured backend."""
     method_config = method or config.eval.position_method
-    device = model.tok_embeddings.weight.device
-    position_method = None
-    if method_config.name != "rope" or method_config.rope.repo_score_scale:
-        position_method = build_position_method(method_config, model.config).to(device)
     settings = settings or search_settings(config, model)
-    generator = LlamaGenerator(
-        model,
+    task = search_task(settings, config, haystack)
+    decoding = Decoding(
         batch_tokens=settings.batch_tokens,
-        position_method=position_method,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        attention_backend=attention_backend,
     )
-    check_memory(generator, settings, device)
-    was_training = model.training
-    model.eval()
-    # bf16 on CUDA (the flash kernels' dtype, half the KV cache); fp32 weights stay the reference on CPU.
-    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    try:
-        with torch.no_grad(), precision:
-            return search_effective_length(generator, tokenizer, haystack, settings, progress=progress)
-    finally:
-        model.train(was_training)
-
-
-def check_memory(generator: LlamaGenerator, settings: NiahConfig, device: torch.device) -> None:
-    """Refuse, naming the limit, a longest length whose evaluation cannot fit (niah/memory.py),
-    before its prompts, KV cache or activations exist."""
     lengths = settings.evaluated_lengths()
-    if not lengths:
-        return
-    longest = max(lengths)
-    cuda = device.type == "cuda"
-    estimate = estimate_evaluation_memory(
-        generator.model.config,
-        longest,
-        rows=generator.rows_per_batch(longest),
-        tests=settings.tests_per_length,
-        new_tokens=settings.max_new_tokens,
-        prefill_chunk_tokens=settings.prefill_chunk_tokens,
-        compute_bytes=2 if cuda else 4,  # bf16 autocast on CUDA, fp32 on CPU (evaluate)
-        dense_attention=not cuda,
-    )
-    available, source = available_memory(device)
-    check_evaluation_memory(estimate, available, source, length=longest)
+    if lengths:  # the longest length refused before any cell runs
+        longest = max(lengths)
+        runtime.check_memory(
+            model,
+            longest,
+            rows=decoding.rows(longest),
+            tests=settings.tests_per_length,
+            new_tokens=settings.max_new_tokens,
+            prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        )
+    with tempfile.TemporaryDirectory() if cells_dir is None else contextlib.nullcontext(str(cells_dir)) as root:
+
+        def run_length(length: int):
+            cell = Cell(SEARCH_MODEL, method_config.name, task.name, length)
+            return run_cell(
+                cell,
+                model,
+                method_config,
+                task,
+                tokenizer,
+                seed=settings.seed,
+                count=settings.tests_per_length,
+                root=root,
+                decoding=decoding,
+                progress=progress,
+            )
+
+        return search_effective_length(run_length, settings)
 
 
 def write_result(

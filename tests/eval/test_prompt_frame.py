@@ -6,10 +6,10 @@ import pytest
 from longctx.config import NiahConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.errors import ConfigError
+from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.samples import make_sample
+from longctx.eval.prompt_frame import PromptFrame, prompt_frame, render_chat
 from longctx.model_tokenizer import tokenizer_for_model
-from longctx.niah.chat import PromptFrame, prompt_frame, render_chat
-from longctx.niah.haystack import Haystack
-from longctx.niah.tasks import make_sample
 from tests.chat_tokenizer import write_chat_tokenizer, write_hf_config
 
 transformers = pytest.importorskip("transformers")
@@ -68,3 +68,32 @@ def test_bos_when_the_tokenizer_asks_for_it_and_errors_naming_the_file(tmp_path)
         prompt_frame(plain, "auto")
     with pytest.raises(ConfigError, match="eval.niah.chat_template"):
         NiahConfig(chat_template="yes")
+
+
+def test_bos_when_the_post_processor_adds_it_as_llama3s_tokenizer_does(tmp_path):
+    """A directory shaped like Llama 3's: tokenizer.json's TemplateProcessing puts BOS before
+    every text, tokenizer_config.json has no add_bos_token. The prompt starts with BOS, as
+    transformers' (and so RULER's) encoding of the same text does."""
+    import json
+
+    from tokenizers import Tokenizer, processors
+
+    directory = write_chat_tokenizer(tmp_path / "llama3", vocab_size=400)
+    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    bos = backend.token_to_id("<|im_start|>")
+    backend.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", pair="<|im_start|> $A <|im_start|> $B", special_tokens=[("<|im_start|>", bos)]
+    )
+    backend.save(str(directory / "tokenizer.json"))
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    del config["add_bos_token"]
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = tokenizer_for_model(write_hf_config(directory, 400))
+    assert tokenizer.add_bos and tokenizer.bos_id == bos
+    frame = prompt_frame(tokenizer, "none", "eval.benchmarks.chat_template")
+    assert frame == PromptFrame(head=(bos,))
+    reference = transformers.AutoTokenizer.from_pretrained(directory)
+    assert reference(TEXT).input_ids == [*frame.head, *tokenizer.encode(TEXT)]
+    # without the post-processor's BOS and without add_bos_token: the bare prompt
+    plain = write_chat_tokenizer(tmp_path / "plain", vocab_size=400)
+    assert prompt_frame(tokenizer_for_model(write_hf_config(plain, 400)), "none") == PromptFrame()

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from longctx.data.sentences import split_sentences
-from longctx.niah import tasks as niah
-from longctx.niah.haystack import Haystack, paul_graham_dir
-from longctx.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError, ruler_task
-from longctx.niah.tasks import answer_found, found_answers, make_sample, make_samples
+from longctx.eval.niah import samples as niah
+from longctx.eval.niah.haystack import Haystack, paul_graham_dir
+from longctx.eval.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError
+from longctx.eval.niah.samples import answer_found, found_answers, make_sample, make_samples
 
 # STRING Table 5, typed in from the paper.
 TABLE5_PREFIX = (
@@ -155,34 +155,40 @@ def test_string_repo_template_puts_needle_j_in_quarter_j(tokenizer, haystack):
             )
 
 
-def test_ruler_variants(tokenizer, haystack):
-    multikey = make_sample(tokenizer, haystack, 800, task="ruler-multikey", index=1)
-    assert len({n.key for n in multikey.needles}) == 4 and sum(n.queried for n in multikey.needles) == 1
-    (answer,) = multikey.answers
-    (queried,) = [n for n in multikey.needles if n.queried]
-    text = tokenizer.decode(multikey.input_ids.tolist())
-    assert f"special magic numbers for {queried.key} is: {answer}." in text
-    assert text.endswith(
-        f"What is the special magic number for {queried.key} mentioned in the provided text? "
-        f"The special magic number for {queried.key} mentioned in the provided text is"
-    )
-    assert re.fullmatch(r"[1-9]\d{6}", answer)
+UUID_TASK = NeedleTask(
+    name="uuid-kv",
+    prefix="Remember the pairs.\n",
+    needle=" The value of {key} is {value}.",
+    question="\nWhat is the value of {query}?",
+    answer_prefix=" The value is",
+    values_per_key=1,
+    key_type="uuids",
+    value_type="uuids",
+    min_found=1,
+)
 
-    multivalue = make_sample(tokenizer, haystack, 800, task="ruler-multivalue", index=1)
-    assert len({n.key for n in multivalue.needles}) == 1 and len(set(multivalue.answers)) == 4
 
-    multiquery = make_sample(tokenizer, haystack, 800, task="ruler-multiquery", index=1)
-    assert len({n.key for n in multiquery.needles}) == 4 and len(multiquery.answers) == 4
-    assert all(n.queried for n in multiquery.needles)
-    assert TASKS["ruler-multiquery"].min_found == 4
+def test_uuid_keys_and_values_are_spelled_where_their_spans_say(tokenizer, haystack):
+    sample = make_sample(tokenizer, haystack, 800, task=UUID_TASK)
+    assert all(re.fullmatch(UUID_RE, n.key) and re.fullmatch(UUID_RE, n.value) for n in sample.needles)
+    for n in sample.needles:
+        assert n.value in tokenizer.decode(sample.input_ids[slice(*n.value_span)].tolist())
 
-    uuids = make_sample(tokenizer, haystack, 800, task=ruler_task("multikey", "uuids", "uuids"))
-    assert all(re.fullmatch(UUID_RE, n.key) and re.fullmatch(UUID_RE, n.value) for n in uuids.needles)
-    words = make_sample(tokenizer, haystack, 800, task=ruler_task("multivalue", "words", "words"))
-    assert all(re.fullmatch(r"[a-z]+-[a-z]+", v) for v in words.answers)
-    for sample in (uuids, words):
-        for n in sample.needles:
-            assert n.value in tokenizer.decode(sample.input_ids[slice(*n.value_span)].tolist())
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("ruler-multikey", "ruler-niah_multikey_1"),
+        ("ruler-multivalue", "ruler-niah_multivalue"),
+        ("ruler-multiquery", "ruler-niah_multiquery"),
+    ],
+)
+def test_the_former_ruler_variants_are_refused_naming_rulers_task(old, new):
+    from longctx.config import NiahConfig
+
+    with pytest.raises(ValueError, match=f"eval.niah.task: {old} is RULER's task now: eval.niah.task={new}"):
+        NiahConfig(task=old)
+    assert not any(name.startswith("ruler-") for name in TASKS)
 
 
 def test_helmet_json_kv_answers_the_queried_key(tokenizer):
@@ -252,7 +258,7 @@ def test_tokenizer_that_splits_numbers_inconsistently_is_refused():
     haystack = Haystack.from_text(tokenizer, "Some text here. And more text there. " * 20)
     with pytest.raises(NeedleTokenizationError, match="spells the number .* inside the needle"):
         make_sample(tokenizer, haystack, 600)
-    make_sample(tokenizer, haystack, 600, task=ruler_task("multikey", "words", "words"))  # no numbers: fine
+    make_sample(tokenizer, haystack, 600, task=UUID_TASK)  # no numbers: fine
 
 
 def test_missing_haystack_package_says_how_to_install(monkeypatch, tokenizer):

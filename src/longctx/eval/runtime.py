@@ -1,0 +1,84 @@
+"""How every evaluation runs a model: its device, its precision, its position method and
+whether it fits, decided here once for the engine's cells (eval/cells.py), the
+effective-length search and the in-training probe.
+
+- device: `eval.device` (auto = cuda when available, else cpu);
+- precision: bf16 autocast on CUDA (the flash kernels' dtype, half the KV cache), the fp32
+  weights on CPU (the reference); the memory estimate counts the same bytes per value;
+- position method: None for plain RoPE (the model's own path), else the configured method
+  (StRing, a baseline, RoPE with the repo's score scale) on the model's device;
+- memory: before a cell's prompts, KV cache or activations exist, a cell that cannot fit
+  is refused with its limit named (eval/memory.py's estimate against the device's free
+  memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from longctx.config.position_methods import PositionMethodConfig
+from longctx.eval.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
+from longctx.model.llama import Llama
+from longctx.model.position_methods import PositionMethod, build_position_method
+
+
+def evaluation_device(name: str) -> torch.device:
+    """`eval.device` resolved: auto = cuda when available, else cpu."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def model_device(model: Llama) -> torch.device:
+    return model.tok_embeddings.weight.device
+
+
+def position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
+    """None for plain RoPE (the model's own path), else the method on the model's device."""
+    if config.name == "rope" and not config.rope.repo_score_scale:
+        return None
+    return build_position_method(config, model.config).to(model_device(model))
+
+
+def compute_bytes(device: torch.device) -> int:
+    """Bytes per activation value: bf16 under CUDA autocast, fp32 on CPU."""
+    return 2 if device.type == "cuda" else 4
+
+
+@contextlib.contextmanager
+def evaluating(model: Llama) -> Iterator[None]:
+    """The model in eval mode, without gradients, in the device's precision; its training
+    mode is restored afterwards."""
+    device = model_device(model)
+    precision = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), precision:
+            yield
+    finally:
+        model.train(was_training)
+
+
+def check_memory(
+    model: Llama, longest: int, *, rows: int, tests: int, new_tokens: int, prefill_chunk_tokens: int
+) -> None:
+    """Refuse, naming the limit, prompts of `longest` tokens decoded `rows` at a time that
+    cannot fit the model's device (eval/memory.py)."""
+    device = model_device(model)
+    cuda = device.type == "cuda"
+    estimate = estimate_evaluation_memory(
+        model.config,
+        longest,
+        rows=rows,
+        tests=tests,
+        new_tokens=new_tokens,
+        prefill_chunk_tokens=prefill_chunk_tokens,
+        compute_bytes=compute_bytes(device),
+        dense_attention=not cuda,
+    )
+    available, source = available_memory(device)
+    check_evaluation_memory(estimate, available, source, length=longest)
