@@ -10,7 +10,7 @@ import numpy as np
 
 from longctx.config import load
 from longctx.data.pipeline import packed_rows, position_transform
-from longctx.data.sources import embedded_dataset_dir
+from longctx.data.dataset_sources import embedded_dataset_dir
 from longctx.data.tokenizer import load_tokenizer
 from longctx.probes.position_frequency import PositionFrequency
 

@@ -21,8 +21,8 @@ import time
 import torch
 
 from longctx import config as config_module
+from longctx.data.dataset_sources import prepared_sources
 from longctx.data.pipeline import packed_rows
-from longctx.data.sources import prepared_sources
 from longctx.data.tokenizer import load_tokenizer
 
 

@@ -60,7 +60,7 @@ from longctx.eval.niah.evaluation import evaluate
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.samples import make_samples
 from longctx.model.checkpoint import load_model
-from longctx.model.generation import greedy_generate_recompute
+from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.runtime import tune_cpu_allocator
 

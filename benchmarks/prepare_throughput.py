@@ -41,7 +41,7 @@ import report
 LIMIT_SCRIPT = """
 import json, sys, time
 import zstandard
-from longctx.data.sharded import BATCH_CHARS
+from longctx.data.sharded_prepare import BATCH_CHARS
 from longctx.data.tokenizer import load_tokenizer
 tokenizer = load_tokenizer(sys.argv[1])
 texts = []
@@ -104,7 +104,7 @@ def fixed_cost(root: Path, tokenizer: str) -> float:
     """Seconds of a whole `prepare_shards` run over one one-line shard: finding shards,
     starting litdata's workers, the round's bookkeeping, the join; what a run pays once
     (and a round once per `--workers` shards), apart from the per-token work."""
-    from longctx.data.sharded import prepare_shards
+    from longctx.data.sharded_prepare import prepare_shards
 
     (root / "one").mkdir()
     (root / "one" / "a.jsonl").write_text(json.dumps({"text": "one short document"}) + "\n")
@@ -114,7 +114,7 @@ def fixed_cost(root: Path, tokenizer: str) -> float:
 
 
 def main() -> None:
-    from longctx.data.sharded import prepare_shards
+    from longctx.data.sharded_prepare import prepare_shards
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default="llama3")

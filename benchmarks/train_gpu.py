@@ -31,7 +31,7 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    MFU as in 2.; useful MFU (packed rows) counts only the attention pairs document masking
    keeps: 6 N_matmul + 12 n_layers d_model sum_doc l(l+1)/2 / tokens. Peak GiB = the
    allocator's peak while the implementation ran (weights, AdamW state, activations);
-   estimate GiB = train/memory.py's for our step (batch rows of T, bf16-mixed, the loss
+   estimate GiB = train/memory_budget.py's for our step (batch rows of T, bf16-mixed, the loss
    chunk; no CUDA context). `make gpu-check`'s training part: `--backends flash --compile
    --no-litgpt --skip-e2e --loss-chunk-tokens 2048`.
 2. `longctx pretrain` end to end (`train_e2e` table): tinyllama-1.1b at T=2,048 on the
@@ -39,10 +39,10 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    `train.compile=true`, bf16-mixed, attention auto (flash), `--e2e-steps` optimizer steps
    (default 30) of `--e2e-micro-batch` rows x 2 accumulation steps. tokens/s = the median
    of `perf/tokens_per_s` over the steps after the first 5 (compilation); MFU = tokens/s x
-   training FLOPs per token (6 N_matmul + 6 n_layers d_model T, train/callbacks.py) / peak,
+   training FLOPs per token (6 N_matmul + 6 n_layers d_model T, train/callbacks/training.py) / peak,
    peak = the device's dense bf16 rate (H100 SXM: 989 TFLOP/s, GPU_PEAK_FLOPS); peak memory
    = `torch.cuda.max_memory_allocated` (perf/peak_memory_gib) next to the estimate of
-   train/memory.py for the same run.
+   train/memory_budget.py for the same run.
 
 Goals (issue 24): end-to-end MFU >= 50%; step >= 1.5x HF's and >= 1.1x litgpt's with
 document masking on.
@@ -71,8 +71,8 @@ from longctx.config import DataConfig, ExperimentConfig, load
 from longctx.config.model import ModelConfig
 from longctx.data.packing import IGNORE_INDEX
 from longctx.model.hf import export_hf
-from longctx.train.callbacks import peak_flops, training_flops_per_token
-from longctx.train.memory import GIB, estimate_memory
+from longctx.train.callbacks.training import peak_flops, training_flops_per_token
+from longctx.train.memory_budget import GIB, estimate_memory
 
 MIN_REPEATS = 10
 E2E_SKIPPED_STEPS = 5
@@ -199,7 +199,7 @@ def useful_flops_per_token(config: ModelConfig, document_ids: torch.Tensor) -> f
 
 
 def step_estimate_gib(config: ModelConfig, seq_len: int, args: argparse.Namespace) -> float:
-    """train/memory.py's estimate for our step: `--batch` rows of T, bf16-mixed, one device,
+    """train/memory_budget.py's estimate for our step: `--batch` rows of T, bf16-mixed, one device,
     `--loss-chunk-tokens` (0: the full logits), without the CUDA context (the allocator's
     peak does not hold it)."""
     overrides = [

@@ -1,4 +1,4 @@
-"""`longctx lm-eval ARGS...` (cli/harness.py): lm-eval's own command line, every argument
+"""`longctx lm-eval ARGS...` (cli/harness_commands.py): lm-eval's own command line, every argument
 passed on untouched, with the `longctx` model registered."""
 
 import json

@@ -26,7 +26,7 @@ def test_init_from_an_hf_directory_uses_its_tokenizer(command, hf_dir, tmp_path,
         raise Done
 
     monkeypatch.setattr("longctx.train.trainer.pretrain", capture)
-    monkeypatch.setattr("longctx.data.sources.prepared_sources", lambda cfg, tokenizer: [])
+    monkeypatch.setattr("longctx.data.dataset_sources.prepared_sources", lambda cfg, tokenizer: [])
     monkeypatch.setattr("longctx.train.sft.finetune", capture)
     with pytest.raises(Done):
         main([command, f"init={hf_dir}"])

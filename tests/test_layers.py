@@ -209,7 +209,7 @@ def test_the_checker_sees_a_planted_circle(tmp_path):
 
 
 OPTIONAL_PACKAGE_IMPORTERS = {
-    "lm_eval": {"longctx.eval.lm_eval", "longctx.cli.harness"},
+    "lm_eval": {"longctx.eval.lm_eval", "longctx.cli.harness_commands"},
 }
 """Packages of an extra (`longctx[lm-eval]`) and the only modules that may import them, so
 the rest of the suite runs without the extra installed."""

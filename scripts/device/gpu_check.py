@@ -14,7 +14,7 @@ versions recorded) and .md the moment it ends, its console in DIR/<part>.log:
 | part | budget | what (script) |
 | --- | ---: | --- |
 | correctness | 100 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed (scripts/device/gpu_check_correctness.py) |
-| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory.py's estimate (benchmarks/train_gpu.py) |
+| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
 | kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
 | long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (benchmarks/position_methods.py) |
 

@@ -198,8 +198,8 @@ def run_side_by_side(args: argparse.Namespace) -> int:
 
     from longctx.cli.common import evaluation_setup
     from longctx.eval.generation import Generation, generate
+    from longctx.eval.niah.engine_task import NiahTask
     from longctx.eval.niah.evaluation import evaluation_device
-    from longctx.eval.niah.task import NiahTask
     from longctx.model.checkpoint import load_model
 
     if args.tests > 50:

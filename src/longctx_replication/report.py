@@ -13,7 +13,7 @@ is a grid dimension of every sweep):
     ROOT/sft/<variant>-<rope>/s<seed>/          `longctx sft` runs; niah_after_sft/niah.json
 
 applies the seed-level rules of longctx_replication/seed_verdicts.py, draws the figures
-(longctx_replication/figures.py) into DOCS/replication/NAME/, and writes
+(longctx_replication/report_figures.py) into DOCS/replication/NAME/, and writes
 DOCS/replication_summary_NAME.json and the generated results block
 DOCS/replication/NAME/results.md, which docs/replication.md links to (the page itself
 is written by hand). With `--notebooks` the analysis notebooks also run on the runs.
@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from longctx.eval.stats import wilson_interval
-from longctx_replication import figures as replication_figures
+from longctx_replication import report_figures as replication_figures
 from longctx_replication.findings import Finding, checkout_commit, findings_markdown, write_summary
 from longctx_replication.seed_verdicts import (
     Probe,

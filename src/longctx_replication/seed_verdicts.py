@@ -31,7 +31,7 @@ The per-seed numbers, each with STRING's / SkipAlign's figure:
 "Models that retrieve": a seed counts when every model it contributes left chance, i.e. its
 held-out answer loss fell below LEAVES_CHANCE_NATS (2.0 nats per value token; chance for a
 digit is ln 10 = 2.30), the criterion of the recipe search, measured by
-train/answer_callback.py.
+train/callbacks/answer.py.
 """
 
 from __future__ import annotations

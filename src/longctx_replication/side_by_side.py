@@ -5,7 +5,7 @@ disk only while it stays warm (docs/replication.md, "The GPU twin"). So a call s
 jobs that are not done yet (at most `max_parallel` at a time, each in its own process
 group, output appended to `<log_dir>/<name>.log`) and, `stop_before_s` seconds before its
 deadline, sends SIGTERM to every job still running. A `longctx pretrain` / `sft` job
-saves `last.ckpt` after its current optimizer step and exits (train/callbacks.py,
+saves `last.ckpt` after its current optimizer step and exits (train/callbacks/training.py,
 `LastCheckpoint`); started again with `train.resume=auto` it continues from there. A job
 still alive at the deadline is killed (SIGKILL to its group).
 

@@ -8,7 +8,7 @@ import torch
 
 from longctx.analysis.fi import f_at, fi_growth, fi_snapshots, load_fi
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.train.frequency_callback import save_npz
+from longctx.train.callbacks.frequency import save_npz
 
 
 def snapshot(run_dir, step, lengths, window):

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from longctx.analysis.niah import load_niah, load_niah_wandb, method_label, niah_result
+from longctx.analysis.niah_results import load_niah, load_niah_wandb, method_label, niah_result
 from longctx.config import NiahConfig
 from longctx.eval.effective_length import EffectiveLengthResult, LengthResult
 from longctx.eval.niah.evaluation import peak_failure_depth, write_result

@@ -13,14 +13,14 @@ from litdata import StreamingDataset
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
-from longctx.data.impactful import REPORT_FILE, analyse, token_class
+from longctx.data.impactful_selection import REPORT_FILE, analyse, token_class
 from longctx.data.packing import PackedSource
 from longctx.data.prepare import check_dataset, prepare
 from longctx.data.sentences import sentence_end_table, sentence_lengths
 from longctx.data.tokenizer import load_tokenizer, train_bpe
 from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
-from longctx.probes.impactful import score_differences
+from longctx.probes.impactful_scoring import score_differences
 
 
 @pytest.fixture(autouse=True)

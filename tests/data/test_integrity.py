@@ -91,9 +91,9 @@ def test_verify_finds_altered_tokens_that_still_parse(copy, capsys):
 
 
 def test_training_with_data_verify_full_refuses_altered_data(copy, prepared):
-    """The sources training resolves (data/sources.py) are hashed with data.verify=full."""
+    """The sources training resolves (data/dataset_sources.py) are hashed with data.verify=full."""
     from longctx.config import load
-    from longctx.data.sources import prepared_sources
+    from longctx.data.dataset_sources import prepared_sources
     from longctx.data.tokenizer import load_tokenizer
 
     chunk = chunk_files(copy)[0]

@@ -388,7 +388,7 @@ def test_more_nodes_than_the_config_was_written_for_is_a_located_config_error(mo
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setattr("longctx.data.sources.prepared_sources", lambda *a: pytest.fail("prepared data first"))
+    monkeypatch.setattr("longctx.data.dataset_sources.prepared_sources", lambda *a: pytest.fail("prepared data first"))
     assert main(["pretrain", "experiments/pretrain/tiny_512.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

@@ -104,16 +104,18 @@ def test_concurrent_launches_prepare_a_retrieval_source_once(tmp_path, monkeypat
     import multiprocessing
 
     from longctx.config import DataSource
-    from longctx.data import sources
+    from longctx.data import dataset_sources
 
     log_path = tmp_path / "log.txt"
     monkeypatch.setattr(
-        sources, "prepare_retrieval", lambda source, directory, *args: _prepare_slowly(directory, log_path)
+        dataset_sources, "prepare_retrieval", lambda source, directory, *args: _prepare_slowly(directory, log_path)
     )
     directory = tmp_path / "retrieval-x"
     context = multiprocessing.get_context("fork")
     workers = [
-        context.Process(target=sources._prepare_once, args=(directory, None, "bpe-512", DataSource(kind="retrieval")))
+        context.Process(
+            target=dataset_sources._prepare_once, args=(directory, None, "bpe-512", DataSource(kind="retrieval"))
+        )
         for _ in range(2)
     ]
     for worker in workers:

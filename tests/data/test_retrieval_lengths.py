@@ -93,7 +93,7 @@ def test_cache_key_of_a_default_source_is_the_earlier_one():
     from dataclasses import asdict
 
     from longctx.config.data import DataSource
-    from longctx.data.sources import retrieval_dataset_dir
+    from longctx.data.dataset_sources import retrieval_dataset_dir
     from longctx.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer("bpe-512")

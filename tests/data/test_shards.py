@@ -14,11 +14,11 @@ import zstandard
 from litdata import StreamingDataset
 
 from longctx.cli import main
-from longctx.data import sharded
+from longctx.data import sharded_prepare
 from longctx.data.corpus import embedded_documents
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
-from longctx.data.shards import MetadataFilter, ShardCounts, ShardError, find_shards, shard_texts
+from longctx.data.shard_reader import MetadataFilter, ShardCounts, ShardError, find_shards, shard_texts
 from longctx.data.tokenizer import load_tokenizer, train_bpe
 from longctx.errors import DataError
 
@@ -151,7 +151,7 @@ def test_two_nodes_prepare_disjoint_parts_that_join_into_the_whole(tmp_path, cor
     node = ["prepare", str(root), str(out), "--tokenizer", tokenizer_path, "--nodes", "2"]
     assert main([*node, "--node-rank", "0"]) == 0
     with pytest.raises(DataError, match="node 1 of 2's part is missing"):
-        sharded.join_parts(out, 2, verbose=False)
+        sharded_prepare.join_parts(out, 2, verbose=False)
     assert main([*node, "--node-rank", "1"]) == 0
     assert not (out / MANIFEST_FILE).exists()
     parts = [json.loads((out / "parts" / f"node-{k}-of-2" / "part.json").read_text()) for k in range(2)]
@@ -168,7 +168,7 @@ def test_two_nodes_prepare_disjoint_parts_that_join_into_the_whole(tmp_path, cor
 def test_a_killed_preparation_resumes_without_redoing_finished_shards(tmp_path, corpus, tokenizer_path, monkeypatch):
     root, shards = corpus
     out = tmp_path / "out"
-    real_round = sharded._run_round
+    real_round = sharded_prepare._run_round
     calls = []
 
     def killed_in_third_round(directory, group, *args):
@@ -178,17 +178,17 @@ def test_a_killed_preparation_resumes_without_redoing_finished_shards(tmp_path, 
             raise KeyboardInterrupt
         return real_round(directory, group, *args)
 
-    monkeypatch.setattr(sharded, "_run_round", killed_in_third_round)
+    monkeypatch.setattr(sharded_prepare, "_run_round", killed_in_third_round)
     with pytest.raises(KeyboardInterrupt):
-        sharded.prepare_shards([str(root)], out, tokenizer_path, num_workers=2, verbose=False)
+        sharded_prepare.prepare_shards([str(root)], out, tokenizer_path, num_workers=2, verbose=False)
     done = [name for call in calls[:2] for name in call]
     calls.clear()
     monkeypatch.setattr(
-        sharded,
+        sharded_prepare,
         "_run_round",
         lambda directory, group, *args: calls.append([s.name for s in group]) or real_round(directory, group, *args),
     )
-    sharded.prepare_shards([str(root)], out, tokenizer_path, num_workers=2, verbose=False)
+    sharded_prepare.prepare_shards([str(root)], out, tokenizer_path, num_workers=2, verbose=False)
     assert [name for call in calls for name in call] == [name for name in sorted(shards) if name not in done]
     tokenizer = load_tokenizer(tokenizer_path)
     assert sorted(read_items(out)) == expected_items(tokenizer, [row for rows in shards.values() for row in rows])
@@ -200,14 +200,14 @@ def test_a_part_started_with_other_settings_is_not_continued(tmp_path, corpus, t
     node = ["prepare", str(root), str(out), "--tokenizer", tokenizer_path, "--nodes", "2", "--node-rank", "0"]
     assert main(node) == 0
     with pytest.raises(DataError, match="was started with other settings \\(text_key differ\\)"):
-        sharded.prepare_shards([str(root)], out, tokenizer_path, text_key="body", nodes=2, verbose=False)
+        sharded_prepare.prepare_shards([str(root)], out, tokenizer_path, text_key="body", nodes=2, verbose=False)
     assert main([*node[:-4], "--nodes", "2", "--node-rank", "1"]) == 0
     ledger_path = out / "parts" / "node-1-of-2" / "part.json"
     ledger = json.loads(ledger_path.read_text())
     ledger["rounds"][-1]["shards"].append(sorted(shards)[0])  # node 0's shard, claimed twice
     ledger_path.write_text(json.dumps(ledger))
     with pytest.raises(DataError, match="do not cover the 6 shards exactly once"):
-        sharded.join_parts(out, 2, verbose=False)
+        sharded_prepare.join_parts(out, 2, verbose=False)
 
 
 BAD_LINES = {

@@ -12,7 +12,7 @@ from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
 from longctx.eval.generation import StopRule, generate
 from longctx.eval.niah.samples import make_samples
-from longctx.model.generation import greedy_generate_recompute
+from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.hf import import_hf
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method

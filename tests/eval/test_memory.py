@@ -1,4 +1,4 @@
-"""The NIAH memory estimate (eval/memory.py): each term against what the model really
+"""The NIAH memory estimate (eval/memory_estimate.py): each term against what the model really
 allocates or a hand-worked number, and the refusal of a length that cannot fit, before
 anything large is allocated."""
 
@@ -10,7 +10,7 @@ import torch
 from longctx.cli import main
 from longctx.config.model import ModelConfig
 from longctx.data.corpus import embedded_documents
-from longctx.eval.memory import (
+from longctx.eval.memory_estimate import (
     GIB,
     EvaluationMemoryError,
     available_memory,
@@ -72,7 +72,7 @@ def test_niah_refuses_an_impossible_length_before_building_prompts(tmp_path, mon
     def no_prompts(*args, **kwargs):
         raise AssertionError("prompts were built for an impossible length")
 
-    monkeypatch.setattr("longctx.eval.niah.task.make_samples", no_prompts)
+    monkeypatch.setattr("longctx.eval.niah.engine_task.make_samples", no_prompts)
     args = ["niah", str(path), "--lengths", "100000000", f"eval.niah.haystack={haystack}", "log.wandb_mode=disabled"]
     assert main(args) == 2
     err = capsys.readouterr().err

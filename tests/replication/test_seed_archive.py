@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.train.frequency_callback import save_npz
+from longctx.train.callbacks.frequency import save_npz
 from longctx_replication.seed_archive import (
     SeedArchiveError,
     archive_path,

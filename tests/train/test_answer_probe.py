@@ -92,7 +92,7 @@ def test_the_stop_threshold_needs_the_probe(workspace, tmp_path):
 def test_answer_probe_leaves_out_the_repeat_drill(workspace, tmp_path):
     """answers/loss is the NIAH answers' loss: a `template: repeat` source in the mixture
     (a copying drill) is not probed, the retrieval sources keep their mixture index."""
-    from longctx.train.answer_callback import AnswerLossCallback
+    from longctx.train.callbacks.answer import AnswerLossCallback
 
     drill = {"kind": "retrieval", "retrieval": {"template": "repeat", "queries": 0, "facts": 8}}
     niah = {"kind": "retrieval", "retrieval": {"template": "niah", "queries": 0}}

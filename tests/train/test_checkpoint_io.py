@@ -70,7 +70,7 @@ _STALLING_TRAINER = textwrap.dedent("""
     import sys, time
     import torch
     from longctx.cli import main
-    from longctx.train import callbacks
+    from longctx.train.callbacks import training as callbacks
 
     marker = sys.argv[1]
     stall = False
@@ -287,7 +287,7 @@ def test_a_run_whose_disk_fills_at_a_checkpoint_stops_cleanly_and_keeps_the_last
 
 def test_a_run_whose_first_checkpoints_cannot_fit_is_refused_before_step_1(workspace, tmp_path, monkeypatch, capsys):
     from longctx.config import load
-    from longctx.train.memory import estimate_memory
+    from longctx.train.memory_budget import estimate_memory
 
     args = overrides(workspace, tmp_path, **{"probe.fi": False, "log.wandb_mode": "disabled"})
     config = load([], args)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import torch
 
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
+from longctx.train.callbacks.frequency import HostBatchDataModule, PositionFrequencyCallback
 
 
 def contract(rows: int, window: int, first_document: int) -> dict[str, torch.Tensor]:

@@ -18,7 +18,7 @@ import torch
 
 from longctx.config import load
 from longctx.gpu_checks import host_batches, run_steps
-from longctx.train.memory import estimate_memory
+from longctx.train.memory_budget import estimate_memory
 from longctx.train.module import LanguageModelModule
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +42,7 @@ def test_flash_steps_sync_only_in_the_named_layout_read():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_memory_estimate_bounds_the_measured_peak(checkpointing):
     """The estimate is an upper bound of `max_memory_allocated` over a bf16-mixed step of
-    tinyllama-1.1b at T=2,048, within the stated margin (train/memory.py)."""
+    tinyllama-1.1b at T=2,048, within the stated margin (train/memory_budget.py)."""
     config = load(
         [],
         [

@@ -23,7 +23,7 @@ from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.train.loggers import build_callbacks, build_loggers
 from longctx.train.module import LanguageModelModule
-from longctx.train.progress import RichStepProgressBar, TQDMStepProgressBar
+from longctx.train.progress_bar import RichStepProgressBar, TQDMStepProgressBar
 from tests.train.helpers import STEPS, environment, overrides
 
 LOGGERS = [

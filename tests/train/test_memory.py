@@ -1,4 +1,4 @@
-"""The memory estimate before step 1 (train/memory.py): exact for parameters, gradients
+"""The memory estimate before step 1 (train/memory_budget.py): exact for parameters, gradients
 and AdamW state, and the refusal of configs that cannot fit, naming the knob."""
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from longctx.config import load
 from longctx.errors import ConfigError
 from longctx.model.llama import Llama
-from longctx.train.memory import GIB, check_fits, estimate_memory, shard_numel
+from longctx.train.memory_budget import GIB, check_fits, estimate_memory, shard_numel
 
 PAPER_CONFIGS = ["experiments/pretrain/tinyllama_1b_2k.yaml", "experiments/pretrain/tinyllama_1b_4k.yaml"]
 H100_BYTES = 80 * GIB

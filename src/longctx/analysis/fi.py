@@ -5,7 +5,7 @@
     fi_snapshots(["runs/a", "runs/b"])    # one row per snapshot: totals and overflow
     fi_growth(fi)                         # f at L/4, L/2, 3L/4, L-1 per snapshot (vs tokens)
 
-At every checkpoint the f(i) callback (train/frequency_callback.py) writes the global
+At every checkpoint the f(i) callback (train/callbacks/frequency.py) writes the global
 counts to `<run>/fi/fi-step-NNNNNNN.npz`: `relative[d]` = f(d), the number of trained
 (query, key) pairs at relative position d = position_ids[q] - position_ids[k] for
 d < L (the training window), `overflow` = pairs at d >= L, `absolute[p]` = tokens at

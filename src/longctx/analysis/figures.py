@@ -14,7 +14,7 @@
     figures.figure4("runs/niah/niah.json", "out/fig4.png")       # Fig. 4 (eval.effective_length.plot_heatmap)
 
 Each `plot_*` function draws from a frame of `analysis.runs`, `analysis.fi`,
-`analysis.niah` or `analysis.tables` and returns a `matplotlib.figure.Figure` on an Agg
+`analysis.niah_results` or `analysis.tables` and returns a `matplotlib.figure.Figure` on an Agg
 canvas (so it works headless and leaves any pyplot backend alone); one line per run. Fig. 2
 follows STRING §3: (a) effective length against consumed tokens, (b) effective length on
 the x-axis against f at that length (log scale) — models whose curves align in (b) but not
@@ -232,7 +232,7 @@ def figure1(source, window: int, path: str | Path, tokenizer: str = "bpe-8192") 
 def figure4(result, path: str | Path, title: str | None = None) -> Path:
     """STRING Figure 4 (depth x length recall) of an EffectiveLengthResult or a niah.json
     through `eval.effective_length.plot_heatmap`; returns the PNG path."""
-    from longctx.analysis.niah import niah_result
+    from longctx.analysis.niah_results import niah_result
     from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap
 
     if not isinstance(result, EffectiveLengthResult):

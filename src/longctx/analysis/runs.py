@@ -10,7 +10,7 @@ This module owns reading the scalar history of a run from wherever it was logged
 putting it on one step axis. A source is
 
 - a run directory (`train.out_dir` of `longctx pretrain` / `sft`): its `metrics.jsonl`
-  (`train/*` and `perf/*` at every optimizer step from `train.callbacks.MetricsFile`, and
+  (`train/*` and `perf/*` at every optimizer step from `train.callbacks.training.MetricsFile`, and
   the probes' `fi/*` and `niah/*` rows at the steps they measure) is preferred; metrics it
   does not record — the probe scalars of runs made before the probes wrote there, say —
   come from the run's offline W&B files (`wandb/offline-run-*/run-*.wandb`, read by

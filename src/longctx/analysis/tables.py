@@ -11,7 +11,7 @@
 Figure 2 pairs each effective-length probe of a run with what training had consumed when
 it ran: (a) tokens seen, (b) f(L_eff - 1), the trained pairs at the largest relative
 position inside the effective length — what the NIAH callback logs as
-`niah/f_at_effective_length` (train/niah_callback.py). Where W&B did not record it,
+`niah/f_at_effective_length` (train/callbacks/niah.py). Where W&B did not record it,
 it is read from the f(i) snapshot of the same step when one exists (checkpoint steps).
 Tokens seen at a probe step come from `train/tokens_seen` of that step; where that step
 did not log it (W&B with log.every_steps > 1) it is step x tokens per step (the run's

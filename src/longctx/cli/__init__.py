@@ -20,7 +20,7 @@ Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps 
 message naming the file/key at fault on bad input (a `LongctxError`: config, data,
 checkpoint, sweep) or a missing file; any other exception is a bug and keeps its traceback.
 
-Each command lives in the module of its concern (cli/experiment.py, data.py, training.py,
+Each command lives in the module of its concern (cli/experiment_commands.py, data.py, training.py,
 models.py, evaluation.py, harness.py): a `cmd_*` function and a `register(commands)` that adds its
 parser. Command modules import the heavy parts (torch, the model) inside the command, so
 `longctx config` runs without torch.
@@ -33,11 +33,27 @@ import os
 import signal
 import sys
 
-from longctx.cli import benchmarks, data, evaluation, experiment, harness, models, training
+from longctx.cli import (
+    benchmark_commands,
+    data_commands,
+    evaluation_commands,
+    experiment_commands,
+    harness_commands,
+    model_commands,
+    training_commands,
+)
 from longctx.errors import LongctxError
 from longctx.runtime import tune_cpu_allocator
 
-COMMAND_MODULES = (experiment, data, training, evaluation, benchmarks, harness, models)
+COMMAND_MODULES = (
+    experiment_commands,
+    data_commands,
+    training_commands,
+    evaluation_commands,
+    benchmark_commands,
+    harness_commands,
+    model_commands,
+)
 """In `longctx --help` order."""
 
 

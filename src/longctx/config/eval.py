@@ -56,7 +56,7 @@ class NiahConfig:
     """Most prompt tokens per forward when decoding tests in batches."""
     prefill_chunk_tokens: int = 8192
     """Prompt tokens per row per prefill forward (KV cache between chunks; 0 = the whole
-    prompt at once): bounds a long prompt's activations (model/generation.py, eval/memory.py)."""
+    prompt at once): bounds a long prompt's activations (model/decoding.py, eval/memory_estimate.py)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     depth_bands: int = 10
@@ -219,7 +219,7 @@ class ProbeConfig:
     """Tests per length during training (eval.niah.tests_per_length is for `longctx niah`)."""
     answer_every_steps: int = 0
     """Held-out answer loss of the data.mixture retrieval sources every this many optimizer
-    steps (train/answer_callback.py: when a run leaves chance); 0 = never."""
+    steps (train/callbacks/answer.py: when a run leaves chance); 0 = never."""
     answer_documents: int = 32
     """Held-out documents per retrieval source for that probe."""
     answer_stop_below: float = 0.0

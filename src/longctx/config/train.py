@@ -81,7 +81,7 @@ class TrainConfig:
     Any value yields the same batches in the same order (data/packing.py)."""
     memory_limit_gib: float = 0.0
     """Device memory the run may use, GiB, for the memory check before step 1
-    (train/memory.py); 0 = the CUDA device's total memory (no check on CPU)."""
+    (train/memory_budget.py); 0 = the CUDA device's total memory (no check on CPU)."""
     on_nonfinite: str = "stop"
     """A step whose loss or gradient norm is NaN or infinite has its update dropped on the
     device (train/nonfinite.py); then stop: the run ends at the next logging or checkpoint

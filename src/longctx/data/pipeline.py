@@ -1,7 +1,7 @@
 """From a `data` config to the rows one rank trains on: the one construction of training
 rows, used by the trainer, benchmarks/loader.py and analysis/recipe_fi.py.
 
-    sources = prepared_sources(config, tokenizer)                    # data/sources.py
+    sources = prepared_sources(config, tokenizer)                    # data/dataset_sources.py
     rows = packed_rows(config.data, sources, tokenizer.eos_id, rank=r, world_size=w,
                        start_row=step * rows_per_step, transform=position_transform(config.data, tokenizer))
 

@@ -24,8 +24,8 @@ before extend a cell; fewer use its first `count` records. A torn last line (a k
 the write) is dropped. Tables are assembled from the `CellResult`s (eval/niah/table.py).
 
 Device, precision (bf16 autocast on CUDA, the fp32 weights on CPU), position method and
-memory check: eval/runtime.py, before decoding; a cell whose longest prompt, KV cache and
-prefill chunk cannot fit the device is refused with its limit named (eval/memory.py).
+memory check: eval/model_setup.py, before decoding; a cell whose longest prompt, KV cache and
+prefill chunk cannot fit the device is refused with its limit named (eval/memory_estimate.py).
 The effective-length search (eval/effective_length.py) runs one cell per length.
 """
 
@@ -43,8 +43,8 @@ from typing import Any, Protocol
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
+from longctx.eval.model_setup import check_memory, evaluating, position_method
 from longctx.eval.prompt_frame import TextTokenizer
-from longctx.eval.runtime import check_memory, evaluating, position_method
 from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
@@ -58,7 +58,7 @@ class CellMismatchError(LongctxError):
 
 
 class Progress(Protocol):
-    """What the grid reports while it runs (eval/progress.py's `CellProgress` shows it)."""
+    """What the grid reports while it runs (eval/cell_progress.py's `CellProgress` shows it)."""
 
     def cell_started(self, cell: Cell, total: int, done: int) -> None: ...
 

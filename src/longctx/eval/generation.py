@@ -34,7 +34,7 @@ them; `Generation.text` is cut before the string). Decoding stops when every row
 batch has stopped. Stop strings need `decode`.
 
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
-once; `longctx.model.generation.prefill`): chunk c attends the cached keys of chunks
+once; `longctx.model.decoding.prefill`): chunk c attends the cached keys of chunks
 0..c-1 and causally itself, so the logits do not depend on the chunk size.
 """
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from longctx.model.generation import prefill
+from longctx.model.decoding import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
 

@@ -8,7 +8,7 @@
 
 lm-eval 0.4.13 finds model backends only in its own registry (`lm_eval.models.MODEL_MAPPING`,
 no entry points), so importing this module is what registers `longctx`; `longctx lm-eval
-ARGS...` (cli/harness.py) imports it and hands ARGS to lm-eval's own command line.
+ARGS...` (cli/harness_commands.py) imports it and hands ARGS to lm-eval's own command line.
 
 `LongctxLM` is a `TemplateLM`: lm-eval's own code splits each (context, continuation)
 pair into tokens and cuts documents into rolling windows (`get_rolling_token_windows`, each

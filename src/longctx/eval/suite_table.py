@@ -25,9 +25,9 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 from longctx.eval import infinitebench
 from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
+from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import CellResult, Decoding, Grid, run_grid
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.progress import CellProgress
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.ruler import SYNTHETIC_TASKS
 from longctx.eval.ruler.constants import TASKS as RULER_TASKS
@@ -52,7 +52,7 @@ def suite_tasks(suite: str, names: list[str] | None, config: ExperimentConfig, h
     if suite == "infinitebench":
         return [InfiniteBenchTask(name, settings) for name in (names or list(infinitebench.TASKS))]
     if suite == "niah":
-        from longctx.eval.niah.task import NiahTask
+        from longctx.eval.niah.engine_task import NiahTask
 
         return [NiahTask(config.eval.niah, haystack)]
     raise ConfigError("--suite", f"{suite!r} is not one of {SUITES}")

@@ -18,7 +18,7 @@ length, i) only, never on `count` or on other samples (seed a generator with
 more samples, sees the same prompts. The engine checks it: every record keeps a hash of
 its prompt, and a resumed cell whose prompts changed is refused.
 
-Tasks: NIAH (eval/niah/task.py); RULER, InfiniteBench and lm-eval plug in the same way.
+Tasks: NIAH (eval/niah/engine_task.py); RULER, InfiniteBench and lm-eval plug in the same way.
 """
 
 from __future__ import annotations

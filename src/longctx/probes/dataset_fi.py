@@ -194,11 +194,11 @@ def document_lengths(source: str, tokenizer_spec: str) -> np.ndarray:
     if Path(source, LENGTHS_FILE).exists():
         return np.load(Path(source, LENGTHS_FILE))
     from longctx.data.corpus import CorpusReport, open_source
-    from longctx.data.shards import find_shards, shard_texts
+    from longctx.data.shard_reader import find_shards, shard_texts
     from longctx.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_spec)
-    if source.endswith((".jsonl.zst", ".jsonl.gz")) or any(c in source for c in "*?["):  # data/shards.py
+    if source.endswith((".jsonl.zst", ".jsonl.gz")) or any(c in source for c in "*?["):  # data/shard_reader.py
         return np.asarray(
             [len(tokenizer.encode(text)) + 1 for shard in find_shards([source]) for text in shard_texts(shard.path)],
             dtype=np.int64,

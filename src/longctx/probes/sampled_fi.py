@@ -2,7 +2,7 @@
 
     longctx fi data/slimpajama/train --window 2048 --sample 0.001 --seed 0 --tokenizer llama3
 
-Every record of the shards (data/shards.py) is drawn independently with probability
+Every record of the shards (data/shard_reader.py) is drawn independently with probability
 p = FRACTION (a seeded generator, in the stable shard order), and only drawn records are
 parsed and tokenised. For a document of n tokens (EOS included, as `longctx prepare`
 writes it) cut into natural pieces of at most L tokens (q = n // L full pieces and a
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longctx.data.shards import MetadataFilter, ShardCounts, find_shards, shard_texts
+from longctx.data.shard_reader import MetadataFilter, ShardCounts, find_shards, shard_texts
 
 BOOTSTRAP_REPLICATES = 200
 REPORT_POSITIONS = ("1", "L/4", "L/2", "L-1")

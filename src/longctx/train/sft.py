@@ -33,7 +33,7 @@ from longctx.data.tokenizer import Tokenizer
 from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.model.rope import RopeScaling
-from longctx.train.frequency_callback import HostBatchDataModule
+from longctx.train.callbacks.frequency import HostBatchDataModule
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 
 

@@ -36,14 +36,14 @@ from longctx.data.packing import tokens_per_step
 from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
-from longctx.train.callbacks import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
+from longctx.train.callbacks.frequency import HostBatchDataModule, PositionFrequencyCallback
+from longctx.train.callbacks.training import METRICS_FILE, LastCheckpoint, MetricsFile, TrainingSpeed, step_checkpoints
 from longctx.train.checkpoint_io import AtomicCheckpointIO, check_checkpoint_space
-from longctx.train.frequency_callback import HostBatchDataModule, PositionFrequencyCallback
 from longctx.train.loggers import ConfigLogger, build_callbacks, build_loggers
-from longctx.train.memory import check_run_memory, estimate_memory
+from longctx.train.memory_budget import check_run_memory, estimate_memory
 from longctx.train.module import LanguageModelModule
 from longctx.train.nonfinite import NonFiniteCheck
-from longctx.train.progress import step_progress_bar
+from longctx.train.progress_bar import step_progress_bar
 from longctx.train.resume_check import check_resume_compatible
 from longctx.wandb_setup import finish_loggers
 
@@ -284,13 +284,13 @@ def fit(
         )
     if config.probe.niah_every_steps:
         from longctx.eval.niah.evaluation import load_haystack
-        from longctx.train.niah_callback import EffectiveLengthCallback
+        from longctx.train.callbacks.niah import EffectiveLengthCallback
 
         if tokenizer is None:
             raise ConfigError("probe.niah_every_steps", "needs the tokenizer (data.tokenizer)")
         callbacks.append(EffectiveLengthCallback(config, tokenizer, load_haystack(config, tokenizer), out_dir))
     if config.probe.answer_every_steps:
-        from longctx.train.answer_callback import AnswerLossCallback
+        from longctx.train.callbacks.answer import AnswerLossCallback
 
         if tokenizer is None or not any(source.kind == "retrieval" for source in config.data.mixture):
             raise ConfigError("probe.answer_every_steps", "needs a kind: retrieval source in data.mixture")

@@ -64,7 +64,7 @@ def test_niah_command_logs_into_its_output_directory_with_a_progress_bar(checkpo
 def test_niah_command_with_string_records_the_method_where_the_sweep_points_it(checkpoint, haystack_file, tmp_path):
     """eval.out_dir interpolates the point's settings (as sweeps/string_ablation.yaml does),
     and niah.json records the method, so the ablation loader needs no directory names."""
-    from longctx.analysis.niah import load_niah
+    from longctx.analysis.niah_results import load_niah
 
     out_dir = f"eval.out_dir={tmp_path}/W${{eval.position_method.string.local_window}}"
     args = [

@@ -14,13 +14,13 @@ from longctx.cli import main
 from longctx.config import ExperimentConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import Cell, CellResult
 from longctx.eval.niah.evaluation import evaluate, peak_failure_depth, search_settings
 from longctx.eval.niah.samples import make_samples
 from longctx.eval.niah.table import assemble_table, format_table, method_table
-from longctx.eval.progress import CellProgress
 from longctx.model.checkpoint import save_model
-from longctx.model.generation import greedy_generate_recompute
+from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.llama import Llama
 from tests.eval.niah.helpers import eval_args
 

@@ -7,7 +7,7 @@
 `eval.*` settings and writes `<out>/niah.json`, the depth x length heatmap (STRING
 Figure 4) as `<out>/niah_heatmap.png` and each length's cell under `<out>/cells/`
 (eval/cells.py: a rerun reuses finished lengths, a killed run resumes). Device,
-precision, position method and the memory check: eval/runtime.py. The STRING Table 1 / Table 4 layout (`niah-table`)
+precision, position method and the memory check: eval/model_setup.py. The STRING Table 1 / Table 4 layout (`niah-table`)
 runs on the evaluation engine: eval/niah/table.py.
 """
 
@@ -24,11 +24,11 @@ import torch
 from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
-from longctx.eval import runtime
+from longctx.eval import model_setup
 from longctx.eval.cells import Cell, Decoding, Progress, run_cell
 from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, search_effective_length
+from longctx.eval.niah.engine_task import NiahTask
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.niah.task import NiahTask
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
@@ -49,7 +49,7 @@ def search_settings(
 
 def evaluation_device(config: ExperimentConfig) -> torch.device:
     """eval.device resolved: auto = cuda when available, else cpu."""
-    return runtime.evaluation_device(config.eval.device)
+    return model_setup.evaluation_device(config.eval.device)
 
 
 def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
@@ -103,7 +103,7 @@ def evaluate(
     lengths = settings.evaluated_lengths()
     if lengths:  # the longest length refused before any cell runs
         longest = max(lengths)
-        runtime.check_memory(
+        model_setup.check_memory(
             model,
             longest,
             rows=decoding.rows(longest),

@@ -14,7 +14,7 @@ Each (model, method, length) is a cell of the engine (eval/cells.py): its tests 
 `eval.niah.tests_per_length` NIAH samples of (eval.niah.seed, task, length, index), written
 under `<cells>/` as they finish, skipped by a rerun, resumed after a kill; the table is
 assembled from the cells. A length below the task's prompt overhead is left out (as the
-search skips it). Progress: a bar per cell and a line per finished cell (eval/progress.py);
+search skips it). Progress: a bar per cell and a line per finished cell (eval/cell_progress.py);
 W&B: the cells and the table (`log_table`, offline unless a key is configured).
 """
 
@@ -28,12 +28,12 @@ import numpy as np
 
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
+from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
+from longctx.eval.niah.engine_task import NiahTask
 from longctx.eval.niah.evaluation import peak_failure_band
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import PromptTooShortError
-from longctx.eval.niah.task import NiahTask
-from longctx.eval.progress import CellProgress
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.model.llama import Llama
 

@@ -5,9 +5,9 @@
     longctx prepare 'corpus/**/*.parquet' OUT --tokenizer llama3 --workers 16 --node-rank K --nodes N
     longctx prepare --join OUT --nodes N                                     # once all N are done
 
-Work. The shards (data/shards.py: sorted, stable) are dealt out by node: node K of N takes
+Work. The shards (data/shard_reader.py: sorted, stable) are dealt out by node: node K of N takes
 shards K, K + N, K + 2N, ... It tokenises them in rounds of `--workers` shards, one shard
-per litdata worker; each worker streams its shard's records (data/shards.py) through the
+per litdata worker; each worker streams its shard's records (data/shard_reader.py) through the
 tokenizer in batches of about `BATCH_CHARS` characters (`encode_batch` on one thread per
 worker: `TOKENIZERS_PARALLELISM=false` in the workers, so N workers use N cores) and yields
 one int32 array per document, its token ids then EOS, into litdata's chunk writer. Nothing
@@ -53,7 +53,15 @@ from longctx.data import storage
 from longctx.data.corpus import LENGTH_WINDOWS, format_length_report
 from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, record_chunks
 from longctx.data.packing import LENGTHS_FILE
-from longctx.data.shards import EXAMPLES_KEPT, MetadataFilter, Shard, ShardCounts, file_sha256, find_shards, shard_texts
+from longctx.data.shard_reader import (
+    EXAMPLES_KEPT,
+    MetadataFilter,
+    Shard,
+    ShardCounts,
+    file_sha256,
+    find_shards,
+    shard_texts,
+)
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import DataError
 

@@ -31,7 +31,7 @@ from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.probes.retrieval_answers import answer_metrics
-from longctx.train.callbacks import METRICS_FILE, append_metrics
+from longctx.train.callbacks.training import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_scalars, logger_step
 
 

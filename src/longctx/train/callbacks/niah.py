@@ -33,8 +33,8 @@ from longctx.data.tokenizer import Tokenizer
 from longctx.eval.niah.evaluation import evaluate, search_settings, write_result
 from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
-from longctx.train.callbacks import METRICS_FILE, append_metrics
-from longctx.train.frequency_callback import PositionFrequencyCallback
+from longctx.train.callbacks.frequency import PositionFrequencyCallback
+from longctx.train.callbacks.training import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
 
 

@@ -23,7 +23,7 @@ def check_world_size(cfg: config_module.ExperimentConfig, paths: list[str], over
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from longctx.data.sources import prepared_sources
+    from longctx.data.dataset_sources import prepared_sources
     from longctx.model_tokenizer import tokenizer_for_model
     from longctx.train.trainer import pretrain
 
@@ -66,11 +66,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_impactful_tokens(args: argparse.Namespace) -> int:
-    from longctx.data.impactful import REPORT_FILE, format_report
+    from longctx.data.impactful_selection import REPORT_FILE, format_report
     from longctx.data.prepare import read_manifest
     from longctx.data.tokenizer import load_tokenizer
     from longctx.model_tokenizer import DEFAULT_TOKENIZER, tokenizer_for_model
-    from longctx.probes.impactful import impactful_tokens
+    from longctx.probes.impactful_scoring import impactful_tokens
 
     manifest = read_manifest(args.data) or {}
     data_tokenizer = args.tokenizer or manifest.get("tokenizer", DEFAULT_TOKENIZER)

@@ -31,7 +31,7 @@ from longctx.errors import ConfigError
 
 
 def cmd_eval_suite(args: argparse.Namespace) -> int:
-    from longctx.eval.progress import CellProgress
+    from longctx.eval.cell_progress import CellProgress
     from longctx.eval.suite_table import format_markdown, log_suite, run_suite, suite_tasks
 
     checkpoints, items = checkpoints_and_config(args.items)

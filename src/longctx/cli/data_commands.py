@@ -10,9 +10,9 @@ from longctx.errors import DataError
 
 
 def _is_sharded(sources: list[str]) -> bool:
-    """Shard files, globs, or directories holding shards (data/shards.py) rather than the
+    """Shard files, globs, or directories holding shards (data/shard_reader.py) rather than the
     one-string sources of data/corpus.py (embedded, debian:PACKAGE, a directory of text files)."""
-    from longctx.data.shards import is_shard
+    from longctx.data.shard_reader import is_shard
 
     if len(sources) != 1:
         return True
@@ -29,7 +29,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if args.verify:
         return verify_prepared(args.verify)
     if args.join:
-        from longctx.data.sharded import join_parts
+        from longctx.data.sharded_prepare import join_parts
 
         join_parts(args.join, args.nodes)
         return 0
@@ -37,7 +37,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         raise DataError("longctx prepare needs SRC... OUT_DIR (or --verify DIR, or --join OUT_DIR --nodes N)")
     *sources, out_dir = args.paths
     if _is_sharded(sources):
-        from longctx.data.sharded import prepare_shards
+        from longctx.data.sharded_prepare import prepare_shards
 
         keep = _metadata_filter(args)
         prepare_shards(
@@ -81,7 +81,7 @@ def verify_prepared(directory: str) -> int:
 
 
 def _metadata_filter(args: argparse.Namespace):
-    from longctx.data.shards import MetadataFilter
+    from longctx.data.shard_reader import MetadataFilter
 
     if args.keep and args.drop:
         raise DataError("--keep and --drop: give one metadata filter")
@@ -153,7 +153,7 @@ def cmd_fi(args: argparse.Namespace) -> int:
 
 
 def _add_record_options(parser: argparse.ArgumentParser) -> None:
-    """How records of shards are read (data/shards.py): shared by prepare and fi --sample."""
+    """How records of shards are read (data/shard_reader.py): shared by prepare and fi --sample."""
     parser.add_argument("--text-key", default="text", help="the records' text field (dotted for nested)")
     parser.add_argument(
         "--keep", metavar="KEY=V[,V...]", help="keep only records whose KEY (e.g. meta.redpajama_set_name) is a V"

@@ -33,7 +33,7 @@ import lightning as L
 import numpy as np
 
 from longctx.probes.position_frequency import PositionFrequency
-from longctx.train.callbacks import METRICS_FILE, append_metrics
+from longctx.train.callbacks.training import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_file, log_scalars, log_table, logger_step
 
 MAX_TABLE_ROWS = 10_000

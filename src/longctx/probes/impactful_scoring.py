@@ -1,6 +1,6 @@
 """LongRecipe impactful tokens, the model side (§4.1; `longctx impactful-tokens`): score every
 token of long samples under a base model H and an extended model H', then analyse the
-differences and write the selected sentences (data/impactful.py: the analysis, the selection
+differences and write the selected sentences (data/impactful_selection.py: the analysis, the selection
 and their formulas).
 
     delta_t = S_H'(x_t | x_<t) - S_H(x_t | x_<t)
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from longctx.data import impactful
-from longctx.data.impactful import SCORES
+from longctx.data import impactful_selection
+from longctx.data.impactful_selection import SCORES
 from longctx.data.packing import PackedSource
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import DataError
@@ -88,14 +88,14 @@ def impactful_tokens(
     if method == "digits":
         report: dict[str, object] = {"method": "digits"}
         anchors = ["digit"]
-        keep = impactful.DIGITS_KEEP_OTHER if keep_other is None else keep_other
+        keep = impactful_selection.DIGITS_KEEP_OTHER if keep_other is None else keep_other
     else:
         base_model, extended_model = load_model(base), load_model(extended)
         length = length or extended_model.config.max_position
         tokens, deltas = score_samples(
             base_model, extended_model, data, samples=samples, length=length, score=score, device=device
         )
-        analysis = impactful.analyse(tokens, deltas, tokenizer, fraction, score)
+        analysis = impactful_selection.analyse(tokens, deltas, tokenizer, fraction, score)
         report = {
             "method": "logits",
             "base": base,
@@ -106,5 +106,7 @@ def impactful_tokens(
         }
         anchors = anchor_classes or analysis.anchors
         keep = keep_other or 0.0
-    selection = impactful.write_selection(data, out, tokenizer, anchors, keep_other=keep, seed=seed, report=report)
+    selection = impactful_selection.write_selection(
+        data, out, tokenizer, anchors, keep_other=keep, seed=seed, report=report
+    )
     return report, selection

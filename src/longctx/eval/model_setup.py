@@ -8,7 +8,7 @@ effective-length search and the in-training probe.
 - position method: None for plain RoPE (the model's own path), else the configured method
   (StRing, a baseline, RoPE with the repo's score scale) on the model's device;
 - memory: before a cell's prompts, KV cache or activations exist, a cell that cannot fit
-  is refused with its limit named (eval/memory.py's estimate against the device's free
+  is refused with its limit named (eval/memory_estimate.py's estimate against the device's free
   memory).
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import torch
 
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.eval.memory import available_memory, check_evaluation_memory, estimate_evaluation_memory
+from longctx.eval.memory_estimate import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
 
@@ -67,7 +67,7 @@ def check_memory(
     model: Llama, longest: int, *, rows: int, tests: int, new_tokens: int, prefill_chunk_tokens: int
 ) -> None:
     """Refuse, naming the limit, prompts of `longest` tokens decoded `rows` at a time that
-    cannot fit the model's device (eval/memory.py)."""
+    cannot fit the model's device (eval/memory_estimate.py)."""
     device = model_device(model)
     cuda = device.type == "cuda"
     estimate = estimate_evaluation_memory(

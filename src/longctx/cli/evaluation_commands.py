@@ -17,6 +17,7 @@ from longctx.errors import ConfigError
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
+    from longctx.eval.cell_progress import CellProgress
     from longctx.eval.niah.evaluation import (
         evaluate,
         evaluation_device,
@@ -25,7 +26,6 @@ def cmd_niah(args: argparse.Namespace) -> int:
         method_settings,
         write_result,
     )
-    from longctx.eval.progress import CellProgress
     from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
@@ -43,8 +43,8 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
 
 def cmd_niah_table(args: argparse.Namespace) -> int:
+    from longctx.eval.cell_progress import CellProgress
     from longctx.eval.niah.table import format_table, log_table, method_table
-    from longctx.eval.progress import CellProgress
 
     checkpoints, items = checkpoints_and_config(args.items)
     if not checkpoints:

@@ -1,6 +1,6 @@
 """NIAH effective-length results as tidy pandas frames (STRING §3, Figure 4, Figure 7, Table 1).
 
-    from longctx.analysis.niah import load_niah, load_niah_wandb, niah_result
+    from longctx.analysis.niah_results import load_niah, load_niah_wandb, niah_result
     frames = load_niah("runs/string_ablation")     # every niah.json below, recursively
     frames.results      # one row per evaluation: run, method, params, effective length, accuracy
     frames.per_length   # one row per (evaluation, tested length): pass rate, Wilson interval, recall

@@ -1,7 +1,7 @@
 """LongRecipe impactful token analysis and sentence selection (§4.1; `longctx impactful-tokens`).
 
 This module holds what needs no model: the analysis of scored tokens and the selection.
-Scoring the tokens with the two models is a probe (probes/impactful.py), so data never
+Scoring the tokens with the two models is a probe (probes/impactful_scoring.py), so data never
 imports the model.
 
 A base model H (window L) and an extended model H' (window L' > L) read the same long

@@ -3,7 +3,7 @@
     model rope paper L=8192 ━━━━━━━━━━━━━━━━━━━━━━━━━━━ 3/8 0:01:12 • 0:02:00 0.04it/s
     done  smollm2 rope niah-paper L=8192: 0.750 (6/8, Wilson 95% [0.41, 0.93]) in 3.1 min
 
-The display is the one Lightning's training bar uses (train/progress.py): Rich with
+The display is the one Lightning's training bar uses (train/progress_bar.py): Rich with
 Lightning's own columns (description, bar, done/total, elapsed • remaining, rate) when Rich
 is installed, else Lightning's tqdm bar; lines print above the bar. `quiet=True` shows
 nothing. The bar counts the samples of the cell; a resumed cell starts at the samples its
