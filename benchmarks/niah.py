@@ -24,7 +24,7 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    scoring included. A random-init model finds no needle, so its effective length is 0.
    `--out DIR` writes the search's table to DIR/niah_search.json and .md (report.py).
 
-`make bench-gpu-effective-length` (issue 24 (d)): `--device cuda --preset tinyllama-1.1b
+`make bench-gpu-effective-length`: `--device cuda --preset tinyllama-1.1b
 --skip-throughput --search-max-length 4096 --tests 50`: the search's time on the 1.1B
 shapes in bf16 (random weights: every length is evaluated, none passes), at least 50
 tests per length (the script refuses fewer on a GPU). `--smoke` runs it on CPU with the

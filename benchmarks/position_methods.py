@@ -55,7 +55,7 @@ prefill's last logits to 5% of their range (bf16). `make gpu-check`'s long-conte
 d_model 4,096, 32/8 heads, d_ff 14,336, vocabulary 128,256, RoPE base 500,000 with
 llama3 scaling 8x from 8,192), for the memory case of a real model at 128K.
 
-`make bench-gpu-positions` (issue 24 (c)) runs, with `--out DIR` writing
+`make bench-gpu-positions` runs, with `--out DIR` writing
 DIR/positions_<preset>.json and .md (benchmarks/report.py):
 
     --device cuda --lengths 8192 32768 131072 --methods string rerope self_extend dca
@@ -92,7 +92,7 @@ DECODING_DIFFERS = ("string-repo",)
 decodes over the band [0, S-1] and prefills over [0, S], as the authors' code does
 (position_methods/method.py); their decoding is checked against a dense reference in
 tests/model/test_position_methods.py instead."""
-GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE (issue 6)
+GOALS = {"prefill": 1.2, "decode": 1.3}  # StRing vs plain RoPE: the cost of the shifted band must stay small
 
 
 LLAMA31_8B = dict(

@@ -1,4 +1,4 @@
-"""RULER and InfiniteBench sample generation speed (issue 35 item 5).
+"""RULER and InfiniteBench sample generation speed.
 
 Launch from the repository root:
 

@@ -1,4 +1,4 @@
-"""Training on one GPU (`make bench-gpu-train`, issue 24 (b)): the tinyllama-1.1b step
+"""Training on one GPU (`make bench-gpu-train`): the tinyllama-1.1b step
 against Hugging Face and litgpt, then `longctx pretrain` end to end with MFU.
 
     python benchmarks/train_gpu.py --out DIR [--lengths 2048] [--batch 8] [--repeats 10]
@@ -44,7 +44,7 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    = `torch.cuda.max_memory_allocated` (perf/peak_memory_gib) next to the estimate of
    train/memory_budget.py for the same run.
 
-Goals (issue 24): end-to-end MFU >= 50%; step >= 1.5x HF's and >= 1.1x litgpt's with
+Goals: end-to-end MFU >= 50%; step >= 1.5x HF's and >= 1.1x litgpt's with
 document masking on.
 """
 
