@@ -51,6 +51,7 @@ class Layout:
     blank_line_before_question: bool
     """The template's "\\n" before "Question" kept after the last line's "\\n"."""
     example_lead: str
+    """Before the example (inside the chat turn, where the copy inserts it)."""
     example_end: str
     """After the example's answer."""
     separator: str
@@ -171,7 +172,9 @@ def _string_example(ctx: RulerContext, task: Task, layout: Layout) -> str:
         return head + _context_text(ctx, layout, 5 * steps, chains, position_seed) + tail
 
     steps = largest_fitting(
-        lambda k: len(ctx.tokenizer.encode(f"{text(k)} {groups[0]}")), ICL_TOKENS - TOKENS_TO_GENERATE, ICL_TOKENS
+        lambda k: len(ctx.tokenizer.encode(f"{text(k)} {groups[0]}")),
+        ICL_TOKENS - TOKENS_TO_GENERATE,
+        ICL_TOKENS // 5,  # a step of 5 lines is at least 5 tokens
     )
     return text(max(steps, 0)) + " " + " ".join(groups[0]) + layout.example_end
 
