@@ -140,8 +140,14 @@ class BenchmarkConfig:
     """none | auto: the prompt bare (after BOS where the tokenizer adds one) or inside the
     tokenizer's chat template, the answer prefix opening the assistant turn (eval/prompt_frame.py)."""
     ruler_copy: str = "ruler"
-    """ruler | string: where NVIDIA/RULER and the copy in HKUNLP/STRING disagree (the vt
-    answer prefix, cwe's example spacing), which to follow."""
+    """ruler | string: where NVIDIA/RULER and the copy in HKUNLP/STRING `ruler/` disagree,
+    which to follow. string gives vt the copy's answer prefix (its typo "assgined") and its
+    prompt layout: noise and chain lines joined by " " ("again.\\n The grass", and two spaces
+    after "VAR B = VAR A"), a blank line before "Question", one in-context example shared
+    by all samples (the template's whitespace collapsed, its last word "above." cut, noise
+    in steps of 5 lines), led by " " and followed by "\\n\\n\\n\\n"; and cwe's example
+    answer glued to its prefix. The copy's length search (steps of 10 noise lines) is not
+    followed: the haystack is as large as fits."""
     squad_path: str = ""
     """SQuAD v2 dev JSON for RULER's qa_1 ('' = qa_1 cannot run; the 11 others are "RULER-11")."""
     hotpotqa_path: str = ""

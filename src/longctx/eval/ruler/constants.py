@@ -143,8 +143,11 @@ class RulerOptions:
     """Where the reference copies disagree, and the QA files.
 
     copy: ruler -- NVIDIA/RULER as of 2025 (the default); string -- the copy in HKUNLP/STRING
-    `ruler/`: vt answer prefix "assgined", vt noise sentences joined by " " with a newline
-    after each, the cwe example's answer glued to its prefix (no space), no essay repetition.
+    `ruler/` (RULER at 5973c2a): vt's answer prefix "assgined" and its prompt layout (lines
+    joined by " ", a blank line before the question, one in-context example with collapsed
+    whitespace shared by all samples, "\n\n" + "\n\n" after it; variable_tracking.py), the
+    cwe example's answer glued to its prefix (no space). Its other differences (a linear
+    length search counting the answer, no essay repetition) are not followed.
     """
 
     copy: str = "ruler"
