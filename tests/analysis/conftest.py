@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from longctx.data.corpus import embedded_documents
-from tests.train.helpers import STEPS, make_workspace, overrides
+from longctx.gpu_checks import prepared_workspace
+from tests.train.helpers import STEPS, overrides
 
 WINDOW = 256
 """The 512-token BPE spells the NIAH prompt in ~150 tokens: lengths below it are skipped."""
@@ -102,7 +103,7 @@ def _ablation(workspace: Path, haystack: Path, checkpoint: Path, out: Path) -> P
 def fixture_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("analysis")
     (root / "workspace").mkdir()
-    workspace = make_workspace(root / "workspace")
+    workspace = prepared_workspace(root / "workspace")
     haystack = root / "haystack.txt"
     haystack.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
     run = root / "runs" / "tiny"
@@ -130,7 +131,7 @@ def sft_runs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("skipalign")
     (root / "workspace").mkdir()
-    workspace = make_workspace(root / "workspace")
+    workspace = prepared_workspace(root / "workspace")
     base = root / "base"
     assert (
         main(
@@ -192,7 +193,7 @@ def extension_runs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("extension")
     (root / "workspace").mkdir()
-    workspace = make_workspace(root / "workspace")
+    workspace = prepared_workspace(root / "workspace")
     haystack = root / "haystack.txt"
     haystack.write_text("The grass is green. The sky is blue. " * 400)
     threads = torch.get_num_threads()

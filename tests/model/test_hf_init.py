@@ -21,10 +21,10 @@ from longctx.cli import main
 from longctx.data.packing import GlobalOrderSampler
 from longctx.data.pipeline import packed_rows
 from longctx.data.tokenizer import load_tokenizer
+from longctx.gpu_checks import prepared_workspace
 from longctx.model.checkpoint import load_model
 from longctx.train.sft import build_rows
 from tests.model.hf_models import build_hf
-from tests.train.helpers import make_workspace
 
 transformers = pytest.importorskip("transformers")
 
@@ -45,7 +45,7 @@ MODEL_FIELDS = {
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
-    return make_workspace(tmp_path_factory.mktemp("hf-init"))
+    return prepared_workspace(tmp_path_factory.mktemp("hf-init"))
 
 
 @pytest.fixture(scope="module", params=["llama-tied", "qwen2-tied"])

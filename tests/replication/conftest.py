@@ -2,10 +2,10 @@
 
 import pytest
 
-from tests.train.helpers import make_workspace
+from longctx.gpu_checks import prepared_workspace
 
 
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory):
     """A prepared tiny dataset and config for the tests that run a real `longctx pretrain`."""
-    return make_workspace(tmp_path_factory.mktemp("pretrain"))
+    return prepared_workspace(tmp_path_factory.mktemp("pretrain"))

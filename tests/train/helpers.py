@@ -2,7 +2,6 @@
 launching `longctx pretrain` (under torchrun) and reading its losses, the SFT arguments."""
 
 import ctypes
-import itertools
 import json
 import os
 import signal
@@ -12,22 +11,7 @@ from pathlib import Path
 
 import lightning as L
 
-from longctx.data.corpus import embedded_documents
-from longctx.data.prepare import prepare
-from longctx.data.tokenizer import train_bpe
-
 STEPS = 6
-
-
-def make_workspace(root: Path) -> Path:
-    """A small prose corpus, a 512-token BPE trained on it, and the prepared dataset."""
-    texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 120)]
-    root.mkdir(parents=True, exist_ok=True)
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    train_bpe(texts, vocab_size=512, path=root / "tokenizer.json")
-    prepare(str(corpus), root / "data", str(root / "tokenizer.json"), verbose=False)
-    return root
 
 
 def overrides(workspace: Path, out_dir: Path, **extra) -> list[str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from longctx.cli import main
-from tests.train.helpers import make_workspace, overrides
+from longctx.gpu_checks import prepared_workspace
+from tests.train.helpers import overrides
 
 RECORDS_FILE = Path(__file__).parents[2] / "golden" / "niah_records.json"
 SMOLLM2_RECORDS_FILE = Path(__file__).parents[2] / "golden" / "niah_smollm2_records.json"
@@ -74,7 +75,7 @@ def decoded_tests(cells: Path) -> list[dict]:
 
 def record(root: Path) -> dict:
     """Train the small checkpoint (its probe on), then `longctx niah` on it under each method."""
-    workspace = make_workspace(root / "workspace")
+    workspace = prepared_workspace(root / "workspace")
     run = root / "run"
     args = overrides(
         workspace,
