@@ -19,6 +19,7 @@ LAYERS = {
     "runtime": 2,
     "wandb_setup": 2,
     "model_tokenizer": 3,
+    "hf_attention": 3,
     "probes": 3,
     "niah": 3,
     "train": 4,
@@ -30,7 +31,8 @@ LAYERS = {
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
-setup) < model_tokenizer (which reads model files and tokenizers), probes, niah < train <
+setup) < model_tokenizer (which reads model files and tokenizers), hf_attention (the
+position methods inside transformers models), probes, niah < train <
 analysis, replication, sweep < cli; eval (benchmarks on the
 evaluation engine) sits beside train. A module imports
 from lower layers, and from its own layer only along PEER_IMPORTS: model and data never
@@ -209,9 +211,15 @@ def test_the_checker_sees_a_planted_circle(tmp_path):
 
 OPTIONAL_PACKAGE_IMPORTERS = {
     "lm_eval": {"longctx.eval.lm_eval", "longctx.cli.harness"},
+    "transformers": {
+        "longctx.hf_attention",
+        "longctx.hf_attention.kernel",
+        "longctx.hf_attention.methods",
+        "longctx.model.gguf",  # convert-gguf: transformers' GGUF reader, imported inside its function
+    },
 }
-"""Packages of an extra (`longctx[lm-eval]`) and the only modules that may import them, so
-the rest of the suite runs without the extra installed."""
+"""Packages of an extra (`longctx[lm-eval]`, `longctx[hf]`) and the only modules that may
+import them, so the rest of the suite runs without the extra installed."""
 
 
 def importers_of(package: str) -> set[str]:
