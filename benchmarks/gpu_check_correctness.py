@@ -25,7 +25,15 @@ call the same functions at small sizes), in this order:
 5. `kill + resume`: `longctx pretrain` of the debug preset with fsdp, compile, bf16-mixed
    and flash, SIGKILLed once it has logged step 12, resumed from its step-10 checkpoint:
    the resumed losses of steps 11.. equal the killed run's within 2e-2 (flash backward
-   and compiled kernels are not bitwise deterministic) (tests/test_gpu_path.py).
+   and compiled kernels are not bitwise deterministic) (tests/test_gpu_path.py);
+6. `hf attention bf16 8K`: every attention function of longctx.hf_attention (longctx_rope,
+   _string paper and repo, _rerope, _self_extend, _dca at their defaults for a 2,048-token
+   training length) in a bf16 transformers Llama on one 8,192-token row against longctx's
+   own model on its flash path, logits within 3e-2 relative L2 error
+   (tests/hf_attention/test_gpu.py). Its detail names the transformers version it ran
+   with: the GPU image has its own; when it is not the `hf` extra's pin and the pinned
+   wheels are staged (`make device-hf`, carried as .device-hf), the check installs them
+   into a directory of its own and runs in a child process with them first on the path.
 
 StRing's repo-compat decoding is not compared with its prefill here (no check decodes), so
 the change of its single-token forwards on branch `engine` does not touch these checks.
@@ -40,7 +48,11 @@ sync-debug mode (CUDA only) and with compile, fsdp and bf16 off in the kill + re
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import json
+import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +76,11 @@ from tests.test_gpu_path import RESUME_TOLERANCE, assert_backend_matches_fp32_sd
 from tests.train.test_gpu_train import run_steps
 
 BAND_METHODS = ("string", "string-repo", "rerope", "self_extend", "dca")
+HF_PIN = "5.23.0"
+"""The `hf` extra's transformers (pyproject.toml)."""
+REPOSITORY = Path(__file__).resolve().parents[1]
+STAGED_HF = REPOSITORY / ".device-hf" / "whl"
+"""`make device-hf`: the pinned transformers wheel and the wheels of its version's needs."""
 COLUMNS = ["check", "result", "detail", "seconds"]
 
 
@@ -92,6 +109,54 @@ def band_check(name: str, total: int, device: torch.device) -> Callable[[], str]
             factory, positions, documents, q, k, v, device, device, dtype
         )
         return f"relative L2 error {error:.1e} (bound {3e-2 if dtype == torch.bfloat16 else 1e-5:g})"
+
+    return check
+
+
+def hf_errors(tokens: int, device: torch.device, scratch: Path) -> dict[str, float]:
+    """The relative errors of tests/hf_attention/test_gpu.py's check (bf16 on CUDA, fp32 on CPU)."""
+    from tests.hf_attention.test_gpu import assert_hf_functions_match_longctx
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return assert_hf_functions_match_longctx(scratch / "hf-llama", device, tokens, dtype)
+
+
+def stage_pinned_transformers(scratch: Path) -> Path | None:
+    """Install the staged wheels (.device-hf/whl) into a directory of their own; None when
+    none are staged or pip cannot install them (the check then runs the image's version)."""
+    wheels = sorted(STAGED_HF.glob("*.whl"))
+    if not wheels:
+        return None
+    target = scratch / "hf-site"
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    installed = subprocess.run([*command, "--no-cache-dir", "--target", str(target), *map(str, wheels)], check=False)
+    return target if installed.returncode == 0 else None
+
+
+def hf_check(tokens: int, device: torch.device, scratch: Path) -> Callable[[], str]:
+    def check() -> str:
+        version = importlib.metadata.version("transformers")
+        print(f"hf attention: transformers {version} here, {HF_PIN} pinned", flush=True)
+        site = stage_pinned_transformers(scratch) if version != HF_PIN else None
+        if site is None:
+            errors = hf_errors(tokens, device, scratch)
+            ran = version if version == HF_PIN else f"{version} (the image's; pinned {HF_PIN}, none staged)"
+        else:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+            command = [sys.executable, __file__, "--hf-only", str(tokens), "--device", device.type]
+            child = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            if child.returncode == 1:  # the check itself failed: its one-line reason
+                raise AssertionError(child.stdout.strip().splitlines()[-1])
+            if child.returncode:  # the staged wheels do not import here: the image's transformers
+                reason = (child.stderr.strip().splitlines() or ["no output"])[-1][:120]
+                errors = hf_errors(tokens, device, scratch)
+                ran = f"{version} (the image's; the staged {HF_PIN} failed: {reason})"
+            else:
+                result = json.loads(child.stdout.strip().splitlines()[-1])
+                errors, ran = result["errors"], f"{result['transformers']} (staged pin; the image has {version})"
+        worst = max(errors, key=errors.get)
+        bound = 3e-2 if device.type == "cuda" else 1e-4
+        return f"transformers {ran}: largest relative L2 error {errors[worst]:.1e} ({worst}; bound {bound:g})"
 
     return check
 
@@ -132,6 +197,7 @@ def checks(smoke: bool, device: torch.device, scratch: Path) -> dict[str, Callab
         "rope bf16-true": rope,
         f"no sync, {step_shape['preset']} flash step": no_sync,
         "kill + resume (fsdp, compile)" if not smoke else "kill + resume": kill_resume,
+        f"hf attention {'bf16 ' if not smoke else ''}{band}": hf_check(band_tokens, device, scratch),
     }
 
 
@@ -139,7 +205,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for correctness.json and .md")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, the flash kernel's CPU stand-in")
+    parser.add_argument("--hf-only", type=int, metavar="TOKENS", help="only the hf attention check, a JSON line")
+    parser.add_argument("--device", default="cuda", help="with --hf-only")
     args = parser.parse_args()
+    if args.hf_only:
+        import transformers
+
+        with tempfile.TemporaryDirectory(prefix="gpu-check-hf-") as scratch:
+            try:
+                errors = hf_errors(args.hf_only, torch.device(args.device), Path(scratch))
+            except AssertionError as error:
+                print(str(error).splitlines()[0])
+                raise SystemExit(1) from None
+        print(json.dumps({"transformers": transformers.__version__, "errors": errors}))
+        return
     # Stopped at the part's limit (SIGTERM from gpu_check.py): leave through the `finally`
     # blocks, which kill a pretrain running in its own process group.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

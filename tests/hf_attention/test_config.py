@@ -127,3 +127,10 @@ def test_inputs_it_cannot_serve_are_refused():
     refusal(lambda: function(layer, q, k, k, None, cache=object()), "paged cache")
     refusal(lambda: function(layer, q, k, k, None, cu_seq_lens_q=torch.zeros(2)), "continuous batching")
     refusal(lambda: function(layer, q, k, k, None, dropout=0.1), "dropout")
+
+
+def test_continuous_batching_is_refused():
+    model = hfa.apply(build("llama-tied", dtype=torch.float32), "string", **PARAMS["string"])
+    config = transformers.GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    with pytest.raises(ValueError, match="not supported for continuous batching"):
+        model.generate_batch(inputs=[[5, 6, 7, 8]], generation_config=config)
