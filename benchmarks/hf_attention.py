@@ -4,8 +4,9 @@
         [--tiny-length 32768] [--threads 2] [--out DIR]
 
 Table `hf_attention` (issue 45 item 7): SmolLM2-135M-Instruct as `make real-model` builds it
-(float32), the same prompts (NIAH-style: a needle sentence inside token-level filler, then a
-question) at each length, three arms:
+(float32), the same prompts (NIAH-style: a needle run inside filler ids, then its first ids
+again as the question) at each length, prompt + new tokens = the length (8,192 = L: no
+position beyond the training length), three arms:
 
 - `hf sdpa`: transformers' `generate` with `attn_implementation="sdpa"` (plain RoPE);
 - `hf longctx_string`: the same `generate` with `attn_implementation="longctx_string"`
@@ -128,7 +129,7 @@ def _run_arm(arm: str, model_dir: str, length: int, prompts: int, new_tokens: in
     for seed in range(prompts):
         timer.times.clear()
         start = time.perf_counter()
-        outputs.append(run(prompt_ids(vocab, length, seed), new_tokens))
+        outputs.append(run(prompt_ids(vocab, length - new_tokens, seed), new_tokens))
         total.append(time.perf_counter() - start)
         prefill.append(timer.times[0])
         decode.append(sum(timer.times[1:]) / max(len(timer.times) - 1, 1))
@@ -242,7 +243,7 @@ def main() -> None:
         ]
         notes = [
             f"SmolLM2-135M-Instruct float32, {args.prompts} prompt(s) per length, {args.new_tokens} new tokens, "
-            "greedy; StRing S = L/3, W = 128 (L = 8,192); each arm in a fresh process."
+            "greedy; StRing S = L/3, W = 128 (L = max_position_embeddings: 8,192 for SmolLM2); each arm in a fresh process."
         ]
         settings_model = {**settings, "prompts": args.prompts, "new_tokens": args.new_tokens, "repeats": args.repeats}
         report.write(args.out, "hf_attention", columns, rows, settings_model, notes)

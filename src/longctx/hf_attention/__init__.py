@@ -138,6 +138,9 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
         setattr(config, CONFIG_KEY, settings)
         method_for(config, method)  # builds and checks it now, not at the first forward
         model.set_attn_implementation(attention_name(method))
+        if getattr(model, "generation_config", None) is not None:
+            # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
+            model.generation_config.disable_compile = True
         return model
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
