@@ -27,6 +27,7 @@ ROPES = {
 }
 PARAMS = {
     "rope": {},
+    "rope-repo": {"repo_score_scale": True},
     "string": {"shift": 30, "local_window": 5},
     "string-repo": {"shift": 30, "local_window": 5, "compat": "repo"},
     "rerope": {"window": 20},
@@ -36,7 +37,7 @@ PARAMS = {
     "yarn": {},
 }
 """Parameters small enough that sequences of ~100 tokens reach every pass; ntk and yarn
-take STRING §4.2's protocol against L = 256."""
+take STRING §4.2's protocol against L = 256; rope-repo: RoPE with StRing-repo's temperature."""
 ATTENTION_ARMS = ("rope", "string", "string-repo", "rerope", "self_extend", "dca")
 TOKENS = 100
 
