@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device-ruler demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device-ruler device-hf demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -167,6 +167,19 @@ device-ruler:
 	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-ruler/whl/*.whl >/dev/null' \
 		> .device-ruler/env.sh
 	du -sh .device-ruler
+
+# The `hf` extra's transformers for the GPU image, which has a transformers of its own: staged
+# in .device-hf/ (git-ignored; carry it beside .device). gpu-check's correctness part prints the
+# version it finds and, when it is not the pin, runs the hf attention check with these wheels
+# first on the path (scripts/device/gpu_check_correctness.py, check 6). The pins are our venv's.
+DEVICE_HF_WHEELS := transformers==5.23.0 huggingface-hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 \
+	regex==2026.11.19 httpx2==2.16.2 hf-xet==1.8.0 typer==0.29.2 click==8.5.1
+device-hf:
+	mkdir -p .device-hf/whl
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .device-hf/whl $(DEVICE_HF_WHEELS)
+	du -sh .device-hf
 
 # The longer tables, beyond gpu-check's (more backends, lengths and methods; litgpt; the
 # effective-length search). Each bench-gpu-* target should finish within 9 minutes on one H100 and writes

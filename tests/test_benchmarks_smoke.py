@@ -87,3 +87,29 @@ def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
     assert sorted(first["lengths"]) == ["1024"] and sorted(second["lengths"]) == ["1024", "2048"]
     assert second["lengths"]["1024"] == first["lengths"]["1024"]  # the archived cells, read back
     assert "RULER samples on disk: 88 (44 this call" in result.stdout  # 11 tasks x 2 arms x 2 samples
+
+
+def test_hf_attention_benchmark_runs_its_three_arms_and_the_tiny_table(tmp_path):
+    """benchmarks/hf_attention.py on a tiny saved Llama (L = 512, StRing S = 171) at 256
+    tokens: both tables written, the two StRing arms generate the same tokens."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=50000,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=512,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "model")
+    out = tmp_path / "bench"
+    command = [sys.executable, "benchmarks/hf_attention.py", "--model", str(tmp_path / "model"), "--lengths", "256"]
+    command += ["--new-tokens", "2", "--tiny-length", "512", "--threads", "1", "--out", str(out)]
+    env = gpu_image_environment(tmp_path)
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads((out / "hf_attention.json").read_text())["rows"]
+    assert [row[1] for row in rows] == ["hf sdpa", "hf longctx_string", "longctx string"]
+    assert [row[-1] for row in rows[1:]] == ["yes", "yes"]
+    tiny = json.loads((out / "hf_attention_tiny.json").read_text())["rows"]
+    assert [row[1] for row in tiny] == ["sdpa", "longctx_string", "longctx_rope"]

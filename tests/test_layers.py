@@ -19,6 +19,7 @@ LAYERS = {
     "runtime": 2,
     "wandb_setup": 2,
     "model_tokenizer": 3,
+    "hf_attention": 3,
     "probes": 3,
     "eval": 3,
     "train": 4,
@@ -29,7 +30,8 @@ LAYERS = {
     "__main__": 6,
 }
 """The house, bottom to top: errors < config < batch, model, data (+ the process and W&B
-setup) < model_tokenizer (which reads model files and tokenizers), probes, eval (the
+setup) < model_tokenizer (which reads model files and tokenizers), hf_attention (the
+position methods inside transformers models), probes, eval (the
 evaluation engine and every benchmark on it, the effective-length search among them) <
 train (whose in-training probe and NIAH after SFT read eval) < analysis, sweep, gpu_checks
 < cli; gpu_checks (the GPU path's numerical checks that the `gpu` tests and `make
@@ -210,9 +212,16 @@ def test_the_checker_sees_a_planted_circle(tmp_path):
 
 OPTIONAL_PACKAGE_IMPORTERS = {
     "lm_eval": {"longctx.eval.lm_eval", "longctx.cli.harness_commands"},
+    "transformers": {
+        "longctx.hf_attention",
+        "longctx.hf_attention.kernel",
+        "longctx.hf_attention.methods",
+        "longctx.gpu_checks",  # the hf attention check, imported inside its function
+        "longctx.model.gguf",  # convert-gguf: transformers' GGUF reader, imported inside its function
+    },
 }
-"""Packages of an extra (`longctx[lm-eval]`) and the only modules that may import them, so
-the rest of the suite runs without the extra installed."""
+"""Packages of an extra (`longctx[lm-eval]`, `longctx[hf]`) and the only modules that may
+import them, so the rest of the suite runs without the extra installed."""
 
 
 def importers_of(package: str) -> set[str]:

@@ -24,7 +24,15 @@ the proof of one device session, in this order:
 5. `kill + resume`: `longctx pretrain` of the debug preset with fsdp, compile, bf16-mixed
    and flash, SIGKILLed once it has logged step 12, resumed from its step-10 checkpoint:
    the resumed losses of steps 11.. equal the killed run's within 2e-2 (flash backward
-   and compiled kernels are not bitwise deterministic).
+   and compiled kernels are not bitwise deterministic);
+6. `hf attention bf16 8K`: every attention function of longctx.hf_attention (longctx_rope,
+   _string paper and repo, _rerope, _self_extend, _dca at their defaults for a 2,048-token
+   training length) in a bf16 transformers Llama on one 8,192-token row against longctx's
+   own model on its flash path, logits within 3e-2 relative L2 error. Its detail names the
+   transformers version it ran with: the GPU image has its own; when it is not the `hf`
+   extra's pin and the pinned wheels are staged (`make device-hf`, carried as .device-hf),
+   the check installs them into a directory of its own and runs in a child process with
+   them first on the path (`--hf-only`).
 
 `checks()` maps each check's name to its function, so a new check is one more entry.
 DIR/correctness.json and .md (benchmarks/report.py) are rewritten after every check, so a
@@ -44,7 +52,11 @@ processes of its own, where no stand-in reaches; it runs on varlen either way on
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import json
+import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +77,7 @@ from longctx.gpu_checks import (
     assert_backend_matches_fp32_sdpa,
     assert_band_pass_gradients_match_fp64_path,
     assert_bf16_true_rope_matches_float64,
+    assert_hf_functions_match_longctx,
     kill_and_resume_losses,
     packed_rows,
     random_qkv,
@@ -74,6 +87,10 @@ from longctx.model.position_methods import PositionMethod, build_position_method
 
 BAND_METHODS = ("string", "string-repo", "rerope", "self_extend", "dca")
 COLUMNS = ["check", "result", "detail", "seconds"]
+HF_PIN = "5.23.0"
+"""The `hf` extra's transformers (pyproject.toml)."""
+STAGED_HF = Path(__file__).resolve().parents[2] / ".device-hf" / "whl"
+"""`make device-hf`: the pinned transformers wheel and the wheels of its version's needs."""
 SMOKE_TRAINING_LENGTH = 32
 """The smoke's methods are built for this training length (STRING S = 11, W = 3; the
 baselines' protocol parameters), so 48-token rows reach past S and every pass runs."""
@@ -115,6 +132,56 @@ def band_check(name: str, total: int, device: torch.device, backend: str) -> Cal
     return check
 
 
+def hf_errors(tokens: int, device: torch.device, scratch: Path) -> dict[str, float]:
+    """longctx.gpu_checks' hf attention check (bf16 on CUDA, fp32 on CPU): {arm: error}."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return assert_hf_functions_match_longctx(scratch / "hf-llama", device, tokens, dtype)
+
+
+def stage_pinned_transformers(scratch: Path) -> Path | None:
+    """Install the staged wheels (.device-hf/whl) into a directory of their own; None when
+    none are staged or pip cannot install them (the check then runs the image's version)."""
+    wheels = sorted(STAGED_HF.glob("*.whl"))
+    if not wheels:
+        return None
+    target = scratch / "hf-site"
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+    installed = subprocess.run([*command, "--no-cache-dir", "--target", str(target), *map(str, wheels)], check=False)
+    return target if installed.returncode == 0 else None
+
+
+def hf_in_child(tokens: int, device: torch.device, site: Path, version: str, scratch: Path) -> tuple[dict, str]:
+    """The check in a child process with the staged transformers first on the path; the
+    image's own when the staged wheels do not import there."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, __file__, "--hf-only", str(tokens), "--device", device.type]
+    child = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if child.returncode == 1:  # the check itself failed: its one-line reason
+        raise AssertionError(child.stdout.strip().splitlines()[-1])
+    if child.returncode:
+        reason = (child.stderr.strip().splitlines() or ["no output"])[-1][:120]
+        return hf_errors(tokens, device, scratch), f"{version} (the image's; the staged {HF_PIN} failed: {reason})"
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    return result["errors"], f"{result['transformers']} (staged pin; the image has {version})"
+
+
+def hf_check(tokens: int, device: torch.device, scratch: Path) -> Callable[[], str]:
+    def check() -> str:
+        version = importlib.metadata.version("transformers")
+        print(f"hf attention: transformers {version} here, {HF_PIN} pinned", flush=True)
+        site = stage_pinned_transformers(scratch) if version != HF_PIN else None
+        if site is None:
+            errors = hf_errors(tokens, device, scratch)
+            ran = version if version == HF_PIN else f"{version} (the image's; pinned {HF_PIN}, none staged)"
+        else:
+            errors, ran = hf_in_child(tokens, device, site, version, scratch)
+        worst = max(errors, key=errors.get)
+        bound = 3e-2 if device.type == "cuda" else 1e-4
+        return f"transformers {ran}: largest relative L2 error {errors[worst]:.1e} ({worst}; bound {bound:g})"
+
+    return check
+
+
 def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "flash") -> dict[str, Callable[[], str]]:
     """Name -> a function that raises on failure and returns what it measured. `backend`:
     the packed-varlen backend the attention checks run on (flash; varlen in the CPU smoke)."""
@@ -152,14 +219,34 @@ def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "fla
         "rope bf16-true": rope,
         f"no sync, {preset} {backend} step": no_sync,
         "kill + resume (fsdp, compile)" if not smoke else "kill + resume": kill_resume,
+        f"hf attention {'bf16 ' if not smoke else ''}{band}": hf_check(band_tokens, device, scratch),
     }
+
+
+def hf_only(tokens: int, device: torch.device) -> None:
+    """The hf attention check alone, as the child of `hf_in_child`: a JSON line, or exit 1
+    with the failure's one-line reason."""
+    import transformers
+
+    with tempfile.TemporaryDirectory(prefix="gpu-check-hf-") as scratch:
+        try:
+            errors = hf_errors(tokens, device, Path(scratch))
+        except AssertionError as error:
+            print(str(error).splitlines()[0])
+            raise SystemExit(1) from None
+    print(json.dumps({"transformers": transformers.__version__, "errors": errors}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for correctness.json and .md")
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, backend varlen in place of flash")
+    parser.add_argument("--hf-only", type=int, metavar="TOKENS", help="only the hf attention check, a JSON line")
+    parser.add_argument("--device", default="cuda", help="with --hf-only")
     args = parser.parse_args()
+    if args.hf_only:
+        hf_only(args.hf_only, torch.device(args.device))
+        return
     # Stopped at the part's limit (SIGTERM from gpu_check.py): leave through the `finally`
     # blocks, which kill a pretrain running in its own process group.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -64,3 +64,9 @@ class NonFiniteError(LongctxError):
     def __init__(self, message: str, step: int, quantity: str, value: float):
         super().__init__(message)
         self.step, self.quantity, self.value = step, quantity, value
+
+
+class HFAttentionError(LongctxError, ValueError):
+    """A Hugging Face model, cache, mask or input that longctx's attention functions
+    (longctx.hf_attention) cannot serve exactly; the message is one line naming the
+    attention implementation and the reason."""

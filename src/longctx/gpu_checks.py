@@ -9,6 +9,8 @@ AssertionError naming what differs, and returns what it measured.
   ReRoPE, Self-Extend, DCA; STRING §3-4) on the flash path against its pure-torch path in
   fp64 (exact autograd), through the lse merge's backward;
 - `assert_bf16_true_rope_matches_float64`: a bf16 model's RoPE cos/sin against float64;
+- `assert_hf_functions_match_longctx`: longctx.hf_attention's functions in a transformers
+  Llama against longctx's own model on the same weights;
 - `run_steps`: optimizer steps driven as Lightning drives them, on CUDA under
   `torch.cuda.set_sync_debug_mode("error")` (the flash layout's one synchronisation allowed);
 - `kill_and_resume_losses`: `longctx pretrain` SIGKILLed mid-run and resumed from its last
@@ -391,3 +393,59 @@ def kill_and_resume_losses(
     assert code == 0, (root / "resumed.log").read_text()[-4000:]
     resumed = logged_losses(second)
     return {step: (killed[step], resumed[step]) for step in sorted(killed) if step > resume_step}
+
+
+# --- the position methods inside transformers models ---------------------------------------
+
+HF_ARMS = ("rope", "string", "string-repo", "rerope", "self_extend", "dca")
+HF_TRAINING_LENGTH = 2048
+HF_BF16_BOUND = 3e-2
+"""Relative L2 error of the logits in bf16: transformers rotates q/k with bf16 cos/sin,
+longctx with float32 ones, and both round every activation to 8 mantissa bits (~4e-3 per
+rounding, through 2 layers); float32: 1e-4."""
+
+
+def assert_hf_functions_match_longctx(directory: Path, device: torch.device, tokens: int, dtype: torch.dtype) -> dict:
+    """{arm: relative L2 error of the logits} of each `longctx_<method>` attention function
+    in a random transformers Llama (2 layers, 8 heads / 4 KV of 32, training length 2,048,
+    saved to `directory`) against longctx's own model on the same weights (its flash path
+    on CUDA, its CPU kernels elsewhere), the methods at their defaults; each below the
+    bound, AssertionError otherwise."""
+    import transformers
+
+    import longctx.hf_attention as hfa
+    from longctx.config.position_methods import PositionMethodConfig
+    from longctx.model.hf import import_hf
+    from longctx.model.position_methods import build_position_method
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=1024,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=HF_TRAINING_LENGTH,
+        initializer_range=0.1,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(device).eval()
+    own = import_hf(directory, dtype=dtype, device=device).eval()
+    ids = torch.randint(0, config.vocab_size, (1, tokens), device=device)
+    bound = HF_BF16_BOUND if dtype == torch.bfloat16 else 1e-4
+    errors = {}
+    for arm in HF_ARMS:
+        method = arm.removesuffix("-repo")
+        params = {"compat": "repo"} if arm == "string-repo" else {}
+        settings = PositionMethodConfig(name=method)
+        for key, value in params.items():
+            setattr(getattr(settings, method), key, value)
+        hfa.apply(model, method, **params)
+        with torch.no_grad():
+            got = model(ids).logits
+            expected = own(ids, position_method=build_position_method(settings, own.config))
+        errors[arm] = relative_error(got, expected.double().cpu())
+    worst = max(errors, key=lambda arm: errors[arm])
+    assert errors[worst] < bound, f"{worst}: relative L2 error {errors[worst]:.2e} >= {bound} ({errors})"
+    return errors

@@ -1,0 +1,152 @@
+"""StRing and the other position methods inside any Llama-family Hugging Face model.
+
+    import longctx.hf_attention as hfa          # registers longctx_rope, longctx_string, longctx_rerope,
+                                                # longctx_self_extend, longctx_dca (attention + mask)
+    model = AutoModelForCausalLM.from_pretrained(d, attn_implementation="longctx_string")   # S = L/3, W = 128
+    hfa.apply(model, "string", shift=2730, local_window=128)   # longctx's parameter names; stored in the config
+    hfa.apply(model, "yarn")                     # ntk / yarn: a rope-parameter edit, no attention function
+    model.save_pretrained(out)                   # from_pretrained(out, attn_implementation="longctx_string")
+
+transformers' official extension points (`AttentionInterface`, `AttentionMaskInterface`,
+transformers 5.23): every `generate` (DynamicCache, StaticCache, left padding), pipeline,
+lm-eval `hf` run or training script that loads the model with one of these names runs
+longctx's own kernels (model/position_methods: blockwise pure torch on CPU, the varlen
+flash passes on CUDA) with a compact mask and one position plan per forward (kernel.py).
+Parameters are `eval.position_method.<method>.*` with longctx's defaults, resolved against
+the training length L = max_position_embeddings (`training_length=` overrides it), the
+baselines by STRING §4.2's protocol (methods.py). llama, mistral and qwen2 models with a
+static RoPE (default, linear, llama3, yarn) are served; anything the functions cannot
+reproduce exactly is refused in one line (errors.HFAttentionError): a sliding window
+shorter than the sequence, paged / continuous-batching caches, dynamic and longrope RoPE,
+another attention family, padding between tokens, unknown or out-of-range parameters.
+
+This package is the only part of longctx's library that needs transformers for the
+methods (the `hf` extra); nothing else imports it, so `import longctx` stays free of it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from transformers import AttentionInterface, AttentionMaskInterface, __version__
+
+from longctx.errors import HFAttentionError
+from longctx.hf_attention.kernel import CompactMask, attention_function, mask_function
+from longctx.hf_attention.methods import (
+    ATTENTION_METHODS,
+    CONFIG_KEY,
+    ORIGINAL_ROPE_KEY,
+    PREFIX,
+    ROPE_METHODS,
+    attention_name,
+    check_model,
+    method_for,
+    ntk_rope,
+    resolve,
+    rope_parameters,
+    training_length_of,
+    yarn_rope,
+)
+
+TESTED_TRANSFORMERS = "5.23.0"
+"""The transformers version these functions are tested against (the `hf` extra's pin)."""
+METHODS = ATTENTION_METHODS + ROPE_METHODS
+ATTENTION_NAMES = tuple(attention_name(method) for method in ATTENTION_METHODS)
+
+__all__ = [
+    "ATTENTION_NAMES",
+    "CONFIG_KEY",
+    "METHODS",
+    "TESTED_TRANSFORMERS",
+    "CompactMask",
+    "HFAttentionError",
+    "apply",
+    "register",
+    "transformers_version",
+]
+
+
+def transformers_version() -> str:
+    return __version__
+
+
+def register() -> None:
+    """Register longctx_<method> for every attention method, as an attention function and
+    as a mask function (without the latter transformers would hand the function no mask
+    and padding would be silently ignored). Idempotent; done on import."""
+    for method in ATTENTION_METHODS:
+        AttentionInterface.register(attention_name(method), attention_function(method))
+        AttentionMaskInterface.register(attention_name(method), mask_function(method))
+
+
+register()
+
+
+def _rotary_modules(model) -> list[tuple[Any, str, Any]]:
+    """(parent, attribute, module) of every rotary embedding of the model."""
+    found = []
+    for parent in model.modules():
+        for attribute, child in parent.named_children():
+            if hasattr(child, "inv_freq") and hasattr(child, "rope_type"):
+                found.append((parent, attribute, child))
+    return found
+
+
+def _set_rope(model, parameters: dict) -> None:
+    """Replace the config's rope parameters and rebuild the model's rotary embeddings from them."""
+    config = model.config
+    if parameters == rope_parameters(config):
+        return
+    rotaries = _rotary_modules(model)
+    if not rotaries:
+        raise HFAttentionError(f"{type(model).__name__} has no rotary embedding module to rebuild")
+    config.rope_parameters = copy.deepcopy(parameters)
+    for parent, attribute, old in rotaries:
+        new = type(old)(config=config).to(old.inv_freq.device)
+        setattr(parent, attribute, new)
+
+
+def apply(model, method: str, *, training_length: int | None = None, **params: Any):
+    """Run `method` in `model` (a transformers llama / mistral / qwen2 model); returns it.
+
+    `params` are longctx's (`eval.position_method.<method>.*`: string shift, shift_ratio,
+    local_window, compat; rerope window, log_scale_length; self_extend neighbor_window,
+    group_size; dca chunk_size, local_window; ntk factor; yarn factor,
+    original_max_position, beta_fast, beta_slow; rope repo_score_scale), the rest
+    longctx's defaults against the training length L (max_position_embeddings, or
+    `training_length`). The resolved parameters are stored in `model.config` (saved by
+    `save_pretrained`). Attention methods switch the model's attention to
+    longctx_<method>; ntk and yarn replace the rope parameters (the model's own are kept
+    in the config and restored by the next `apply`) and rebuild the rotary embedding,
+    leaving the attention implementation as it is (a longctx_ one becomes sdpa)."""
+    if method not in METHODS:
+        raise HFAttentionError(f"unknown method {method!r}; longctx.hf_attention applies {METHODS}")
+    config = model.config
+    length = training_length_of(config, training_length)
+    original = getattr(config, ORIGINAL_ROPE_KEY, None)
+    own_rope = copy.deepcopy(original) if isinstance(original, dict) else copy.deepcopy(rope_parameters(config))
+    probe = copy.copy(config)
+    probe.rope_parameters = own_rope
+    check_model(probe, method, length)
+    resolved = resolve(method, params, length)
+    settings = {"name": method, "training_length": length, "params": resolved}
+    if method in ATTENTION_METHODS:
+        _set_rope(model, own_rope)
+        if hasattr(config, ORIGINAL_ROPE_KEY):
+            delattr(config, ORIGINAL_ROPE_KEY)
+        setattr(config, CONFIG_KEY, settings)
+        method_for(config, method)  # builds and checks it now, not at the first forward
+        model.set_attn_implementation(attention_name(method))
+        if getattr(model, "generation_config", None) is not None:
+            # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
+            model.generation_config.disable_compile = True
+        return model
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
+    _set_rope(model, edited)
+    setattr(config, ORIGINAL_ROPE_KEY, own_rope)
+    setattr(config, CONFIG_KEY, settings)
+    if str(getattr(config, "_attn_implementation", "")).startswith(PREFIX):
+        model.set_attn_implementation("sdpa")
+    return model

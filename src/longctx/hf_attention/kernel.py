@@ -1,0 +1,227 @@
+"""The attention and mask functions transformers calls for `longctx_<method>`.
+
+Per forward, transformers calls the mask function once (`create_causal_mask`) and hands
+what it returns to every layer. Ours returns a `CompactMask`: the 2D key validity (None
+when no key is padding), the query offset in the cache and the mask's kind, never a
+[B, 1, Tq, Tk] tensor; the first layer builds the method's `PositionPlan` from it and
+keeps it there for the other layers (`ForwardPlan`), so the plan is built once per forward.
+
+Every layer then calls `attention(module, q, k, v, mask, scaling=, position_ids=, ...)`
+with q [B, H, Tq, D] rotated at the queries' positions and k/v [B, Hkv, Tk, D] the whole
+cache (keys rotated at their own positions), and gets longctx's own kernels: the
+PositionMethod's passes (blockwise pure torch on CPU, the varlen flash passes on CUDA in
+fp16/bf16), on relative rotations (methods.py).
+
+Keys, positions and documents (`forward_plan`): the queries are the cache slots
+[q_offset, q_offset + Tq); slots after them (a StaticCache's empty tail) are cut off. A
+cached key's position is the first query's position minus its distance in slots, so the
+valid keys of a row must be one run (left padding for generate, right padding for
+scoring; padding between tokens is refused). Without a cache the queries' own
+position_ids place every key, and a reset (packed sequences) starts a new document.
+Padding keys become documents of their own, which no real token attends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from longctx.batch import document_start_index
+from longctx.hf_attention.methods import fail, method_for
+from longctx.model import flash
+from longctx.model.attention import HALF_DTYPES
+from longctx.model.attention import attention as longctx_attention
+from longctx.model.position_methods import PositionMethod, PositionPlan
+
+REFUSED_KWARGS = {
+    "cache": "a paged cache (continuous batching)",
+    "cu_seq_lens_q": "packed variable-length inputs (continuous batching, flash-style cu_seq_lens)",
+    "read_index": "a paged cache (continuous batching)",
+    "block_table": "a paged cache (continuous batching)",
+    "softcap": "attention logit soft-capping",
+    "s_aux": "attention sinks",
+    "sinks": "attention sinks",
+}
+"""Keyword arguments of attention calls that these functions cannot honour."""
+
+
+@dataclass(eq=False)
+class CompactMask:
+    """What the mask function hands every layer of one forward (module docstring)."""
+
+    padding: torch.Tensor | None
+    """[B, N] bool key validity (True: a token, False: padding), N >= the keys; None: no padding."""
+    q_offset: int
+    """Cache slot of the first query."""
+    q_length: int
+    kv_offset: int
+    kind: str
+    """The mask function transformers asked for: 'causal', 'and' (packed or sliding), 'other'."""
+    plans: dict[str, ForwardPlan] = field(default_factory=dict)
+    """The forward's plan, built by the first layer."""
+    ndim = 4
+    """transformers reads `ndim` of a mask it is handed back (generate with a StaticCache)."""
+
+    def contiguous(self) -> CompactMask:
+        return self
+
+
+def mask_function(name: str):
+    """The AttentionMaskInterface function of longctx_<name>: a CompactMask per forward."""
+
+    def compact_mask(
+        batch_size: int,
+        q_length: int,
+        kv_length: int,
+        q_offset: Any = 0,
+        kv_offset: Any = 0,
+        mask_function: Any = None,
+        attention_mask: Any = None,
+        **kwargs: Any,
+    ) -> CompactMask:
+        from transformers.masking_utils import causal_mask_function
+
+        if isinstance(attention_mask, CompactMask):  # generate's StaticCache path hands it back
+            attention_mask = attention_mask.padding
+        padding = None
+        if attention_mask is not None:
+            if attention_mask.dim() != 2:
+                raise fail(name, f"a {attention_mask.dim()}D attention mask is not supported; pass the 2D padding mask")
+            padding = attention_mask.to(torch.bool)
+            if bool(padding.all()):
+                padding = None
+        kind = "other"
+        if mask_function is None or mask_function is causal_mask_function:
+            kind = "causal"
+        elif getattr(mask_function, "__qualname__", "").startswith("and_masks"):
+            kind = "and"
+        return CompactMask(padding, int(q_offset), q_length, int(kv_offset), kind)
+
+    compact_mask.__name__ = compact_mask.__qualname__ = f"longctx_{name}_mask"
+    return compact_mask
+
+
+@dataclass
+class ForwardPlan:
+    """One forward's keys and plan, shared by every layer."""
+
+    end: int
+    """Keys used: cache slots [0, end)."""
+    plan: PositionPlan
+
+
+def backend_for(device: torch.device, dtype: torch.dtype) -> str:
+    """The varlen flash passes on CUDA in fp16/bf16, longctx's pure-torch kernels elsewhere."""
+    if device.type == "cuda" and dtype in HALF_DTYPES and flash.available():
+        return "flash"
+    return "varlen"
+
+
+def key_layout(
+    mask: CompactMask, position_ids: torch.Tensor | None, batch: int, q_len: int, device: torch.device, method: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(position_ids, document_ids) [B, end] of every key (module docstring)."""
+    end = mask.q_offset + q_len
+    if position_ids is None:
+        query_positions = torch.arange(mask.q_offset, end, device=device).expand(batch, -1)
+    else:
+        query_positions = position_ids.to(device=device, dtype=torch.long).expand(batch, -1)
+    if mask.padding is None:
+        valid = torch.ones(batch, end, dtype=torch.bool, device=device)
+    else:
+        valid = mask.padding[:, :end].to(device)
+        if valid.shape[1] < end:  # a mask shorter than the keys: the rest are tokens
+            valid = torch.nn.functional.pad(valid, (0, end - valid.shape[1]), value=True)
+    cached = query_positions[:, :1] - torch.arange(mask.q_offset, 0, -1, device=device)
+    positions = torch.cat([cached, query_positions], dim=1)
+    seen_token = valid.cummax(dim=1).values
+    hole = ~valid & seen_token
+    after_hole = torch.nn.functional.pad(hole.cummax(dim=1).values[:, :-1], (1, 0), value=False)
+    if bool((valid & after_hole).any()):
+        raise fail(method, "padding between the tokens of a row is not supported (pad on the left or on the right)")
+    if bool((valid & (positions < 0)).any()):
+        raise fail(method, "position_ids do not continue the cached keys (a key would sit at a negative position)")
+    steps = positions[:, 1:] == positions[:, :-1] + 1
+    boundary = (valid[:, 1:] != valid[:, :-1]) | (valid[:, 1:] & ~steps)
+    documents = torch.nn.functional.pad(boundary.long().cumsum(dim=1), (1, 0))
+    index = torch.arange(end, device=device).expand(batch, -1)
+    positions = torch.where(valid, positions, index - document_start_index(documents))
+    return positions, documents
+
+
+def forward_plan(
+    method: PositionMethod,
+    name: str,
+    mask: CompactMask,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    sliding_window: int | None,
+) -> ForwardPlan:
+    batch, _, q_len, _ = query.shape
+    if mask.kv_offset:
+        raise fail(name, f"a cache that drops keys (kv_offset={mask.kv_offset}) is not supported")
+    end = mask.q_offset + q_len
+    if key.shape[2] < end:
+        raise fail(name, f"the cache holds {key.shape[2]} keys, the queries end at slot {end}")
+    if sliding_window is not None and end > sliding_window:
+        raise fail(name, f"{end} keys exceed the sliding window of {sliding_window}; full attention only")
+    positions, documents = key_layout(mask, position_ids, batch, q_len, query.device, name)
+    packed = mask.q_offset == 0 and bool((documents[:, -1] > 0).any()) and mask.padding is None
+    if mask.kind == "other" or (mask.kind == "and" and not packed and sliding_window is None):
+        raise fail(name, "a custom mask function (or/and masks, block overlays) is not supported")
+    plan = method.plan(
+        positions,
+        documents,
+        q_len,
+        keys_rotated=method.caches_rotated_keys,
+        backend=backend_for(query.device, query.dtype),
+        dtype=query.dtype,
+    )
+    return ForwardPlan(end, plan)
+
+
+def attention_function(name: str):
+    """The AttentionInterface function of longctx_<name>."""
+
+    def attention(
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: Any,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        position_ids: torch.Tensor | None = None,
+        sliding_window: int | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        for keyword, what in REFUSED_KWARGS.items():
+            if kwargs.get(keyword) is not None:
+                raise fail(name, f"{what} is not supported")
+        if dropout:
+            raise fail(name, f"attention dropout ({dropout}) is not supported")
+        if not isinstance(attention_mask, CompactMask):
+            got = "no mask" if attention_mask is None else f"a {type(attention_mask).__name__} mask"
+            raise fail(
+                name,
+                f"got {got}, not longctx's: the model did not build its mask with transformers' "
+                "create_causal_mask (a family whose attention does not follow the standard call), or was given a 4D mask",
+            )
+        method = method_for(module.config, name)
+        state = attention_mask.plans.get(name)
+        if state is None:
+            state = forward_plan(method, name, attention_mask, query, key, position_ids, sliding_window)
+            attention_mask.plans[name] = state
+        q = query.transpose(1, 2)
+        k = key[:, :, : state.end].transpose(1, 2)
+        v = value[:, :, : state.end].transpose(1, 2)
+        if state.plan.mask is not None:  # one pass at the queries' own positions (rope): no rotation at all
+            scale = (q.shape[-1] ** -0.5 if scaling is None else scaling) * method.score_multiplier
+            return longctx_attention(q, k, v, mask=state.plan.mask, scale=scale), None
+        return method(q, k, v, state.plan, scale=scaling), None
+
+    attention.__name__ = attention.__qualname__ = f"longctx_{name}_attention"
+    return attention

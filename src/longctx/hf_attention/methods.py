@@ -1,0 +1,290 @@
+"""Which position method a Hugging Face model runs, with which parameters, on which RoPE.
+
+The parameters are longctx's own (`eval.position_method.<method>.*`, resolved by
+`PositionMethodConfig.resolved` against the training length L: StRing's S = L/3, W = 128,
+the baselines' STRING §4.2 protocol), stored in the model's config under
+`longctx_position_method` = {"name", "training_length", "params"} so that
+`save_pretrained` / `from_pretrained(dir, attn_implementation="longctx_<name>")` keep
+them. A config without them (any HF checkpoint) runs the method's defaults.
+
+The method runs on *relative* rotations (`relative_method`): transformers hands the
+attention function queries and keys already rotated at their own positions p by the
+model's RoPE (with its `attention_scaling`), and RoPE rotations compose, so a pass that
+puts a query at position f(p) rotates the given query by f(p) - p, and a pass that puts
+a key at g(n) rotates the given key by g(n) - n (ReRoPE's keys at 0: by -n). Nothing is
+un-rotated, `attention_scaling` stays where transformers put it (on q and k, as longctx's
+own YaRN does), and only the model's inverse frequencies are needed: computed from the
+config by transformers' own functions (`inverse_frequencies`), the values of the
+model's rotary embedding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig
+from longctx.errors import ConfigError, HFAttentionError
+from longctx.model.position_methods import (
+    AttentionPass,
+    PositionMethod,
+    dca_method,
+    rerope_method,
+    rope_method,
+    self_extend_method,
+    string_method,
+)
+from longctx.model.rope import RopeScaling, RotaryEmbedding
+
+PREFIX = "longctx_"
+ATTENTION_METHODS = ("rope", "string", "rerope", "self_extend", "dca")
+"""Methods with an attention function, registered as longctx_<name>."""
+ROPE_METHODS = ("ntk", "yarn")
+"""Methods that are RoPE frequencies only: `apply` edits the config's rope parameters."""
+CONFIG_KEY = "longctx_position_method"
+"""config attribute holding {"name", "training_length", "params"} of the applied method."""
+ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
+"""config attribute holding the model's own rope parameters once ntk/yarn replaced them."""
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+"""Families whose attention rotates every head dimension with the config's RoPE, updates
+the cache, then calls the attention function with q [B,H,Tq,D] and the whole cache."""
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+"""Rope types whose frequencies are fixed by the config (static)."""
+
+
+def attention_name(method: str) -> str:
+    return PREFIX + method
+
+
+def fail(method: str, reason: str) -> HFAttentionError:
+    """The one-line refusal: `longctx_<method>: <reason>`."""
+    return HFAttentionError(f"{attention_name(method)}: {reason}")
+
+
+def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
+    """`value` as the type of the field's default (model_args and JSON hand strings and ints)."""
+    kind = type(default)
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1")
+            return bool(value)
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(value)
+        return kind(value)
+    except (TypeError, ValueError):
+        raise fail(method, f"parameter {key}={value!r} is not a {kind.__name__}") from None
+
+
+def resolve(method: str, params: dict[str, Any], training_length: int) -> dict[str, Any]:
+    """longctx's parameters of `method` with `params` set and the rest resolved against the
+    training length (the 0-valued ones by STRING §4.2's protocol); an unknown or
+    out-of-range parameter is a one-line error naming it."""
+    if method not in POSITION_METHODS:
+        raise HFAttentionError(f"unknown position method {method!r}; longctx has {POSITION_METHODS}")
+    config = PositionMethodConfig(name=method)
+    section = getattr(config, method)
+    known = {field.name: field.default for field in dataclasses.fields(section)}
+    for key, value in params.items():
+        if key not in known:
+            names = ", ".join(known) or "none"
+            raise fail(method, f"unknown parameter {key!r} (the parameters of {method}: {names})")
+        setattr(section, key, _coerce(method, key, value, known[key]))
+    try:
+        return config.resolved(training_length, prefix="")
+    except ConfigError as error:
+        raise fail(method, f"parameter {error.key.rpartition('.')[2]}: {error.message}") from None
+    except ValueError as error:  # baseline_protocol: a training length too short
+        raise fail(method, str(error)) from None
+
+
+def training_length_of(config, override: int | None = None) -> int:
+    """L: `override`, else max_position_embeddings (as longctx's import_hf reads it)."""
+    length = override if override is not None else getattr(config, "max_position_embeddings", None)
+    if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
+        raise HFAttentionError(f"training_length must be a positive integer, got {length!r}")
+    return length
+
+
+def rope_parameters(config) -> dict:
+    """The config's rope parameters (transformers 5's `rope_parameters`), rope_type included."""
+    parameters = getattr(config, "rope_parameters", None)
+    if not isinstance(parameters, dict):
+        raise HFAttentionError(
+            f"config has rope_parameters={parameters!r}, expected one dict (one RoPE for all layers)"
+        )
+    return parameters
+
+
+def check_model(config, method: str, training_length: int) -> None:
+    """Refuse, in one line, a model whose attention the functions cannot reproduce exactly."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in MODEL_TYPES:
+        raise fail(
+            method,
+            f"model_type {model_type!r} is not supported: {MODEL_TYPES} call the attention function with "
+            "q/k rotated over every head dimension by the config's RoPE and the whole cache",
+        )
+    rope_type = rope_parameters(config).get("rope_type", "default")
+    if rope_type in ("dynamic", "longrope"):
+        raise fail(
+            method,
+            f"rope_type {rope_type!r} is not supported: its frequencies change with the sequence length at run time",
+        )
+    if rope_type not in ROPE_TYPES:
+        raise fail(method, f"rope_type {rope_type!r} is not supported (static rope types: {ROPE_TYPES})")
+    partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0):
+        raise fail(method, f"partial_rotary_factor={partial} is not supported (RoPE over every head dimension)")
+    if getattr(config, "use_sliding_window", False):
+        raise fail(method, "use_sliding_window=true is not supported (full attention only)")
+    sliding = [kind for kind in getattr(config, "layer_types", None) or [] if kind != "full_attention"]
+    if sliding:
+        raise fail(method, f"layer_types has {sliding[0]!r} layers; full attention only")
+    window = getattr(config, "sliding_window", None)
+    if model_type == "mistral" and window is not None and window < training_length:
+        raise fail(
+            method,
+            f"sliding_window={window} is shorter than the training length {training_length}: "
+            "the methods need full attention over the sequence",
+        )
+
+
+def inverse_frequencies(config) -> torch.Tensor:
+    """theta_i of the model's rotary embedding, computed as transformers computes them
+    (float32): the default formula of LlamaRotaryEmbedding, else ROPE_INIT_FUNCTIONS."""
+    parameters = rope_parameters(config)
+    rope_type = parameters.get("rope_type", "default")
+    if rope_type == "default":
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return 1.0 / (parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, None)
+    return inv_freq.float()
+
+
+class FixedRotary(RotaryEmbedding):
+    """A RotaryEmbedding with given inverse frequencies and no attention factor: the
+    relative rotations of `relative_method`. Moves keep the float32 frequencies."""
+
+    def __init__(self, inv_freq: torch.Tensor):
+        nn.Module.__init__(self)
+        self.head_dim = 2 * inv_freq.shape[0]
+        self.scaling = RopeScaling()
+        self.position_scale = 1.0
+        self.attention_factor = 1.0
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        exact = self.inv_freq
+        nn.Module._apply(self, fn, recurse)
+        self.inv_freq = exact.to(self.inv_freq.device)
+        return self
+
+
+def relative_method(method: PositionMethod, inv_freq: torch.Tensor) -> PositionMethod:
+    """`method` on already-rotated q/k (module docstring): each pass's query map f becomes
+    f(p) - p and, for methods that rotate keys at rewritten positions, each key map g
+    becomes g(n) - n (a key at its own position: 0, the identity rotation)."""
+    own_keys = method.caches_rotated_keys
+    relative_maps: dict[int, Any] = {}
+
+    def relative(position_map):
+        if id(position_map) not in relative_maps:
+            if position_map is None:
+                relative_maps[id(position_map)] = torch.zeros_like
+            else:
+                relative_maps[id(position_map)] = lambda p, f=position_map: f(p) - p
+        return relative_maps[id(position_map)]
+
+    def convert(attention_pass: AttentionPass) -> AttentionPass:
+        keys = None if own_keys else relative(attention_pass.key_positions)
+        return dataclasses.replace(
+            attention_pass, query_positions=relative(attention_pass.query_positions), key_positions=keys
+        )
+
+    return PositionMethod(
+        method.name,
+        FixedRotary(inv_freq),
+        [convert(p) for p in method.passes],
+        params=method.params,
+        score_multiplier=method.score_multiplier,
+        query_scale=method.query_scale,
+        decode_passes=None if method.decode_passes is None else [convert(p) for p in method.decode_passes],
+    )
+
+
+def longctx_method(method: str, params: dict[str, Any], rotary: RotaryEmbedding) -> PositionMethod:
+    """longctx's PositionMethod of an attention method with resolved `params`."""
+    builders: dict[str, Callable[..., PositionMethod]] = {
+        "rope": rope_method,
+        "string": string_method,
+        "rerope": rerope_method,
+        "self_extend": self_extend_method,
+        "dca": dca_method,
+    }
+    try:
+        return builders[method](rotary, **params)
+    except ValueError as error:
+        raise fail(method, str(error)) from None
+
+
+def stored_settings(config, method: str) -> tuple[dict[str, Any], int | None]:
+    """(params, training_length) stored in `config` for `method`, or ({}, None)."""
+    stored = getattr(config, CONFIG_KEY, None)
+    if isinstance(stored, dict) and stored.get("name") == method:
+        return dict(stored.get("params") or {}), stored.get("training_length")
+    return {}, None
+
+
+_BUILT: dict[str, PositionMethod] = {}
+"""Relative methods by a key of everything they depend on: built once per model setting."""
+
+
+def method_for(config, method: str) -> PositionMethod:
+    """The relative PositionMethod the attention function runs for a model's config:
+    the stored parameters of `method` (else its defaults), checked and cached."""
+    params, stored_length = stored_settings(config, method)
+    length = training_length_of(config, stored_length)
+    key = json.dumps(
+        [method, params, length, rope_parameters(config), getattr(config, "head_dim", None), config.model_type],
+        sort_keys=True,
+        default=str,
+    )
+    if key not in _BUILT:
+        check_model(config, method, length)
+        resolved = resolve(method, params, length)
+        inv_freq = inverse_frequencies(config)
+        placeholder = RotaryEmbedding(2 * inv_freq.shape[0], 10000.0, RopeScaling(), length)
+        _BUILT[key] = relative_method(longctx_method(method, resolved, placeholder), inv_freq)
+    return _BUILT[key]
+
+
+def ntk_rope(parameters: dict, head_dim: int, factor: float) -> dict:
+    """NTK-aware scaling as rope parameters: the default type with base * a^(d/(d-2))
+    (longctx's `ntk`, exported the same way by model/hf_config.py)."""
+    base = parameters["rope_theta"]
+    return {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
+
+
+def yarn_rope(parameters: dict, resolved: dict) -> dict:
+    """YaRN as rope parameters (transformers' `yarn`: the same ramp and 0.1 ln(s) + 1)."""
+    if not math.isfinite(resolved["factor"]):
+        raise fail("yarn", f"factor={resolved['factor']} is not finite")
+    return {
+        "rope_type": "yarn",
+        "rope_theta": parameters["rope_theta"],
+        "factor": float(resolved["factor"]),
+        "original_max_position_embeddings": int(resolved["original_max_position"]),
+        "beta_fast": float(resolved["beta_fast"]),
+        "beta_slow": float(resolved["beta_slow"]),
+    }
