@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -430,14 +431,15 @@ def assert_hf_functions_match_longctx(directory: Path, device: torch.device, tok
         initializer_range=0.1,
     )
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(device).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    model = model.to(device).eval()  # type: ignore[arg-type]  # transformers' stubs type .to's argument as a model
     own = import_hf(directory, dtype=dtype, device=device).eval()
     ids = torch.randint(0, config.vocab_size, (1, tokens), device=device)
     bound = HF_BF16_BOUND if dtype == torch.bfloat16 else 1e-4
     errors = {}
     for arm in HF_ARMS:
         method = arm.removesuffix("-repo")
-        params = {"compat": "repo"} if arm == "string-repo" else {}
+        params: dict[str, Any] = {"compat": "repo"} if arm == "string-repo" else {}
         settings = PositionMethodConfig(name=method)
         for key, value in params.items():
             setattr(getattr(settings, method), key, value)
