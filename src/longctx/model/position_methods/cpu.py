@@ -14,6 +14,7 @@ then the same merge.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -30,8 +31,11 @@ MIN_BULK_FRACTION = 0.5
 at least this fraction of its key span (each kernel call has a fixed cost)."""
 KEY_ALIGNMENT = 64
 """Key spans handed to the CPU kernel are multiples of this many keys where possible."""
-BAND_BLOCK = 128
-"""Queries per block in a windowed pass of the pure-torch path (see `_band_pass`)."""
+BAND_BLOCK = 256
+"""Queries per block in a windowed pass of the pure-torch path (see `_band_pass`). torch's CPU
+flash kernel runs 256-query blocks 1.1-1.7x faster than 128-query ones over the same queries,
+b - 1 more keys per block included, for windows of 128 to 2,731 keys and heads of 32 to 128
+(docs/benchmarks.md, "Measurements behind design choices"); 512 is slower again."""
 
 
 @dataclass
@@ -241,9 +245,12 @@ def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document]
     return out, lse
 
 
+@functools.lru_cache(maxsize=32)
 def _window_mask(queries: int, width: int, device: torch.device) -> torch.Tensor:
     """[queries, width - 1 + queries] boolean: query p sees keys [p, p + width - 1], the
-    keys of a block of consecutive queries under a band of `width` distances."""
+    keys of a block of consecutive queries under a band of `width` distances. Cached: every
+    layer of a forward (and every forward of one shape) asks for the same masks; callers
+    never write to it."""
     query_index = torch.arange(queries, device=device)[:, None]
     key_index = torch.arange(width - 1 + queries, device=device)
     return (key_index >= query_index) & (key_index <= query_index + width - 1)
