@@ -4,6 +4,7 @@ RULER context on it."""
 import itertools
 
 import pytest
+import torch
 
 from longctx.data.corpus import embedded_documents
 from longctx.data.tokenizer import load_tokenizer
@@ -29,3 +30,12 @@ def ruler_ctx(llama3):
     from longctx.eval.ruler import RulerContext
 
     return RulerContext(llama3, seed=7)
+
+
+@pytest.fixture
+def one_thread():
+    """A tiny model's decoding is per-op overhead; on a busy 2-core host two threads make it ~10x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

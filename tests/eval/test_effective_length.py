@@ -202,15 +202,6 @@ def debug_llama():
     return Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
 
 
-@pytest.fixture
-def one_thread():
-    """A tiny model's decoding is per-op overhead; on a busy 2-core host two threads make it ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def recompute_texts(model, tokenizer, samples, new_tokens, method=None):
     """The reference decoding: every token by re-running the whole sequence, cut at EOS."""
     texts = []

@@ -23,14 +23,6 @@ TRAINING_LENGTH = 48
 ARMS = [*POSITION_METHODS, "string-repo"]
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_equals_the_recompute_reference_on_niah_prompts(tokenizer, haystack, one_thread):
     torch.manual_seed(0)
     model = Llama(ModelConfig.from_preset("debug", init_std=0.2)).double().eval()
