@@ -1,5 +1,6 @@
-"""Shared by the lm-eval adapter's tests (tests/eval/test_lm_eval.py, tests/test_cli_harness.py):
-three local lm-eval tasks and a tiny random HF Llama with its tokenizer."""
+"""Shared by the lm-eval adapter's tests (tests/eval/test_lm_eval.py, tests/test_cli_harness.py,
+tests/hf_attention/test_lm_eval.py): three local lm-eval tasks, a tiny random HF Llama with its
+tokenizer, and lm-eval run on them."""
 
 import json
 
@@ -80,3 +81,22 @@ def write_tiny_llama(directory):
     config = transformers.LlamaConfig(**SMALL, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     transformers.LlamaForCausalLM(config).eval().save_pretrained(directory)
     return directory
+
+
+TASKS = ["tiny_gen", "tiny_mc", "tiny_ppl"]
+"""The local tasks `write_tasks` writes."""
+
+
+def evaluate(model, model_args, task_manager, **options):
+    """lm-eval's own `simple_evaluate` on TASKS, on CPU, with each sample logged."""
+    import lm_eval
+
+    return lm_eval.simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=TASKS,
+        task_manager=task_manager,
+        log_samples=True,
+        device="cpu",
+        **options,
+    )

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from longctx.errors import ConfigError
-from tests.eval.helpers import DOCUMENTS, GENERATION, write_tasks, write_tiny_llama
+from tests.eval.helpers import DOCUMENTS, GENERATION, TASKS, evaluate, write_tasks, write_tiny_llama
 
 transformers = pytest.importorskip("transformers")
 lm_eval = pytest.importorskip("lm_eval")
@@ -20,7 +20,6 @@ from longctx.eval.lm_eval import LongctxLM  # noqa: E402
 
 MAX_LENGTH = 32
 """Rolling windows of 32 tokens: each document of the tasks spans several."""
-TASKS = ["tiny_gen", "tiny_mc", "tiny_ppl"]
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +35,6 @@ def task_manager(tasks):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-def evaluate(model, model_args, task_manager, **options):
-    return lm_eval.simple_evaluate(
-        model=model,
-        model_args=model_args,
-        tasks=TASKS,
-        task_manager=task_manager,
-        log_samples=True,
-        device="cpu",
-        **options,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.eval.helpers import write_tasks, write_tiny_llama
+from tests.eval.helpers import evaluate, write_tasks, write_tiny_llama
 
 transformers = pytest.importorskip("transformers")
 lm_eval = pytest.importorskip("lm_eval")
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 MAX_LENGTH = 32
 SHIFT, WINDOW = 12, 4
 """Rolling windows of 32 tokens and S = 12: most requests hold distances >= S."""
-TASKS = ["tiny_gen", "tiny_mc", "tiny_ppl"]
 REPOSITORY = Path(__file__).parents[2]
 
 
@@ -42,18 +41,6 @@ def model_dir(tmp_path_factory):
     model = transformers.AutoModelForCausalLM.from_pretrained(directory)
     hfa.apply(model, "string", shift=SHIFT, local_window=WINDOW).save_pretrained(directory)
     return directory
-
-
-def evaluate(model, model_args, task_manager, batch_size):
-    return lm_eval.simple_evaluate(
-        model=model,
-        model_args=model_args,
-        tasks=TASKS,
-        task_manager=task_manager,
-        log_samples=True,
-        device="cpu",
-        batch_size=batch_size,
-    )
 
 
 def responses(results, task):
