@@ -162,6 +162,18 @@ def transformed_fi(
     return counts.relative.numpy()
 
 
+def save_figure(figure, path: str | Path) -> Path:
+    """Lay out `figure`, write it to `path` (folders made) at 120 dpi and free it."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
 def plot_figure1(result: DatasetFrequency, path: str | Path) -> Path:
     """Three panels like STRING Figure 1: f(i) (blue) and document lengths (orange)."""
     import matplotlib
@@ -179,12 +191,7 @@ def plot_figure1(result: DatasetFrequency, path: str | Path) -> Path:
         lengths_axis = axis.twinx()
         lengths_axis.hist(result.lengths[name], bins=bins, color="tab:orange", alpha=0.5)
         lengths_axis.set_ylabel("documents")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def document_lengths(source: str, tokenizer_spec: str) -> np.ndarray:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from longctx.data.shard_reader import MetadataFilter, ShardCounts, find_shards, shard_texts
+from longctx.probes.dataset_fi import save_figure
 
 BOOTSTRAP_REPLICATES = 200
 REPORT_POSITIONS = ("1", "L/4", "L/2", "L-1")
@@ -204,12 +205,7 @@ def plot_sampled(result: SampledFrequency, path: str | Path) -> Path:
     right.set_xlabel("document length (tokens)")
     right.set_ylabel("documents (estimated)")
     right.set_title("document lengths")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def write_sampled(result: SampledFrequency, out_dir: str | Path) -> tuple[Path, Path]:
