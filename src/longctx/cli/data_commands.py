@@ -143,7 +143,7 @@ def cmd_fi(args: argparse.Namespace) -> int:
         curve = transformed_fi(result.lengths["natural"], args.window, args.transform, target)
         beyond = curve[args.window :].sum() / curve.sum()
         print(f"{args.transform} to {target}: {100 * beyond:.1f}% of pairs at relative positions >= L={args.window}")
-        (Path(args.out) / f"fi_{args.transform}_L{args.window}_T{target}.npy").parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
         np.save(Path(args.out) / f"fi_{args.transform}_L{args.window}_T{target}.npy", curve)
     for line in result.summary_lines():
         print(line)
