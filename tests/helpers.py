@@ -51,3 +51,42 @@ def gpu_image_environment(scratch: Path) -> dict[str, str]:
     (stub / "__init__.py").write_text('raise ImportError("wandb is not installed on the GPU image")\n')
     path = os.pathsep.join([str(stub.parent), *sys.path])
     return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+
+
+GPU_IMAGE_STAGED_SETS = ("base", "hf")
+"""What stands in for the image's own packages besides image.txt: `base` is carried to every
+device call; `hf` holds what this venv's transformers (the pinned one) needs beyond the image's
+older transformers, so that the venv's copy imports as the image's own does there."""
+
+
+def gpu_image_site(scratch: Path) -> Path:
+    """A site-packages of links to this venv's, less every distribution that neither the GPU
+    image (scripts/device/staging/image.txt) nor GPU_IMAGE_STAGED_SETS provides: run a python
+    with `-S` (no site) and this directory on PYTHONPATH to import as on the image, where a
+    missing package raises ModuleNotFoundError and `importlib.util.find_spec` finds nothing.
+    A top-level directory shared with a kept distribution (a namespace package) stays."""
+    import importlib.metadata
+    import os
+    import sys
+
+    from packaging.utils import canonicalize_name
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "device"))
+    try:
+        import staging
+    finally:
+        sys.path.pop(0)
+    provided = set(staging.load_image())
+    for name in GPU_IMAGE_STAGED_SETS:
+        provided |= {wheel.name for wheel in staging.read_lock(staging.lock_path(name))}
+    dropped, kept = set(), set()
+    for distribution in importlib.metadata.distributions():
+        tops = {file.parts[0] for file in distribution.files or []}
+        (kept if canonicalize_name(distribution.metadata["Name"]) in provided else dropped).update(tops)
+    site = Path(importlib.metadata.distribution("torch").locate_file(""))
+    target = scratch / "gpu_image_site"
+    target.mkdir(parents=True)
+    for entry in site.iterdir():
+        if entry.name not in dropped - kept and entry.suffix != ".pth":
+            os.symlink(entry, target / entry.name)
+    return target

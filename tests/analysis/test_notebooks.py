@@ -1,10 +1,9 @@
 """The analysis notebooks run top to bottom (nbclient, the venv's python3 kernel) on the tiny
 fixture run and its StRing ablation, and draw every figure they promise."""
 
-import nbformat
 import pytest
 
-from tests.analysis.helpers import REPOSITORY, execute, images, pngs
+from tests.analysis.helpers import REPOSITORY, execute, images, nbformat, pngs
 
 NOTEBOOKS = sorted((REPOSITORY / "analysis").glob("*.ipynb"))
 

@@ -25,14 +25,22 @@ import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from wandb.proto import wandb_internal_pb2
 
-# wandb's `wandb_internal_pb2` picks its generated classes with a protobuf-version-dependent
-# star import and ships no stubs, so mypy cannot see `Record`; records are typed `Any`.
-_Record: Any = wandb_internal_pb2.Record  # type: ignore[attr-defined]
+@cache
+def _record_class() -> Any:
+    """wandb's protobuf `Record`, imported on first read, so that importing this module (and
+    the analysis and evaluation code above it) needs no wandb: the GPU image has none.
+
+    `wandb_internal_pb2` picks its generated classes with a protobuf-version-dependent star
+    import and ships no stubs, so mypy cannot see `Record`; records are typed `Any`."""
+    from wandb.proto import wandb_internal_pb2
+
+    return wandb_internal_pb2.Record  # type: ignore[attr-defined]
+
 
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 BLOCK_SIZE = 32 * 1024
@@ -131,7 +139,7 @@ def records(path: str | Path, end: LogEnd | None = None) -> Iterator[Any]:
         path = run_file(path)
     end = LogEnd() if end is None else end
     for payload in _payloads(path.read_bytes(), path, end):
-        record = _Record()
+        record = _record_class()()
         record.ParseFromString(payload)
         yield record
     if end.dropped:
