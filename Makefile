@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -209,3 +209,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+
+# The next GPU step (scripts/device/gpu_steps.toml) in one device call: `python
+# scripts/device/gpu_next.py plan` here prints the call (carry, timeout, command); on the GPU
+# machine `source .device/env.sh; make gpu-next BENCH_OUT=$OUT`; then here `python
+# scripts/device/gpu_next.py tick <files_at>` and commit what it wrote.
+gpu-next:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) scripts/device/gpu_next.py run --out $(BENCH_OUT)

@@ -1,0 +1,314 @@
+"""The next GPU step in one device call: `make gpu-next` runs the first step of the committed
+checklist (scripts/device/gpu_steps.toml) that is ready and not done.
+
+    python scripts/device/gpu_next.py plan             # here: the steps, the next one's call
+    source .device/env.sh; make gpu-next BENCH_OUT=$OUT   # on the GPU machine, as plan says
+    python scripts/device/gpu_next.py tick FILES_AT     # here, after the call: commit the outputs
+
+GPU time comes in 15-minute windows (a machine's start included), 10 minutes per command, 64
+MiB carried in and 8 files of 16 MiB back, so each window should need one prepared command.
+`plan` prints each step's state and the next call (carry list, command, timeout) and checks
+what it carries first: the staged sets' locks (scripts/device/staging.py) and that the carried
+folders exist. `run` (the GPU side) runs the step's command in its own process group with a
+hard limit, packs the step's outputs into $OUT/<id>.tar.xz and writes $OUT/gpu_next.json
+(step, status, seconds, content hash, device, versions, what comes next): two files back
+whatever the step writes. `tick` unpacks that archive into the step's results folder and
+appends a `[[step.done]]` record to the checklist, so the commit that follows ticks the step.
+
+A step is done when it has a record and, for a `repeat` step, the content hash of its
+`repeat` paths still equals the record's (the GPU path changed: gpu-check is due again), or,
+for a `resume` step, its last record is complete. The hash is computed from the files
+themselves, so the GPU machine (no .git there) picks the same step as `plan` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+STEPS = Path(__file__).resolve().parent / "gpu_steps.toml"
+MAX_LIMIT_S = 540
+"""A device call runs at most 10 minutes; 9 leave room for start-up and the transfers."""
+MAX_FILE_MIB = 16
+"""The largest file that comes back from a device call."""
+CALL_MARGIN_S = 60
+"""What `plan` adds to a step's limit for the call's timeout (packing, the summary)."""
+STEP_KEYS = {"id", "what", "carry", "command", "limit_s", "ready", "waits", "repeat", "resume", "resume_step"}
+STEP_KEYS |= {"complete", "setup", "results", "done"}
+STAGED = {".device": "base", ".device-hf": "hf", ".device-ruler": "ruler"}
+"""Carried folder -> its staging set (scripts/device/staging/sets.toml)."""
+SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
+
+
+@dataclass
+class Step:
+    id: str
+    what: str
+    carry: list[str]
+    command: str
+    limit_s: int
+    ready: bool
+    waits: str = ""
+    repeat: list[str] = field(default_factory=list)
+    resume: str = ""
+    resume_step: str = ""
+    complete: list[str] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    results: str = ""
+    done: list[dict] = field(default_factory=list)
+
+
+def load_steps(path: Path = STEPS) -> list[Step]:
+    steps = []
+    for index, body in enumerate(tomllib.loads(path.read_text())["step"]):
+        unknown = set(body) - STEP_KEYS
+        if unknown:
+            raise ValueError(f"{path}: step {index} ({body.get('id', '?')}) has unknown keys {sorted(unknown)}")
+        step = Step(**body)
+        if step.limit_s > MAX_LIMIT_S:
+            raise ValueError(f"{path}: step {step.id}: limit_s {step.limit_s} > {MAX_LIMIT_S} (one call's budget)")
+        if step.ready and not step.command:
+            raise ValueError(f"{path}: step {step.id} is ready but has no command")
+        steps.append(step)
+    return steps
+
+
+def content_hash(paths: list[str], root: Path | None = None) -> str:
+    """sha256 over the relative path and bytes of every file under `paths`, in sorted order
+    (caches and egg-info left out): equal here and on the GPU machine for the same tree."""
+    root = root or REPOSITORY
+    digest = hashlib.sha256()
+    for name in paths:
+        top = root / name
+        files = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file())
+        for file in files:
+            relative = file.relative_to(root)
+            if SKIPPED_PARTS & set(relative.parts) or file.suffix == ".pyc" or ".egg-info" in str(relative):
+                continue
+            digest.update(str(relative).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def state(step: Step, root: Path | None = None) -> str:
+    """'waits', 'done', 'partial' (a resumable step begun) or 'due'."""
+    if not step.ready:
+        return "waits"
+    last = step.done[-1] if step.done else None
+    if last is None:
+        return "due"
+    if step.complete:
+        return "done" if last.get("status") == "complete" else "partial"
+    if last.get("status") != "ok":
+        return "due"
+    if step.repeat and last.get("hash") != content_hash(step.repeat, root):
+        return "due"
+    return "done"
+
+
+def next_step(steps: list[Step], root: Path | None = None) -> Step | None:
+    return next((step for step in steps if state(step, root) in ("due", "partial")), None)
+
+
+def resume_argument(step: Step, steps: list[Step]) -> str:
+    """`--resume-from <archive>` from the last record of the step the archive comes from."""
+    if not step.resume:
+        return ""
+    source = next(s for s in steps if s.id == (step.resume_step or step.id))
+    for record in reversed(source.done):
+        archive = Path(record["results"]) / step.resume
+        if (REPOSITORY / archive).exists():
+            return f"--resume-from {shlex.quote(str(archive))}"
+    return ""
+
+
+def plan(steps: list[Step]) -> int:
+    for step in steps:
+        label = state(step)
+        extra = f" ({step.waits})" if label == "waits" else ""
+        last = f", last {step.done[-1]['date']} on {step.done[-1]['device']}" if step.done else ""
+        print(f"{label:>8}  {step.id}{extra}{last}")
+    step = next_step(steps)
+    if step is None:
+        print("\nevery ready step is done")
+        return 0
+    print(f"\nnext: {step.id}: {step.what}")
+    problems = carry_problems(step)
+    for line in step.setup:
+        print(f"  first, on the same warm machine: {line}")
+    print(f"  carry {json.dumps(step.carry)}, timeout_s {step.limit_s + CALL_MARGIN_S}")
+    prefix = "source .device/env.sh; " if ".device" in step.carry else ""
+    print(f"  command: {prefix}make gpu-next BENCH_OUT=$OUT")
+    for problem in problems:
+        print(f"  NOT READY: {problem}")
+    return 1 if problems else 0
+
+
+def carry_problems(step: Step) -> list[str]:
+    """A carried folder missing here or a staged set whose lock has a gap."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import staging
+
+    problems = []
+    for path in step.carry:
+        if not (REPOSITORY / path).exists():
+            problems.append(f"{path} is not here (make {path.lstrip('.')})")
+    sets, image = staging.load_sets(), staging.load_image()
+    for path in step.carry:
+        name = STAGED.get(path)
+        if name is None:
+            continue
+        staged = {wheel.file for wheel in staging.read_lock(staging.lock_path(name))}
+        on_disk = {p.name for p in (REPOSITORY / path / "whl").glob("*.whl")}
+        if (REPOSITORY / path).exists() and staged != on_disk:
+            problems.append(f"{path}/whl differs from staging/{name}.lock.json: run its make target again")
+        gaps = staging.unmet(staging.read_lock(staging.lock_path(name)), image, sets[name].allow, sets[name].no_deps)
+        problems += [f"{name}: {gap}" for gap in gaps]
+    return problems
+
+
+def device_facts() -> dict[str, str]:
+    facts = {"date": datetime.date.today().isoformat(), "device": "cpu", "torch": "", "cuda": ""}
+    try:
+        import torch
+
+        facts["torch"] = torch.__version__
+        facts["cuda"] = torch.version.cuda or ""
+        if torch.cuda.is_available():
+            facts["device"] = torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    return facts
+
+
+def run_limited(command: str, limit_s: int, log: Path) -> tuple[str, int]:
+    """(status, exit code): 'ok', 'failed' or 'stopped' (killed at the limit, group and all)."""
+    with log.open("w") as console:
+        process = subprocess.Popen(
+            ["bash", "-c", command], cwd=REPOSITORY, stdout=console, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return "stopped", -9
+    return ("ok" if code == 0 else "failed"), code
+
+
+def run(steps: list[Step], out: Path) -> int:
+    step = next_step(steps)
+    out.mkdir(parents=True, exist_ok=True)
+    if step is None:
+        print("gpu-next: every ready step is done")
+        return 0
+    work = out / step.id
+    work.mkdir(exist_ok=True)
+    command = step.command.format(out=shlex.quote(str(work)), resume=resume_argument(step, steps))
+    print(f"gpu-next: {step.id}: {step.what}\n  {command}\n  limit {step.limit_s} s", flush=True)
+    started = time.monotonic()
+    status, code = run_limited(command, step.limit_s, work / "console.log")
+    seconds = round(time.monotonic() - started, 1)
+    if step.complete and status in ("ok", "stopped"):
+        status = "complete" if is_complete(step, work) else "partial"
+    tail = (work / "console.log").read_text().splitlines()[-25:]
+    with tarfile.open(out / f"{step.id}.tar.xz", "w:xz") as archive:
+        archive.add(work, arcname=step.id)
+    shutil.rmtree(work)  # what comes back: this archive and the summary (8 files at most)
+    size_mib = (out / f"{step.id}.tar.xz").stat().st_size / 2**20
+    if size_mib > MAX_FILE_MIB:
+        print(f"gpu-next: {step.id}.tar.xz is {size_mib:.1f} MiB, over the {MAX_FILE_MIB} MiB that comes back")
+    remaining = [s for s in steps if s is not step and state(s) in ("due", "partial")]
+    upcoming = step.id if status == "partial" else (remaining[0].id if remaining else "")
+    summary = {"step": step.id, "status": status, "exit": code, "seconds": seconds, **device_facts()}
+    summary |= {"hash": content_hash(step.repeat) if step.repeat else "", "next": upcoming}
+    (out / "gpu_next.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print("\n".join(tail))
+    print(f"gpu-next: {step.id} {status} (exit {code}) in {seconds} s; outputs in {step.id}.tar.xz")
+    print(f"gpu-next: next: {upcoming or 'nothing ready'}; here: python scripts/device/gpu_next.py tick <files_at>")
+    return 0 if status in ("ok", "complete", "partial") else 1
+
+
+def is_complete(step: Step, work: Path) -> bool:
+    file = work / step.complete[0]
+    return file.exists() and (len(step.complete) < 2 or step.complete[1] in file.read_text())
+
+
+def device_slug(device: str) -> str:
+    match = re.search(r"\b([AHB]\d{2,3})\b", device)
+    return match.group(1).lower() if match else re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+
+
+def tick(steps: list[Step], files_at: Path, path: Path = STEPS) -> int:
+    """Unpack the call's archive into the step's results folder and record the call."""
+    summary = json.loads((files_at / "gpu_next.json").read_text())
+    step = next(s for s in steps if s.id == summary["step"])
+    results = Path(step.results or f"docs/gpu-results/{device_slug(summary['device'])}-{summary['date']}/{step.id}")
+    target = REPOSITORY / results
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(files_at / f"{step.id}.tar.xz") as archive:
+        for member in archive.getmembers():
+            if not member.isfile():
+                continue
+            name = Path(member.name).relative_to(step.id)
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            extracted = archive.extractfile(member)
+            assert extracted is not None
+            (target / name).write_bytes(extracted.read())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True)
+    record = {
+        "commit": commit.stdout.strip(),
+        "date": summary["date"],
+        "device": summary["device"],
+        "torch": summary["torch"],
+        "status": summary["status"],
+        "seconds": summary["seconds"],
+        "hash": summary["hash"],
+        "results": str(results),
+    }
+    append_record(path, step.id, record)
+    print(f"{step.id}: {summary['status']}; outputs in {results}; recorded in {path.name}: commit both")
+    return 0
+
+
+def append_record(path: Path, step_id: str, record: dict) -> None:
+    """Insert `[[step.done]]` at the end of the step's block (before the next `[[step]]`)."""
+    text = path.read_text()
+    start = text.index(f'id = "{step_id}"')
+    following = text.find("\n[[step]]", start)
+    head, rest = (text, "") if following == -1 else (text[:following], text[following:])
+    lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in record.items())
+    path.write_text(head.rstrip("\n") + f"\n\n[[step.done]]\n{lines}\n" + rest)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("plan")
+    commands.add_parser("run").add_argument("--out", type=Path, required=True)
+    commands.add_parser("tick").add_argument("files_at", type=Path)
+    args = parser.parse_args()
+    steps = load_steps()
+    if args.command == "plan":
+        return plan(steps)
+    if args.command == "run":
+        return run(steps, args.out)
+    return tick(steps, args.files_at)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

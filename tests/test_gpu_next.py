@@ -1,0 +1,150 @@
+"""`make gpu-next` (scripts/device/gpu_next.py): the committed checklist of GPU steps, the step
+it picks, one call's outputs packed into what comes back, and the record `tick` commits."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAVED_PATH = list(sys.path)
+sys.path.insert(0, str(ROOT / "scripts" / "device"))
+import gpu_next  # noqa: E402  (a script directory, not a package)
+
+sys.path[:] = SAVED_PATH
+
+ISSUE_ORDER = [
+    "gpu-check",
+    "test-gpu",
+    "speed-decode",
+    "speed-training",
+    "speed-fa4",
+    "designs",
+    "checkpoints-2025",
+    "table1-smollm2",
+    "table1-smollm2-agreement",
+    "ruler-smollm2",
+    "twin-tuning",
+    "twin-seeds",
+]
+
+
+def test_the_checklist_is_in_order_and_each_ready_step_names_scripts_that_exist():
+    steps = gpu_next.load_steps()
+    assert [step.id for step in steps] == ISSUE_ORDER
+    for step in steps:
+        assert step.limit_s + gpu_next.CALL_MARGIN_S <= 600, step.id
+        if step.ready:
+            for script in [word for word in step.command.split() if word.endswith(".py")]:
+                assert (ROOT / script).exists(), f"{step.id}: {script}"
+        else:
+            assert step.waits, step.id
+    assert gpu_next.next_step(steps).id == "gpu-check"  # the first H100 run failed its hf check
+
+
+def write_steps(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = "x"\nlimit_s = 1\nready = true\nlimit = 2\n',
+            "unknown keys",
+        ),
+        ('[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = "x"\nlimit_s = 541\nready = true\n', "limit_s 541"),
+        ('[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = ""\nlimit_s = 1\nready = true\n', "no command"),
+    ],
+)
+def test_a_bad_checklist_names_the_step_and_key(tmp_path, body, message):
+    with pytest.raises(ValueError, match=message):
+        gpu_next.load_steps(write_steps(tmp_path / "steps.toml", body))
+
+
+STEPS = """
+[[step]]
+id = "check"
+what = "writes a table"
+carry = []
+command = "echo measured > {out}/table.md"
+limit_s = 20
+ready = true
+repeat = ["code"]
+
+[[step]]
+id = "later"
+what = "not written yet"
+carry = []
+command = ""
+limit_s = 20
+ready = false
+waits = "its script"
+
+[[step]]
+id = "long"
+what = "resumes over calls"
+carry = []
+command = "echo {resume} > {out}/args.txt; echo x > {out}/cells.tar.xz; sleep 30"
+limit_s = 2
+ready = true
+resume = "cells.tar.xz"
+complete = ["done.md"]
+"""
+
+
+@pytest.fixture()
+def checkout(tmp_path, monkeypatch):
+    """A repository root of its own: a `code` folder, the checklist above."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "model.py").write_text("x = 1\n")
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    return tmp_path, write_steps(tmp_path / "steps.toml", STEPS)
+
+
+def call(root: Path, steps_file: Path, name: str) -> Path:
+    """One device call and its tick: what comes back lands in root/back-<name>."""
+    out = root / f"out-{name}"
+    assert gpu_next.run(gpu_next.load_steps(steps_file), out) == 0
+    back = root / f"back-{name}"
+    shutil.copytree(out, back)
+    assert sorted(p.name for p in back.iterdir()) == sorted(
+        ["gpu_next.json", f"{json.loads((back / 'gpu_next.json').read_text())['step']}.tar.xz"]
+    )
+    gpu_next.tick(gpu_next.load_steps(steps_file), back, steps_file)
+    return back
+
+
+def test_a_step_is_done_until_its_code_changes_and_a_resumable_one_until_complete(checkout):
+    root, steps_file = checkout
+    first = call(root, steps_file, "1")
+    summary = json.loads((first / "gpu_next.json").read_text())
+    assert summary["step"] == "check" and summary["status"] == "ok" and summary["next"] == "long"
+    record = gpu_next.load_steps(steps_file)[0].done[-1]
+    assert (root / record["results"] / "table.md").read_text() == "measured\n"
+    assert (root / record["results"] / "console.log").exists()
+    # the next call skips the done step and the waiting one; the long one is stopped at its limit
+    second = call(root, steps_file, "2")
+    summary = json.loads((second / "gpu_next.json").read_text())
+    assert (summary["step"], summary["status"], summary["next"]) == ("long", "partial", "long")
+    steps = gpu_next.load_steps(steps_file)
+    assert [gpu_next.state(step, root) for step in steps] == ["done", "waits", "partial"]
+    # its next call resumes from the archive the last one left
+    resumed = gpu_next.resume_argument(steps[2], steps)
+    assert resumed == f"--resume-from {steps[2].done[-1]['results']}/cells.tar.xz"
+    # a change to the step's `repeat` paths makes it due again, ahead of the long one
+    (root / "code" / "model.py").write_text("x = 2\n")
+    assert gpu_next.next_step(gpu_next.load_steps(steps_file), root).id == "check"
+
+
+def test_a_step_past_its_limit_is_killed_with_its_children(checkout, tmp_path):
+    marker = tmp_path / "survived"
+    status, _ = gpu_next.run_limited(f"(sleep 3; touch {marker}) & sleep 30", 1, tmp_path / "log")
+    assert status == "stopped"
+    import time
+
+    time.sleep(3.5)
+    assert not marker.exists()
