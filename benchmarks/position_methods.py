@@ -76,8 +76,9 @@ import device_timing
 import report
 import torch
 
+from longctx.config.methods.registry import arm_names, method_names
 from longctx.config.model import ModelConfig
-from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.config.position_methods import arm_config
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
 from longctx.model.rope import RopeScaling
@@ -86,7 +87,8 @@ from longctx.runtime import tune_cpu_allocator
 HEADS, KV_HEADS, HEAD_DIM = 8, 4, 32  # the `tiny` preset: d_model 256 over 8 heads
 SEED = 0
 TOLERANCE = 1e-4
-METHODS = ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "string-repo")
+METHODS = method_names() + arm_names()
+"""Every registered method and arm (string-repo)."""
 DECODING_DIFFERS = ("string-repo",)
 """Methods whose cached decoding step is not a prefill row, by design: StRing compat='repo'
 decodes over the band [0, S-1] and prefills over [0, S], as the authors' code does
@@ -116,10 +118,7 @@ def model_config(preset: str, max_position: int) -> ModelConfig:
 
 
 def build(name: str, training_length: int, preset: str = "tiny") -> PositionMethod:
-    model = model_config(preset, training_length)
-    if name == "string-repo":
-        return build_position_method(PositionMethodConfig(name="string", string=StringConfig(compat="repo")), model)
-    return build_position_method(PositionMethodConfig(name=name), model)
+    return build_position_method(arm_config(name), model_config(preset, training_length))
 
 
 def make_inputs(seq_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -98,7 +98,7 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
         (["model.rope_scaling.type=ntk", "model.rope_scaling.factor=0.5"], "model.rope_scaling.factor", "must be >= 1"),
         (["eval.niah.pass_threshold=0"], "eval.niah.pass_threshold", r"must be in \(0, 1\]"),
-        (["eval.position_method.name=alibi"], "eval.position_method.name", "is not one of"),
+        (["eval.position_method.name=alibi"], "eval.position_method.name", "is not a registered position method"),
         (
             [
                 "eval.position_method.name=string",

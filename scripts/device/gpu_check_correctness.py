@@ -71,13 +71,14 @@ import report
 from position_methods import build
 
 from longctx.config.model import ModelConfig
-from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig, arm_config
 from longctx.gpu_checks import (
     RESUME_TOLERANCE,
     assert_backend_matches_fp32_sdpa,
     assert_band_pass_gradients_match_fp64_path,
     assert_bf16_true_rope_matches_float64,
     assert_hf_functions_match_longctx,
+    hf_arms,
     kill_and_resume_losses,
     packed_rows,
     random_qkv,
@@ -85,7 +86,9 @@ from longctx.gpu_checks import (
 )
 from longctx.model.position_methods import PositionMethod, build_position_method
 
-BAND_METHODS = ("string", "string-repo", "rerope", "self_extend", "dca")
+BAND_METHODS = tuple(arm for arm in hf_arms() if arm != "rope")
+"""The attention methods of more than one pass (and their arms: string-repo), each checked
+through the log-sum-exp merge."""
 COLUMNS = ["check", "result", "detail", "seconds"]
 HF_PIN = "5.23.0"
 """The `hf` extra's transformers (pyproject.toml)."""
@@ -99,8 +102,7 @@ baselines' protocol parameters), so 48-token rows reach past S and every pass ru
 def smoke_method(name: str) -> PositionMethod:
     """`name` built from longctx's own config for the debug preset (heads of 16) at
     SMOKE_TRAINING_LENGTH, StRing with a local window of 3 (its default 128 needs S > 128)."""
-    compat = "repo" if name == "string-repo" else "paper"
-    config = PositionMethodConfig(name=name.removesuffix("-repo"), string=StringConfig(local_window=3, compat=compat))
+    config = arm_config(name, PositionMethodConfig(string=StringConfig(local_window=3)))
     return build_position_method(config, ModelConfig.from_preset("debug", max_position=SMOKE_TRAINING_LENGTH))
 
 

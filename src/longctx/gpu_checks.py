@@ -35,7 +35,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -398,7 +397,15 @@ def kill_and_resume_losses(
 
 # --- the position methods inside transformers models ---------------------------------------
 
-HF_ARMS = ("rope", "string", "string-repo", "rerope", "self_extend", "dca")
+
+def hf_arms() -> tuple[str, ...]:
+    """Every attention method and every arm of one (string-repo): each runs as longctx_<name>."""
+    from longctx.config.methods.registry import arm_names, arm_spec, method_names
+
+    attention = method_names("passes")
+    return attention + tuple(arm for arm in arm_names() if arm_spec(arm).method in attention)
+
+
 HF_TRAINING_LENGTH = 2048
 HF_BF16_BOUND = 3e-2
 """Relative L2 error of the logits in bf16: transformers rotates q/k with bf16 cos/sin,
@@ -415,7 +422,8 @@ def assert_hf_functions_match_longctx(directory: Path, device: torch.device, tok
     import transformers
 
     import longctx.hf_attention as hfa
-    from longctx.config.position_methods import PositionMethodConfig
+    from longctx.config.methods.registry import arm_spec
+    from longctx.config.position_methods import arm_config
     from longctx.model.hf import import_hf
     from longctx.model.position_methods import build_position_method
 
@@ -437,13 +445,9 @@ def assert_hf_functions_match_longctx(directory: Path, device: torch.device, tok
     ids = torch.randint(0, config.vocab_size, (1, tokens), device=device)
     bound = HF_BF16_BOUND if dtype == torch.bfloat16 else 1e-4
     errors = {}
-    for arm in HF_ARMS:
-        method = arm.removesuffix("-repo")
-        params: dict[str, Any] = {"compat": "repo"} if arm == "string-repo" else {}
-        settings = PositionMethodConfig(name=method)
-        for key, value in params.items():
-            setattr(getattr(settings, method), key, value)
-        hfa.apply(model, method, **params)
+    for arm in hf_arms():
+        spec, settings = arm_spec(arm), arm_config(arm)
+        hfa.apply(model, spec.method, **spec.params)
         with torch.no_grad():
             got = model(ids).logits
             expected = own(ids, position_method=build_position_method(settings, own.config))

@@ -413,7 +413,7 @@ def test_string_method_rejects_bad_shift_and_window():
         string_method(rotary(), 8, 8)
     with pytest.raises(ValueError, match="shift S must be > 0"):
         string_method(rotary(), 0, 0)
-    with pytest.raises(ConfigError, match="not one of"):
+    with pytest.raises(ConfigError, match="not a registered position method"):
         PositionMethodConfig(name="longrope").resolved(1024)
 
 

@@ -95,12 +95,13 @@ def evaluation_setup(items: list[str], checkpoints: list[str]):
 
 def table_arms(cfg, methods: str, subset: str = "") -> dict:
     """The table's arms: `eval.arms` when the config names them, else one arm per name in
-    `methods` under eval.position_method's settings; `subset` keeps only the arms it names."""
-    import dataclasses
+    `methods` (a registered method or arm, e.g. string-repo; empty = every registered
+    method) under eval.position_method's settings; `subset` keeps only the arms it names."""
+    from longctx.config.methods.registry import method_names
+    from longctx.config.position_methods import arm_config
 
-    arms = cfg.eval.arms or {
-        name: dataclasses.replace(cfg.eval.position_method, name=name) for name in methods.split(",")
-    }
+    names = methods.split(",") if methods else list(method_names())
+    arms = cfg.eval.arms or {name: arm_config(name, cfg.eval.position_method, "--methods") for name in names}
     if not subset:
         return arms
     unknown = [name for name in subset.split(",") if name not in arms]

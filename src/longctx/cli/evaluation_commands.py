@@ -90,8 +90,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     table.add_argument(
         "--methods",
-        default="rope,ntk,yarn,rerope,self_extend,dca,string",
-        help="method names under eval.position_method's settings (ignored when the config sets eval.arms)",
+        default="",
+        help="comma-separated methods or arms (`longctx methods` lists them; default: every registered method) "
+        "under eval.position_method's settings (ignored when the config sets eval.arms)",
     )
     table.add_argument(
         "--arms", default="", help="comma-separated subset of the arms (eval.arms, else --methods) to evaluate"
@@ -114,3 +115,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     table.add_argument("--quiet", action="store_true", help="no progress bar and no line per finished cell")
     table.set_defaults(run=cmd_niah_table)
+    methods = commands.add_parser("methods", help="the registered position methods and arms, with their parameters")
+    methods.set_defaults(run=cmd_methods)
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """Every registered position method (plugins included) with its parameters and
+    defaults, then the arms: what `eval.position_method.name`, `--methods` and
+    `attn_implementation="longctx_<name>"` accept."""
+    import dataclasses
+
+    from longctx.config.methods.registry import arm_names, arm_spec, field_docs, method_names, method_spec
+
+    for name in method_names():
+        spec = method_spec(name)
+        origin = f"plugin from {spec.plugin}" if spec.plugin else "in-tree"
+        print(f"{name}  [{spec.kind}, {origin}]  {spec.summary}")
+        docs = field_docs(spec.params)
+        for field in dataclasses.fields(spec.params):
+            print(f"    {field.name} = {field.default!r}  {docs[field.name]}")
+    print("arms:")
+    for name in arm_names():
+        arm = arm_spec(name)
+        presets = ", ".join(f"{key}={value!r}" for key, value in arm.params.items())
+        print(f"  {name} = {arm.method} with {presets}  {arm.summary}")
+    return 0

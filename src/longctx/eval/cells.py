@@ -144,15 +144,10 @@ def model_fingerprint(model: Llama) -> str:
 
 def cell_spec(cell: Cell, model: Llama, method: PositionMethodConfig, task: Task, seed: int) -> dict[str, Any]:
     """What fixes a cell's results (its `cell.json`)."""
-    section = getattr(method, method.name, None)
     return {
         **dataclasses.asdict(cell),
         "model_fingerprint": model_fingerprint(model),
-        "method_settings": {
-            "name": method.name,
-            **(vars(section) if section is not None else {}),
-            "resolved": method.resolved(model.config.max_position),
-        },
+        "method_settings": method.settings(model.config.max_position),
         "task_settings": task.settings(),
         "seed": seed,
     }

@@ -31,6 +31,7 @@ from typing import Any
 
 from transformers import AttentionInterface, AttentionMaskInterface, __version__
 
+from longctx.config.methods.registry import MethodSpec, on_register
 from longctx.errors import HFAttentionError
 from longctx.hf_attention.kernel import CompactMask, attention_function, mask_function
 from longctx.hf_attention.methods import (
@@ -39,6 +40,7 @@ from longctx.hf_attention.methods import (
     ORIGINAL_ROPE_KEY,
     PREFIX,
     ROPE_METHODS,
+    attention_methods,
     attention_name,
     check_model,
     method_for,
@@ -71,13 +73,24 @@ def transformers_version() -> str:
     return __version__
 
 
+def _register_spec(spec: MethodSpec) -> None:
+    if spec.kind == "passes":
+        AttentionInterface.register(attention_name(spec.name), attention_function(spec.name))
+        AttentionMaskInterface.register(attention_name(spec.name), mask_function(spec.name))
+
+
 def register() -> None:
     """Register longctx_<method> for every attention method, as an attention function and
     as a mask function (without the latter transformers would hand the function no mask
-    and padding would be silently ignored). Idempotent; done on import."""
-    for method in ATTENTION_METHODS:
-        AttentionInterface.register(attention_name(method), attention_function(method))
-        AttentionMaskInterface.register(attention_name(method), mask_function(method))
+    and padding would be silently ignored). Idempotent; done on import, and a method
+    registered later (a plugin, `longctx.model.position_methods.position_method`) is
+    registered with transformers as it is added."""
+    if not _REGISTERED:
+        _REGISTERED.append(True)
+        on_register(_register_spec)
+
+
+_REGISTERED: list[bool] = []
 
 
 register()
@@ -120,8 +133,9 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
     longctx_<method>; ntk and yarn replace the rope parameters (the model's own are kept
     in the config and restored by the next `apply`) and rebuild the rotary embedding,
     leaving the attention implementation as it is (a longctx_ one becomes sdpa)."""
-    if method not in METHODS:
-        raise HFAttentionError(f"unknown method {method!r}; longctx.hf_attention applies {METHODS}")
+    methods = attention_methods() + ROPE_METHODS
+    if method not in methods:
+        raise HFAttentionError(f"unknown method {method!r}; longctx.hf_attention applies {methods}")
     config = model.config
     length = training_length_of(config, training_length)
     original = getattr(config, ORIGINAL_ROPE_KEY, None)
@@ -131,7 +145,7 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
     check_model(probe, method, length)
     resolved = resolve(method, params, length)
     settings = {"name": method, "training_length": length, "params": resolved}
-    if method in ATTENTION_METHODS:
+    if method in attention_methods():
         _set_rope(model, own_rope)
         if hasattr(config, ORIGINAL_ROPE_KEY):
             delattr(config, ORIGINAL_ROPE_KEY)

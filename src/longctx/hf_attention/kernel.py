@@ -218,7 +218,7 @@ def attention_function(name: str):
         q = query.transpose(1, 2)
         k = key[:, :, : state.end].transpose(1, 2)
         v = value[:, :, : state.end].transpose(1, 2)
-        if state.plan.mask is not None:  # one pass at the queries' own positions (rope): no rotation at all
+        if state.plan.mask is not None and method.rotation_free:  # one pass at own positions (rope): no rotation
             scale = (q.shape[-1] ** -0.5 if scaling is None else scaling) * method.score_multiplier
             return longctx_attention(q, k, v, mask=state.plan.mask, scale=scale), None
         return method(q, k, v, state.plan, scale=scaling), None

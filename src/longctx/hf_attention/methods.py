@@ -23,30 +23,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from longctx.config.methods.registry import method_names, method_spec
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig
 from longctx.errors import ConfigError, HFAttentionError
-from longctx.model.position_methods import (
-    AttentionPass,
-    PositionMethod,
-    dca_method,
-    rerope_method,
-    rope_method,
-    self_extend_method,
-    string_method,
-)
+from longctx.model.position_methods import AttentionPass, PositionMethod, builder_for
+from longctx.model.position_methods.method import own_positions
 from longctx.model.rope import RopeScaling, RotaryEmbedding
 
 PREFIX = "longctx_"
-ATTENTION_METHODS = ("rope", "string", "rerope", "self_extend", "dca")
-"""Methods with an attention function, registered as longctx_<name>."""
 ROPE_METHODS = ("ntk", "yarn")
-"""Methods that are RoPE frequencies only: `apply` edits the config's rope parameters."""
+"""The `rope`-kind methods `apply` can run: it edits the config's rope parameters with
+their transformers equivalents (ntk_rope, yarn_rope)."""
+
+
+def attention_methods() -> tuple[str, ...]:
+    """Every registered `passes`-kind method (plugins included): each has an attention
+    function, `longctx_<name>`."""
+    return method_names("passes")
+
+
+ATTENTION_METHODS = attention_methods()
+"""The attention methods registered when this module was imported (in-tree and installed
+plugins); `attention_methods()` sees later registrations too."""
 CONFIG_KEY = "longctx_position_method"
 """config attribute holding {"name", "training_length", "params"} of the applied method."""
 ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
@@ -88,16 +91,20 @@ def resolve(method: str, params: dict[str, Any], training_length: int) -> dict[s
     """longctx's parameters of `method` with `params` set and the rest resolved against the
     training length (the 0-valued ones by STRING §4.2's protocol); an unknown or
     out-of-range parameter is a one-line error naming it."""
-    if method not in POSITION_METHODS:
-        raise HFAttentionError(f"unknown position method {method!r}; longctx has {POSITION_METHODS}")
-    config = PositionMethodConfig(name=method)
-    section = getattr(config, method)
-    known = {field.name: field.default for field in dataclasses.fields(section)}
+    if method not in method_names():
+        raise HFAttentionError(f"unknown position method {method!r}; longctx has {method_names()}")
+    known = {field.name: field.default for field in dataclasses.fields(method_spec(method).params)}
+    values = {}
     for key, value in params.items():
         if key not in known:
             names = ", ".join(known) or "none"
             raise fail(method, f"unknown parameter {key!r} (the parameters of {method}: {names})")
-        setattr(section, key, _coerce(method, key, value, known[key]))
+        values[key] = _coerce(method, key, value, known[key])
+    config = PositionMethodConfig(name=method)
+    if method in POSITION_METHODS:
+        config = dataclasses.replace(config, **{method: dataclasses.replace(getattr(config, method), **values)})
+    else:
+        config.params = {method: values}
     try:
         return config.resolved(training_length, prefix="")
     except ConfigError as error:
@@ -212,7 +219,7 @@ def relative_method(method: PositionMethod, inv_freq: torch.Tensor) -> PositionM
             attention_pass, query_positions=relative(attention_pass.query_positions), key_positions=keys
         )
 
-    return PositionMethod(
+    converted = PositionMethod(
         method.name,
         FixedRotary(inv_freq),
         [convert(p) for p in method.passes],
@@ -221,19 +228,15 @@ def relative_method(method: PositionMethod, inv_freq: torch.Tensor) -> PositionM
         query_scale=method.query_scale,
         decode_passes=None if method.decode_passes is None else [convert(p) for p in method.decode_passes],
     )
+    passes = [*method.passes, *(method.decode_passes or [])]
+    converted.rotation_free = all(p.query_positions is own_positions and p.key_positions is None for p in passes)
+    return converted
 
 
 def longctx_method(method: str, params: dict[str, Any], rotary: RotaryEmbedding) -> PositionMethod:
     """longctx's PositionMethod of an attention method with resolved `params`."""
-    builders: dict[str, Callable[..., PositionMethod]] = {
-        "rope": rope_method,
-        "string": string_method,
-        "rerope": rerope_method,
-        "self_extend": self_extend_method,
-        "dca": dca_method,
-    }
     try:
-        return builders[method](rotary, **params)
+        return builder_for(method)(rotary, **params)
     except ValueError as error:
         raise fail(method, str(error)) from None
 

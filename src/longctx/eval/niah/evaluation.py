@@ -147,13 +147,7 @@ def method_settings(config: ExperimentConfig, model: Llama) -> dict:
     """The evaluated position method as niah.json records it: its name, its config section
     as set (StRing's shift_ratio, say) and the parameters it resolved to for the evaluated
     model (its training length is the checkpoint's max_position, as in `evaluate`)."""
-    method = config.eval.position_method
-    section = getattr(method, method.name, None)
-    return {
-        "name": method.name,
-        **(vars(section) if section is not None else {}),
-        "resolved": method.resolved(model.config.max_position),
-    }
+    return config.eval.position_method.settings(model.config.max_position)
 
 
 def format_search(result: EffectiveLengthResult) -> str:

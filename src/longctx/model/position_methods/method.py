@@ -59,7 +59,6 @@ rotate keys at rewritten positions (0, floor(n/G), n mod s), so their cache keep
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -67,26 +66,25 @@ import torch
 from torch import nn
 
 from longctx.config.model import ModelConfig
-from longctx.config.position_methods import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, PositionMethodConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
-    UNBOUNDED,
     AttentionPass,
     PassPlan,
     PositionMap,
     PositionPlan,
     SinglePassLayout,
-    band_pass,
     check_inputs,
     cos_sin,
     document_starts,
 )
-from longctx.model.rope import RopeScaling, RotaryEmbedding, apply_rotary, rotate_half, rotation_dtype
+from longctx.model.rope import RotaryEmbedding, apply_rotary, rotate_half, rotation_dtype
 
 
-def _own(positions: torch.Tensor) -> torch.Tensor:
+def own_positions(positions: torch.Tensor) -> torch.Tensor:
+    """A pass's identity position map: queries or keys at their own positions."""
     return positions
 
 
@@ -144,6 +142,9 @@ class PositionMethod(nn.Module):
         self.params = dict(params or {})
         self.score_multiplier = score_multiplier
         self.query_scale = query_scale
+        self.rotation_free = False
+        """Set by a caller that hands q/k rotated already (longctx.hf_attention) when no pass
+        moves a query or key off its own position: one pass is then plain masked attention."""
 
     @property
     def caches_rotated_keys(self) -> bool:
@@ -328,169 +329,18 @@ class PositionMethod(nn.Module):
         return self(q, k, v, plan, scale=scale)
 
 
-# --- the methods ----------------------------------------------------------------------
-
-
-def rope_method(
-    rotary: RotaryEmbedding, name: str = "rope", params: dict | None = None, repo_score_scale: bool = False
-) -> PositionMethod:
-    """Plain RoPE with `rotary` (also the body of ntk and yarn); `repo_score_scale`: scores
-    times StRing's released temperature (1 + 0.1 ln 2)^2, the shift-free ablation arm."""
-    multiplier = REPO_STRING_ATTENTION_FACTOR**2 if repo_score_scale else 1.0
-    if repo_score_scale:
-        params = {**(params or {}), "repo_score_scale": True}
-    return PositionMethod(
-        name, rotary, [band_pass("causal", 0, None, _own)], params=params, score_multiplier=multiplier
-    )
-
-
-def ntk_method(
-    head_dim: int, base: float, factor: float, training_length: int, position_scale: float = 1.0
-) -> PositionMethod:
-    """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`)."""
-    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length, position_scale)
-    return rope_method(rotary, "ntk", {"factor": factor})
-
-
-def yarn_method(
-    head_dim: int,
-    base: float,
-    factor: float,
-    original_max_position: int,
-    training_length: int,
-    beta_fast: float = 32.0,
-    beta_slow: float = 1.0,
-    position_scale: float = 1.0,
-) -> PositionMethod:
-    """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
-    scaling = RopeScaling(
-        "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
-    )
-    rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale)
-    params = {
-        "factor": factor,
-        "original_max_position": original_max_position,
-        "beta_fast": beta_fast,
-        "beta_slow": beta_slow,
-    }
-    return rope_method(rotary, "yarn", params)
-
-
-def string_method(
-    rotary: RotaryEmbedding, shift: int, local_window: int = 128, compat: str = "paper"
-) -> PositionMethod:
-    """StRing (STRING Eq. 4) with shift S and local window W; see the module docstring."""
-    if shift <= 0:
-        raise ValueError(f"StRing shift S must be > 0, got {shift}")
-    if not 0 <= local_window < shift:
-        raise ValueError(f"StRing local_window W must be in [0, shift S={shift}), got {local_window}")
-    if compat not in STRING_COMPAT:
-        raise ValueError(f"StRing compat={compat!r} is not one of {STRING_COMPAT}")
-    shifted = band_pass("shifted", shift, None, lambda p: p - shift + local_window)
-    paper = [band_pass("diagonal", 0, shift - 1, _own), shifted]
-    params = {"shift": shift, "local_window": local_window, "compat": compat}
-    if compat == "paper":
-        return PositionMethod("string", rotary, paper, params=params)
-    repo_prefill = [band_pass("diagonal", 0, shift, _own), shifted]
-    multiplier = REPO_STRING_ATTENTION_FACTOR**2
-    return PositionMethod(
-        "string", rotary, repo_prefill, params=params, score_multiplier=multiplier, decode_passes=paper
-    )
-
-
-def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = -1) -> PositionMethod:
-    """ReRoPE: P' = min(P, window); log-n query scaling against log_scale_length (-1 = off)."""
-    if window <= 0:
-        raise ValueError(f"ReRoPE window must be > 0, got {window}")
-    passes = [
-        band_pass("window", 0, window - 1, _own),
-        band_pass("rectified", window, None, lambda p: torch.full_like(p, window), torch.zeros_like),
-    ]
-    query_scale = None
-    if log_scale_length > 0:
-        log_length = math.log(log_scale_length)
-
-        def query_scale(positions: torch.Tensor) -> torch.Tensor:
-            return (torch.log1p(positions.double()) / log_length).clamp(min=1)
-
-    params = {"window": window, "log_scale_length": log_scale_length}
-    return PositionMethod("rerope", rotary, passes, params=params, query_scale=query_scale)
-
-
-def self_extend_method(rotary: RotaryEmbedding, neighbor_window: int, group_size: int) -> PositionMethod:
-    """Self-Extend: exact below neighbor_window, grouped (floor-divided by group_size) beyond."""
-    if neighbor_window <= 0 or group_size <= 0:
-        raise ValueError(
-            f"Self-Extend needs neighbor_window > 0 and group_size > 0, got {neighbor_window}, {group_size}"
-        )
-    offset = neighbor_window - neighbor_window // group_size
-    passes = [
-        band_pass("neighbor", 0, neighbor_window - 1, _own),
-        band_pass(
-            "grouped",
-            neighbor_window,
-            None,
-            lambda p: torch.div(p, group_size, rounding_mode="floor") + offset,
-            lambda p: torch.div(p, group_size, rounding_mode="floor"),
-        ),
-    ]
-    params = {"neighbor_window": neighbor_window, "group_size": group_size}
-    return PositionMethod("self_extend", rotary, passes, params=params)
-
-
-def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> PositionMethod:
-    """Dual Chunk Attention with chunk size s and local window w (c = s + w)."""
-    if chunk_size <= 0 or not 0 < local_window <= chunk_size:
-        raise ValueError(
-            f"DCA needs chunk_size > 0 and 0 < local_window <= chunk_size, got {chunk_size}, {local_window}"
-        )
-    s, last = chunk_size, chunk_size + local_window - 1
-
-    def in_chunk(p: torch.Tensor) -> torch.Tensor:
-        return torch.remainder(p, s)
-
-    def intra(p):
-        return torch.zeros_like(p), in_chunk(p)
-
-    def successive(p):
-        return in_chunk(p) + 1, in_chunk(p) + s
-
-    def inter(p):
-        return in_chunk(p) + s + 1, torch.full_like(p, UNBOUNDED)
-
-    passes = [
-        AttentionPass("intra", intra, in_chunk, in_chunk, chunk=(s, 0)),
-        AttentionPass("successive", successive, lambda p: (in_chunk(p) + s).clamp(max=last), in_chunk, chunk=(s, 1)),
-        AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk, chunk=(s, 2)),
-    ]
-    params = {"chunk_size": chunk_size, "local_window": local_window}
-    return PositionMethod("dca", rotary, passes, params=params)
-
-
 def build_position_method(
     config: PositionMethodConfig, model: ModelConfig, prefix: str = "eval.position_method"
 ) -> PositionMethod:
     """The method `config.name` for a model; training length L = model.max_position.
 
-    rope, string, rerope, self_extend and dca use the model's RoPE (including its own
-    scaling); ntk and yarn replace the model's scaling with theirs. Every method keeps the
-    model's `rope_position_scale`."""
+    The method's builder (longctx.model.position_methods.registry) gets the model's RoPE,
+    its own scaling included, and the parameters resolved once against L; a `rope`-kind
+    method (ntk, yarn) replaces that scaling with its own. Every method keeps the model's
+    `rope_position_scale`."""
+    from longctx.model.position_methods.registry import builder_for
+
     params = config.resolved(model.max_position, prefix)
     scale = model.rope_position_scale
     rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position, scale)
-    name = config.name
-    if name == "rope":
-        return rope_method(rotary, **params)
-    if name == "string":
-        return string_method(rotary, **params)
-    if name == "ntk":
-        return ntk_method(model.head_dim, model.rope_base, params["factor"], model.max_position, scale)
-    if name == "yarn":
-        return yarn_method(
-            model.head_dim, model.rope_base, training_length=model.max_position, position_scale=scale, **params
-        )
-    if name == "rerope":
-        return rerope_method(rotary, **params)
-    if name == "self_extend":
-        return self_extend_method(rotary, **params)
-    return dca_method(rotary, **params)
+    return builder_for(config.name)(rotary, **params)

@@ -1,0 +1,1 @@
+"""Position-method specs, one module per method (registry.py says what a spec is)."""

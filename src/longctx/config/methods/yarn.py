@@ -1,0 +1,45 @@
+"""YaRN (Peng et al., 2023, §3.2-3.4): per-dimension interpolation and an attention factor."""
+
+from dataclasses import dataclass
+
+from longctx.config.methods.registry import MethodSpec, pretended, protocol_resolver, register_method
+from longctx.errors import ConfigError
+
+
+@dataclass
+class YarnConfig:
+    """YaRN (Peng et al., 2023, §3.2-3.4), the model's rope.py implementation."""
+
+    factor: float = 0.0
+    """Extension factor s; 0 = the baseline protocol's 1.5."""
+    original_max_position: int = 0
+    """Context the frequencies are ramped against; 0 = the protocol's round(2/3 L)."""
+    beta_fast: float = 32.0
+    """Dimensions rotating more than this often over the original context extrapolate (paper: 32)."""
+    beta_slow: float = 1.0
+    """Dimensions rotating less than this often are interpolated (paper: 1)."""
+
+
+def protocol(training_length: int) -> dict:
+    pretend, factor = pretended(training_length)
+    return {"factor": factor, "original_max_position": pretend, "beta_fast": 32.0, "beta_slow": 1.0}
+
+
+def _check(values: dict, prefix: str) -> None:
+    if values["factor"] < 1:
+        raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
+    if values["beta_fast"] <= values["beta_slow"]:
+        raise ConfigError(f"{prefix}.beta_fast", f"{values['beta_fast']} must exceed beta_slow={values['beta_slow']}")
+
+
+SPEC = register_method(
+    MethodSpec(
+        "yarn",
+        YarnConfig,
+        "rope",
+        "YaRN frequency interpolation with its attention factor (Peng et al., 2023)",
+        protocol_resolver(protocol, ("factor", "original_max_position"), _check),
+        protocol,
+        order=2,
+    )
+)

@@ -1,0 +1,1 @@
+"""The in-tree position methods, one builder module per method (registry.py)."""

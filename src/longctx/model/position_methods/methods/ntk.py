@@ -1,0 +1,23 @@
+"""NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (LocalLLaMA, 2023)."""
+
+from __future__ import annotations
+
+from longctx.model.position_methods.method import PositionMethod
+from longctx.model.position_methods.methods.rope import rope_method
+from longctx.model.position_methods.registry import register_builder
+from longctx.model.rope import RopeScaling, RotaryEmbedding
+
+
+def ntk_method(
+    head_dim: int, base: float, factor: float, training_length: int, position_scale: float = 1.0
+) -> PositionMethod:
+    """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`)."""
+    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length, position_scale)
+    return rope_method(rotary, "ntk", {"factor": factor})
+
+
+@register_builder("ntk")
+def build(rotary: RotaryEmbedding, factor: float) -> PositionMethod:
+    """The model's head dim, base, training length and position scale; NTK's scaling in
+    place of the model's own."""
+    return ntk_method(rotary.head_dim, rotary.base, factor, rotary.max_position, rotary.position_scale)

@@ -1,0 +1,50 @@
+"""YaRN: per-dimension interpolation and attention factor (Peng et al., 2023)."""
+
+from __future__ import annotations
+
+from longctx.model.position_methods.method import PositionMethod
+from longctx.model.position_methods.methods.rope import rope_method
+from longctx.model.position_methods.registry import register_builder
+from longctx.model.rope import RopeScaling, RotaryEmbedding
+
+
+def yarn_method(
+    head_dim: int,
+    base: float,
+    factor: float,
+    original_max_position: int,
+    training_length: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    position_scale: float = 1.0,
+) -> PositionMethod:
+    """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
+    scaling = RopeScaling(
+        "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
+    )
+    rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale)
+    params = {
+        "factor": factor,
+        "original_max_position": original_max_position,
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+    }
+    return rope_method(rotary, "yarn", params)
+
+
+@register_builder("yarn")
+def build(
+    rotary: RotaryEmbedding, factor: float, original_max_position: int, beta_fast: float, beta_slow: float
+) -> PositionMethod:
+    """The model's head dim, base, training length and position scale; YaRN's scaling in
+    place of the model's own."""
+    return yarn_method(
+        rotary.head_dim,
+        rotary.base,
+        factor,
+        original_max_position,
+        rotary.max_position,
+        beta_fast,
+        beta_slow,
+        rotary.position_scale,
+    )

@@ -1,0 +1,117 @@
+"""docs/extending.md's out-of-tree position method, run as written: it registers with no edit
+to longctx and runs by name in the CLI (`longctx methods`, `longctx niah-table` on the tiny
+model) and as `longctx_grouped_rope` inside a tiny transformers Llama."""
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from longctx.config.model import ModelConfig
+from longctx.data.corpus import embedded_documents
+from longctx.model.checkpoint import save_model
+from longctx.model.llama import Llama
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "extending.md"
+
+
+def plugin_source() -> str:
+    [block] = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    return block
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plugin") / "grouped_rope.py"
+    path.write_text(plugin_source())
+    return path
+
+
+def run(command: list[str], plugin: Path, cwd: Path) -> str:
+    env = dict(os.environ, LONGCTX_PLUGINS=str(plugin), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def test_the_example_is_at_most_30_lines():
+    assert len(plugin_source().strip().splitlines()) <= 30
+
+
+def test_the_plugin_is_listed_and_runs_in_a_method_table(plugin, tmp_path):
+    listed = run([sys.executable, "-m", "longctx", "methods"], plugin, tmp_path)
+    assert "grouped_rope  [passes, plugin from grouped_rope]  positions floor-divided by G" in listed
+    assert "    group = 2  G: queries and keys sit at floor(position / G)." in listed
+    model = tmp_path / "m.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=256)), model)
+    haystack = tmp_path / "haystack.txt"
+    haystack.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
+    settings = [f"eval.niah.haystack={haystack}", "eval.niah.tests_per_length=2", "eval.niah.max_new_tokens=8"]
+    settings += ["log.wandb_mode=disabled", "eval.position_method.params.grouped_rope.group=4"]
+    out = tmp_path / "table.md"
+    command = [sys.executable, "-m", "longctx", "niah-table", str(model), "--methods", "rope,grouped_rope"]
+    run([*command, "--lengths", "128", "--out", str(out), "--quiet", *settings], plugin, tmp_path)
+    rows = out.read_text().splitlines()
+    assert rows[2].startswith("| rope | ") and rows[3].startswith("| grouped_rope | ") and "n=2" in rows[3]
+
+
+HF_CHECK = textwrap.dedent(
+    """
+    import dataclasses, torch, transformers
+    import grouped_rope  # the plugin registers on import
+    import longctx.hf_attention as hfa
+    from longctx.config.position_methods import PositionMethodConfig
+    from longctx.errors import ConfigError
+    from longctx.model.hf import import_hf
+    from longctx.model.position_methods import build_position_method
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
+    transformers.LlamaForCausalLM(config).save_pretrained("llama")
+    ids = torch.randint(0, 256, (1, 96))
+    hf = transformers.AutoModelForCausalLM.from_pretrained("llama", attn_implementation="longctx_grouped_rope").eval()
+    plain = transformers.AutoModelForCausalLM.from_pretrained("llama").eval()
+    hfa.apply(hf, "grouped_rope", group=4)
+    own = import_hf("llama").eval()
+    method = build_position_method(PositionMethodConfig(name="grouped_rope", params={"grouped_rope": {"group": 4}}),
+        own.config)
+    with torch.no_grad():
+        got, expected, rope = hf(ids).logits, own(ids, position_method=method), plain(ids).logits
+    error = ((got.double() - expected.double()).norm() / expected.double().norm()).item()
+    effect = ((rope.double() - expected.double()).norm() / expected.double().norm()).item()
+    print(f"error {error:.2e} effect {effect:.2e}")
+    assert error < 1e-4 and effect > 1e-3, (error, effect)
+    try:
+        PositionMethodConfig(name="grouped_rope", params={"grouped_rope": {"gruop": 4}}).resolved(256)
+    except ConfigError as bad:
+        print(bad)
+    """
+)
+
+
+def test_the_plugin_runs_inside_a_transformers_llama_as_longctx_does(plugin, tmp_path):
+    """fp32 logits of `longctx_grouped_rope` in transformers within 1e-4 relative L2 of
+    longctx's own model with the method (the method itself moves them by > 1e-3)."""
+    script = tmp_path / "check.py"
+    script.write_text(HF_CHECK)
+    env_path = f"{plugin.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    output = run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(plugin.parent)!r}); exec(open({str(script)!r}).read())",
+        ],
+        plugin,
+        tmp_path,
+    )
+    assert "error" in output and env_path
+    assert (
+        "eval.position_method.params.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']" in output
+    )
