@@ -111,7 +111,7 @@ LLAMA31_8B = dict(
 
 
 def model_config(preset: str, max_position: int) -> ModelConfig:
-    """A preset of model/config.py, or `llama3.1-8b`."""
+    """A preset of config/model.py, or `llama3.1-8b`."""
     if preset == "llama3.1-8b":
         return ModelConfig(preset=preset, max_position=max_position, **LLAMA31_8B)  # type: ignore[arg-type]
     return ModelConfig.from_preset(preset, max_position=max_position)

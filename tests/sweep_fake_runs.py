@@ -1,7 +1,7 @@
 """A stand-in for `longctx pretrain | sft | niah` in the GPU twin's driver tests: writes
 what the real commands write (metrics.jsonl, niah.json, f(i) arrays, answer masking,
 checkpoints and W&B files that must stay out of an archive) in the layout the report
-reads (tests/analysis/test_replication_report.py's synthetic runs), one metrics line per
+reads (tests/replication/test_replication_report.py's synthetic runs), one metrics line per
 step, FAKE_STEP_S seconds a step. SIGTERM stops it after the current step, as
 `longctx pretrain` saves last.ckpt and exits. FAKE_FAIL=<substring of out_dir> makes that
 job exit 3."""

@@ -1,6 +1,7 @@
 """The GPU twin: its configs, its size, its plan (sweeps/gpu_twin/plan.yaml) and the jobs
-the driver builds from it (longctx_replication/gpu_twin.py). Nothing here trains: tests/test_twin_calls.py
-runs the driver's calls on fake jobs, tests/test_side_by_side.py the stop/resume/skip logic."""
+the driver builds from it (longctx_replication/gpu_twin.py). Nothing here trains:
+tests/replication/test_twin_calls.py runs the driver's calls on fake jobs,
+tests/replication/test_side_by_side.py the stop/resume/skip logic."""
 
 import json
 from pathlib import Path

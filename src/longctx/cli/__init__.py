@@ -20,9 +20,10 @@ Arguments that contain `=` are OmegaConf overrides (`key=value`), so W&B sweeps 
 message naming the file/key at fault on bad input (a `LongctxError`: config, data,
 checkpoint, sweep) or a missing file; any other exception is a bug and keeps its traceback.
 
-Each command lives in the module of its concern (cli/experiment_commands.py, data.py, training.py,
-models.py, evaluation.py, harness.py): a `cmd_*` function and a `register(commands)` that adds its
-parser. Command modules import the heavy parts (torch, the model) inside the command, so
+Each command lives in the module of its family (experiment_commands.py, data_commands.py,
+training_commands.py, evaluation_commands.py, benchmark_commands.py, harness_commands.py,
+model_commands.py; what they share in common.py): a `cmd_*` function and a
+`register(commands)` that adds its parser. Command modules import the heavy parts (torch, the model) inside the command, so
 `longctx config` runs without torch.
 """
 

@@ -28,7 +28,7 @@ class NiahConfig:
     """The 4-needle NIAH test and its effective-length search (STRING §3, docs/design.md §7.2).
 
     One set of settings serves `longctx niah`, the in-training probe
-    (`probe.niah_every_steps`), NIAH after SFT and `longctx.eval.effective_length_effective_length`.
+    (`probe.niah_every_steps`), NIAH after SFT and `longctx.eval.effective_length.search_effective_length`.
     """
 
     task: str = "paper"

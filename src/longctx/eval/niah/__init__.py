@@ -3,13 +3,13 @@
     longctx niah runs/tiny_1k/checkpoints/last.ckpt eval.niah.tests_per_length=50
     longctx niah CKPT --lengths 4096,8192 eval.position_method.name=string
 
-- `needles`: each task's wording, how its needles are drawn and when a test passes;
-- `haystack`: the text the needles go into (Paul Graham essays by default), tokenised once;
-- `samples`: prompts of an exact token length built from those two, and their scoring;
-- `task`: `NiahTask`, those samples and scores as an engine task (eval/task.py);
-- `evaluation`: `longctx niah` on a checkpoint: the effective-length search
+- needles.py: each task's wording, how its needles are drawn and when a test passes;
+- haystack.py: the text the needles go into (Paul Graham essays by default), tokenised once;
+- samples.py: prompts of an exact token length built from those two, and their scoring;
+- engine_task.py: `NiahTask`, those samples and scores as an engine task (eval/task.py);
+- evaluation.py: `longctx niah` on a checkpoint: the effective-length search
   (eval/effective_length.py) over the task's cells, its niah.json, heatmap and W&B run;
-- `table`: STRING Table 1 / Table 4 (`longctx niah-table`), every position method on every
+- table.py: STRING Table 1 / Table 4 (`longctx niah-table`), every position method on every
   checkpoint as a grid of cells.
 
 Settings: `longctx.config.NiahConfig`, the `eval.niah` config section.

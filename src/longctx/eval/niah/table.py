@@ -108,7 +108,7 @@ def method_table(
 
 
 def _skip_short_length(cell: Cell, error: Exception) -> bool:
-    """A length below the task's prompt overhead is left out of the table (search.py skips it)."""
+    """A length below the task's prompt overhead is left out of the table (eval/effective_length.py skips it)."""
     return isinstance(error, PromptTooShortError)
 
 
