@@ -35,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from longctx.data.corpus import CorpusReport, Document, Rejection
+from longctx.data.corpus import CorpusReport, Document
 from longctx.data.html_text import html_text
 from longctx.data.prepare import prepare
 from longctx.data.tokenizer import EOS_TOKEN, PAD_TOKEN, default_cache_dir, load_tokenizer
@@ -155,7 +155,7 @@ def package_documents(package: ProsePackage, root: Path, report: CorpusReport | 
         elif report is None:
             raise DataError(f"{where}: no prose left after removing navigation, listings and tables")
         else:
-            report.rejections.append(Rejection(where, "empty", "no prose after extraction"))
+            report.reject(where, "empty", "no prose after extraction")
 
 
 def write_tokenizer(spec: str, directory: Path) -> Path:

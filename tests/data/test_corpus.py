@@ -14,11 +14,11 @@ from longctx.data.corpus import (
     debian_documents,
     embedded_documents,
     format_length_report,
-    jsonl_documents,
     length_report,
     open_source,
-    parquet_documents,
+    source_texts,
 )
+from longctx.data.shard_reader import ShardError
 
 
 @pytest.fixture(scope="module")
@@ -111,11 +111,13 @@ def _write_jsonl(path: Path) -> None:
 
 
 def test_jsonl_rejections_carry_file_and_line(tmp_path):
+    """A .jsonl source is read by data/shard_reader.py: under "skip" every bad line is counted
+    and recorded with its file and line."""
     path = tmp_path / "data.jsonl"
     _write_jsonl(path)
     report = CorpusReport()
-    docs = list(jsonl_documents(path, report=report))
-    assert [(d.id, d.text) for d in docs] == [("data.jsonl:1", "first document"), ("data.jsonl:9", "last document")]
+    texts = list(source_texts(str(path), report, on_bad_input="skip"))
+    assert texts == ["first document", "last document"] and report.documents == 2
     expected = [
         (2, "bad-json"),
         (3, "missing-key"),
@@ -137,20 +139,21 @@ def test_jsonl_rejections_carry_file_and_line(tmp_path):
     assert "rejected: 7" in report.summary()
 
 
-def test_jsonl_without_report_raises_at_the_first_bad_line(tmp_path):
+def test_jsonl_raises_at_the_first_bad_line_by_default(tmp_path):
     path = tmp_path / "data.jsonl"
     _write_jsonl(path)
-    with pytest.raises(CorpusError, match=r"data\.jsonl:2: bad JSON"):
-        list(jsonl_documents(path))
+    with pytest.raises(ShardError, match=r"data\.jsonl:2: bad JSON"):
+        list(source_texts(str(path)))
+    with pytest.raises(ShardError, match=r"data\.jsonl:2: bad JSON"):
+        list(source_texts(str(path), CorpusReport()))  # a report does not change the policy
 
 
-def test_jsonl_custom_text_key_and_domain(tmp_path):
+def test_jsonl_custom_text_key(tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_text(json.dumps({"content": "hello"}) + "\n")
-    [doc] = jsonl_documents(path, text_key="content", domain="chat")
-    assert (doc.id, doc.text, doc.domain) == ("chat.jsonl:1", "hello", "chat")
-    with pytest.raises(CorpusError, match=r"chat\.jsonl:1: no 'text' key"):  # open_source reads 'text'
-        list(open_source(str(path)))
+    assert list(source_texts(str(path), text_key="content")) == ["hello"]
+    with pytest.raises(ShardError, match=r"chat\.jsonl:1: no 'text' key"):
+        list(source_texts(str(path)))
 
 
 # --------------------------------------------------------------------------- parquet
@@ -163,21 +166,22 @@ def test_parquet_rows_and_rejections(tmp_path):
     path = tmp_path / "data.parquet"
     pq.write_table(pa.table({"text": ["one", None, "", "four"], "n": [1, 2, 3, 4]}), path)
     report = CorpusReport()
-    docs = list(parquet_documents(path, report=report))
-    assert [(d.id, d.text) for d in docs] == [("data.parquet:0", "one"), ("data.parquet:3", "four")]
+    assert list(source_texts(str(path), report, on_bad_input="skip")) == ["one", "four"]
     assert [(r.where, r.kind) for r in report.rejections] == [
         (f"{path}:row 1", "not-a-string"),
         (f"{path}:row 2", "empty"),
     ]
-    assert [d.id for d in open_source(str(path), report=CorpusReport())] == ["data.parquet:0", "data.parquet:3"]
-    with pytest.raises(CorpusError, match="no column 'body'"):
-        parquet_documents(path, text_key="body")
+    with pytest.raises(ShardError, match=r"data\.parquet:row 1: field 'text' is NoneType"):
+        list(source_texts(str(path)))
+    with pytest.raises(ShardError, match="no column 'body'"):
+        list(source_texts(str(path), text_key="body"))
 
 
 def test_parquet_without_pyarrow_names_the_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # makes the import fail
-    with pytest.raises(CorpusError, match="pip install pyarrow"):
-        parquet_documents(tmp_path / "x.parquet")
+    (tmp_path / "x.parquet").write_bytes(b"PAR1")
+    with pytest.raises(ShardError, match="pip install 'longctx\\[corpora\\]'"):
+        list(source_texts(str(tmp_path / "x.parquet")))
 
 
 # --------------------------------------------------------------------------- directories
@@ -224,10 +228,22 @@ def test_open_source_rejects_unknown_specs(tmp_path):
         open_source(str(tmp_path / "missing.csv"))
     with pytest.raises(CorpusError, match="domains"):
         open_source("embedded:poetry")
-    with pytest.raises(CorpusError, match="is not a file"):
-        open_source(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ShardError, match="no such file"):
+        source_texts(str(tmp_path / "missing.jsonl"))
     with pytest.raises(CorpusError, match="holds no file"):
         open_source(str(tmp_path))
+
+
+def test_shards_are_read_by_the_shard_reader_only(tmp_path):
+    """One rule recognises shards: open_source refuses them, source_texts reads a directory
+    holding one (not its text files) as data/shard_reader.py does."""
+    (tmp_path / "notes.txt").write_text("a text file")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "part.jsonl").write_text(json.dumps({"text": "a record"}) + "\n")
+    with pytest.raises(CorpusError, match="names shards"):
+        open_source(str(tmp_path))
+    assert list(source_texts(str(tmp_path))) == ["a record"]
+    assert list(source_texts(str(tmp_path / "*" / "*.jsonl"))) == ["a record"]
 
 
 # --------------------------------------------------------------------------- lengths

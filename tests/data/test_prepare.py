@@ -74,8 +74,10 @@ def test_dataset_from_another_tokenizer_is_refused(tmp_path, tokenizer_path):
 def test_source_without_usable_documents(tmp_path, tokenizer_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"text": "   "}) + "\n")
-    with pytest.raises(ValueError, match="yielded no usable document"):
+    with pytest.raises(ValueError, match=r"c\.jsonl:1: empty text"):
         prepare(str(corpus), tmp_path / "out", str(tokenizer_path), verbose=False)
+    with pytest.raises(ValueError, match="yielded no usable document"):
+        prepare(str(corpus), tmp_path / "out", str(tokenizer_path), verbose=False, on_bad_input="skip")
 
 
 def _prepare_slowly(directory, log_path):

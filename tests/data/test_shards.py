@@ -1,5 +1,6 @@
-"""`longctx prepare` over sharded corpora: every format read back with exact token counts,
-the metadata filter, two nodes' parts joined, a killed run resumed, each bad input."""
+"""`longctx prepare` over sharded corpora: every format read back with exact token counts
+(and read alike by `longctx fi`), the metadata filter, two nodes' parts joined, a killed run
+resumed, each bad input."""
 
 import gzip
 import hashlib
@@ -17,7 +18,16 @@ from longctx.data import sharded_prepare
 from longctx.data.corpus import embedded_documents
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
-from longctx.data.shard_reader import MetadataFilter, ShardCounts, ShardError, find_shards, shard_texts
+from longctx.data.shard_reader import (
+    EXAMPLES_KEPT,
+    SHARD_READERS,
+    SHARD_SUFFIXES,
+    CorpusReport,
+    MetadataFilter,
+    ShardError,
+    find_shards,
+    shard_texts,
+)
 from longctx.data.tokenizer import load_tokenizer, train_bpe
 from longctx.errors import DataError
 
@@ -51,17 +61,32 @@ def jsonl_bytes(rows: list[dict]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
+SHARD_WRITERS = {
+    ".jsonl": lambda path, rows: path.write_bytes(jsonl_bytes(rows)),
+    ".jsonl.zst": lambda path, rows: path.write_bytes(zstandard.ZstdCompressor().compress(jsonl_bytes(rows))),
+    ".jsonl.gz": lambda path, rows: path.write_bytes(gzip.compress(jsonl_bytes(rows))),
+    ".parquet": lambda path, rows: pq.write_table(pa.Table.from_pylist(rows), path),
+}
+"""How each format of shard_reader.SHARD_READERS is written: the tests over every format use it."""
+
+RECORD_PLACE = {".parquet": "row {row}"}
+"""Where a format's reader says a record is, beside the file, when it is not the line (row + 1)."""
+
+
 def write_shard(path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    name = path.name
-    if name.endswith(".parquet"):
-        pq.write_table(pa.Table.from_pylist(rows), path)
-    elif name.endswith(".zst"):
-        path.write_bytes(zstandard.ZstdCompressor().compress(jsonl_bytes(rows)))
-    elif name.endswith(".gz"):
-        path.write_bytes(gzip.compress(jsonl_bytes(rows)))
-    else:
-        path.write_bytes(jsonl_bytes(rows))
+    [suffix] = [suffix for suffix in SHARD_WRITERS if path.name.endswith(suffix)]
+    SHARD_WRITERS[suffix](path, rows)
+
+
+def record_place(shard, row: int) -> str:
+    """Where the reader names record `row` (0-based) of `shard`: file:line or file:row N."""
+    [suffix] = [suffix for suffix in SHARD_WRITERS if shard.name.endswith(suffix)]
+    return f"{shard}:" + RECORD_PLACE.get(suffix, "{line}").format(row=row, line=row + 1)
+
+
+def test_every_format_the_reader_knows_has_a_writer_here():
+    assert sorted(SHARD_WRITERS) == sorted(SHARD_READERS) == sorted(SHARD_SUFFIXES)
 
 
 @pytest.fixture
@@ -212,6 +237,36 @@ def test_a_part_started_with_other_settings_is_not_continued(tmp_path, corpus, t
         sharded_prepare.join_parts(out, 2, verbose=False)
 
 
+@pytest.mark.parametrize("suffix", SHARD_SUFFIXES)
+def test_prepare_and_fi_read_every_format_alike(tmp_path, suffix, tokenizer_path, capsys):
+    """One reader and one bad-input policy: `prepare` and `fi` of a shard with an empty record
+    both stop naming its place; with `--on-bad-input skip` both skip it, count it and say where
+    it was, and they count the same tokens."""
+    rows = records(0, 6)
+    rows[2] = {**rows[2], "text": "   "}
+    shard = tmp_path / f"shard{suffix}"
+    write_shard(shard, rows)
+    place = record_place(shard, 2)
+    prepare = ["prepare", str(shard), str(tmp_path / "data"), "--tokenizer", tokenizer_path]
+    fi = ["fi", str(shard), "--window", "16", "--tokenizer", tokenizer_path, "--out", str(tmp_path / "fi")]
+    for command in (prepare, fi):
+        assert main(command) == 2
+        assert f"{place}: empty text" in capsys.readouterr().err
+    assert not (tmp_path / "data" / MANIFEST_FILE).exists() and not (tmp_path / "fi").exists()
+
+    assert main([*prepare, "--on-bad-input", "skip"]) == 0
+    manifest = json.loads((tmp_path / "data" / MANIFEST_FILE).read_text())
+    assert manifest["rejected"] == {"empty": 1} and [item["where"] for item in manifest["rejected_items"]] == [place]
+    tokenizer = load_tokenizer(tokenizer_path)
+    good = [row for number, row in enumerate(rows) if number != 2]
+    assert sorted(read_items(tmp_path / "data")) == expected_items(tokenizer, good)
+    capsys.readouterr()
+    assert main([*fi, "--on-bad-input", "skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "rejected: 1 (1 empty)" in printed and f"{place}: empty text" in printed
+    assert json.loads((tmp_path / "fi" / "fi_L16.json").read_text())["tokens"] == manifest["tokens"]
+
+
 BAD_LINES = {
     "bad-json": (b"{not json\n", "bad JSON"),
     "missing-key": (b'{"body": "no text key"}\n', "no 'text' key"),
@@ -227,9 +282,9 @@ def test_a_bad_line_is_named_or_skipped_and_counted(tmp_path, kind):
     shard.write_bytes(jsonl_bytes(records(0, 2)) + line + jsonl_bytes(records(1, 1)))
     with pytest.raises(ShardError, match=f"{shard}:3: {message}"):
         list(shard_texts(str(shard)))
-    counts = ShardCounts()
+    counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
     assert len(list(shard_texts(str(shard), on_bad_input="skip", counts=counts))) == 3
-    assert counts.skipped == {kind: 1} and counts.examples[0]["where"] == f"{shard}:3"
+    assert counts.rejected == {kind: 1} and counts.rejections[0].where == f"{shard}:3"
 
 
 def _truncated(path, rows, fraction=0.6):
@@ -244,16 +299,16 @@ def test_a_truncated_or_corrupt_stream_is_named(tmp_path, suffix):
     _truncated(shard, records(0, 400))
     with pytest.raises(ShardError, match=rf"{shard}:\d+: corrupt or truncated"):
         list(shard_texts(str(shard)))
-    counts = ShardCounts()
+    counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
     texts = list(shard_texts(str(shard), on_bad_input="skip", counts=counts))
-    assert len(texts) < 400 and counts.skipped == {"corrupt-stream": 1}
+    assert len(texts) < 400 and counts.rejected == {"corrupt-stream": 1}
     garbage = tmp_path / f"g{suffix}"
     garbage.write_bytes(b"\x00garbage, not a compressed stream" * 10)
     with pytest.raises(ShardError, match=f"{garbage}:1: corrupt or truncated"):
         list(shard_texts(str(garbage)))
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst", ".jsonl.gz", ".parquet"])
+@pytest.mark.parametrize("suffix", SHARD_SUFFIXES)
 def test_an_empty_shard_is_an_error(tmp_path, suffix):
     shard = tmp_path / f"empty{suffix}"
     if suffix == ".parquet":
@@ -262,9 +317,9 @@ def test_an_empty_shard_is_an_error(tmp_path, suffix):
         write_shard(shard, [])
     with pytest.raises(ShardError, match="empty shard"):
         list(shard_texts(str(shard)))
-    counts = ShardCounts()
+    counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
     assert list(shard_texts(str(shard), on_bad_input="skip", counts=counts)) == []
-    assert counts.skipped == {"empty-shard": 1}
+    assert counts.rejected == {"empty-shard": 1}
 
 
 def test_prepare_stops_on_bad_input_or_counts_it_in_the_manifest(tmp_path, tokenizer_path, capsys):
@@ -291,9 +346,9 @@ def test_an_unreadable_parquet_file_is_named(tmp_path):
     shard.write_bytes(shard.read_bytes()[:-100])  # the footer cut off
     with pytest.raises(ShardError, match=f"{shard}:row 0: pyarrow cannot read the file"):
         list(shard_texts(str(shard)))
-    counts = ShardCounts()
+    counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
     assert list(shard_texts(str(shard), on_bad_input="skip", counts=counts)) == []
-    assert counts.skipped == {"unreadable": 1}
+    assert counts.rejected == {"unreadable": 1}
 
 
 def test_a_sigkilled_preparation_resumes_from_its_ledger(tmp_path, tokenizer_path):

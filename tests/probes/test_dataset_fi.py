@@ -97,3 +97,40 @@ def test_transformed_fi_equals_brute_force_on_the_same_ids(transform):
                 expected[ids[q] - ids[k]] += 1
     assert np.array_equal(got, expected)
     assert got[16:].sum() > 0  # relative positions beyond the window
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer(tmp_path_factory):
+    import itertools
+
+    from longctx.data.corpus import embedded_documents
+    from longctx.data.tokenizer import train_bpe
+
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_bpe([doc.text for doc in itertools.islice(embedded_documents(("prose",)), 40)], vocab_size=300, path=path)
+    return str(path)
+
+
+def test_fi_of_a_jsonl_stops_at_a_bad_line_as_prepare_does(tmp_path, small_tokenizer, capsys):
+    """One reader and one policy for `prepare` and `fi`: a bad line stops `fi x.jsonl`, naming
+    file and line; `--on-bad-input skip` skips it, counts it and prints where it was."""
+    from longctx.cli import main
+    from longctx.data.tokenizer import load_tokenizer
+
+    texts = ["first document here", "second, a little longer than the first", "third"]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        f"{json.dumps({'text': texts[0]})}\n{{not json\n{json.dumps({'text': texts[1]})}\n"
+        f"{json.dumps({'text': texts[2]})}\n"
+    )
+    args = ["fi", str(corpus), "--window", "16", "--tokenizer", small_tokenizer, "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    assert f"{corpus}:2: bad JSON" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+    assert main([*args, "--on-bad-input", "skip"]) == 0
+    printed = capsys.readouterr().out
+    assert "rejected: 1 (1 bad-json)" in printed and f"{corpus}:2: bad JSON" in printed
+    tokenizer = load_tokenizer(small_tokenizer)
+    numbers = json.loads((tmp_path / "out" / "fi_L16.json").read_text())
+    assert numbers["tokens"] == sum(len(tokenizer.encode(text)) + 1 for text in texts)

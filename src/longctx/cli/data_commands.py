@@ -10,17 +10,17 @@ from longctx.errors import DataError
 
 
 def _is_sharded(sources: list[str]) -> bool:
-    """Shard files, globs, or directories holding shards (data/shard_reader.py) rather than the
-    one-string sources of data/corpus.py (embedded, debian:PACKAGE, a directory of text files)."""
-    from longctx.data.shard_reader import is_shard
+    """Several sources, or one naming shards (data/shard_reader.py's one rule), rather than one
+    of data/corpus.py's bundled sources (embedded, debian:PACKAGE, a directory of text files)."""
+    from longctx.data.shard_reader import is_shard_source
 
-    if len(sources) != 1:
-        return True
-    spec = sources[0]
-    if any(c in spec for c in "*?[") or is_shard(spec):
-        return True
-    path = Path(spec)
-    return path.is_dir() and any(p.is_file() and is_shard(p.name) for p in path.rglob("*"))
+    return len(sources) != 1 or is_shard_source(sources[0])
+
+
+def _shard_suffixes() -> str:
+    from longctx.data.shard_reader import SHARD_SUFFIXES
+
+    return ", ".join(SHARD_SUFFIXES)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -55,9 +55,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         return 0
     shard_only = {"--keep": args.keep, "--drop": args.drop, "--node-rank": args.node_rank, "--nodes": args.nodes > 1}
     if given := [flag for flag, value in shard_only.items() if value]:
-        raise DataError(
-            f"{' '.join(given)} apply to sharded corpora (.jsonl, .jsonl.zst, .jsonl.gz, .parquet), not {sources[0]!r}"
-        )
+        raise DataError(f"{' '.join(given)} apply to sharded corpora ({_shard_suffixes()}), not {sources[0]!r}")
     prepare(sources[0], out_dir, args.tokenizer, num_workers=args.workers, chunk_bytes=args.chunk_bytes)
     return 0
 
@@ -94,7 +92,7 @@ def cmd_sampled_fi(args: argparse.Namespace) -> int:
     from longctx.probes.sampled_fi import sampled_fi, write_sampled
 
     if not _is_sharded(args.data):
-        raise DataError(f"--sample reads shards (.jsonl, .jsonl.zst, .jsonl.gz, .parquet); {args.data} holds none")
+        raise DataError(f"--sample reads shards ({_shard_suffixes()}); {args.data} holds none")
     result = sampled_fi(
         args.data,
         args.tokenizer,
@@ -106,6 +104,8 @@ def cmd_sampled_fi(args: argparse.Namespace) -> int:
         on_bad_input=args.on_bad_input,
         replicates=args.bootstrap,
     )
+    if result.counts.rejected:
+        print(result.counts.summary())
     for line in result.summary_lines():
         print(line)
     numbers, figure = write_sampled(result, args.out)
@@ -125,7 +125,14 @@ def cmd_fi(args: argparse.Namespace) -> int:
             f"longctx fi counts one dataset or source at a time (got {len(args.data)}); --sample reads several"
         )
     args.data = args.data[0]
-    result = figure1_frequencies(document_lengths(args.data, args.tokenizer), args.window)
+    lengths = document_lengths(
+        args.data,
+        args.tokenizer,
+        text_key=args.text_key,
+        keep=_metadata_filter(args),
+        on_bad_input=args.on_bad_input,
+    )
+    result = figure1_frequencies(lengths, args.window)
     if args.doc_mask is not None:
         from longctx.data.prepare import read_manifest
 
@@ -153,7 +160,7 @@ def cmd_fi(args: argparse.Namespace) -> int:
 
 
 def _add_record_options(parser: argparse.ArgumentParser) -> None:
-    """How records of shards are read (data/shard_reader.py): shared by prepare and fi --sample."""
+    """How records of shards are read (data/shard_reader.py): shared by prepare and fi."""
     parser.add_argument("--text-key", default="text", help="the records' text field (dotted for nested)")
     parser.add_argument(
         "--keep", metavar="KEY=V[,V...]", help="keep only records whose KEY (e.g. meta.redpajama_set_name) is a V"
@@ -167,7 +174,8 @@ def _add_record_options(parser: argparse.ArgumentParser) -> None:
         "--on-bad-input",
         choices=("error", "skip"),
         default="error",
-        help="a bad line, record or shard: stop naming shard and line (error), or skip it and count it in the manifest",
+        help="a bad line, record or shard: stop naming shard and line (error), or skip it, count it and report "
+        "where it was (prepare's manifest, fi's output)",
     )
 
 
@@ -177,8 +185,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "paths",
         nargs="*",
         metavar="PATH",
-        help="SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard (.jsonl, .jsonl.zst, "
-        ".jsonl.gz, .parquet), a directory searched recursively for shards, a quoted glob ('c/**/*.parquet'); "
+        help=f"SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard ({_shard_suffixes()}), "
+        "a directory searched recursively for shards, a quoted glob ('c/**/*.parquet'); "
         "or one of embedded | embedded:code | debian:PACKAGE | a directory of .txt/.md/.rst files",
     )
     prep.add_argument(
@@ -196,8 +204,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     fi.add_argument(
         "data",
         nargs="+",
-        help="prepared dataset directory, or a corpus source (embedded, FILE.jsonl, DIR); with --sample, shards, "
-        "directories and globs as `longctx prepare` reads them",
+        help="prepared dataset directory, or one source as `longctx prepare` reads it (a shard, a directory or "
+        "glob of shards, embedded, debian:PACKAGE, a directory of text files); --sample reads shards only, "
+        "several sources at once",
     )
     fi.add_argument("--window", type=int, required=True, help="training length L")
     fi.add_argument("--tokenizer", default="bpe-8192", help="for corpus sources that are not prepared")

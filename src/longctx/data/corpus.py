@@ -1,8 +1,11 @@
 """Text corpora as streams of `Document`s, and their length distributions (docs/design.md §11).
 
 This module owns *where text comes from* and what gets rejected on the way; tokenising,
-packing and writing litdata shards live elsewhere. Sources, each yielding documents in a
-deterministic order (sorted paths, file order for JSONL/parquet):
+packing and writing litdata shards live elsewhere. `source_texts(spec)` is the text of any
+one-string source: shards (`.jsonl`, `.jsonl.zst`, `.jsonl.gz`, `.parquet`, directories and
+globs of them; `shard_reader.is_shard_source`) are read by data/shard_reader.py, the only
+reader of those formats; the bundled sources below by this module, each yielding documents
+in a deterministic order (sorted paths):
 
 - `embedded_documents`: what ships with the Python installation itself, so the default
   needs nothing but pip. Code = the stdlib's `.py` files (test/, tests/, idle_test/,
@@ -13,12 +16,14 @@ deterministic order (sorted paths, file order for JSONL/parquet):
   the left-skewed position frequency f(i) of STRING §2.2.
 - `debian_documents`: larger optional prose from Debian doc packages (`python3.11-doc`:
   497 `*.rst.txt` files, 11.0 M chars; `linux-doc-6.1`: 3,183 files, 24 MB).
-- `jsonl_documents` / `parquet_documents` / `directory_documents`: user text.
-- `open_source(spec)`: the one-string form configs use (`data.path`).
+- `directory_documents`: user text files.
+- `open_source(spec)`: the one-string form of these.
 
-Rejected items (undecodable bytes, bad JSON, a missing or non-string text field, empty
-text) are never dropped silently: pass a `CorpusReport` to record them with their file and
-line (or row) and keep going; without one the first rejected item raises `CorpusError`.
+Rejected items (undecodable bytes, a non-string or empty text) are never dropped silently.
+A bundled source records them in the `CorpusReport` passed (the one report of every reader,
+data/shard_reader.py's too) and keeps going; without one the first raises `CorpusError`.
+Shards follow their own `on_bad_input` policy (default: stop at the first, naming file and
+line; "skip": count and record them in the report).
 
 `length_report` summarises a length distribution (count, p10/median/mean/p90, and the
 share of documents longer than each training window): the f(i) of STRING Eq. 1 is decided
@@ -27,14 +32,21 @@ by these numbers before a single step is trained.
 
 from __future__ import annotations
 
-import json
-import math
 import sysconfig
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from longctx.data.shard_reader import (
+    SHARD_SUFFIXES,
+    CorpusReport,
+    MetadataFilter,
+    find_shards,
+    is_shard_source,
+    shard_texts,
+)
 from longctx.errors import DataError
 
 EMBEDDED_DOMAINS = ("code", "prose")
@@ -79,43 +91,10 @@ class Document:
     """Which kind of text: 'code', 'prose', or the label given to a user source."""
 
 
-@dataclass(frozen=True)
-class Rejection:
-    """An item a source could not turn into a document."""
-
-    where: str
-    """File and line (JSONL, 1-based), row (parquet, 0-based) or document id."""
-    kind: str
-    """Short category: not-utf8 | bad-json | not-an-object | missing-key | not-a-string | empty."""
-    detail: str
-    """Human-readable reason."""
-
-
-@dataclass
-class CorpusReport:
-    """Collects rejected items so a caller can count and print them."""
-
-    rejections: list[Rejection] = field(default_factory=list)
-    """Every rejected item, in the order met."""
-
-    def count_by_kind(self) -> dict[str, int]:
-        return dict(Counter(r.kind for r in self.rejections))
-
-    def summary(self, examples: int = 5) -> str:
-        if not self.rejections:
-            return "rejected: none"
-        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.count_by_kind().items()))
-        lines = [f"rejected: {len(self.rejections)} ({kinds})"]
-        lines += [f"  {r.where}: {r.detail}" for r in self.rejections[:examples]]
-        if len(self.rejections) > examples:
-            lines.append(f"  ... and {len(self.rejections) - examples} more")
-        return "\n".join(lines)
-
-
 def _reject(report: CorpusReport | None, where: str, kind: str, detail: str) -> None:
     if report is None:
         raise CorpusError(f"{where}: {detail} (pass a CorpusReport to record such items and skip them)")
-    report.rejections.append(Rejection(where, kind, detail))
+    report.reject(where, kind, detail)
 
 
 def _document(
@@ -243,76 +222,16 @@ def debian_documents(package: str, report: CorpusReport | None = None, root: str
     return _files(files, directory, f"debian:{package}/", "prose", report)
 
 
-def jsonl_documents(
-    path: str | Path, text_key: str = "text", domain: str = "text", report: CorpusReport | None = None
-) -> Iterator[Document]:
-    """One document per line of a JSON Lines file: the string under `text_key` of each object."""
-    path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"path={str(path)!r} is not a file")
-    return _jsonl(path, text_key, domain, report)
-
-
-def _jsonl(path: Path, text_key: str, domain: str, report: CorpusReport | None) -> Iterator[Document]:
-    with path.open("rb") as lines:
-        for number, raw in enumerate(lines, start=1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                _reject(report, where, "not-utf8", f"not UTF-8 ({err.reason} at byte {err.start})")
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                _reject(report, where, "bad-json", f"bad JSON: {err.msg} at column {err.colno}")
-                continue
-            if not isinstance(record, dict):
-                _reject(report, where, "not-an-object", f"a JSON {type(record).__name__}, not an object")
-                continue
-            if text_key not in record:
-                _reject(report, where, "missing-key", f"no {text_key!r} key (keys: {sorted(record)[:8]})")
-                continue
-            doc = _document(report, where, f"{path.name}:{number}", record[text_key], domain, text_key)
-            if doc is not None:
-                yield doc
-
-
-def parquet_documents(
-    path: str | Path, text_key: str = "text", domain: str = "text", report: CorpusReport | None = None
-) -> Iterator[Document]:
-    """One document per row of a parquet file: its `text_key` column (needs pyarrow)."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as err:
-        raise CorpusError(f"reading {path} needs pyarrow: pip install pyarrow") from err
-    path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"path={str(path)!r} is not a file")
-    table = pq.ParquetFile(path)
-    if text_key not in table.schema_arrow.names:
-        raise CorpusError(f"{path}: no column {text_key!r} (columns: {table.schema_arrow.names})")
-    return _parquet(path, table, text_key, domain, report)
-
-
-def _parquet(path: Path, table, text_key: str, domain: str, report: CorpusReport | None) -> Iterator[Document]:
-    row = 0
-    for batch in table.iter_batches(columns=[text_key], batch_size=1024):
-        for text in batch.column(0).to_pylist():
-            doc = _document(report, f"{path}:row {row}", f"{path.name}:{row}", text, domain, text_key)
-            if doc is not None:
-                yield doc
-            row += 1
-
-
 def open_source(spec: str, report: CorpusReport | None = None) -> Iterator[Document]:
     """Documents named by one config string.
 
     '' or 'embedded'             -> the embedded corpus (code and prose)
     'embedded:code', 'embedded:prose', 'embedded:code,prose'
     'debian:PACKAGE'             -> an installed Debian doc package (`DEBIAN_SOURCES`)
-    'PATH.jsonl', 'PATH.parquet' -> one document per line / row, text under 'text'
     'DIRECTORY'                  -> its *.txt, *.md, *.rst files
+
+    A spec naming shards is refused: their records are texts without documents' ids, read by
+    `source_texts` through data/shard_reader.py.
     """
     if spec in ("", "embedded"):
         return embedded_documents(report=report)
@@ -320,53 +239,82 @@ def open_source(spec: str, report: CorpusReport | None = None) -> Iterator[Docum
         return embedded_documents(tuple(spec.removeprefix("embedded:").split(",")), report=report)
     if spec.startswith("debian:"):
         return debian_documents(spec.removeprefix("debian:"), report=report)
-    if spec.endswith(".jsonl"):
-        return jsonl_documents(spec, report=report)
-    if spec.endswith(".parquet"):
-        return parquet_documents(spec, report=report)
+    if is_shard_source(spec):
+        raise CorpusError(f"data source {spec!r} names shards: read it with source_texts (data/shard_reader.py)")
     if Path(spec).is_dir():
         return directory_documents(spec, report=report)
     raise CorpusError(
         f"data source {spec!r} is not understood: use '' / 'embedded[:code|prose]', 'debian:PACKAGE', "
-        "a .jsonl or .parquet file, or an existing directory of text files"
+        f"shards (files ending with one of {SHARD_SUFFIXES}, directories or globs of them), "
+        "or an existing directory of text files"
     )
+
+
+def source_texts(
+    spec: str,
+    report: CorpusReport | None = None,
+    *,
+    text_key: str = "text",
+    keep: MetadataFilter | None = None,
+    on_bad_input: str = "error",
+) -> Iterator[str]:
+    """The text of every document of one source string, in its stable order: what `longctx
+    prepare` and `longctx fi` read.
+
+    Shards are read by data/shard_reader.py under `on_bad_input` ("error": stop at the first
+    bad line, naming file and line; "skip": count it in `report` and go on), with `text_key`
+    and `keep` selecting each record's text; any other spec goes through `open_source`, whose
+    rejected items `report` records. `report.documents` counts what was yielded.
+    """
+    if is_shard_source(spec):
+        shards = find_shards([spec])  # a missing file or an empty glob fails here, before reading
+        return _shard_source_texts([shard.path for shard in shards], report, text_key, keep, on_bad_input)
+    return _document_texts(open_source(spec, report), report)
+
+
+def _shard_source_texts(
+    paths: list[str], report: CorpusReport | None, text_key: str, keep: MetadataFilter | None, on_bad_input: str
+) -> Iterator[str]:
+    for path in paths:
+        yield from shard_texts(path, text_key=text_key, keep=keep, on_bad_input=on_bad_input, counts=report)
+
+
+def _document_texts(documents: Iterator[Document], report: CorpusReport | None) -> Iterator[str]:
+    for document in documents:
+        if report is not None:
+            report.documents += 1
+        yield document.text
 
 
 # --------------------------------------------------------------------------- lengths
 
 
-def _percentile(ordered: Sequence[int], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default 'linear' method)."""
-    h = (len(ordered) - 1) * q
-    lo = math.floor(h)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (h - lo) * (ordered[hi] - ordered[lo])
-
-
-def length_report(lengths: Iterable[int], windows: Sequence[int] = LENGTH_WINDOWS) -> dict[str, float]:
-    """Summary of a document-length distribution.
+def length_report(lengths: Iterable[int] | np.ndarray, windows: Sequence[int] = LENGTH_WINDOWS) -> dict[str, float]:
+    """Summary of a document-length distribution: the manifest's `lengths` block.
 
     Keys: count, total, min, p10, median, mean, p90, max, and for each window w
-    `longer_than_{w}`, the share of documents with length > w.
+    `longer_than_{w}`, the share of documents with length > w. Percentiles interpolate
+    linearly between closest ranks (numpy's default); computed with numpy, so a corpus of
+    hundreds of millions of documents is summarised in seconds.
     """
-    ordered = sorted(lengths)
-    if not ordered:
+    ordered = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
+    if not len(ordered):
         raise ValueError("lengths is empty: no document to report on")
-    if ordered[0] < 0:
-        raise ValueError(f"lengths holds a negative length {ordered[0]}")
-    count = len(ordered)
+    if ordered.min() < 0:
+        raise ValueError(f"lengths holds a negative length {int(ordered.min())}")
+    p10, median, p90 = np.percentile(ordered, [10, 50, 90])
     report: dict[str, float] = {
-        "count": count,
-        "total": sum(ordered),
-        "min": ordered[0],
-        "p10": _percentile(ordered, 0.10),
-        "median": _percentile(ordered, 0.50),
-        "mean": sum(ordered) / count,
-        "p90": _percentile(ordered, 0.90),
-        "max": ordered[-1],
+        "count": len(ordered),
+        "total": int(ordered.sum()),
+        "min": int(ordered.min()),
+        "p10": float(p10),
+        "median": float(median),
+        "mean": float(ordered.mean()),
+        "p90": float(p90),
+        "max": int(ordered.max()),
     }
     for window in windows:
-        report[f"longer_than_{window}"] = sum(1 for n in ordered if n > window) / count
+        report[f"longer_than_{window}"] = float((ordered > window).mean())
     return report
 
 

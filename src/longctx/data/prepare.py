@@ -15,11 +15,12 @@ The output may be an object-store prefix (`longctx prepare corpus.jsonl s3://buc
 litdata uploads the chunks and the side files go through the same storage layer
 (`data/storage.py`).
 
-A document that cannot be used (undecodable file, bad JSON line, missing/empty text) is
-counted in the manifest and printed, never dropped silently. The run is resumable:
-litdata's `use_checkpoint` keeps per-worker progress, and a directory whose manifest says
-it is complete is left alone. Training refuses a dataset whose tokenizer fingerprint
-differs from the configured tokenizer's.
+Shards are read by data/shard_reader.py under `on_bad_input`: a bad line stops the run
+naming file and line, or with "skip" is counted in the manifest and printed; an unusable
+document of a bundled source (undecodable file, empty text) is counted and printed. Nothing
+is dropped silently. The run is resumable: litdata's `use_checkpoint` keeps per-worker
+progress, and a directory whose manifest says it is complete is left alone. Training
+refuses a dataset whose tokenizer fingerprint differs from the configured tokenizer's.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 from litdata import StreamingDataset, optimize
 
 from longctx.data import storage
-from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, open_source
+from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, source_texts
 from longctx.data.integrity import MANIFEST_FILE, record_chunks
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
@@ -78,11 +79,12 @@ def prepare(
     verbose: bool = True,
     documents: Iterable[Document] | None = None,
     extra: dict | None = None,
+    on_bad_input: str = "error",
 ) -> dict:
-    """Tokenise `source` (see corpus.open_source) into `output_dir` (a local directory or an
+    """Tokenise `source` (see corpus.source_texts) into `output_dir` (a local directory or an
     object-store prefix such as `s3://bucket/data`); returns the manifest.
 
-    `documents`, when given, replaces `open_source(source)` (generated sources such as
+    `documents`, when given, replaces `source_texts(source)` (generated sources such as
     data/retrieval.py; `source` then only names them in the manifest); `extra` is merged
     into the manifest (a generated source's settings and its own report).
     """
@@ -97,7 +99,10 @@ def prepare(
         return manifest
 
     report = CorpusReport()
-    texts = [document.text for document in (open_source(source, report) if documents is None else documents)]
+    if documents is None:
+        texts = list(source_texts(source, report, on_bad_input=on_bad_input))
+    else:
+        texts = [document.text for document in documents]
     if not texts:
         raise DataError(f"data source {source!r} yielded no usable document\n{report.summary()}")
     if verbose:
@@ -127,7 +132,7 @@ def prepare(
         "tokens": int(lengths.sum()),
         "rejected": report.count_by_kind(),
         "rejected_items": [vars(r) for r in report.rejections],
-        "lengths": length_report(lengths.tolist()),
+        "lengths": length_report(lengths),
         "chunks": record_chunks(output_dir),  # size and SHA-256 of each (data/integrity.py)
         **(extra or {}),
         "complete": True,

@@ -16,13 +16,18 @@ Order: the specs in the order given; under each, files sorted by their path rela
 spec's root (a directory, or a glob's directory part before the first wildcard), so every
 machine that mounts the corpus sees the same list (node sharding relies on it).
 
+One rule decides what a shard is: a name ending with a suffix of `SHARD_READERS`, the one
+table from suffix to reader (adding a corpus format: docs/data.md); `is_shard_source` decides
+whether a source string names shards (a glob, a shard file, or a directory holding one), for
+`longctx prepare`, `longctx fi` and `corpus.source_texts` alike.
+
 Bad input. A corrupt or truncated `.zst`/`.gz` stream, a line that is not UTF-8 or not a
 JSON object, a record without the text key or with a non-string or empty text, a parquet
 file pyarrow cannot read, and an empty shard are each a `ShardError` naming the shard and
 line (1-based) or row (0-based) under `on_bad_input="error"` (the default). Under
-`on_bad_input="skip"` each is counted by kind in `ShardCounts` (which `longctx prepare`
-writes to its manifest) and reading goes on; a corrupt stream ends its shard there (the
-records after the damage cannot be found), counted as `corrupt-stream`.
+`on_bad_input="skip"` each is counted by kind in a `CorpusReport` (which `longctx prepare`
+writes to its manifest and `longctx fi` prints) and reading goes on; a corrupt stream ends
+its shard there (the records after the damage cannot be found), counted as `corrupt-stream`.
 
 `.gz` is read with the standard library; `.zst` needs `zstandard` and `.parquet` needs
 `pyarrow` (the `corpora` extra: `pip install longctx[corpora]`).
@@ -43,12 +48,11 @@ from typing import Any, BinaryIO
 
 from longctx.errors import DataError
 
-SHARD_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".parquet")
 BAD_INPUT_POLICIES = ("error", "skip")
 PARQUET_BATCH_ROWS = 1024
 READ_BYTES = 1 << 20
 EXAMPLES_KEPT = 20
-"""Skipped items listed with their place in `ShardCounts.examples` (all are counted)."""
+"""Rejected items a shard-scale `CorpusReport` lists with their place (all are counted)."""
 
 
 class ShardError(DataError):
@@ -68,7 +72,18 @@ class Shard:
 
 
 def is_shard(name: str) -> bool:
+    """Whether a file of this name is a shard: its name ends with a suffix of `SHARD_READERS`."""
     return name.endswith(SHARD_SUFFIXES)
+
+
+def is_shard_source(spec: str) -> bool:
+    """Whether a source string names shards: a glob, a shard's name (found or not: reading
+    it then says what is wrong), or a directory holding a shard at any depth. Anything else
+    is one of data/corpus.py's bundled sources (embedded, debian:PACKAGE, a directory of text)."""
+    if _has_wildcard(spec) or is_shard(spec):
+        return True
+    path = Path(spec)
+    return path.is_dir() and any(p.is_file() and is_shard(p.name) for p in path.rglob("*"))
 
 
 def _has_wildcard(spec: str) -> bool:
@@ -148,7 +163,7 @@ MISSING = object()
 class MetadataFilter:
     """Keep (or drop) the records whose field `key` (dotted for nested: `meta.redpajama_set_name`)
     is one of `values`. A record without the field is dropped by a keep-filter and kept by
-    a drop-filter. Filtered records are counted (`ShardCounts.filtered`), not rejected."""
+    a drop-filter. Filtered records are counted (`CorpusReport.filtered`), not rejected."""
 
     key: str
     values: frozenset[str]
@@ -174,61 +189,149 @@ class MetadataFilter:
         return f"{'keep' if self.keep else 'drop'} {self.key} in {sorted(self.values)}"
 
 
-@dataclass
-class ShardCounts:
-    """What reading shards produced and passed over."""
+@dataclass(frozen=True)
+class Rejection:
+    """An item a source could not turn into a document."""
 
+    where: str
+    """File and line (JSONL, 1-based), row (parquet, 0-based) or document id."""
+    kind: str
+    """Short category: not-utf8 | bad-json | not-an-object | missing-key | not-a-string | empty |
+    corrupt-stream | unreadable | empty-shard."""
+    detail: str
+    """Human-readable reason."""
+
+
+@dataclass
+class CorpusReport:
+    """What reading a source produced and passed over: the one report of every reader (shards,
+    and data/corpus.py's bundled sources), so `prepare`, `fi` and their manifests count bad
+    input the same way.
+
+    Counts cover every item; `rejections` lists them with their place up to `examples_kept`
+    (None: all, for sources read into memory anyway; a corpus of billions of records keeps
+    `EXAMPLES_KEPT`)."""
+
+    examples_kept: int | None = None
+    """How many rejected items `rejections` lists (None: all)."""
     documents: int = 0
     """Records whose text was yielded."""
     filtered: int = 0
     """Records the metadata filter left out."""
-    skipped: Counter = field(default_factory=Counter)
-    """Bad items by kind (on_bad_input=skip): not-utf8, bad-json, not-an-object, missing-key,
-    not-a-string, empty, corrupt-stream, unreadable, empty-shard."""
-    examples: list[dict] = field(default_factory=list)
-    """The first `EXAMPLES_KEPT` skipped items: {"where", "kind", "detail"}."""
+    rejected: Counter = field(default_factory=Counter)
+    """Rejected items by kind (see `Rejection.kind`)."""
+    rejections: list[Rejection] = field(default_factory=list)
+    """The rejected items, in the order met, the first `examples_kept` of them."""
 
-    def add(self, other: ShardCounts) -> None:
-        self.documents += other.documents
-        self.filtered += other.filtered
-        self.skipped.update(other.skipped)
-        self.examples += other.examples[: max(EXAMPLES_KEPT - len(self.examples), 0)]
+    def reject(self, where: str, kind: str, detail: str) -> None:
+        """Count an item left out as unusable, and list it while there is room."""
+        self.rejected[kind] += 1
+        if self.examples_kept is None or len(self.rejections) < self.examples_kept:
+            self.rejections.append(Rejection(where, kind, detail))
+
+    def count_by_kind(self) -> dict[str, int]:
+        return dict(self.rejected)
+
+    def summary(self, examples: int = 5) -> str:
+        total = sum(self.rejected.values())
+        if not total:
+            return "rejected: none"
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.rejected.items()))
+        lines = [f"rejected: {total} ({kinds})"]
+        lines += [f"  {r.where}: {r.detail}" for r in self.rejections[:examples]]
+        if total > min(examples, len(self.rejections)):
+            lines.append(f"  ... and {total - min(examples, len(self.rejections))} more")
+        return "\n".join(lines)
 
 
-class _Reader:
-    def __init__(self, path: str, on_bad_input: str, counts: ShardCounts):
+class ShardReading:
+    """One shard being read: what a format's reader (a value of `SHARD_READERS`) is given.
+
+    The reader opens `path`, calls `drawn()` once per record before parsing it (False: leave
+    it out uncounted), hands each parsed record to `text()` and yields what is not None, and
+    reports what it cannot parse to `bad()`: the policy (raise or count) is applied here,
+    never in a reader."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        text_key: str,
+        keep: MetadataFilter | None,
+        on_bad_input: str,
+        report: CorpusReport,
+        select: Callable[[], bool] | None,
+    ):
         if on_bad_input not in BAD_INPUT_POLICIES:
             raise ShardError(f"on_bad_input={on_bad_input!r}: choose one of {BAD_INPUT_POLICIES}")
-        self.path, self.skip, self.counts = path, on_bad_input == "skip", counts
+        self.path, self.text_key, self.keep = path, text_key, keep
+        self.skip, self.report, self.select = on_bad_input == "skip", report, select
+
+    def drawn(self) -> bool:
+        return self.select is None or self.select()
 
     def bad(self, where: str, kind: str, detail: str) -> None:
         if not self.skip:
             raise ShardError(
-                f"{where}: {detail} (--on-bad-input skip skips such items and counts them in the manifest)"
+                f"{where}: {detail} (--on-bad-input skip skips such items, counts them and reports where they are)"
             )
-        self.counts.skipped[kind] += 1
-        if len(self.counts.examples) < EXAMPLES_KEPT:
-            self.counts.examples.append({"where": where, "kind": kind, "detail": detail})
+        self.report.reject(where, kind, detail)
 
-    def text(self, record: Any, where: str, text_key: str, keep: MetadataFilter | None) -> str | None:
+    def text(self, record: Any, where: str) -> str | None:
+        """The record's text, or None after counting why not (filtered, or bad)."""
         if not isinstance(record, dict):
             self.bad(where, "not-an-object", f"a JSON {type(record).__name__}, not an object")
             return None
-        if keep is not None and not keep.admits(record):
-            self.counts.filtered += 1
+        if self.keep is not None and not self.keep.admits(record):
+            self.report.filtered += 1
             return None
-        text = field_value(record, text_key)
+        text = field_value(record, self.text_key)
         if text is MISSING:
-            self.bad(where, "missing-key", f"no {text_key!r} key (keys: {sorted(record)[:8]})")
+            self.bad(where, "missing-key", f"no {self.text_key!r} key (keys: {sorted(record)[:8]})")
             return None
         if not isinstance(text, str):
-            self.bad(where, "not-a-string", f"field {text_key!r} is {type(text).__name__}, not a string")
+            self.bad(where, "not-a-string", f"field {self.text_key!r} is {type(text).__name__}, not a string")
             return None
         if not text.strip():
             self.bad(where, "empty", "empty text")
             return None
-        self.counts.documents += 1
+        self.report.documents += 1
         return text
+
+
+ShardReader = Callable[[ShardReading], Iterator[str]]
+"""Streams the text of one shard's records (see `ShardReading` for its duties)."""
+
+
+def shard_texts(
+    path: str,
+    *,
+    text_key: str = "text",
+    keep: MetadataFilter | None = None,
+    on_bad_input: str = "error",
+    counts: CorpusReport | None = None,
+    select: Callable[[], bool] | None = None,
+) -> Iterator[str]:
+    """The text of every usable record of one shard, in file order, streamed by the reader
+    its suffix selects in `SHARD_READERS`.
+
+    `counts` collects documents, filtered records and skipped items. `select`, when given,
+    is called once per record (line or row) before it is parsed; a False leaves the record
+    out uncounted (`longctx fi --sample` draws its uniform sample this way).
+    """
+    report = counts if counts is not None else CorpusReport(examples_kept=EXAMPLES_KEPT)
+    reading = ShardReading(path, text_key=text_key, keep=keep, on_bad_input=on_bad_input, report=report, select=select)
+    return _reader_for(path)(reading)
+
+
+def _reader_for(path: str) -> ShardReader:
+    suffixes = [suffix for suffix in SHARD_READERS if path.endswith(suffix)]
+    if not suffixes:
+        raise ShardError(f"{path}: not a shard (a shard's name ends with one of {SHARD_SUFFIXES})")
+    return SHARD_READERS[max(suffixes, key=len)]
+
+
+# --------------------------------------------------------------------------- JSON Lines
 
 
 def _zstd_blocks(handle: BinaryIO) -> Iterator[bytes]:
@@ -254,7 +357,7 @@ def _zstd_blocks(handle: BinaryIO) -> Iterator[bytes]:
         raise EOFError("the stream ends inside a zstd frame (truncated file)")
 
 
-def _lines(blocks: Iterator[bytes]) -> Iterator[bytes]:
+def _split_lines(blocks: Iterator[bytes]) -> Iterator[bytes]:
     carry = b""
     for block in blocks:
         pieces = (carry + block).split(b"\n")
@@ -264,12 +367,16 @@ def _lines(blocks: Iterator[bytes]) -> Iterator[bytes]:
         yield carry
 
 
-def _raw_lines(path: str, handle: BinaryIO) -> Iterator[bytes]:
-    if path.endswith(".zst"):
-        return _lines(_zstd_blocks(handle))
-    if path.endswith(".gz"):
-        return (line.rstrip(b"\n") for line in gzip.GzipFile(fileobj=handle))
+def _plain_lines(handle: BinaryIO) -> Iterator[bytes]:
     return (line.rstrip(b"\n") for line in handle)
+
+
+def _gzip_lines(handle: BinaryIO) -> Iterator[bytes]:
+    return (line.rstrip(b"\n") for line in gzip.GzipFile(fileobj=handle))
+
+
+def _zstd_lines(handle: BinaryIO) -> Iterator[bytes]:
+    return _split_lines(_zstd_blocks(handle))
 
 
 def _stream_errors() -> tuple[type[BaseException], ...]:
@@ -283,93 +390,91 @@ def _stream_errors() -> tuple[type[BaseException], ...]:
     return errors
 
 
-def shard_texts(
-    path: str,
-    *,
-    text_key: str = "text",
-    keep: MetadataFilter | None = None,
-    on_bad_input: str = "error",
-    counts: ShardCounts | None = None,
-    select: Callable[[], bool] | None = None,
-) -> Iterator[str]:
-    """The text of every usable record of one shard, in file order, streamed.
+def _jsonl_reader(lines: Callable[[BinaryIO], Iterator[bytes]]) -> ShardReader:
+    """The reader of JSON Lines whose bytes `lines` splits (after decompressing, if need be)."""
 
-    `counts` collects documents, filtered records and skipped items. `select`, when given,
-    is called once per record (line or row) before it is parsed; a False leaves the record
-    out uncounted (`longctx fi --sample` draws its uniform sample this way).
-    """
-    reader = _Reader(path, on_bad_input, counts if counts is not None else ShardCounts())
-    if path.endswith(".parquet"):
-        return _parquet_texts(reader, path, text_key, keep, select)
-    return _jsonl_texts(reader, path, text_key, keep, select)
+    def read(reading: ShardReading) -> Iterator[str]:
+        path = reading.path
+        kind = path.rsplit(".", 1)[-1]
+        stream_errors = _stream_errors()
+        number = 0
+        with open(path, "rb") as handle:
+            raw_lines = lines(handle)
+            while True:
+                try:
+                    raw = next(raw_lines)
+                except StopIteration:
+                    break
+                except stream_errors as err:
+                    reading.bad(
+                        f"{path}:{number + 1}",
+                        "corrupt-stream",
+                        f"corrupt or truncated .{kind} stream after line {number} ({type(err).__name__}: {err})",
+                    )
+                    return
+                number += 1
+                if not reading.drawn():
+                    continue
+                where = f"{path}:{number}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    reading.bad(where, "not-utf8", f"not UTF-8 ({err.reason} at byte {err.start})")
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    reading.bad(where, "bad-json", f"bad JSON: {err.msg} at column {err.colno}")
+                    continue
+                text = reading.text(record, where)
+                if text is not None:
+                    yield text
+        if number == 0:
+            reading.bad(f"{path}:1", "empty-shard", "empty shard: no line at all")
 
-
-def _jsonl_texts(
-    reader: _Reader, path: str, text_key: str, keep: MetadataFilter | None, select: Callable[[], bool] | None
-) -> Iterator[str]:
-    kind = path.rsplit(".", 1)[-1]
-    stream_errors = _stream_errors()
-    number = 0
-    with open(path, "rb") as handle:
-        lines = _raw_lines(path, handle)
-        while True:
-            try:
-                raw = next(lines)
-            except StopIteration:
-                break
-            except stream_errors as err:
-                reader.bad(
-                    f"{path}:{number + 1}",
-                    "corrupt-stream",
-                    f"corrupt or truncated .{kind} stream after line {number} ({type(err).__name__}: {err})",
-                )
-                return
-            number += 1
-            if select is not None and not select():
-                continue
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                reader.bad(where, "not-utf8", f"not UTF-8 ({err.reason} at byte {err.start})")
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                reader.bad(where, "bad-json", f"bad JSON: {err.msg} at column {err.colno}")
-                continue
-            text = reader.text(record, where, text_key, keep)
-            if text is not None:
-                yield text
-    if number == 0:
-        reader.bad(f"{path}:1", "empty-shard", "empty shard: no line at all")
+    return read
 
 
-def _parquet_texts(
-    reader: _Reader, path: str, text_key: str, keep: MetadataFilter | None, select: Callable[[], bool] | None
-) -> Iterator[str]:
+# --------------------------------------------------------------------------- parquet
+
+
+def _parquet_texts(reading: ShardReading) -> Iterator[str]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as err:
         raise ShardError("reading .parquet shards needs pyarrow: pip install 'longctx[corpora]'") from err
+    path, text_key, keep = reading.path, reading.text_key, reading.keep
     row = 0
     try:
         table = pq.ParquetFile(path)
         names = table.schema_arrow.names
         columns = {key if key in names else key.split(".")[0] for key in [text_key, *([keep.key] if keep else [])]}
         if text_key not in names and text_key.split(".")[0] not in names:
-            reader.bad(path, "missing-key", f"no column {text_key!r} (columns: {names[:8]})")
+            reading.bad(path, "missing-key", f"no column {text_key!r} (columns: {names[:8]})")
             return
         for batch in table.iter_batches(columns=sorted(columns & set(names)), batch_size=PARQUET_BATCH_ROWS):
             for record in batch.to_pylist():
-                if select is None or select():
-                    text = reader.text(record, f"{path}:row {row}", text_key, keep)
+                if reading.drawn():
+                    text = reading.text(record, f"{path}:row {row}")
                     if text is not None:
                         yield text
                 row += 1
     except (pa.ArrowException, OSError) as err:
-        reader.bad(f"{path}:row {row}", "unreadable", f"pyarrow cannot read the file from row {row} on: {err}")
+        reading.bad(f"{path}:row {row}", "unreadable", f"pyarrow cannot read the file from row {row} on: {err}")
         return
     if row == 0:
-        reader.bad(f"{path}:row 0", "empty-shard", "empty shard: no row at all")
+        reading.bad(f"{path}:row 0", "empty-shard", "empty shard: no row at all")
+
+
+# --------------------------------------------------------------------------- the formats
+
+SHARD_READERS: dict[str, ShardReader] = {
+    ".jsonl": _jsonl_reader(_plain_lines),
+    ".jsonl.zst": _jsonl_reader(_zstd_lines),
+    ".jsonl.gz": _jsonl_reader(_gzip_lines),
+    ".parquet": _parquet_texts,
+}
+"""Every corpus format, by the suffix that names it: the one place a format is added."""
+
+SHARD_SUFFIXES = tuple(SHARD_READERS)

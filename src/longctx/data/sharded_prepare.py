@@ -50,14 +50,14 @@ import numpy as np
 from litdata import StreamingDataset, optimize
 
 from longctx.data import storage
-from longctx.data.corpus import LENGTH_WINDOWS, format_length_report
+from longctx.data.corpus import format_length_report, length_report
 from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, record_chunks
 from longctx.data.packing import LENGTHS_FILE
 from longctx.data.shard_reader import (
     EXAMPLES_KEPT,
+    CorpusReport,
     MetadataFilter,
     Shard,
-    ShardCounts,
     file_sha256,
     find_shards,
     shard_texts,
@@ -94,7 +94,7 @@ class TokenizeShards:
 
         tokenizer = _worker_tokenizer(self.tokenizer_spec)
         path = self.paths[index]
-        counts = ShardCounts()
+        counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
         tokens, batch, size, started = 0, [], 0, time.monotonic()
         try:
             for text in shard_texts(
@@ -117,8 +117,8 @@ class TokenizeShards:
             "documents": counts.documents,
             "tokens": tokens,
             "filtered": counts.filtered,
-            "skipped": dict(counts.skipped),
-            "examples": counts.examples,
+            "skipped": counts.count_by_kind(),
+            "examples": [vars(rejection) for rejection in counts.rejections],
             "sha256": file_sha256(path),
             "seconds": round(time.monotonic() - started, 3),
         }
@@ -346,25 +346,6 @@ def _round_summary(directory: str) -> dict:
     return summary
 
 
-def lengths_summary(lengths: np.ndarray) -> dict[str, float]:
-    """`corpus.length_report` computed with numpy (the same keys and numbers), for corpora
-    of hundreds of millions of documents."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    report: dict[str, float] = {
-        "count": len(lengths),
-        "total": int(lengths.sum()),
-        "min": int(lengths.min()),
-        "p10": float(np.percentile(lengths, 10)),
-        "median": float(np.percentile(lengths, 50)),
-        "mean": float(lengths.mean()),
-        "p90": float(np.percentile(lengths, 90)),
-        "max": int(lengths.max()),
-    }
-    for window in LENGTH_WINDOWS:
-        report[f"longer_than_{window}"] = float((lengths > window).mean())
-    return report
-
-
 def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> dict:
     """Merge the parts of all `nodes` nodes into one dataset at `output_dir`; returns its manifest."""
     output_dir = str(output_dir)
@@ -443,7 +424,7 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
         "on_bad_input": plan["on_bad_input"],
         "nodes": nodes,
         "shards": [{k: v for k, v in r.items() if k != "examples"} for r in all_shards],
-        "lengths": lengths_summary(lengths),
+        "lengths": length_report(lengths),
         "chunks": chunks,
         "complete": True,
     }

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from longctx.data.shard_reader import MetadataFilter
 from longctx.probes.position_frequency import Histogram, relative_position_counts
 
 DISTRIBUTIONS = ("natural", "uniform", "concatenated")
@@ -194,25 +195,29 @@ def plot_figure1(result: DatasetFrequency, path: str | Path) -> Path:
     return save_figure(figure, path)
 
 
-def document_lengths(source: str, tokenizer_spec: str) -> np.ndarray:
-    """Token counts (with EOS) of a prepared directory's documents, or of any corpus source."""
+def document_lengths(
+    source: str,
+    tokenizer_spec: str,
+    *,
+    text_key: str = "text",
+    keep: MetadataFilter | None = None,
+    on_bad_input: str = "error",
+) -> np.ndarray:
+    """Token counts (with EOS) of a prepared directory's documents, or of any corpus source
+    as `longctx prepare` reads it (corpus.source_texts: shards under `on_bad_input`, whose
+    skipped items are printed with file and line)."""
     from longctx.data.packing import LENGTHS_FILE
 
     if Path(source, LENGTHS_FILE).exists():
         return np.load(Path(source, LENGTHS_FILE))
-    from longctx.data.corpus import CorpusReport, open_source
-    from longctx.data.shard_reader import find_shards, shard_texts
+    from longctx.data.corpus import CorpusReport, source_texts
     from longctx.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_spec)
-    if source.endswith((".jsonl.zst", ".jsonl.gz")) or any(c in source for c in "*?["):  # data/shard_reader.py
-        return np.asarray(
-            [len(tokenizer.encode(text)) + 1 for shard in find_shards([source]) for text in shard_texts(shard.path)],
-            dtype=np.int64,
-        )
     report = CorpusReport()
-    lengths = [len(tokenizer.encode(doc.text)) + 1 for doc in open_source(source, report)]
-    if report.rejections:
+    texts = source_texts(source, report, text_key=text_key, keep=keep, on_bad_input=on_bad_input)
+    lengths = [len(tokenizer.encode(text)) + 1 for text in texts]
+    if report.rejected:
         print(report.summary())
     return np.asarray(lengths, dtype=np.int64)
 

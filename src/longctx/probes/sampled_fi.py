@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from longctx.data.shard_reader import MetadataFilter, ShardCounts, find_shards, shard_texts
+from longctx.data.shard_reader import EXAMPLES_KEPT, CorpusReport, MetadataFilter, find_shards, shard_texts
 from longctx.probes.dataset_fi import save_figure
 
 BOOTSTRAP_REPLICATES = 200
@@ -72,8 +72,8 @@ class SampledFrequency:
     estimate: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    counts: ShardCounts
-    """What the sampled records produced (documents, filtered, skipped)."""
+    counts: CorpusReport
+    """What the sampled records produced (documents, filtered, rejected with their place)."""
 
     def summary_lines(self) -> list[str]:
         L, p = self.window, self.fraction
@@ -112,7 +112,7 @@ class SampledFrequency:
             "length_bins": edges.tolist(),
             "length_documents_estimated": documents.tolist(),
             "filtered_sampled": self.counts.filtered,
-            "skipped_sampled": dict(self.counts.skipped),
+            "skipped_sampled": self.counts.count_by_kind(),
             "summary": self.summary_lines(),
         }
 
@@ -154,7 +154,7 @@ def sampled_fi(
         raise DataError(f"--window {window}: at least 2")
     tokenizer = load_tokenizer(tokenizer_spec)
     rng = np.random.default_rng(seed)
-    counts = ShardCounts()
+    counts = CorpusReport(examples_kept=EXAMPLES_KEPT)
     lengths: list[int] = []
     batch: list[str] = []
 
