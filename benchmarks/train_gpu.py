@@ -64,6 +64,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import device_timing
@@ -333,9 +334,11 @@ def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     blocks = token_blocks(stdlib_document_lengths(), args.batch, seq_len, config.vocab_size)
     batches = {impl: {k: v.to(device) for k, v in rows_for(impl, blocks).items()} for impl in implementations}
     results: dict[Implementation, StepResult | None] = {}
+    start = time.perf_counter()
     for group in groups:  # one model on the device at a time
         results.update(measure_library(group, config, seq_len, batches, args))
         release(device)
+        print(f"train_gpu: T={seq_len} {group[0].name} measured, {time.perf_counter() - start:.0f} s", flush=True)
     for impl, result in results.items():
         hf = results.get(Implementation("hf", "sdpa", packed=impl.packed))
         if impl != LITGPT and result is not None and hf is not None and abs(result[0] - hf[0]) > 2e-2:

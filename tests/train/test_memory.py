@@ -252,13 +252,21 @@ def test_gradients_coexist_with_activations_unless_freed_before_the_forward():
 
 def test_blocks_gradients_beyond_checkpointed_activations_are_held():
     """With activation checkpointing a block holds only its input (s d per token): when the
-    blocks' gradients exceed that, the backward's end holds them all (linear in the blocks
-    done, so the larger end counts)."""
-    config = _debug("train.activation_checkpointing=true", "train.micro_batch_size=1", "train.global_batch_tokens=64")
+    blocks' gradients exceed that and the logits, the backward's end holds them all, and
+    neither the blocks' activations nor the logits (linear in the blocks done, so the
+    larger end counts)."""
+    config = _debug(
+        "train.activation_checkpointing=true",
+        "train.micro_batch_size=1",
+        "train.global_batch_tokens=64",
+        "train.loss_chunk_tokens=16",
+        "model.vocab_size=256",  # the blocks' gradients outweigh the root's
+    )
     estimate = estimate_memory(config, 1, "32-true", cuda=False, gradients_freed_before_forward=True)
     held = config.model.n_layers * 4 * config.model.d_model * 64
-    assert held < estimate.gradients
-    assert estimate.gradients_at_peak == estimate.gradients - held
+    assert estimate.logits == 16 * config.model.vocab_size * 16
+    assert held + estimate.logits < estimate.gradients
+    assert estimate.gradients_at_peak == estimate.gradients - held - estimate.logits
 
 
 def test_compiled_blocks_use_the_compiled_per_layer_term():

@@ -44,9 +44,11 @@ activations (`gradients_at_peak`):
   (`longctx pretrain`);
 - where the loop frees them before the forward (`zero_grad(set_to_none=True)` first, as
   benchmarks/train_gpu.py's step does), only those the backward has made so far: the
-  root's (head, final norm, embedding) plus the blocks' beyond their activations. After
-  k of L blocks' backward, k blocks' gradients and L - k blocks' activations are held; the
-  sum is linear in k, so its maximum is at k = 0 or k = L.
+  root's (head, final norm, embedding) plus the blocks' beyond what the backward has
+  released by then. The loss (its chunk's logits) is differentiated first; after k of L
+  blocks' backward, k blocks' gradients and L - k blocks' activations are held, a sum
+  linear in k, so the peak is at k = 0 (all activations, the logits, the root's
+  gradients) or at k = L (all gradients, neither the blocks' activations nor the logits).
 
 Margin: the estimate is meant to lie within 20% above the measured peak
 (`torch.cuda.max_memory_allocated`; estimate / peak in [1.0, 1.2]) and never below it,
@@ -164,13 +166,14 @@ def activation_bytes_per_token_layer(
     return 2 * (4 * d + stream * d) + compute * (linear_inputs * d + 4 * d_ff) + attention + 8
 
 
-def gradients_at_peak(gradients: int, root_gradients: int, block_activations: int, freed_before_forward: bool) -> int:
-    """Gradient bytes held next to the activations at the peak (module docstring): all of
+def gradients_at_peak(gradients: int, root_gradients: int, released: int, freed_before_forward: bool) -> int:
+    """Gradient bytes counted next to the activations and logits (module docstring): all of
     them unless the loop frees them before the forward; then the root's plus the blocks'
-    beyond the activations the blocks hold when the backward starts."""
+    beyond what the backward has `released` when they are all made (the blocks' held
+    activations and the logits), so that activations + logits + this is the larger end."""
     if not freed_before_forward:
         return gradients
-    return root_gradients + max(0, gradients - root_gradients - block_activations)
+    return root_gradients + max(0, gradients - root_gradients - released)
 
 
 def precision_sizes(precision: str) -> tuple[int, int, int]:
@@ -212,7 +215,7 @@ def estimate_memory(
     logits = logit_tokens * model.vocab_size * LOGIT_BYTES_PER_ELEMENT
     accumulating = train.global_batch_tokens > tokens * world_size
     at_peak = gradients_at_peak(
-        parameters, root_local * param_size, tokens * held, gradients_freed_before_forward and not accumulating
+        parameters, root_local * param_size, tokens * held + logits, gradients_freed_before_forward and not accumulating
     )
     buffers = buffer_bytes(shapes, model, precision, fsdp, cuda)
     setting = (
