@@ -9,16 +9,18 @@ correctness script beside it) as its parts, each a process of its own.
 Parts, in this order, each in its own process group with a hard time limit (its budget;
 at the limit the group is killed, the part is reported "stopped at its limit" and the
 next part runs); each writes its tables as DIR/<table>.json (device, torch and CUDA
-versions recorded) and .md the moment it ends, its console in DIR/<part>.log:
+versions recorded) and .md the moment it ends, its console in DIR/<part>.log. A part
+whose last script writes its table as its last act (`final_tables`) ends TABLES_GRACE_S
+after that table appears: what is left is teardown.
 
 | part | budget | what (script) |
 | --- | ---: | --- |
 | correctness | 110 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed; longctx.hf_attention's functions in a bf16 transformers Llama at 8K vs longctx's flash path (scripts/device/gpu_check_correctness.py) |
-| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
+| training | 80 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
 | kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
 | long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (benchmarks/position_methods.py) |
 
-The budgets add up to 330 s; start-up, compilation and model set-up are inside them. After
+The budgets add up to 325 s; start-up, compilation and model set-up are inside them. After
 every part DIR/gpu_check.json and DIR/gpu_check.md (the summary: part, status, seconds,
 budget, tables, correctness checks passed) are rewritten, so a kill of this command keeps
 what finished. Exit status: 1 if a correctness check failed or the correctness part did
@@ -79,7 +81,7 @@ def gpu_parts() -> list[Part]:
         Part("correctness", 110, (("scripts/device/gpu_check_correctness.py",),), ("correctness",)),
         Part(
             "training",
-            85,
+            80,
             (
                 (
                     "benchmarks/train_gpu.py",
