@@ -156,6 +156,8 @@ def activation_bytes_per_token_layer(
         the block's input; the two norms' outputs as the matmuls take them and the
         attention projection's output (the residual and the norms are recomputed from
         these); gate, up and their product (silu is recomputed).
+    tinyllama-1.1b, bf16-mixed: eager 107,656 bytes, compiled 63,624 (114,824 and 70,792
+    with k/v copied to the 32 query heads).
     """
     d, d_ff = model.d_model, model.d_ff
     d_kv = (kv_heads or model.n_kv_heads) * model.head_dim
