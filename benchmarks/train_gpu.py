@@ -9,8 +9,8 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
 1. One training step (`train_step` table) of `--preset` tinyllama-1.1b shapes with
    `--vocab` 32,000 at each T (default 2,048) x `--batch` rows, bf16 autocast on CUDA
    (Lightning's `bf16-mixed`: fp32 master weights), fused AdamW, the same seeded weights
-   for ours and HF's (exported with `export_hf`), rows from train_step.py's document
-   stream:
+   for ours and HF's (initialised on the device; HF's under model/hf.py's config and names,
+   as `export_hf` writes them), rows from train_step.py's document stream:
    - `HF sdpa`: `LlamaForCausalLM(attn_implementation="sdpa")` on plain causal rows;
    - `HF sdpa, packed`: the packed, document-masked rows with restarting position ids and
      a 4D boolean mask [B, 1, T, T] (same document and causal), which transformers >= 5
@@ -21,8 +21,12 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
      to `--vocab`) under `torch.compile`, plain rows only: litgpt has no document masking,
      so it is compared with our plain rows, and it starts from its own initialisation
      (its first loss is not checked). Left out when litgpt cannot be imported.
-   Step ms = median of `--repeats` (minimum 10 on a GPU; `--smoke` uses 1), CUDA-
-   synchronised, implementations taking turns; `vs HF` = HF sdpa's step time / this one on
+   One model on the device at a time, built once per library for its plain and packed
+   rows: first the loss of each kind at the seeded weights (forward and backward without
+   an update; this compiles both), then each kind timed: one warm-up step and the median
+   of `--repeats` (minimum 10 on a GPU; `--smoke` uses 1), CUDA-synchronised. Between
+   libraries the previous model is freed (its compiled blocks sit in a reference cycle:
+   collected, the allocator's cache emptied). `vs HF` = HF sdpa's step time / this one on
    the same kind of rows; `vs litgpt` likewise against litgpt's plain-row step. First
    losses of ours must equal HF's to 2e-2 (bf16) or the script stops. `--compile`: our
    blocks under torch.compile, as `train.compile` does; `--loss-chunk-tokens N`: our loss
@@ -30,10 +34,11 @@ Writes DIR/train_step.json + .md and DIR/train_e2e.json + .md (benchmarks/report
    as `max_seqlen`, as `longctx pretrain` runs it; `--no-litgpt` leaves litgpt out.
    MFU as in 2.; useful MFU (packed rows) counts only the attention pairs document masking
    keeps: 6 N_matmul + 12 n_layers d_model sum_doc l(l+1)/2 / tokens. Peak GiB = the
-   allocator's peak while the implementation ran (weights, AdamW state, activations);
-   estimate GiB = train/memory_budget.py's for our step (batch rows of T, bf16-mixed, the loss
-   chunk; no CUDA context). `make gpu-check`'s training part: `--backends flash --compile
-   --no-litgpt --skip-e2e --loss-chunk-tokens 2048`.
+   allocator's peak while that kind of rows was timed (weights, AdamW state, activations);
+   estimate GiB = train/memory_budget.py's for our step (batch rows of T, bf16-mixed, the
+   row's backend, compiled with `--compile`, the loss chunk, gradients freed before each
+   forward as here; no CUDA context). `make gpu-check`'s training part: `--backends flash
+   --compile --no-litgpt --skip-e2e --loss-chunk-tokens 2048`.
 2. `longctx pretrain` end to end (`train_e2e` table): tinyllama-1.1b at T=2,048 on the
    embedded corpus (bpe-8192 tokens in the 32,000-word model), `train.strategy=fsdp`,
    `train.compile=true`, bf16-mixed, attention auto (flash), `--e2e-steps` optimizer steps
@@ -52,25 +57,31 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import math
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import device_timing
 import report
 import torch
+import torch.nn.functional as F
 import transformers
 from attention import stdlib_document_lengths
-from train_step import LEARNING_RATE, Batch, Implementation, TrainingStep, rows_for, seeded_llama, token_blocks
+from train_step import LEARNING_RATE, SEED, Batch, Implementation, TrainingStep, rows_for, token_blocks
 
 from longctx.config import DataConfig, ExperimentConfig, load
 from longctx.config.model import ModelConfig
 from longctx.data.packing import IGNORE_INDEX
-from longctx.model.hf import export_hf
+from longctx.model.hf import hf_name
+from longctx.model.hf_config import hf_config
+from longctx.model.llama import Llama
+from longctx.model.materialize import weights
 from longctx.train.callbacks.training import peak_flops, training_flops_per_token
 from longctx.train.memory_budget import GIB, estimate_memory
 
@@ -107,26 +118,23 @@ def document_mask_4d(document_ids: torch.Tensor) -> torch.Tensor:
 
 class DeviceStep(TrainingStep):
     """TrainingStep on a device under bf16 autocast (CUDA); HF packed rows get a 4D mask.
-    Ours as `longctx pretrain` runs it: blocks compiled with `compile` (train/module.py's
+    One model and its AdamW serve the plain and the packed rows (a step object per kind).
+    Ours as `longctx pretrain` runs it: blocks compiled by the caller (train/module.py's
     per-block `torch.compile`), the chunked loss with `loss_chunk_tokens` > 0 (never the
     full fp32 logits) and the row length as `max_seqlen` (no device read for it)."""
 
     def __init__(
         self,
         implementation: Implementation,
-        config: ModelConfig,
-        hf_dir: Path,
-        device: torch.device,
-        compile: bool = False,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
         loss_chunk_tokens: int = 0,
     ):
-        super().__init__(implementation, config, hf_dir)
-        self.model.to(device)
-        if compile and implementation.library == "longctx":
-            for block in self.model.blocks:
-                block.compile()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, fused=True)
-        self.device = device
+        # Not TrainingStep.__init__, which builds a model per implementation on the CPU.
+        self.implementation = implementation
+        self.model = model
+        self.optimizer = optimizer
+        self.device = next(model.parameters()).device
         self.loss_chunk_tokens = loss_chunk_tokens if implementation.library == "longctx" else 0
 
     def logits(self, batch: Batch) -> torch.Tensor:
@@ -137,22 +145,35 @@ class DeviceStep(TrainingStep):
             ).logits
         return super().logits(batch)
 
-    def __call__(self, batch: Batch) -> float:
+    def loss(self, batch: Batch) -> torch.Tensor:
+        """Mean next-token cross-entropy over the labelled tokens: over the fp32 logits as
+        train_step.py computes it, or our chunked loss."""
+        labels = batch["labels"]
+        if not self.loss_chunk_tokens:
+            logits = self.logits(batch)
+            return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
+        summed = self.model(
+            *ids,
+            attention_backend=self.implementation.attention,
+            labels=labels,
+            loss_chunk_tokens=self.loss_chunk_tokens,
+            max_seqlen=batch["input_ids"].shape[1],
+        )
+        return summed / (labels != IGNORE_INDEX).sum()
+
+    def __call__(self, batch: Batch, update: bool = True) -> float:
+        """One step, gradients set to None first (so none live through the forward); the
+        loss before the update. `update=False`: forward and backward only, the gradients
+        dropped: the loss at the current weights, which stay as they are."""
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            if not self.loss_chunk_tokens:
-                return super().__call__(batch)
             self.optimizer.zero_grad(set_to_none=True)
-            ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
-            summed = self.model(
-                *ids,
-                attention_backend=self.implementation.attention,
-                labels=batch["labels"],
-                loss_chunk_tokens=self.loss_chunk_tokens,
-                max_seqlen=batch["input_ids"].shape[1],
-            )
-            loss = summed / (batch["labels"] != IGNORE_INDEX).sum()
+            loss = self.loss(batch)
             loss.backward()
-            self.optimizer.step()
+            if update:
+                self.optimizer.step()
+            else:
+                self.optimizer.zero_grad(set_to_none=True)
             return loss.item()
 
 
@@ -163,20 +184,97 @@ class LitGPTStep(DeviceStep):
         from litgpt.config import Config as LitConfig
         from litgpt.model import GPT
 
-        self.implementation = LITGPT
         lit = LitConfig.from_name(
             "tiny-llama-1.1b", block_size=seq_len, vocab_size=config.vocab_size, padded_vocab_size=config.vocab_size
         )
         if (lit.n_layer, lit.n_embd, lit.intermediate_size) != (config.n_layers, config.d_model, config.d_ff):
             raise SystemExit(f"litgpt's tiny-llama-1.1b differs from {config}: compare tinyllama-1.1b only")
         torch.manual_seed(0)
-        self.network = GPT(lit).to(device)
+        with torch.device(device):
+            self.network = GPT(lit)
+        optimizer = torch.optim.AdamW(self.network.parameters(), lr=LEARNING_RATE, fused=True)
+        super().__init__(LITGPT, self.network, optimizer)
         self.model = torch.compile(self.network)
-        self.optimizer = torch.optim.AdamW(self.network.parameters(), lr=LEARNING_RATE, fused=True)
-        self.device = device
 
     def logits(self, batch: Batch) -> torch.Tensor:
         return self.model(batch["input_ids"])
+
+
+def seeded_model(config: ModelConfig, device: torch.device) -> Llama:
+    """Our model with train_step.py's seed, initialised on `device` (a GPU initialises
+    1.1B parameters in a fraction of a second, a CPU in ~10 s): the same weights each call."""
+    torch.manual_seed(SEED)
+    with torch.device(device):
+        return Llama(config)
+
+
+def hf_llama(llama: Llama, attention: str) -> torch.nn.Module:
+    """transformers' LlamaForCausalLM(attn_implementation=`attention`) with `llama`'s
+    weights, on its device: model/hf.py's config and names, as export_hf writes them."""
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig.from_dict({**hf_config(llama.config), "attn_implementation": attention})
+    with torch.device(llama.tok_embeddings.weight.device):
+        model = transformers.LlamaForCausalLM(config)
+    model.load_state_dict({hf_name(name): tensor for name, tensor in weights(llama).items()})
+    return model.train()
+
+
+def library_steps(
+    pair: list[Implementation], config: ModelConfig, seq_len: int, args: argparse.Namespace
+) -> dict[Implementation, DeviceStep]:
+    """One model and one AdamW for the implementations of one library (plain and packed
+    rows): HF's from the seeded weights, ours compiled with `--compile`, or litgpt's."""
+    device = torch.device(args.device)
+    if pair == [LITGPT]:
+        return {LITGPT: LitGPTStep(config, seq_len, device)}
+    model: torch.nn.Module = seeded_model(config, device)
+    if pair[0].library == "hf":
+        model = hf_llama(model, pair[0].attention)  # the seeded Llama is freed here
+    elif args.compile:
+        for block in model.blocks:
+            block.compile()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
+    return {impl: DeviceStep(impl, model, optimizer, args.loss_chunk_tokens) for impl in pair}
+
+
+StepResult = tuple[float, float, float]
+"""(first loss, step ms, peak GiB)."""
+
+
+def measure_library(
+    pair: list[Implementation], config: ModelConfig, seq_len: int, batches: dict[Implementation, Batch], args
+) -> dict[Implementation, StepResult | None]:
+    """First losses at the seeded weights (forward and backward without an update, which
+    also compiles), then each kind of rows timed with its own allocator peak; None where
+    the device ran out of memory. The model dies with this frame (`release` collects it)."""
+    device = torch.device(args.device)
+    results: dict[Implementation, StepResult | None] = dict.fromkeys(pair)
+    try:
+        steps = library_steps(pair, config, seq_len, args)
+        first = {impl: steps[impl](batches[impl], update=False) for impl in pair}
+        for impl in pair:
+            reset_peak(device)
+            run = functools.partial(steps[impl], batches[impl])
+            ms = device_timing.interleaved_median_ms({"step": run}, args.repeats, device)["step"]
+            results[impl] = (first[impl], ms, device_timing.peak_total_gib(device))
+    except torch.OutOfMemoryError:
+        pass
+    return results
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def release(device: torch.device) -> None:
+    """Free what the last library left: its compiled blocks are kept alive by a reference
+    cycle (`nn.Module.compile` stores a function bound to the block), which only the
+    cycle collector frees; then the allocator's cache and its peak."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    reset_peak(device)
 
 
 def litgpt_available() -> bool:
@@ -198,92 +296,92 @@ def useful_flops_per_token(config: ModelConfig, document_ids: torch.Tensor) -> f
     return matmul + 12 * config.n_layers * config.d_model * pairs / document_ids.numel()
 
 
-def step_estimate_gib(config: ModelConfig, seq_len: int, args: argparse.Namespace) -> float:
+def step_estimate_gib(config: ModelConfig, seq_len: int, backend: str, args: argparse.Namespace) -> float:
     """train/memory_budget.py's estimate for our step: `--batch` rows of T, bf16-mixed, one device,
-    `--loss-chunk-tokens` (0: the full logits), without the CUDA context (the allocator's
-    peak does not hold it)."""
+    attention `backend`, blocks compiled with `--compile`, `--loss-chunk-tokens` (0: the full
+    logits), gradients freed before each forward (`DeviceStep`), without the CUDA context
+    (the allocator's peak does not hold it)."""
     overrides = [
         f"model.preset={config.preset}",
         f"model.vocab_size={config.vocab_size}",
         f"model.max_position={seq_len}",
+        f"model.attention_backend={backend}",
         f"data.window={seq_len}",
         f"train.micro_batch_size={args.batch}",
         f"train.global_batch_tokens={args.batch * seq_len}",
         f"train.loss_chunk_tokens={args.loss_chunk_tokens}",
+        f"train.compile={str(args.compile).lower()}",
     ]
-    return estimate_memory(load([], overrides), 1, "bf16-mixed", cuda=False).total / GIB
+    estimate = estimate_memory(load([], overrides), 1, "bf16-mixed", cuda=False, gradients_freed_before_forward=True)
+    return estimate.total / GIB
+
+
+def libraries(args: argparse.Namespace) -> list[list[Implementation]]:
+    """The implementations grouped by the model they share: HF's, ours per backend (plain
+    and packed rows each), litgpt's (plain rows) where asked and importable."""
+    groups = [[Implementation("hf", "sdpa", packed) for packed in (False, True)]]
+    groups += [[Implementation("longctx", backend, packed) for packed in (False, True)] for backend in args.backends]
+    if args.litgpt and args.preset == "tinyllama-1.1b" and litgpt_available():
+        groups.append([LITGPT])
+    return groups
 
 
 def step_rows(seq_len: int, args: argparse.Namespace) -> list[list[str]]:
     device = torch.device(args.device)
     config = ModelConfig.from_preset(args.preset, vocab_size=args.vocab, max_position=seq_len)
-    implementations = [Implementation("hf", "sdpa"), *(Implementation("longctx", b) for b in args.backends)]
-    implementations += [
-        Implementation("hf", "sdpa", packed=True),
-        *(Implementation("longctx", b, packed=True) for b in args.backends),
-    ]
-    with_litgpt = args.litgpt and args.preset == "tinyllama-1.1b" and litgpt_available()
-    if with_litgpt:
-        implementations.append(LITGPT)
+    groups = libraries(args)
+    implementations = sorted((impl for group in groups for impl in group), key=lambda i: i == LITGPT or i.packed)
     blocks = token_blocks(stdlib_document_lengths(), args.batch, seq_len, config.vocab_size)
     batches = {impl: {k: v.to(device) for k, v in rows_for(impl, blocks).items()} for impl in implementations}
-    experiment = ExperimentConfig(model=config, data=DataConfig(window=seq_len))
-    flops_per_token, peak = training_flops_per_token(experiment), peak_flops(device)
-    results: dict[Implementation, tuple[float, float, float] | None] = {}
-    with tempfile.TemporaryDirectory(prefix="hf-llama-") as hf_dir:
-        export_hf(seeded_llama(config), hf_dir)
-        for impl in implementations:  # one model on the device at a time
-            step: DeviceStep | None = None
-            try:
-                step = (
-                    LitGPTStep(config, seq_len, device)
-                    if impl == LITGPT
-                    else DeviceStep(impl, config, Path(hf_dir), device, args.compile, args.loss_chunk_tokens)
-                )
-                run = functools.partial(step, batches[impl])
-                loss = run()
-                ms = device_timing.interleaved_median_ms({"step": run}, args.repeats, device)["step"]
-                results[impl] = (loss, ms, device_timing.peak_total_gib(device))
-            except torch.OutOfMemoryError:
-                results[impl] = None
-            finally:
-                del step
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats(device)
-    litgpt_ms = results[LITGPT][1] if results.get(LITGPT) else None
-    estimate_gib = step_estimate_gib(config, seq_len, args)
-    rows = []
-    for impl in implementations:
-        result = results[impl]
-        if result is None:
-            rows.append([str(seq_len), impl.name, "out of memory", *[""] * (len(STEP_COLUMNS) - 3)])
-            continue
-        loss, ms, peak_gib = result
+    results: dict[Implementation, StepResult | None] = {}
+    start = time.perf_counter()
+    for group in groups:  # one model on the device at a time
+        results.update(measure_library(group, config, seq_len, batches, args))
+        release(device)
+        print(f"train_gpu: T={seq_len} {group[0].name} measured, {time.perf_counter() - start:.0f} s", flush=True)
+    for impl, result in results.items():
         hf = results.get(Implementation("hf", "sdpa", packed=impl.packed))
-        if impl != LITGPT and hf is not None and abs(loss - hf[0]) > 2e-2:
-            raise SystemExit(f"{impl.name}: first loss {loss:.4f} differs from HF's {hf[0]:.4f}")
-        tokens_per_s = args.batch * seq_len / (ms / 1e3)
-        useful = useful_flops_per_token(config, batches[impl]["document_ids"]) if impl.packed else flops_per_token
-        ours = impl.library == "longctx"
-        rows.append(
-            [
-                str(seq_len),
-                impl.name,
-                f"{ms:.0f}",
-                f"{tokens_per_s:.0f}",
-                "" if hf is None or impl == LITGPT else f"{hf[1] / ms:.2f}x",
-                "" if litgpt_ms is None or impl == LITGPT else f"{litgpt_ms / ms:.2f}x",
-                "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
-                "n/a" if peak is None or impl == LITGPT else f"{tokens_per_s * useful / peak:.1%}",
-                "n/a" if math.isnan(peak_gib) else f"{peak_gib:.1f}",
-                f"{estimate_gib:.1f}" if ours else "",
-            ]
-        )
-    if not with_litgpt:
+        if impl != LITGPT and result is not None and hf is not None and abs(result[0] - hf[0]) > 2e-2:
+            raise SystemExit(f"{impl.name}: first loss {result[0]:.4f} differs from HF's {hf[0]:.4f}")
+    rows = [step_row(seq_len, impl, results, config, batches[impl], args) for impl in implementations]
+    if LITGPT not in results:
         why = "not asked (--no-litgpt)" if not args.litgpt else "not measured (litgpt not importable)"
         rows.append([str(seq_len), "litgpt compiled", why, *[""] * (len(STEP_COLUMNS) - 3)])
     return rows
+
+
+def step_row(
+    seq_len: int,
+    impl: Implementation,
+    results: dict[Implementation, StepResult | None],
+    config: ModelConfig,
+    batch: Batch,
+    args: argparse.Namespace,
+) -> list[str]:
+    """One row of the `train_step` table (columns as STEP_COLUMNS; module docstring)."""
+    result = results[impl]
+    if result is None:
+        return [str(seq_len), impl.name, "out of memory", *[""] * (len(STEP_COLUMNS) - 3)]
+    _, ms, peak_gib = result
+    experiment = ExperimentConfig(model=config, data=DataConfig(window=seq_len))
+    flops_per_token, peak = training_flops_per_token(experiment), peak_flops(torch.device(args.device))
+    hf = results.get(Implementation("hf", "sdpa", packed=impl.packed))
+    litgpt = results.get(LITGPT)
+    tokens_per_s = args.batch * seq_len / (ms / 1e3)
+    useful = useful_flops_per_token(config, batch["document_ids"]) if impl.packed else flops_per_token
+    ours = impl.library == "longctx"
+    return [
+        str(seq_len),
+        impl.name,
+        f"{ms:.0f}",
+        f"{tokens_per_s:.0f}",
+        "" if hf is None or impl == LITGPT else f"{hf[1] / ms:.2f}x",
+        "" if litgpt is None or impl == LITGPT else f"{litgpt[1] / ms:.2f}x",
+        "n/a" if peak is None else f"{tokens_per_s * flops_per_token / peak:.1%}",
+        "n/a" if peak is None or impl == LITGPT else f"{tokens_per_s * useful / peak:.1%}",
+        "n/a" if math.isnan(peak_gib) else f"{peak_gib:.1f}",
+        f"{step_estimate_gib(config, seq_len, impl.attention, args):.1f}" if ours else "",
+    ]
 
 
 def e2e_overrides(args: argparse.Namespace, out_dir: Path) -> list[str]:

@@ -102,6 +102,36 @@ def test_a_part_past_its_limit_is_stopped_and_the_next_part_runs(tmp_path):
     assert status == 2  # no correctness check failed, but a part did not finish
 
 
+TABLE = "(out / '{name}.json').write_text('{{}}')\n(out / '{name}.md').write_text('| a |')\n"
+
+
+def test_a_part_ends_as_soon_as_its_final_tables_are_written(tmp_path):
+    """A script that writes its table and then lingers (teardown) is stopped after
+    TABLES_GRACE_S and reported ok, far before its limit; the same script in a part
+    without final tables runs to its limit."""
+    lingering = script(tmp_path, "lingering", TABLE.format(name="table") + "time.sleep(60)\n")
+    ends = gpu_check.Part("ends", 30, ((lingering,),), ("table",), final_tables=("table",))
+    waits = gpu_check.Part("waits", 4, ((lingering,),), ("table",))
+    status = gpu_check.run([ends, waits], tmp_path / "out")
+    rows = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["rows"]
+    assert rows[0][:2] == ["ends", "ok"] and float(rows[0][2]) < gpu_check.TABLES_GRACE_S + 8, rows[0]
+    assert rows[0][4] == "table" and "tables are written" in (tmp_path / "out" / "ends.log").read_text()
+    assert rows[1][:2] == ["waits", "stopped at its limit (4 s)"]
+    assert status == 2
+
+
+def test_a_table_written_before_the_last_command_does_not_end_it(tmp_path):
+    """Two commands writing the same table (the smoke's long-context part): the second
+    runs to its end although the table exists when it starts."""
+    first = script(tmp_path, "first", TABLE.format(name="table"))
+    second = script(
+        tmp_path, "second", "time.sleep(4)\n(out / 'second.txt').write_text('done')\n" + TABLE.format(name="table")
+    )
+    part = gpu_check.Part("two", 30, ((first,), (second,)), ("table",), final_tables=("table",))
+    assert gpu_check.run([part], tmp_path / "out") == 0
+    assert (tmp_path / "out" / "second.txt").read_text() == "done"
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [

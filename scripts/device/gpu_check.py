@@ -9,16 +9,18 @@ correctness script beside it) as its parts, each a process of its own.
 Parts, in this order, each in its own process group with a hard time limit (its budget;
 at the limit the group is killed, the part is reported "stopped at its limit" and the
 next part runs); each writes its tables as DIR/<table>.json (device, torch and CUDA
-versions recorded) and .md the moment it ends, its console in DIR/<part>.log:
+versions recorded) and .md the moment it ends, its console in DIR/<part>.log. A part
+whose last script writes its table as its last act (`final_tables`) ends TABLES_GRACE_S
+after that table appears: what is left is teardown.
 
 | part | budget | what (script) |
 | --- | ---: | --- |
-| correctness | 110 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed; longctx.hf_attention's functions in a bf16 transformers Llama at 8K vs longctx's flash path (scripts/device/gpu_check_correctness.py) |
-| training | 85 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
-| kernels | 45 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
+| correctness | 105 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; fsdp + compile pretrain killed and resumed; longctx.hf_attention's functions in a bf16 transformers Llama at 8K vs longctx's flash path (scripts/device/gpu_check_correctness.py) |
+| training | 80 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
+| kernels | 55 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
 | long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (benchmarks/position_methods.py) |
 
-The budgets add up to 330 s; start-up, compilation and model set-up are inside them. After
+The budgets add up to 330 s (kernels: 51 s alone on a fresh H100, correctness 87-93 s); start-up, compilation and model set-up are inside them. After
 every part DIR/gpu_check.json and DIR/gpu_check.md (the summary: part, status, seconds,
 budget, tables, correctness checks passed) are rewritten, so a kill of this command keeps
 what finished. Exit status: 1 if a correctness check failed or the correctness part did
@@ -35,12 +37,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -48,6 +52,12 @@ sys.path.insert(0, str(REPOSITORY / "benchmarks"))  # report.py
 import report  # noqa: E402
 
 KILL_GRACE_S = 5
+TABLES_GRACE_S = 2
+"""After a part's last table is written, the seconds its process gets to exit by itself."""
+POLL_S = 0.2
+MTIME_SLACK_S = 0.05
+"""File times come from a coarser clock than time.time(): a table written right at a
+command's start may carry a time this much before it."""
 SUMMARY_COLUMNS = ["part", "status", "seconds", "budget s", "tables", "checks"]
 
 
@@ -59,14 +69,19 @@ class Part:
     """Each a script (its path from the repository root) and its arguments (`--out DIR` is
     added); one after the other within the part's budget."""
     tables: tuple[str, ...]
+    final_tables: tuple[str, ...] = ()
+    """Tables the last command writes as its last act: once all are written after it
+    started, the part is done; the process gets TABLES_GRACE_S to exit, then its group is
+    stopped (what is left is teardown: the CUDA context, compile workers). Not for a
+    script that rewrites a table as it goes."""
 
 
 def gpu_parts() -> list[Part]:
     return [
-        Part("correctness", 110, (("scripts/device/gpu_check_correctness.py",),), ("correctness",)),
+        Part("correctness", 105, (("scripts/device/gpu_check_correctness.py",),), ("correctness",)),
         Part(
             "training",
-            85,
+            80,
             (
                 (
                     "benchmarks/train_gpu.py",
@@ -75,10 +90,11 @@ def gpu_parts() -> list[Part]:
                 ),
             ),
             ("train_step",),
+            final_tables=("train_step",),
         ),
         Part(
             "kernels",
-            45,
+            55,
             (
                 (
                     "benchmarks/attention.py",
@@ -94,6 +110,7 @@ def gpu_parts() -> list[Part]:
                 ),
             ),
             ("attention",),
+            final_tables=("attention",),
         ),
         Part(
             "long-context",
@@ -111,6 +128,7 @@ def gpu_parts() -> list[Part]:
                 ),
             ),
             ("positions_tinyllama-1.1b", "positions_llama3.1-8b"),
+            final_tables=("positions_llama3.1-8b",),
         ),
     ]
 
@@ -130,12 +148,14 @@ def smoke_parts() -> list[Part]:
             SMOKE_LIMIT_S,
             (("benchmarks/train_gpu.py", "--smoke", "--no-litgpt", "--skip-e2e", "--loss-chunk-tokens", "64"),),
             ("train_step",),
+            final_tables=("train_step",),
         ),
         Part(
             "kernels",
             SMOKE_LIMIT_S,
             (("benchmarks/attention.py", "--smoke", "--backends", "sdpa", "varlen"),),
             ("attention",),
+            final_tables=("attention",),
         ),
         Part(
             "long-context",
@@ -157,6 +177,7 @@ def smoke_parts() -> list[Part]:
                 ),
             ),
             ("positions_debug",),
+            final_tables=("positions_debug",),
         ),
     ]
 
@@ -167,25 +188,49 @@ def environment() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p), PYTHONUNBUFFERED="1")
 
 
-def run_command(command: list[str], log: Path, timeout_s: float) -> int | None:
+def run_command(
+    command: list[str], log: Path, timeout_s: float, finished: Callable[[], bool] | None = None
+) -> int | None:
     """Exit status of `command` (console appended to `log`), or None when it ran past
-    `timeout_s` and its process group was killed (SIGTERM, then SIGKILL)."""
+    `timeout_s` and its process group was killed (SIGTERM, then SIGKILL); 0 when
+    `finished()` held for TABLES_GRACE_S while it still ran (its group is then stopped)."""
     with log.open("a") as handle:
         handle.write(f"$ {' '.join(command)}\n")
         handle.flush()
         process = subprocess.Popen(
             command, cwd=REPOSITORY, env=environment(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
         )
-        try:
-            return process.wait(timeout=max(timeout_s, 0.1))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=KILL_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            return None
+        deadline = time.monotonic() + timeout_s
+        finished_at = None
+        while process.poll() is None:
+            now = time.monotonic()
+            if now >= deadline:
+                stop(process)
+                return None
+            if finished_at is None and finished is not None and finished():
+                finished_at = now
+            if finished_at is not None and now - finished_at >= TABLES_GRACE_S:
+                stop(process)
+                handle.write("gpu-check: the part's tables are written; its process was stopped\n")
+                return 0
+            time.sleep(POLL_S)
+        return process.returncode
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Kill `process`'s group: SIGTERM, then SIGKILL after KILL_GRACE_S."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def tables_written(out: Path, tables: tuple[str, ...], since: float) -> bool:
+    """Every table's .md (report.write's last file) written at or after `since` (epoch s)."""
+    paths = [out / f"{table}.md" for table in tables]
+    return all(path.exists() and path.stat().st_mtime >= since for path in paths)
 
 
 def run_part(part: Part, out: Path) -> dict:
@@ -194,9 +239,12 @@ def run_part(part: Part, out: Path) -> dict:
     log.write_text("")
     start = time.monotonic()
     status = "ok"
-    for script, *arguments in part.commands:
+    for index, (script, *arguments) in enumerate(part.commands):
         command = [sys.executable, str(REPOSITORY / script), *arguments, "--out", str(out)]
-        returncode = run_command(command, log, part.budget_s - (time.monotonic() - start))
+        finished = None
+        if part.final_tables and index == len(part.commands) - 1:
+            finished = functools.partial(tables_written, out, part.final_tables, time.time() - MTIME_SLACK_S)
+        returncode = run_command(command, log, part.budget_s - (time.monotonic() - start), finished)
         if returncode is None:
             status = f"stopped at its limit ({part.budget_s:.0f} s)"
             break

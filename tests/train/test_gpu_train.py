@@ -18,7 +18,7 @@ import torch
 
 from longctx.config import load
 from longctx.gpu_checks import host_batches, run_steps
-from longctx.train.memory_budget import estimate_memory
+from longctx.train.memory_budget import MARGIN, estimate_memory
 from longctx.train.module import LanguageModelModule
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +42,8 @@ def test_flash_steps_sync_only_in_the_named_layout_read():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_memory_estimate_bounds_the_measured_peak(checkpointing):
     """The estimate is an upper bound of `max_memory_allocated` over a bf16-mixed step of
-    tinyllama-1.1b at T=2,048, within the stated margin (train/memory_budget.py)."""
+    tinyllama-1.1b at T=2,048, within the stated margin (train/memory_budget.py); the
+    gradients are set to None after each step, so none live through the next forward."""
     config = load(
         [],
         [
@@ -69,5 +70,5 @@ def test_memory_estimate_bounds_the_measured_peak(checkpointing):
         optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated()
-    estimate = estimate_memory(config, world_size=1, precision="bf16-mixed", cuda=False)
-    assert peak <= estimate.total <= 1.25 * peak, f"peak {peak / 2**30:.2f} GiB\n{estimate.table()}"
+    estimate = estimate_memory(config, 1, "bf16-mixed", cuda=False, gradients_freed_before_forward=True)
+    assert peak <= estimate.total <= (1 + MARGIN) * peak, f"peak {peak / 2**30:.2f} GiB\n{estimate.table()}"

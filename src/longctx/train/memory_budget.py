@@ -5,7 +5,7 @@ that cannot fit.
     print(estimate.table())
     check_fits(estimate, limit_bytes)          # ConfigError naming the knobs to turn
 
-Five terms, bytes on the busiest device:
+Terms, bytes on the busiest device:
 
 - parameters, gradients, optimizer state: exact. The parameter shapes come from the
   model built on the `meta` device; each tensor holds `numel x element size` bytes, under
@@ -14,32 +14,46 @@ Five terms, bytes on the busiest device:
   AdamW keeps exp_avg and exp_avg_sq in the parameter's dtype plus a float32 0-dim `step`
   per tensor (fused AdamW). A CPU test checks all three against the instantiated model and
   its AdamW state after one step.
-- activations, by formula: the tensors autograd saves per token and layer in the eager
-  block (model/llama.py), with s the residual stream's element size (4, or 2 under
-  `bf16-true`), c the compute dtype's (2 under bf16, else 4), H heads:
-
-      4 s d                        two RMSNorms: input and normalised value
-      + c (7 d + 2 d_kv + 4 d_ff)  linear inputs cast by autocast (3 d for q/k/v, 2 d for
-                                   gate/up), rotated q and k, v, attention output, and the
-                                   SwiGLU gate, up, silu(gate) and product
-      + 4 H                        the attention kernel's fp32 log-sum-exp
-
-  times n_layers, or, with activation checkpointing, s d per layer (each block's input)
-  plus one layer's full set (the block being recomputed). Plus per token: the fp32 cos/sin
-  (8 head_dim bytes), the final norm (2 s d) and the batch (4 int64 tensors).
+- activations: the tensors autograd saves per token and layer (`activation_bytes_per_token_layer`,
+  its docstring has both formulas), times n_layers, or, with activation checkpointing,
+  s d per layer (each block's input) plus one layer's full set (the block being
+  recomputed); plus one layer's set again for the backward's temporaries (the gradients
+  of the block being differentiated have the shapes of what it saved); plus per token the
+  fp32 cos/sin (8 head_dim bytes), the final norm (its input, normalised value and
+  output: 3 s d, and its fp32 rsqrt) and the batch (4 int64 tensors). s is the residual
+  stream's element size (4, or 2 under `bf16-true`), c the compute dtype's (2 under bf16,
+  else 4). The per-layer terms are measured on CPU by tests/train/test_memory.py: the
+  bytes one eager and one compiled block save, counted with saved-tensor hooks.
 - logits: tokens x vocab x 16 bytes without `train.loss_chunk_tokens` (the bf16 logits,
   their fp32 copy, log-softmax's saved fp32 output, and in backward its fp32 and bf16
   gradients); with chunks, the same for one chunk (model/loss.py recomputes each chunk).
-- buffers: copies made by the precision or strategy. bf16-mixed without FSDP: autocast's
-  bf16 copy of every matmul weight (2 bytes each). FSDP with bf16 parameters: the
-  all-gathered bf16 parameters of the root module (embeddings, head) and two blocks
-  (prefetch), and the unsharded bf16 and fp32 gradients of the root and one block.
-  On CUDA, 1 GiB for the CUDA context and allocator slack.
+- buffers: copies made by the precision or strategy. bf16-mixed without FSDP: the bf16
+  copy of every matmul weight (2 bytes each: autocast's cache, or what a compiled block
+  saves). FSDP with bf16 parameters: the all-gathered bf16 parameters of the root module
+  (embeddings, head) and two blocks (prefetch), and the unsharded bf16 and fp32 gradients
+  of the root and one block. On CUDA, 1 GiB for the CUDA context and allocator slack.
 
-Margin: the activation and logits terms are upper bounds of what eager PyTorch keeps
-(torch.compile's partitioner recomputes pointwise ops and saves less); the total is meant
-to lie within 25% above the measured peak (`torch.cuda.max_memory_allocated`). That margin
-is a design target, not yet checked on a GPU (`make bench-gpu-train` records the peak).
+The peak: parameters + optimizer + buffers + max(activations + logits + gradients at the
+peak, all gradients) (the second: the optimizer step). Which gradients coexist with the
+activations (`gradients_at_peak`):
+
+- all of them when they outlive the forward: with gradient accumulation (earlier
+  micro-batches' gradients), and under Lightning's automatic optimisation at any
+  accumulation, which calls `zero_grad` after the first micro-batch's `training_step`,
+  before its backward, so the previous step's gradients live through that forward
+  (`longctx pretrain`);
+- where the loop frees them before the forward (`zero_grad(set_to_none=True)` first, as
+  benchmarks/train_gpu.py's step does), only those the backward has made so far: the
+  root's (head, final norm, embedding) plus the blocks' beyond what the backward has
+  released by then. The loss (its chunk's logits) is differentiated first; after k of L
+  blocks' backward, k blocks' gradients and L - k blocks' activations are held, a sum
+  linear in k, so the peak is at k = 0 (all activations, the logits, the root's
+  gradients) or at k = L (all gradients, neither the blocks' activations nor the logits).
+
+Margin: the estimate is meant to lie within 20% above the measured peak
+(`torch.cuda.max_memory_allocated`; estimate / peak in [1.0, 1.2]) and never below it,
+since `check_fits` refuses runs by it; docs/benchmarks.md compares it with the peaks
+measured on an H100 (benchmarks/train_gpu.py's table has both).
 """
 
 from __future__ import annotations
@@ -56,12 +70,14 @@ from longctx.errors import ConfigError
 GIB = 2**30
 CUDA_CONTEXT_BYTES = GIB
 LOGIT_BYTES_PER_ELEMENT = 16
-MARGIN = 0.25
+MARGIN = 0.20
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per device of each term (module docstring); `total` is what must fit."""
+    """Bytes per device of each term (module docstring); `total` is what must fit.
+    `gradients` is all of them (the optimizer step holds them), `gradients_at_peak` those
+    that coexist with the activations."""
 
     parameters: int
     gradients: int
@@ -69,19 +85,23 @@ class MemoryEstimate:
     activations: int
     logits: int
     buffers: int
+    gradients_at_peak: int
     setting: str
 
     @property
     def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.logits + self.buffers
+        """parameters + optimizer + buffers + max(activations + logits + gradients at the
+        peak, all gradients): the larger of the backward's start and the optimizer step."""
+        backward = self.activations + self.logits + self.gradients_at_peak
+        return self.parameters + self.optimizer + self.buffers + max(backward, self.gradients)
 
     def table(self) -> str:
         """A text table of the terms in GiB, with the setting it was computed for."""
         lines = [f"memory estimate per device ({self.setting}):"]
         for item in fields(self):
             if item.name != "setting":
-                lines.append(f"  {item.name:<12} {getattr(self, item.name) / GIB:8.2f} GiB")
-        lines.append(f"  {'total':<12} {self.total / GIB:8.2f} GiB (upper bound; design margin {MARGIN:.0%})")
+                lines.append(f"  {item.name:<17} {getattr(self, item.name) / GIB:8.2f} GiB")
+        lines.append(f"  {'total':<17} {self.total / GIB:8.2f} GiB (upper bound; design margin {MARGIN:.0%})")
         return "\n".join(lines)
 
 
@@ -101,36 +121,118 @@ def shard_numel(shape: tuple[int, ...], world_size: int) -> int:
     return math.ceil(shape[0] / world_size) * math.prod(shape[1:])
 
 
-def activation_bytes_per_token_layer(model: ModelConfig, stream: int, compute: int) -> int:
-    """Bytes autograd keeps per token in one eager block (module docstring)."""
-    d, d_kv = model.d_model, model.n_kv_heads * model.head_dim
-    return 4 * stream * d + compute * (7 * d + 2 * d_kv + 4 * model.d_ff) + 4 * model.n_heads
+def kernel_kv_heads(model: ModelConfig) -> int:
+    """The key/value heads the attention kernel receives, and saves for backward: n_kv_heads,
+    or n_heads where the flash path copies each k/v head to its query heads (torch's
+    varlen_attn without `enable_gqa`, torch 2.11; model/flash.py's `kv_repeats`)."""
+    if model.attention_backend not in ("flash", "auto") or model.n_heads == model.n_kv_heads:
+        return model.n_kv_heads
+    from longctx.model import flash
+
+    try:
+        kernel = flash.resolve_kernel()
+    except RuntimeError:
+        return model.n_kv_heads
+    return model.n_kv_heads * flash.kv_repeats(kernel, model.n_heads, model.n_kv_heads)
 
 
-def estimate_memory(config: ExperimentConfig, world_size: int, precision: str, cuda: bool = True) -> MemoryEstimate:
+def activation_bytes_per_token_layer(
+    model: ModelConfig, stream: int, compute: int, compiled: bool = False, kv_heads: int | None = None
+) -> int:
+    """Bytes autograd keeps per token in one block (model/llama.py's `Block`), s = `stream`,
+    c = `compute` element sizes, H heads, d_kv = `kv_heads` (default n_kv_heads) x head_dim.
+
+    Both count the attention kernel's saved q, output, k and v (c (2 d + 2 d_kv); the
+    kernel saves what it was given) and its fp32 log-sum-exp (4 H), as FlashAttention's
+    and FlexAttention's backward need them, and the two RMSNorms' fp32 rsqrt (8).
+
+    Eager:   2 (4 d + s d) + c (n d + 4 d_ff) + attention + 8
+        each RMSNorm keeps its fp32 input (the input itself when s = 4) and its normalised
+        value in the stream dtype; the linears keep their inputs: under autocast (s != c)
+        each its own c-dtype cast (q/k/v 3, gate/up 2: n = 5), else q/k/v share the first
+        norm's output and gate/up the second's (n = 2); SwiGLU keeps gate, up, silu(gate)
+        and their product (4 d_ff).
+    Compiled (torch.compile, min-cut partitioner): s d + c (3 d + 3 d_ff) + attention + 8
+        the block's input; the two norms' outputs as the matmuls take them and the
+        attention projection's output (the residual and the norms are recomputed from
+        these); gate, up and their product (silu is recomputed).
+    tinyllama-1.1b, bf16-mixed: eager 107,656 bytes, compiled 63,624 (114,824 and 70,792
+    with k/v copied to the 32 query heads).
+    """
+    d, d_ff = model.d_model, model.d_ff
+    d_kv = (kv_heads or model.n_kv_heads) * model.head_dim
+    attention = compute * (2 * d + 2 * d_kv) + 4 * model.n_heads
+    if compiled:
+        return stream * d + compute * (3 * d + 3 * d_ff) + attention + 8
+    linear_inputs = 5 if stream != compute else 2
+    return 2 * (4 * d + stream * d) + compute * (linear_inputs * d + 4 * d_ff) + attention + 8
+
+
+def gradients_at_peak(gradients: int, root_gradients: int, released: int, freed_before_forward: bool) -> int:
+    """Gradient bytes counted next to the activations and logits (module docstring): all of
+    them unless the loop frees them before the forward; then the root's plus the blocks'
+    beyond what the backward has `released` when they are all made (the blocks' held
+    activations and the logits), so that activations + logits + this is the larger end."""
+    if not freed_before_forward:
+        return gradients
+    return root_gradients + max(0, gradients - root_gradients - released)
+
+
+def precision_sizes(precision: str) -> tuple[int, int, int]:
+    """(parameter, residual stream, compute) element sizes under Lightning's `precision`."""
+    param_size = 2 if precision == "bf16-true" else 4
+    compute = 4 if precision == "32-true" else 2
+    return param_size, param_size, compute
+
+
+def estimate_memory(
+    config: ExperimentConfig,
+    world_size: int,
+    precision: str,
+    cuda: bool = True,
+    gradients_freed_before_forward: bool = False,
+) -> MemoryEstimate:
     """The per-device estimate of `config` at `world_size` ranks under Lightning's
-    `precision` (32-true | bf16-mixed | bf16-true; resolve "auto" first)."""
+    `precision` (32-true | bf16-mixed | bf16-true; resolve "auto" first), blocks compiled
+    when `train.compile`. `gradients_freed_before_forward`: the loop calls
+    `zero_grad(set_to_none=True)` before each optimizer step's first forward (a hand-written
+    step; Lightning does not, module docstring)."""
     model, train = config.model, config.train
     fsdp = train.strategy == "fsdp"
     shards = world_size if fsdp else 1
-    param_size = 2 if precision == "bf16-true" else 4
+    param_size, stream, compute = precision_sizes(precision)
     shapes = parameter_shapes(model)
     local = sum(shard_numel(shape, shards) for shape in shapes.values())
+    root_local = sum(shard_numel(shape, shards) for name, shape in shapes.items() if not name.startswith("blocks."))
     parameters = local * param_size
     optimizer = 2 * local * param_size + 4 * len(shapes)
 
-    stream = 2 if precision == "bf16-true" else 4
-    compute = 4 if precision == "32-true" else 2
     tokens = train.micro_batch_size * config.data.window
-    per_layer = activation_bytes_per_token_layer(model, stream, compute)
-    if train.activation_checkpointing:
-        blocks = model.n_layers * stream * model.d_model + per_layer
-    else:
-        blocks = model.n_layers * per_layer
-    activations = tokens * (blocks + 8 * model.head_dim + 2 * stream * model.d_model + 4 * 8)
+    per_layer = activation_bytes_per_token_layer(model, stream, compute, train.compile, kernel_kv_heads(model))
+    held = model.n_layers * (stream * model.d_model if train.activation_checkpointing else per_layer)
+    recomputed = per_layer if train.activation_checkpointing else 0
+    root = 8 * model.head_dim + 3 * stream * model.d_model + 4 + 4 * 8
+    activations = tokens * (held + recomputed + per_layer + root)
     logit_tokens = min(train.loss_chunk_tokens, tokens) if train.loss_chunk_tokens else tokens
     logits = logit_tokens * model.vocab_size * LOGIT_BYTES_PER_ELEMENT
+    accumulating = train.global_batch_tokens > tokens * world_size
+    at_peak = gradients_at_peak(
+        parameters, root_local * param_size, tokens * held + logits, gradients_freed_before_forward and not accumulating
+    )
+    buffers = buffer_bytes(shapes, model, precision, fsdp, cuda)
+    setting = (
+        f"{model.n_layers} layers x d {model.d_model}, vocab {model.vocab_size}; {train.micro_batch_size} x "
+        f"{config.data.window} tokens per micro-batch; {precision}; strategy {train.strategy} over {world_size}; "
+        f"blocks {'compiled' if train.compile else 'eager'}; "
+        f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}; "
+        f"loss_chunk_tokens {train.loss_chunk_tokens}; gradients "
+        f"{'freed before the forward' if gradients_freed_before_forward else 'kept through the forward'}"
+    )
+    return MemoryEstimate(parameters, parameters, optimizer, activations, logits, buffers, at_peak, setting)
 
+
+def buffer_bytes(shapes: dict[str, tuple[int, ...]], model: ModelConfig, precision: str, fsdp: bool, cuda: bool) -> int:
+    """Copies made by the precision or strategy, and the CUDA context (module docstring)."""
     buffers = CUDA_CONTEXT_BYTES if cuda else 0
     block_numel = sum(math.prod(shape) for name, shape in shapes.items() if name.startswith("blocks.0."))
     root_numel = sum(math.prod(shape) for name, shape in shapes.items() if not name.startswith("blocks."))
@@ -139,13 +241,7 @@ def estimate_memory(config: ExperimentConfig, world_size: int, precision: str, c
     elif precision == "bf16-mixed":
         matmul_numel = sum(math.prod(shape) for name, shape in shapes.items() if len(shape) == 2)
         buffers += 2 * (matmul_numel - model.vocab_size * model.d_model)  # the embedding is a lookup
-    setting = (
-        f"{model.n_layers} layers x d {model.d_model}, vocab {model.vocab_size}; {train.micro_batch_size} x "
-        f"{config.data.window} tokens per micro-batch; {precision}; strategy {train.strategy} over {world_size}; "
-        f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}; "
-        f"loss_chunk_tokens {train.loss_chunk_tokens}"
-    )
-    return MemoryEstimate(parameters, parameters, optimizer, activations, logits, buffers, setting)
+    return buffers
 
 
 def check_fits(estimate: MemoryEstimate, limit_bytes: int, config: ExperimentConfig) -> None:
@@ -156,6 +252,8 @@ def check_fits(estimate: MemoryEstimate, limit_bytes: int, config: ExperimentCon
     knobs = [f"lower train.micro_batch_size (now {train.micro_batch_size}; global batch kept by accumulation)"]
     if estimate.logits > estimate.activations / 4:
         knobs.insert(0, f"set train.loss_chunk_tokens (now {train.loss_chunk_tokens}; e.g. 2048)")
+    if not train.compile:
+        knobs.append("set train.compile=true (a compiled block saves ~40% fewer activations)")
     if not train.activation_checkpointing:
         knobs.append("set train.activation_checkpointing=true")
     if train.strategy != "fsdp":
