@@ -53,7 +53,7 @@ def test_the_plugin_is_listed_and_runs_in_a_method_table(plugin, tmp_path):
     haystack = tmp_path / "haystack.txt"
     haystack.write_text("\n".join(doc.text for doc in itertools.islice(embedded_documents(("prose",)), 30)))
     settings = [f"eval.niah.haystack={haystack}", "eval.niah.tests_per_length=2", "eval.niah.max_new_tokens=8"]
-    settings += ["log.wandb_mode=disabled", "eval.position_method.params.grouped_rope.group=4"]
+    settings += ["log.wandb_mode=disabled", "eval.position_method.grouped_rope.group=4"]
     out = tmp_path / "table.md"
     command = [sys.executable, "-m", "longctx", "niah-table", str(model), "--methods", "rope,grouped_rope"]
     run([*command, "--lengths", "128", "--out", str(out), "--quiet", *settings], plugin, tmp_path)
@@ -94,6 +94,26 @@ HF_CHECK = textwrap.dedent(
         print(bad)
     """
 )
+
+
+def test_a_misspelt_parameter_of_the_plugin_is_an_error_naming_it(plugin, tmp_path):
+    command = [sys.executable, "-m", "longctx", "config", "eval.position_method.name=grouped_rope"]
+    env = dict(os.environ, LONGCTX_PLUGINS=str(plugin), OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [*command, "eval.position_method.grouped_rope.gruop=4"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert (
+        "eval.position_method.params.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']"
+        in done.stderr
+    )
+    assert "override 'eval.position_method.grouped_rope.gruop=4'" in done.stderr
+    assert "group: 4" in run([*command, "eval.position_method.grouped_rope.group=4"], plugin, tmp_path)
 
 
 def test_the_plugin_runs_inside_a_transformers_llama_as_longctx_does(plugin, tmp_path):

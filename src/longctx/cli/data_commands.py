@@ -185,7 +185,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "paths",
         nargs="*",
         metavar="PATH",
-        help=f"SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard ({_shard_suffixes()}), "
+        help="SRC... OUT: sources, then the output directory (or s3:// prefix). A source is a shard (a format of "
+        "data/shard_reader.py's table: .jsonl, .jsonl.gz, .jsonl.zst, .parquet), "
         "a directory searched recursively for shards, a quoted glob ('c/**/*.parquet'); "
         "or one of embedded | embedded:code | debian:PACKAGE | a directory of .txt/.md/.rst files",
     )

@@ -28,7 +28,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longctx.config.experiment import ExperimentConfig
+from longctx.config.methods.registry import method_names
 from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
 EXPERIMENTS_DIR = Path("experiments")
@@ -55,6 +57,7 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
             sources += _read_yaml(Path(value.strip()), chain=())
         else:
             sources.append(_read_override(text))
+    sources = [_method_sections(source) for source in sources]
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
@@ -149,6 +152,33 @@ def _read_yaml(path: Path, chain: tuple[Path, ...]) -> list[_Source]:
     locations = {key: f"{path}:{line}" for key, line in lines.items()}
     sources.append(_Source(str(path), values, locations))
     return sources
+
+
+def _method_sections(source: _Source) -> _Source:
+    """A registered method without a section of its own in PositionMethodConfig (a plugin)
+    may be set as an in-tree one is, `eval.position_method.<name>.<field>` (and under an
+    arm): moved under `params.<name>`, where the config keeps it and checks its fields
+    against the method's parameter dataclass, with its file:line kept for errors. A key
+    that names no registered method is left for the unknown-key error."""
+    evaluation = source.values.get("eval")
+    if not isinstance(evaluation, dict):
+        return source
+    sections = [("eval.position_method", evaluation.get("position_method"))]
+    arms = evaluation.get("arms")
+    if isinstance(arms, dict):
+        sections += [(f"eval.arms.{name}", arm) for name, arm in arms.items()]
+    known = {field.name for field in dataclasses.fields(PositionMethodConfig)}
+    for prefix, section in sections:
+        if not isinstance(section, dict):
+            continue
+        for key in [key for key in section if key not in known]:
+            if key not in method_names():  # the registry is asked only for a key it may know
+                continue
+            section.setdefault("params", {})[key] = section.pop(key)
+            old, new = f"{prefix}.{key}", f"{prefix}.params.{key}"
+            for where in [where for where in source.locations if where == old or where.startswith(old + ".")]:
+                source.locations[new + where[len(old) :]] = source.locations[where]
+    return source
 
 
 def _read_override(text: str) -> _Source:

@@ -5,9 +5,10 @@ the fields left at 0 by the method's spec (the baselines' protocol, StRing's shi
 and names the config key of an impossible value. What methods exist, with which
 parameters, is the registry's (longctx.config.methods.registry): the seven in-tree methods
 have a section each here (`eval.position_method.string.local_window`); any other registered
-method, a plugin or a newer in-tree one, takes its parameters from
-`eval.position_method.params.<name>`, checked against its spec's parameter dataclass when
-resolved (an unknown key there is a ConfigError naming it, as everywhere).
+method, a plugin or a newer in-tree one, keeps its parameters under
+`eval.position_method.params.<name>` (the loader moves `eval.position_method.<name>.*`
+there), checked against its spec's parameter dataclass as the config is built (an unknown
+key is a ConfigError naming it, as everywhere).
 """
 
 from __future__ import annotations
@@ -78,17 +79,29 @@ class PositionMethodConfig:
     """Parameters of registered methods without a section above (plugins, newer in-tree
     methods), by method name: `eval.position_method.params.my_method.alpha=2`."""
 
-    def section(self, prefix: str = "eval.position_method") -> tuple[Any, str]:
-        """(the parameters dataclass of `name` as configured, its config key)."""
-        spec = method_spec(self.name, f"{prefix}.name")
-        if self.name in POSITION_METHODS:
-            return getattr(self, self.name), f"{prefix}.{self.name}"
-        key = f"{prefix}.params.{self.name}"
-        values = dict(self.params.get(self.name) or {})
+    def __post_init__(self) -> None:
+        for name in self.params:
+            self._checked_params(name, "eval.position_method")
+
+    def _checked_params(self, name: str, prefix: str) -> Any:
+        """`params[name]` as its method's parameter dataclass; a method that is not
+        registered, or a field it does not have, is a ConfigError naming the key."""
+        key = f"{prefix}.params.{name}"
+        spec = method_spec(name, key)
+        if name in POSITION_METHODS:
+            raise ConfigError(key, f"{name} has a section of its own: set {prefix}.{name}.<field>")
+        values = dict(self.params.get(name) or {})
         known = [f.name for f in dataclasses.fields(spec.params)]
         for unknown in sorted(set(values) - set(known)):
-            raise ConfigError(f"{key}.{unknown}", f"unknown key: {self.name} has parameters {known}")
-        return spec.params(**values), key
+            raise ConfigError(f"{key}.{unknown}", f"unknown key: {name} has parameters {known}")
+        return spec.params(**values)
+
+    def section(self, prefix: str = "eval.position_method") -> tuple[Any, str]:
+        """(the parameters dataclass of `name` as configured, its config key)."""
+        method_spec(self.name, f"{prefix}.name")
+        if self.name in POSITION_METHODS:
+            return getattr(self, self.name), f"{prefix}.{self.name}"
+        return self._checked_params(self.name, prefix), f"{prefix}.params.{self.name}"
 
     def resolved(self, training_length: int, prefix: str = "eval.position_method") -> dict:
         """Parameters of the selected method with 0-valued fields filled in (by the
