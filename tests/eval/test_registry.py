@@ -78,10 +78,11 @@ def test_every_engine_task_is_named_benchmark_dash_task():
         assert registry.owner_of(tasks[0].name) == (spec, next(iter(spec.tasks)))
 
 
-def test_the_defaults_are_what_eval_suite_ran_before_the_registry():
-    config = ExperimentConfig()
+def test_each_suite_runs_its_default_tasks():
+    """RULER's 11 synthetic tasks (qa_1 with its file), every InfiniteBench task, the configured NIAH."""
     from longctx.eval.ruler import SYNTHETIC_TASKS
 
+    config = ExperimentConfig()
     assert [t.name for t in suite_tasks("ruler", None, config)] == [f"ruler-{t}" for t in SYNTHETIC_TASKS]
     names = ["passkey", "number_string", "kv_retrieval", "math_find"]
     assert [t.name for t in suite_tasks("infinitebench", None, config)] == [f"infinitebench-{t}" for t in names]
