@@ -57,8 +57,8 @@ from longctx.eval.cells import Decoding
 from longctx.eval.effective_length import plot_heatmap
 from longctx.eval.generation import generate
 from longctx.eval.niah.evaluation import evaluate
+from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.niah.samples import make_samples
 from longctx.model.checkpoint import load_model
 from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.llama import Llama

@@ -13,11 +13,11 @@ from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
 from longctx.eval.cells import Cell, CellResult, Decoding, read_records, summarize
 from longctx.eval.effective_length import plot_heatmap, search_effective_length
+from longctx.eval.errors import PromptTooShortError
 from longctx.eval.generation import Generation
 from longctx.eval.niah.engine_task import NiahTask, check_task_settings
 from longctx.eval.niah.evaluation import evaluate
-from longctx.eval.niah.needles import PromptTooShortError
-from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.generator import make_samples
 from longctx.eval.stats import wilson_interval
 from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.llama import Llama

@@ -11,7 +11,7 @@ import torch
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
 from longctx.eval.generation import StopRule, generate
-from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.generator import make_samples
 from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.hf import import_hf
 from longctx.model.llama import Llama

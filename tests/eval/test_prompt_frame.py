@@ -6,8 +6,8 @@ import pytest
 from longctx.config import NiahConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.errors import ConfigError
+from longctx.eval.niah.generator import make_sample
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.niah.samples import make_sample
 from longctx.eval.prompt_frame import PromptFrame, prompt_frame, render_chat
 from longctx.model_tokenizer import tokenizer_for_model
 from tests.chat_tokenizer import write_chat_tokenizer, write_hf_config

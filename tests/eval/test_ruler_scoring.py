@@ -6,6 +6,7 @@ import json
 import pytest
 
 from longctx.cli import main
+from longctx.eval import stats
 from longctx.eval.ruler import scoring
 from longctx.eval.ruler.tokens import RulerError
 
@@ -44,7 +45,7 @@ def test_effective_length_is_the_largest_length_above_85_6():
 
 def test_averages_by_hand():
     # scores 90, 80, 70 at increasing lengths: inc weights 1,2,3 / 6, dec 3,2,1 / 6
-    result = scoring.averages({8192: 80.0, 4096: 90.0, 16384: 70.0})
+    result = stats.averages({8192: 80.0, 4096: 90.0, 16384: 70.0})
     assert result["avg"] == pytest.approx(80.0)
     assert result["wavg_inc"] == pytest.approx((90 + 160 + 210) / 6)
     assert result["wavg_dec"] == pytest.approx((270 + 160 + 70) / 6)

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("punkt")
 pytest.importorskip("wonderwords")
 
-from longctx.eval.niah.haystack import paul_graham_text
+from longctx.eval.essays import paul_graham_text
 from longctx.eval.ruler.sources import Essay, punkt_english, wonderwords_lists
 
 

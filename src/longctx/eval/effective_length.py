@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from longctx.config import NiahConfig
-from longctx.eval.niah.needles import PromptTooShortError
+from longctx.eval.errors import PromptTooShortError
 from longctx.eval.stats import wilson_interval
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@
 The template is rendered as transformers' `apply_chat_template` renders it: a sandboxed
 Jinja environment with trim_blocks, lstrip_blocks and the loopcontrols extension, given
 `messages`, `add_generation_prompt`, the special tokens' spellings and `raise_exception`.
-NIAH prompts are assembled in token space (eval/niah/samples.py), so the rendering is split at
+NIAH prompts are assembled in token space (eval/niah/generator.py), so the rendering is split at
 the user's content into the `PromptFrame`'s head and tail, each tokenised with special
 tokens recognised ("<|im_start|>" is one id), as transformers tokenises the rendered text.
 """
@@ -25,6 +25,9 @@ from longctx.data.tokenizer import Tokenizer
 from longctx.errors import ConfigError
 
 CHAT_TEMPLATE_MODES = ("none", "auto")
+BENCHMARKS_TEMPLATE_KEY = "eval.benchmarks.chat_template"
+"""The key that sets the prompt frame of the benchmarks on `eval.benchmarks` (RULER,
+InfiniteBench), named in their errors; NIAH's is eval.niah.chat_template."""
 _CONTENT = "\x00LONGCTX-NIAH-PROMPT\x00"
 
 

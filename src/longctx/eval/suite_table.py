@@ -3,15 +3,17 @@
     longctx eval-suite hf/smollm2 --suite ruler --lengths 1024,2048,4096 --methods rope,string
     longctx eval-suite CKPT --suite infinitebench --tasks passkey,kv_retrieval --lengths 131072
 
-Every position method on every checkpoint, for each task of the suite at each length: one
-cell of the engine (eval/cells.py; eval.benchmarks.samples_per_length samples, written as
-they finish, reused by a rerun, resumed after a kill). The table, per length: methods x tasks
-(score 0-100 with its 95% interval: Wilson's for pass/fail scores, mean +- 1.96 s/sqrt(n)
-otherwise) and the mean over tasks; then per method: the mean at each length, Avg., wAvg.
-(inc/dec) and, for RULER, the effective length (the largest length whose mean exceeds 85.6,
-eval/ruler/scoring.py). The mean is named by the tasks it covers: "RULER" only for all 13,
-"RULER-11" for the synthetic 11 (no SQuAD/HotpotQA files), never "RULER" for fewer.
-Written as JSON and Markdown, logged to W&B (offline unless a key is configured).
+Every position method on every checkpoint, for each task of the suite (a registered
+benchmark, eval/registry.py) at each length: one cell of the engine (eval/cells.py;
+eval.benchmarks.samples_per_length samples, written as they finish, reused by a rerun,
+resumed after a kill). The table, per length: methods x tasks (score 0-100 with its 95%
+interval: Wilson's for pass/fail scores, mean +- 1.96 s/sqrt(n) otherwise) and the mean
+over tasks; then per method: the mean at each length, Avg., wAvg. (inc/dec) (eval/stats.py)
+and, for a benchmark that defines one, its effective length (RULER: the largest length
+whose mean exceeds 85.6, eval/ruler/scoring.py). The mean is named by the benchmark for the
+tasks it covers (RULER: "RULER" only for all 13, "RULER-11" for the synthetic 11, never
+"RULER" for fewer), else "<suite> mean (k tasks)". Written as JSON and Markdown, logged to
+W&B (offline unless a key is configured).
 """
 
 from __future__ import annotations
@@ -22,40 +24,20 @@ from typing import Any
 
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.errors import ConfigError
-from longctx.eval import infinitebench
-from longctx.eval.benchmark_tasks import InfiniteBenchTask, RulerContexts, RulerTask
 from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import CellResult, Decoding, Grid, run_grid
-from longctx.eval.niah.haystack import Haystack
 from longctx.eval.prompt_frame import TextTokenizer
-from longctx.eval.ruler import SYNTHETIC_TASKS
-from longctx.eval.ruler.constants import TASKS as RULER_TASKS
-from longctx.eval.ruler.scoring import averages, effective_length, suite_name
+from longctx.eval.registry import benchmark_spec
+from longctx.eval.stats import averages
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
 
-SUITES = ("ruler", "infinitebench", "niah")
 
-
-def suite_tasks(suite: str, names: list[str] | None, config: ExperimentConfig, haystack: Haystack | None) -> list[Task]:
-    """The suite's tasks (`names`: a subset; default RULER's 11 synthetic tasks, plus qa_1/qa_2
-    when their files are configured; every InfiniteBench task; the configured NIAH)."""
-    settings = config.eval.benchmarks
-    if suite == "ruler":
-        if names is None:
-            names = list(SYNTHETIC_TASKS)
-            names += [t for t, path in (("qa_1", settings.squad_path), ("qa_2", settings.hotpotqa_path)) if path]
-            names = [t for t in RULER_TASKS if t in names]
-        contexts = RulerContexts(settings)
-        return [RulerTask(name, contexts) for name in names]
-    if suite == "infinitebench":
-        return [InfiniteBenchTask(name, settings) for name in (names or list(infinitebench.TASKS))]
-    if suite == "niah":
-        from longctx.eval.niah.engine_task import NiahTask
-
-        return [NiahTask(config.eval.niah, haystack)]
-    raise ConfigError("--suite", f"{suite!r} is not one of {SUITES}")
+def suite_tasks(suite: str, names: list[str] | None, config: ExperimentConfig, haystack: Any = None) -> list[Task]:
+    """The suite's engine tasks: `names` (tasks or categories of the benchmark), or its
+    defaults (RULER's 11 synthetic tasks, plus qa_1/qa_2 when their files are configured;
+    every InfiniteBench task; the configured NIAH); `haystack`: the one loaded for eval.niah."""
+    return benchmark_spec(suite).engine_tasks(names, config, haystack)
 
 
 def _interval(result: CellResult) -> tuple[float, float]:
@@ -72,15 +54,16 @@ def _interval(result: CellResult) -> tuple[float, float]:
 def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
     """{"suite", "mean_name", "lengths": {length: {column: {method: {task: entry, "mean": x}}}},
     "summary": {column: {method: {...}}}}; a column is a model."""
+    spec = benchmark_spec(suite)
     tasks = list(dict.fromkeys(r.cell.task for r in results))
-    short = [t.removeprefix("ruler-").removeprefix("infinitebench-") for t in tasks]
-    mean_name = suite_name(short) if suite == "ruler" else f"{suite} mean ({len(tasks)} tasks)"
+    short = [spec.column(t) for t in tasks]
+    mean_name = spec.mean_name(short) if spec.mean_name else f"{suite} mean ({len(tasks)} tasks)"
     table: dict[str, Any] = {"suite": suite, "tasks": short, "mean_name": mean_name, "lengths": {}, "summary": {}}
     for result in results:
         cell = result.cell
         entry = {"score": 100 * result.summary["score"], "interval": _interval(result), "n": result.summary["count"]}
         column = table["lengths"].setdefault(str(cell.length), {}).setdefault(cell.model, {})
-        column.setdefault(cell.method, {})[cell.task.removeprefix("ruler-").removeprefix("infinitebench-")] = entry
+        column.setdefault(cell.method, {})[spec.column(cell.task)] = entry
     for length, models in table["lengths"].items():
         for model, methods in models.items():
             for method, entries in methods.items():
@@ -91,8 +74,8 @@ def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
     for methods in table["summary"].values():
         for summary in methods.values():
             summary.update(averages(summary["by_length"]))
-            if suite == "ruler":
-                summary["effective_length"] = effective_length(summary["by_length"])
+            if spec.effective_length is not None:
+                summary["effective_length"] = spec.effective_length(summary["by_length"])
     return table
 
 
@@ -119,7 +102,7 @@ def format_markdown(table: dict[str, Any]) -> str:
             lines += ["", f"n = {', '.join(map(str, sorted(n)))} samples per task; [95% interval]", ""]
     for model, methods in table["summary"].items():
         lengths = sorted({length for s in methods.values() for length in s["by_length"]})
-        extra = " | effective length" if table["suite"] == "ruler" else ""
+        extra = " | effective length" if any("effective_length" in s for s in methods.values()) else ""
         lines += [f"### {model}: {mean} by length", ""]
         lines.append(
             "| method | " + " | ".join(map(str, lengths)) + " | Avg. | wAvg. (inc) | wAvg. (dec)" + extra + " |"

@@ -14,11 +14,15 @@ found at which depth). A cell's score is the mean over its samples.
 
 Determinism: `samples(seed, length, count, tokenizer)[i]` must depend on (seed, task,
 length, i) only, never on `count` or on other samples (seed a generator with
-[seed, length, i], as eval/niah/samples.py does), so a killed run that resumes, or a rerun with
+[seed, length, i], as eval/niah/generator.py does), so a killed run that resumes, or a rerun with
 more samples, sees the same prompts. The engine checks it: every record keeps a hash of
 its prompt, and a resumed cell whose prompts changed is refused.
 
-Tasks: NIAH (eval/niah/engine_task.py); RULER, InfiniteBench and lm-eval plug in the same way.
+A length too short for a task's fixed part (template, question, needles) is refused by
+raising eval/errors.py's `PromptTooShortError` from `samples`: the effective-length search skips that length
+and a table leaves its cell out, whichever benchmark the task belongs to.
+
+Each benchmark's tasks: the engine_task.py of its folder, found through eval/registry.py.
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ from typing import Any
 
 from longctx.eval.generation import Generation, StopRule
 from longctx.eval.prompt_frame import TextTokenizer
+
+
+def stop_at_eos(tokenizer: TextTokenizer) -> StopRule:
+    """Stop a row at the tokenizer's EOS (none for a test double without one): the stop rule
+    of every benchmark's samples."""
+    eos_id = getattr(tokenizer, "eos_id", None)
+    return StopRule(eos_ids=frozenset() if eos_id is None else frozenset({eos_id}))
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 
 from longctx.data.sentences import split_sentences
-from longctx.eval.niah import samples as niah
-from longctx.eval.niah.haystack import Haystack, paul_graham_dir
+from longctx.eval.essays import paul_graham_dir
+from longctx.eval.niah import generator as niah
+from longctx.eval.niah.generator import make_sample, make_samples
+from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import TASKS, NeedleTask, NeedleTokenizationError, NiahError
-from longctx.eval.niah.samples import answer_found, found_answers, make_sample, make_samples
+from longctx.eval.niah.scoring import answer_found, found_answers
 
 # STRING Table 5, typed in from the paper.
 TABLE5_PREFIX = (

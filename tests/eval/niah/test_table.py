@@ -17,7 +17,7 @@ from longctx.config.position_methods import PositionMethodConfig, StringConfig
 from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import Cell, CellResult
 from longctx.eval.niah.evaluation import evaluate, peak_failure_depth, search_settings
-from longctx.eval.niah.samples import make_samples
+from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.table import assemble_table, format_table, method_table
 from longctx.model.checkpoint import save_model
 from longctx.model.decoding import greedy_generate_recompute
@@ -90,6 +90,24 @@ def test_peak_failure_depth_pools_the_lengths_of_a_model_and_method():
     lines = format_table(table, ["rope", "string"]).splitlines()
     assert lines[3] == "| string | - | 0.0 [10, 90] n=1 |"
     assert math.isnan(assemble_table([], models, None, 2)["m"].get("rope", {}).get("accuracy", math.nan))
+
+
+def test_another_benchmarks_task_tables_its_mean_score_without_depths():
+    """eval.niah.task=ruler-<task>: niah-table runs the task the search runs (eval/registry.py);
+    its records carry no depths and its scores may be fractions."""
+    from longctx.eval.niah.table import niah_grid
+
+    config = ExperimentConfig()
+    config.eval.niah.task = "ruler-niah_multivalue"
+    models = {"m": Llama(ModelConfig.from_preset("debug", max_position=200))}
+    arms = {"rope": PositionMethodConfig()}
+    assert [task.name for task in niah_grid(models, arms, config, None).tasks] == ["ruler-niah_multivalue"]
+    records = [{"score": 0.75, "pred": "x", "outputs": ["1"]}, {"score": 0.25, "pred": "y", "outputs": ["2"]}]
+    result = CellResult(Cell("m", "rope", "ruler-niah_multivalue", 200), records, {"count": 2, "score": 0.5})
+    entry = assemble_table([result], models, None, depth_bands=2)["m"]["rope"]
+    assert entry["accuracy"] == 0.5 and entry["tests"] == 2 and "wilson" not in entry
+    assert all(math.isnan(edge) for edge in entry["peak_failure_depth"])
+    assert format_table({"m": {"rope": entry}}, ["rope"]).splitlines()[2] == "| rope | 50.0 |"
 
 
 def test_niah_table_command_reuses_its_cells_and_logs_them_to_wandb(tmp_path, haystack_file, capsys):

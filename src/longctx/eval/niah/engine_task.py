@@ -1,10 +1,10 @@
 """The needle-in-a-haystack test as a task of the evaluation engine (eval/task.py).
 
-A sample is eval/niah/samples.py's prompt of exactly `length` tokens for (seed, length, index),
+A sample is eval/niah/generator.py's prompt of exactly `length` tokens for (seed, length, index),
 inside the configured frame (BOS or a chat turn, eval/prompt_frame.py); the model decodes up to
 `eval.niah.max_new_tokens` tokens greedily and stops at the tokenizer's EOS. The score is
 1 when at least `min_found` answers (the task's default, 2 of 4 for `paper`) appear in the
-output (case-insensitive, whitespace collapsed: eval/niah/samples.py), else 0; the record keeps
+output (case-insensitive, whitespace collapsed: eval/niah/scoring.py), else 0; the record keeps
 which answer was found and its needle's depth, from which eval/niah/table.py draws the
 depth band where a model fails most (STRING Table 4) and the effective-length search
 (eval/effective_length.py) its depth x length heatmap. `longctx niah`, the training probe
@@ -19,12 +19,13 @@ from typing import Any
 
 from longctx.config import NiahConfig
 from longctx.errors import ConfigError
-from longctx.eval.generation import Generation, StopRule
+from longctx.eval.generation import Generation
+from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import get_task
-from longctx.eval.niah.samples import found_answers, make_samples
+from longctx.eval.niah.scoring import found_answers
 from longctx.eval.prompt_frame import TextTokenizer, prompt_frame
-from longctx.eval.task import Sample, Task
+from longctx.eval.task import Sample, Task, stop_at_eos
 
 
 def check_task_settings(config: NiahConfig) -> None:
@@ -51,8 +52,7 @@ class NiahTask(Task):
         self.name = f"niah-{self.needles.name}"
 
     def samples(self, seed: int, length: int, count: int, tokenizer: TextTokenizer) -> list[Sample]:
-        eos_id = getattr(tokenizer, "eos_id", None)  # longctx Tokenizers have one; test doubles may not
-        stop = StopRule(eos_ids=frozenset() if eos_id is None else frozenset({eos_id}))
+        stop = stop_at_eos(tokenizer)
         drawn = make_samples(
             tokenizer,
             self.haystack,

@@ -27,9 +27,12 @@ from longctx.data.tokenizer import Tokenizer
 from longctx.eval import model_setup
 from longctx.eval.cells import Cell, Decoding, Progress, run_cell
 from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, search_effective_length
+from longctx.eval.niah.benchmark import SPEC as NIAH
 from longctx.eval.niah.engine_task import NiahTask
 from longctx.eval.niah.haystack import Haystack
+from longctx.eval.niah.needles import TASKS as NEEDLE_TASKS
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.registry import BenchmarkSpec, owner_of
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
 
@@ -52,28 +55,33 @@ def evaluation_device(config: ExperimentConfig) -> torch.device:
     return model_setup.evaluation_device(config.eval.device)
 
 
+def other_benchmark(task: str) -> BenchmarkSpec | None:
+    """The registered benchmark other than NIAH whose engine task `task` names
+    (`ruler-niah_multikey_1`: RULER); None for a NIAH task (or a name no benchmark owns)."""
+    owner = None if task in NEEDLE_TASKS else owner_of(task)
+    return None if owner is None or owner[0].name == NIAH.name else owner[0]
+
+
 def load_haystack(config: ExperimentConfig, tokenizer: Tokenizer) -> Haystack | None:
     """The configured haystack, tokenised once; None for tasks that build their own (JSON
-    KV, RULER's)."""
-    if config.eval.niah.task == "helmet-json-kv" or config.eval.niah.task.startswith(RULER_PREFIX):
+    KV, another benchmark's)."""
+    needles = NEEDLE_TASKS.get(config.eval.niah.task)
+    if (needles is not None and needles.json_haystack) or other_benchmark(config.eval.niah.task):
         return None
     if config.eval.niah.haystack:
         return Haystack.from_file(tokenizer, config.eval.niah.haystack)
     return Haystack.paul_graham(tokenizer)
 
 
-RULER_PREFIX = "ruler-"
-"""eval.niah.task=ruler-<task>: one of RULER's tasks (eval/ruler/) is searched."""
-
-
 def search_task(settings: NiahConfig, config: ExperimentConfig, haystack: Haystack | None) -> Task:
-    """The engine task the search runs: a RULER task for `ruler-<task>` (its prompts, tokens
-    to generate and scorer; settings from eval.benchmarks), else the NIAH task."""
-    if settings.task.startswith(RULER_PREFIX):
-        from longctx.eval.benchmark_tasks import RulerContexts, RulerTask
-
-        return RulerTask(settings.task.removeprefix(RULER_PREFIX), RulerContexts(config.eval.benchmarks))
-    return NiahTask(settings, haystack)
+    """The engine task the search runs: `<benchmark>-<task>` of another registered benchmark
+    (eval/registry.py; `ruler-vt`: RULER's prompts, tokens to generate and scorer, settings
+    from eval.benchmarks), else the NIAH task."""
+    other = other_benchmark(settings.task)
+    if other is None:
+        return NiahTask(settings, haystack)
+    _, task = settings.task.split("-", 1)
+    return other.engine_tasks([task], config, haystack, key="eval.niah.task")[0]
 
 
 def evaluate(

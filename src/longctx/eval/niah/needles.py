@@ -1,5 +1,5 @@
 """NIAH task templates: each task's wording, how its needles are drawn and when a test passes
-(STRING Table 5, RULER, HELMET; docs/design.md §7.2). eval/niah/samples.py builds the prompts.
+(STRING Table 5, RULER, HELMET; docs/design.md §7.2). eval/niah/generator.py builds the prompts.
 
 Tasks (`TASKS`; a test passes when at least `min_found` answers appear in the output):
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from longctx.errors import LongctxError
+from longctx.eval.errors import PromptTooShortError
 
 PLACEMENTS = ("uniform", "quarters")
 VALUE_TYPES = ("numbers", "slots", "uuids")
@@ -32,8 +33,9 @@ class NiahError(LongctxError, ValueError):
     """A sample cannot be built from these arguments."""
 
 
-class PromptTooShortError(NiahError):
-    """The requested length cannot hold the prefix, question and needles."""
+class NiahPromptTooShortError(NiahError, PromptTooShortError):
+    """The requested length cannot hold the prefix, question and needles: a NiahError like
+    every NIAH refusal, and the engine's PromptTooShortError the search and tables skip."""
 
 
 class NeedleTokenizationError(NiahError):

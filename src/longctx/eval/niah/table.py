@@ -30,10 +30,9 @@ from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
-from longctx.eval.niah.engine_task import NiahTask
-from longctx.eval.niah.evaluation import peak_failure_band
+from longctx.eval.errors import PromptTooShortError
+from longctx.eval.niah.evaluation import peak_failure_band, search_task
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.niah.needles import PromptTooShortError
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.model.llama import Llama
 
@@ -45,15 +44,18 @@ def niah_grid(
     haystack: Haystack | None,
     lengths: list[int] | None = None,
 ) -> Grid:
-    """The table's cells: every arm on every model at `lengths` (None: its training length)."""
-    task = NiahTask(config.eval.niah, haystack)
+    """The table's cells: every arm on every model at `lengths` (None: its training length),
+    of the task the search runs (`search_task`: eval.niah.task, a NIAH task or another
+    benchmark's `<benchmark>-<task>`)."""
+    task = search_task(config.eval.niah, config, haystack)
     return Grid(models, arms, [task], lengths, seed=config.eval.niah.seed, count=config.eval.niah.tests_per_length)
 
 
 def depth_recall(records: list[dict[str, Any]], bands: int) -> list[float]:
-    """Recall per needle-depth band (NaN where no answer fell), as eval/effective_length.py bins it."""
-    depths = np.array([d for record in records for d in record["depths"]], dtype=float)
-    hits = np.array([h for record in records for h in record["found"]], dtype=float)
+    """Recall per needle-depth band (NaN where no answer fell), as eval/effective_length.py
+    bins it; all NaN for records without depths (another benchmark's task)."""
+    depths = np.array([d for record in records for d in record.get("depths", [])], dtype=float)
+    hits = np.array([h for record in records for h in record.get("found", [])], dtype=float)
     band = np.minimum((depths * bands).astype(np.int64), bands - 1)
     totals = np.bincount(band, minlength=bands)
     found = np.bincount(band, weights=hits, minlength=bands)
@@ -65,7 +67,9 @@ def assemble_table(
     results: list[CellResult], models: dict[str, Llama], lengths: list[int] | None, depth_bands: int
 ) -> dict:
     """{column: {arm: {"accuracy", "passed", "tests", "wilson", "peak_failure_depth"}}} from
-    the cells; the peak failure depth of (model, arm) pools its cells of every length."""
+    the cells; the peak failure depth of (model, arm) pools its cells of every length. A task
+    with fractional scores (some of another benchmark's) has its mean score as accuracy and
+    no passes or interval."""
     edges = np.linspace(0, 1, depth_bands + 1).tolist()
     pooled: dict[tuple[str, str], list[dict]] = {}
     for result in results:
@@ -78,13 +82,16 @@ def assemble_table(
         cell, summary = result.cell, result.summary
         column = cell.model if not lengths else f"{cell.model}@{cell.length}"
         recall = depth_recall(pooled[(cell.model, cell.method)], depth_bands)
-        table[column][cell.method] = {
-            "accuracy": summary["passed"] / summary["count"],
-            "passed": summary["passed"],
-            "tests": summary["count"],
-            "wilson": tuple(summary["wilson"]),
-            "peak_failure_depth": peak_failure_band(recall, edges),
-        }
+        if "passed" in summary:
+            entry = {
+                "accuracy": summary["passed"] / summary["count"],
+                "passed": summary["passed"],
+                "tests": summary["count"],
+                "wilson": tuple(summary["wilson"]),
+            }
+        else:
+            entry = {"accuracy": summary["score"], "tests": summary["count"]}
+        table[column][cell.method] = {**entry, "peak_failure_depth": peak_failure_band(recall, edges)}
     return table
 
 

@@ -17,9 +17,9 @@ import zlib
 import numpy as np
 
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
+from longctx.eval.prompt_pieces import PieceEncoder, Ragged
 from longctx.eval.ruler.constants import RulerOptions
 from longctx.eval.ruler.sources import Essay, paul_graham_essay, wonderwords_lists
-from longctx.eval.ruler.tokens import PieceEncoder, Ragged
 
 
 class RulerContext:

@@ -25,9 +25,10 @@ import zlib
 
 import numpy as np
 
+from longctx.eval.prompt_pieces import Piece, Ragged, Segment
 from longctx.eval.ruler.constants import DEPTHS, FAMILIES, NIAH_NEEDLE, NOISE, Task
 from longctx.eval.ruler.context import RulerContext
-from longctx.eval.ruler.tokens import Piece, Prompt, Ragged, Segment, fit_prompt, frame_prompt
+from longctx.eval.ruler.tokens import Prompt, fit_prompt, frame_prompt
 
 _NEEDLE_CHUNK = 512
 

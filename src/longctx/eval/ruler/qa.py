@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from longctx.eval.prompt_pieces import Piece
 from longctx.eval.ruler.constants import FAMILIES, Task
 from longctx.eval.ruler.context import RulerContext
-from longctx.eval.ruler.tokens import Piece, Prompt, RulerError, fit_prompt, frame_prompt
+from longctx.eval.ruler.tokens import Prompt, RulerError, fit_prompt, frame_prompt
 
 _ENCODE_CHUNK = 256
 

@@ -9,16 +9,14 @@ A prediction is post-processed as RULER does: stripped, every control character
 
 and a task's score is 100 x the mean over samples, rounded to 2 decimals. A length's score
 is the mean over tasks; RULER's effective length is the largest tested length whose score
-exceeds 85.6; Avg. is the mean over lengths, wAvg. (inc) / (dec) weight the i-th of n
-lengths by i / sum(1..n) / by (n + 1 - i) / sum(1..n) (RULER, Hsieh et al. 2024, Table 3).
+exceeds 85.6. Its Avg. and wAvg. over lengths, which eval-suite reports for every
+benchmark, are eval/stats.py's; a prediction file is read by eval/predictions.py.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 from longctx.eval.ruler.constants import EFFECTIVE_THRESHOLD, FAMILIES, TASKS
 from longctx.eval.ruler.tokens import RulerError
@@ -64,33 +62,6 @@ def task_score(task: str, predictions: Sequence[str], references: Sequence[Seque
     return round(sum(scores) / len(scores) * 100, 2)
 
 
-def read_predictions(path: str | Path) -> tuple[list[str], list[list]]:
-    """`pred` and `outputs` of every line of a RULER prediction file (JSON lines); outputs as
-    written (strings for RULER; InfiniteBench's math answers are numbers)."""
-    predictions: list[str] = []
-    references: list[list] = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                prediction, outputs = row["pred"], row.get("outputs", [row.get("output", "")])
-            except (json.JSONDecodeError, KeyError, TypeError) as error:
-                raise RulerError(
-                    f"{path}:{number}: not a RULER prediction line with 'pred' and 'outputs' ({error})"
-                ) from error
-            if isinstance(outputs, str):
-                outputs = [outputs]
-            if not isinstance(prediction, str) or not isinstance(outputs, list) or not outputs:
-                raise RulerError(f"{path}:{number}: 'pred' must be a string and 'outputs' a non-empty list")
-            predictions.append(prediction)
-            references.append(outputs)
-    if not predictions:
-        raise RulerError(f"{path}: no predictions")
-    return predictions, references
-
-
 def length_score(task_scores: Mapping[str, float]) -> float:
     """Mean over tasks of one length."""
     return sum(task_scores.values()) / len(task_scores)
@@ -100,18 +71,6 @@ def effective_length(scores_by_length: Mapping[int, float], threshold: float = E
     """The largest tested length whose score exceeds the threshold (None: none does)."""
     passing = [length for length, score in scores_by_length.items() if score > threshold]
     return max(passing) if passing else None
-
-
-def averages(scores_by_length: Mapping[int, float]) -> dict[str, float]:
-    """Avg., wAvg. (inc) and wAvg. (dec) over the lengths in ascending order."""
-    scores = [scores_by_length[length] for length in sorted(scores_by_length)]
-    n = len(scores)
-    total = n * (n + 1) / 2
-    return {
-        "avg": sum(scores) / n,
-        "wavg_inc": sum((i + 1) * s for i, s in enumerate(scores)) / total,
-        "wavg_dec": sum((n - i) * s for i, s in enumerate(scores)) / total,
-    }
 
 
 def suite_name(tasks: Iterable[str]) -> str:

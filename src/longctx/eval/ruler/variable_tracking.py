@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longctx.eval.prompt_pieces import Piece, Segment
 from longctx.eval.ruler.constants import FAMILIES, NOISE, STRING_VT_ANSWER_PREFIX, Task
 from longctx.eval.ruler.context import RulerContext
-from longctx.eval.ruler.tokens import Piece, Prompt, Segment, fit_prompt, frame_prompt, largest_fitting
+from longctx.eval.ruler.tokens import Prompt, fit_prompt, frame_prompt, largest_fitting
 
 ICL_TOKENS = 500
 TOKENS_TO_GENERATE = FAMILIES["variable_tracking"].tokens_to_generate

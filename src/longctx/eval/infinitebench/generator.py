@@ -1,34 +1,6 @@
-"""InfiniteBench's synthetic retrieval tasks (Zhang et al. 2024, OpenBMB/InfiniteBench
-data/construct_synthetic_dataset.py, src/eval_utils.py, src/compute_scores.py), generated
-at any length and scored as the STRING repository runs them for Llama (HKUNLP/STRING
-inifinite_bench/src: the "yarn-mistral" templates its Llama 3.1 entries map to).
-
-    passkey        noise * j + "The pass key is K. Remember it. K is the pass key.\\n" +
-                   noise * (N - j); K: 5 random digits; 6 tokens to generate.
-    number_string  the same with "The sequence of digits is K. ..."; K: 5 random digits,
-                   then 5 times a digit duplicated in place (10 digits); 12 tokens.
-    kv_retrieval   'JSON data:\\n{"k": "v", ...}' of P random UUID pairs; the queried pair is
-                   number int(i * P / 500) of sample i; 50 tokens.
-    math_find      a list of M integers in [0, 99] (bounds drawn per task as InfiniteBench
-                   does); sample i asks, by i // 50 mod 7, for the largest, second largest,
-                   third largest, smallest, second smallest, third smallest or median; 3 tokens.
-
-Sizes scale InfiniteBench's 128K data with the length L: N = round(5220 L / 131072) noise
-sentences (its own table: 326 at 8K ... 10440 at 256K), the depth j steps over N in
-InfiniteBench's steps (90 at 128K, round(N / 58) elsewhere), 5 (passkey) or 10 (number
-string) samples per depth; P = round(2500 L / 131072); M = round(60000 L / 131072). The
-prompt is cut to L tokens by STRING's middle truncation (the first L // 2 and the last
-L // 2 ids; STRING truncates to 131072 at 128K and does not reserve the generated tokens).
-
-Scoring (STRING's compute_scores.py, after " ".join(pred.split())): passkey and
-number_string: the first run of digits equals the answer; kv_retrieval: the value is one of
-the words after \\n : " ' . , ? ! { } become spaces; math_find: the first number
-(\\d+\\.\\d+|\\d+) equals the answer (as int(float(x)) for an integer answer; InfiniteBench's
-own int(x) is `compat="infinitebench"`). Task score: 100 x the mean.
-
-The kv_retrieval pairs of a sample are drawn without replacement from a pool of random
-UUID pairs tokenised once per generator (tokenising 125K tokens of fresh UUIDs per sample
-costs seconds); InfiniteBench draws 3000 fresh pairs per sample.
+"""InfiniteBench's synthetic tasks generated at any length: the prompts of
+OpenBMB/InfiniteBench data/construct_synthetic_dataset.py in STRING's Llama templates, cut
+to the length by STRING's middle truncation (the sizes and rules: eval/infinitebench/).
 """
 
 from __future__ import annotations
@@ -40,9 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from longctx.errors import LongctxError
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
-from longctx.eval.ruler.constants import NOISE
-from longctx.eval.ruler.tokens import Piece, PieceEncoder, Ragged, RulerError, Segment
+from longctx.eval.prompt_pieces import Piece, PieceEncoder, Ragged, Segment
+
+
+class InfiniteBenchError(LongctxError, ValueError):
+    """An InfiniteBench sample cannot be built, or a prediction file scored, from these arguments."""
+
+
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+"""InfiniteBench's noise sentence (construct_synthetic_dataset.py; RULER took the same one)."""
 
 TEMPLATES = {
     "passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -111,7 +91,7 @@ class InfiniteBenchGenerator:
 
     def sample(self, task: str, length: int, index: int) -> InfiniteBenchSample:
         if task not in TEMPLATES:
-            raise RulerError(f"InfiniteBench task {task!r} is not one of {list(TASKS)}")
+            raise InfiniteBenchError(f"InfiniteBench task {task!r} is not one of {list(TASKS)}")
         rng = np.random.default_rng([self.seed, zlib.crc32(task.encode()), length, index])
         build = {"passkey": self._retrieval, "number_string": self._retrieval, "kv_retrieval": self._kv}
         segments, answer = build.get(task, self._math)(task, length, index, rng)
@@ -119,7 +99,7 @@ class InfiniteBenchGenerator:
         head, tail = np.asarray(self.frame.head, dtype=np.int64), np.asarray(self.frame.tail, dtype=np.int64)
         budget = length - len(head) - len(tail)
         if budget <= 0:
-            raise RulerError(f"InfiniteBench {task}: length={length} cannot hold the chat frame")
+            raise InfiniteBenchError(f"InfiniteBench {task}: length={length} cannot hold the chat frame")
         kept = truncate_middle(ids, budget)
         return InfiniteBenchSample(
             task,
@@ -180,7 +160,7 @@ class InfiniteBenchGenerator:
         count = max(2, round(length * 2500 / REFERENCE_LENGTH))
         texts, ids = self._kv_pool(length)
         if count > len(texts):
-            raise RulerError(f"kv_retrieval: {count} pairs exceed the pool of {len(texts)}")
+            raise InfiniteBenchError(f"kv_retrieval: {count} pairs exceed the pool of {len(texts)}")
         chosen = rng.choice(len(texts), count, replace=False)
         asked = min(int(index * count / KV_SAMPLES), count - 1) if index < KV_SAMPLES else int(rng.integers(count))
         key, value = texts[chosen[asked]].split('": "')
@@ -245,40 +225,3 @@ def _math_list(kind: str, count: int, rng: np.random.Generator) -> tuple[np.ndar
         rank = len(distinct) - 1
     answer = int(distinct[-1 - rank]) if "largest" in kind else int(distinct[rank])
     return values, answer
-
-
-# ---------------------------------------------------------------------- scoring
-
-
-def first_int(prediction: str) -> str:
-    """The first run of digits (InfiniteBench's first_int_match), "" if none."""
-    match = re.search(r"[0-9]+", prediction)
-    return match.group(0) if match else ""
-
-
-def sample_score(task: str, prediction: str, answer: str | int | float, compat: str = "string") -> float:
-    """1.0 or 0.0 by STRING's compute_scores for one prediction."""
-    prediction = " ".join(prediction.split())
-    if task in ("passkey", "number_string"):
-        return float(str(answer) == first_int(prediction))
-    if task == "kv_retrieval":
-        for character in "\n:\"'.,?!{}":
-            prediction = prediction.replace(character, " ")
-        return float(str(answer) in prediction.split())
-    if task == "math_find":
-        match = re.search(r"\d+\.\d+|\d+", prediction)
-        if match is None:
-            return 0.0
-        found = match.group(0).strip()
-        if isinstance(answer, float):
-            return float(float(found) == answer)
-        if compat == "infinitebench":
-            return float("." not in found and int(found) == int(answer))
-        return float(int(float(found)) == int(answer))
-    raise RulerError(f"InfiniteBench task {task!r} is not one of {list(TASKS)}")
-
-
-def task_score(task: str, predictions: list[str], answers: list, compat: str = "string") -> float:
-    if not predictions or len(predictions) != len(answers):
-        raise RulerError(f"InfiniteBench {task}: {len(predictions)} predictions for {len(answers)} answers")
-    return 100 * sum(sample_score(task, p, a, compat) for p, a in zip(predictions, answers, strict=True)) / len(answers)

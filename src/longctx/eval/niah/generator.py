@@ -1,7 +1,7 @@
 """Needle-in-a-haystack prompts of an exact token length (STRING §3 and Table 5, docs/design.md §7.2).
 
-This module owns the samples of the effective-length probe, prompts of an exact length,
-and the scoring of an answer. A prompt is assembled in token space,
+This module owns the samples of the effective-length probe, prompts of an exact length
+(their scoring: eval/niah/scoring.py). A prompt is assembled in token space,
 
     prefix | haystack[: d_1 H] | needle_1 | haystack[d_1 H : d_2 H] | needle_2 | ... | question + answer prefix
 
@@ -19,10 +19,8 @@ prompt at the seams (a handful of tokens); the model reads the ids, which are wh
 The tasks, their wording and how their needles are drawn: eval/niah/needles.py; the haystack
 and its tokenisation: eval/niah/haystack.py.
 
-Answer detection (the authors' rule): case-insensitive substring of the output with
-whitespace runs collapsed, so "... 144231." and "x144231y" count and "144 231" does not.
-For number values the tokenizer must spell a number by the same ids inside the needle as
-alone (`NeedleTokenizationError` otherwise), which the digit-splitting `bpe-N` tokenizers
+For number values the tokenizer must spell a number by the same ids inside the needle as alone
+(`NeedleTokenizationError` otherwise), which the digit-splitting `bpe-N` tokenizers
 guarantee; a GPT-2-style BPE merging " 14" does not.
 
 Randomness: sample (seed, length, index) draws from numpy's generator seeded with
@@ -40,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from longctx.eval.niah.haystack import Haystack
-from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, PromptTooShortError, get_task
+from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, NiahPromptTooShortError, get_task
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
 
 _JSON_UNITS_PER_DRAW = 16
@@ -204,7 +202,7 @@ def make_sample(
     needle_ids = [tokenizer.encode(task.needle.format(key=k, value=v)) for k, v, _ in pairs]
     overhead = len(prefix_ids) + len(tail_ids) + sum(map(len, needle_ids))
     if length < overhead:
-        raise PromptTooShortError(
+        raise NiahPromptTooShortError(
             f"length={length} is below the {overhead} tokens of task {task.name!r}'s frame, prefix, question and "
             f"{task.num_needles} needles under tokenizer {tokenizer.name!r}"
         )
@@ -252,16 +250,3 @@ def make_samples(
 ) -> list[Sample]:
     """Samples index 0..count-1 of one length (options as for `make_sample`)."""
     return [make_sample(tokenizer, haystack, length, index=i, **options) for i in range(count)]
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-def answer_found(answer: str, output: str) -> bool:
-    """The answer appears in the output: case-insensitive, whitespace runs collapsed to one space."""
-    return answer.lower() in " ".join(output.split()).lower()
-
-
-def found_answers(sample: Sample, output: str) -> list[bool]:
-    """Per answer of `sample` (in `answers` order): does it appear in `output`?"""
-    return [answer_found(a, output) for a in sample.answers]
