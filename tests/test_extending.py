@@ -64,6 +64,7 @@ def test_the_plugin_is_listed_and_runs_in_a_method_table(plugin, tmp_path):
 HF_CHECK = textwrap.dedent(
     """
     import dataclasses, torch, transformers
+    from pathlib import Path
     import grouped_rope  # the plugin registers on import
     import longctx.hf_attention as hfa
     from longctx.config.position_methods import PositionMethodConfig
@@ -92,6 +93,12 @@ HF_CHECK = textwrap.dedent(
         PositionMethodConfig(name="grouped_rope", params={"grouped_rope": {"gruop": 4}}).resolved(256)
     except ConfigError as bad:
         print(bad)
+    # the lm-eval backend, by name, its parameter as lm-eval's model_args give it
+    from longctx.eval.lm_eval import LongctxLM
+    from tests.eval.helpers import write_tiny_llama
+    lm = LongctxLM(pretrained=str(write_tiny_llama(Path("tiny"))), position_method="grouped_rope",
+        **{"grouped_rope.group": "3"})
+    print("lm-eval:", lm.position_method.name, lm.position_method.params)
     """
 )
 
@@ -118,20 +125,31 @@ def test_a_misspelt_parameter_of_the_plugin_is_an_error_naming_it(plugin, tmp_pa
 
 def test_the_plugin_runs_inside_a_transformers_llama_as_longctx_does(plugin, tmp_path):
     """fp32 logits of `longctx_grouped_rope` in transformers within 1e-4 relative L2 of
-    longctx's own model with the method (the method itself moves them by > 1e-3)."""
+    longctx's own model with the method (the method itself moves them by > 1e-3); the
+    lm-eval backend builds it by name."""
     script = tmp_path / "check.py"
     script.write_text(HF_CHECK)
-    env_path = f"{plugin.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    output = run(
-        [
-            sys.executable,
-            "-c",
-            f"import sys; sys.path.insert(0, {str(plugin.parent)!r}); exec(open({str(script)!r}).read())",
-        ],
-        plugin,
-        tmp_path,
-    )
-    assert "error" in output and env_path
+    paths = [str(plugin.parent), str(ROOT)]
+    command = f"import sys; sys.path[:0] = {paths!r}; exec(open({str(script)!r}).read())"
+    output = run([sys.executable, "-c", command], plugin, tmp_path)
+    assert "error" in output
     assert (
         "eval.position_method.params.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']" in output
     )
+    assert "lm-eval: grouped_rope {'group': 3}" in output
+
+
+def test_an_installed_package_registers_through_its_entry_point(plugin, tmp_path):
+    """A distribution whose entry point in the `longctx.position_methods` group names the
+    module: found with no LONGCTX_PLUGINS and no import by the user."""
+    info = tmp_path / "site" / "grouped_rope_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Name: grouped-rope-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[longctx.position_methods]\ngrouped_rope = grouped_rope\n")
+    (info.parent / "grouped_rope.py").write_text(plugin.read_text())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(info.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("LONGCTX_PLUGINS", None)
+    command = [sys.executable, "-m", "longctx", "methods"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grouped_rope  [passes, plugin from grouped_rope]" in done.stdout
