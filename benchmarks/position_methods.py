@@ -63,18 +63,31 @@ DIR/positions_<preset>.json and .md (benchmarks/report.py):
 
 Minimum repeats on a GPU: 5 for tinyllama-1.1b, 3 for the 8B case (its 128K prefill takes
 seconds); decode takes 5x as many. `--smoke` runs the same code on CPU at debug sizes.
+
+`--count-ops` (CPU, no timing): one layer of a bf16 prefill on the flash path with
+`--preset`'s heads (one document of T tokens, training length T, keys as the model hands
+them over), the varlen kernel replaced by one that only allocates its outputs, under both
+of torch's signatures (2.11: k/v expanded for GQA; 2.14: `enable_gqa`). Per method: the
+aten ops around the kernel, the MiB their outputs write (in-place included) and allocate,
+the kernel's output MiB, and the peak MiB of storages held during the layer, as a device
+allocator sees them (CPU kernels' own mixed-dtype temporaries left out).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import math
+import sys
 import time
+import weakref
 from collections.abc import Callable
 
 import device_timing
 import report
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from longctx.config.methods.registry import arm_names, method_names
 from longctx.config.model import ModelConfig
@@ -347,6 +360,156 @@ def device_main(args: argparse.Namespace) -> None:
     report.write(args.out, f"positions_{args.preset}", list(DEVICE_COLUMNS), rows, settings, notes)
 
 
+# --- --count-ops: the flash path's work around the kernel, counted on CPU ---------------------
+
+
+class _OpCounter(TorchDispatchMode):
+    """aten ops outside the kernel, the bytes their outputs write (in-place ops included;
+    views, and allocations without a write, excluded), the bytes of the new storages they
+    allocate, and the peak of storages held (the kernel's outputs included): the memory a
+    device allocator would see, without the temporaries CPU kernels add for mixed dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+        self.written = 0
+        self.allocated = 0
+        self.kernel_bytes = 0
+        self.in_kernel = False
+        self.held = 0
+        self.peak = 0
+
+    def track(self, tensor: torch.Tensor) -> None:
+        """Count the tensor's storage as held until it is freed."""
+        storage = tensor.untyped_storage()
+        self.held += storage.nbytes()
+        self.peak = max(self.peak, self.held)
+        weakref.finalize(storage, self._free, storage.nbytes())
+
+    def _free(self, nbytes: int) -> None:
+        self.held -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if self.in_kernel or func.is_view or not outputs:
+            return out
+        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        writes = func.overloadpacket not in (
+            torch.ops.aten.empty,
+            torch.ops.aten.empty_like,
+            torch.ops.aten.empty_strided,
+        )
+        if writes:
+            self.ops[func.overloadpacket.__name__] += 1
+        for t in outputs:
+            self.written += t.numel() * t.element_size() if writes else 0
+            if t.untyped_storage().data_ptr() not in inputs:
+                self.allocated += t.untyped_storage().nbytes()
+                self.track(t)
+        return out
+
+
+def _output_only_kernel(counter: _OpCounter, enable_gqa: bool) -> Callable:
+    """A varlen_attn with torch's signature (2.14: `enable_gqa`; 2.11: none) that only
+    allocates its outputs (out [Nq, H, D], lse [H, Nq] fp32): what the real kernel leaves."""
+
+    def kernel(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
+        counter.in_kernel = True
+        out = torch.zeros_like(query)
+        lse = torch.zeros(query.shape[1], query.shape[0])
+        counter.in_kernel = False
+        for t in (out, lse) if return_aux is not None else (out,):
+            counter.kernel_bytes += t.nbytes
+            counter.track(t)
+        return (out, lse) if return_aux is not None else out
+
+    if not enable_gqa:
+        return kernel
+
+    def kernel_2_14(
+        query,
+        key,
+        value,
+        cu_seq_q,
+        cu_seq_k,
+        max_q,
+        max_k,
+        *,
+        return_aux=None,
+        scale=None,
+        window_size=(-1, -1),
+        enable_gqa=False,
+    ):
+        return kernel(
+            query,
+            key,
+            value,
+            cu_seq_q,
+            cu_seq_k,
+            max_q,
+            max_k,
+            return_aux=return_aux,
+            scale=scale,
+            window_size=window_size,
+        )
+
+    return kernel_2_14
+
+
+@torch.no_grad()
+def count_ops_main(args: argparse.Namespace) -> None:
+    """One layer of a bf16 prefill on the flash path (`--preset`'s heads, one document of
+    T tokens, training length T, keys as the model hands them over), on CPU with a kernel
+    that only allocates its outputs: the aten ops around the kernel, the bytes they write
+    and allocate, and the peak held above the inputs."""
+    import torch.nn.attention.varlen as varlen
+
+    config = model_config(args.preset, 2048)
+    heads, kv_heads, dim = config.n_heads, config.n_kv_heads, config.head_dim
+    sys.modules["flash_attn"] = None  # type: ignore[assignment]  # torch's kernel signature
+    rows = []
+    for version, enable_gqa in (("2.11", False), ("2.14", True)):
+        for seq_len in args.lengths:
+            generator = torch.Generator().manual_seed(SEED)
+            q = torch.randn(1, seq_len, heads, dim, generator=generator).bfloat16()
+            k, v = (torch.randn(1, seq_len, kv_heads, dim, generator=generator).bfloat16() for _ in range(2))
+            positions = torch.arange(seq_len)[None]
+            for name in args.methods:
+                method = build(name, seq_len, args.preset)
+                counter = _OpCounter()
+                varlen.varlen_attn = _output_only_kernel(counter, enable_gqa)  # type: ignore[assignment]
+                rotated = method.caches_rotated_keys
+                plan = method.plan(positions, keys_rotated=rotated, backend="flash", dtype=q.dtype)
+                keys = method.rotate_keys(k, positions) if rotated else k
+                method(q, keys, v, plan)  # warm-up: lazy imports, caches
+                with counter:
+                    out = method(q, keys, v, plan)
+                    del out
+                ops = dict(counter.ops)
+                kernel_mib = counter.kernel_bytes / 2**20
+                peak = counter.peak / 2**20
+                rows.append(
+                    [
+                        version,
+                        str(seq_len),
+                        name,
+                        str(sum(ops.values())),
+                        f"{counter.written / 2**20:.0f}",
+                        f"{counter.allocated / 2**20:.0f}",
+                        f"{kernel_mib:.0f}",
+                        f"{peak:.0f}",
+                        " ".join(f"{op}:{n}" for op, n in sorted(ops.items())),
+                    ]
+                )
+                print(" | ".join(rows[-1]), flush=True)
+    columns = ("torch", "T", "method", "aten ops", "MiB written", "MiB allocated", "kernel out MiB", "peak MiB", "ops")
+    lines = [columns, ("---", "---:", "---", "---:", "---:", "---:", "---:", "---:", "---"), *rows]
+    print("\n".join("| " + " | ".join(cells) + " |" for cells in lines))
+
+
 def markdown_table(rows: list[list[str]]) -> str:
     lines = [COLUMNS, ("---", "---:", "---", "---", "---:", "---:", "---:", "---:"), *rows]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
@@ -381,6 +544,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--no-rope-baseline", dest="rope_baseline", action="store_false", help="device table: plain RoPE not added"
     )
+    parser.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="one bf16 flash-path layer on CPU: aten ops, bytes and peak around the kernel (count_ops_main)",
+    )
     parser.add_argument("--smoke", action="store_true", help="the device table on CPU at debug sizes, 1 repeat")
     args = parser.parse_args()
     if args.smoke:
@@ -390,6 +558,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.count_ops:
+        count_ops_main(args)
+        return
     if args.device == "cuda" or args.portable:
         device_main(args)
         return

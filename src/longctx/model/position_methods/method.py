@@ -4,7 +4,7 @@ Every method here rewrites the relative position P[m][n] = m - n that RoPE sees 
 query at position m and a key at position n (positions within a document), without
 training. Each is a list of passes (plan.py: a pass covers a range of key
 distances per query and rotates queries and keys at its own RoPE indices; the passes'
-softmaxes are merged with their log-sum-exps in fp32, STRING Algorithm 2).
+softmaxes are merged with their fp32 log-sum-exps, STRING Algorithm 2).
 
 Methods (L = training length = model.max_position; pass = [nearest, farthest] distances):
 
@@ -79,8 +79,9 @@ from longctx.model.position_methods.plan import (
     check_inputs,
     cos_sin,
     document_starts,
+    rotated_queries,
 )
-from longctx.model.rope import RotaryEmbedding, apply_rotary, rotate_half, rotation_dtype
+from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
 
 
 def own_positions(positions: torch.Tensor) -> torch.Tensor:
@@ -220,12 +221,20 @@ class PositionMethod(nn.Module):
             return key_maps.index(key_map)
 
         def plan_of(layout, passes: list[PassPlan]) -> PositionPlan:
-            return PositionPlan(q_len, document_ids, keys_rotated, passes, key_rotations, query_scale, layout)
+            return PositionPlan(q_len, document_ids, keys_rotated, passes, key_rotations, layout)
+
+        def query_rotation(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """cos/sin of the queries at `positions` [..., B, Tq], times the query scale:
+            rotating q by them rotates the scaled q (the scale is per query)."""
+            cos, sin = cos_sin(self.rotary, positions, dtype)
+            if query_scale is None:
+                return cos, sin
+            return cos * query_scale[..., None], sin * query_scale[..., None]
 
         method_passes = self.passes_for(q_len)
         if len(method_passes) == 1:
             only = method_passes[0]
-            cos, sin = cos_sin(self.rotary, only.query_positions(query_positions), dtype)
+            cos, sin = query_rotation(only.query_positions(query_positions))
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
             single = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
@@ -236,7 +245,7 @@ class PositionMethod(nn.Module):
         varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in method_passes)
         query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
         rotated_at = torch.stack([p.query_positions(query_positions) for p in method_passes])
-        query_cos, query_sin = cos_sin(self.rotary, rotated_at, dtype)
+        query_cos, query_sin = query_rotation(rotated_at)
         passes = []
         for attention_pass, cos, sin in zip(method_passes, query_cos, query_sin, strict=True):
             nearest, farthest = attention_pass.distances(query_positions)
@@ -282,20 +291,13 @@ class PositionMethod(nn.Module):
         check_inputs(q, k, v, plan)
         scale = (q.shape[-1] ** -0.5 if scale is None else scale) * self.score_multiplier
         dtype = q.dtype
-        wide = q.to(rotation_dtype(dtype))
-        if plan.query_scale is not None:
-            wide = wide * plan.query_scale[:, :, None, None]
         if plan.mask is not None:
             only = plan.passes[0]
             rotation = plan.key_rotations[0]  # None: the keys arrive rotated
             keys = k if rotation is None else apply_rotary(k, *rotation)
-            query = apply_rotary(wide, only.query_cos, only.query_sin).to(dtype)
+            query = apply_rotary(q.to(rotation_dtype(dtype)), only.query_cos, only.query_sin).to(dtype)
             return attention(query, keys, v, mask=plan.mask, scale=scale)
-        swapped = rotate_half(wide)  # shared by every pass's rotation
-        queries = [
-            torch.addcmul(wide * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]).to(dtype)
-            for p in plan.passes
-        ]
+        queries = rotated_queries(q, plan.passes)
         if plan.backend == "flash":
             rotated = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
             return varlen_passes(queries, rotated, v, plan, scale)

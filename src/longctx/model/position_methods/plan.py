@@ -3,11 +3,13 @@
 A position method is a list of *passes*. A pass covers, for every query, a contiguous
 range of key distances m - n inside the query's document and rotates queries and keys at
 its own RoPE indices. A query's output is the softmax over the union of its passes,
-merged from each pass's output and log-sum-exp in fp32 (STRING Algorithm 2):
+merged from each pass's output and log-sum-exp (STRING Algorithm 2):
 
     lse = logaddexp(lse_a, lse_b),   out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
 
-A pass that covers no key of a query has lse = -inf and weight 0.
+A pass that covers no key of a query has lse = -inf and weight 0. The pure-torch kernels
+merge in fp32 (`merge`); the varlen kernel's passes fold into q's dtype with fp32
+log-sum-exps (gpu.py).
 
 A `PositionPlan` is built once per forward and read by every layer: the rotations and
 per-query key ranges shared by all kernels, plus one kernel-specific layout
@@ -27,7 +29,7 @@ import torch
 
 from longctx.batch import document_start_index
 from longctx.model.attention import AttentionMask
-from longctx.model.rope import RotaryEmbedding, rotation_dtype
+from longctx.model.rope import RotaryEmbedding, rotate_half, rotation_dtype
 
 UNBOUNDED = 1 << 40
 """Largest key distance of a pass without a far end."""
@@ -83,9 +85,10 @@ class PassPlan:
     chunk: tuple[int, int] | None
     """The pass's chunk relation, if it has one (AttentionPass.chunk)."""
     query_cos: torch.Tensor
-    """[B, Tq, D] cos of the queries' rotation in this pass (rotation dtype)."""
+    """[B, Tq, D] cos of the queries' rotation in this pass (rotation dtype), times the
+    method's query scale (ReRoPE's log-n) where it has one."""
     query_sin: torch.Tensor
-    """[B, Tq, D] sin of the same."""
+    """[B, Tq, D] sin of the same, times the same scale."""
     key_rotation: int
     """Index into PositionPlan.key_rotations."""
     lower: torch.Tensor
@@ -115,8 +118,6 @@ class PositionPlan:
     passes: list[PassPlan]
     key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None]
     """cos/sin [B, Tk, D] for each distinct key position map; None = keys arrive rotated."""
-    query_scale: torch.Tensor | None
-    """[B, Tq] query multiplier (ReRoPE's log-n), or None."""
     layout: Any
     """SinglePassLayout, cpu.TorchLayout or gpu.VarlenLayout: the kernel's view of the batch."""
 
@@ -140,6 +141,22 @@ def cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype
     angles = torch.cat([angles, angles], dim=-1)
     factor = rotary.attention_factor
     return angles.cos() * factor, angles.sin() * factor
+
+
+def rotated_queries(q: torch.Tensor, passes: list[PassPlan]) -> list[torch.Tensor]:
+    """Each pass's queries: q cos + rotate_half(q) sin [B, Tq, H, D], computed in cos/sin's
+    (rotation) dtype and rounded once to q's. q enters the products in its own dtype, widened
+    inside the ops (exact), and without autograd (`out=` has none) the sum is written straight
+    into a tensor of q's dtype (CUDA casts as it stores; CPU through a temporary): no wide
+    copy of q, none of the result."""
+    swapped = rotate_half(q)  # shared by every pass
+    recording = torch.is_grad_enabled() and q.requires_grad
+    return [
+        torch.addcmul(q * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None]).to(q.dtype)
+        if recording
+        else torch.addcmul(q * p.query_cos[:, :, None], swapped, p.query_sin[:, :, None], out=torch.empty_like(q))
+        for p in passes
+    ]
 
 
 def document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:
