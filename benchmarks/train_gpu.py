@@ -82,7 +82,7 @@ from longctx.model.hf import hf_name
 from longctx.model.hf_config import hf_config
 from longctx.model.llama import Llama
 from longctx.model.materialize import weights
-from longctx.train.callbacks.training import peak_flops, training_flops_per_token
+from longctx.train.flops import peak_flops, training_flops_per_token
 from longctx.train.memory_budget import GIB, estimate_memory
 
 MIN_REPEATS = 10

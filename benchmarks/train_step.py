@@ -94,7 +94,7 @@ from longctx.data.packing import IGNORE_INDEX, contract_from_blocks
 from longctx.model.hf import export_hf
 from longctx.model.llama import Llama
 from longctx.runtime import tune_cpu_allocator
-from longctx.train.callbacks.training import measure_cpu_gemm_flops, training_flops_per_token
+from longctx.train.flops import measure_cpu_gemm_flops, training_flops_per_token
 
 PRESET = "tiny"
 EOS_ID = 0
