@@ -2,7 +2,7 @@
 checklist (scripts/device/gpu_steps.toml) that is ready and not done.
 
     python scripts/device/gpu_next.py plan             # here: the steps, the next one's call
-    source .device/env.sh; make gpu-next BENCH_OUT=$OUT   # on the GPU machine, as plan says
+    source .device/env.sh; python3 scripts/device/gpu_next.py run --out $OUT   # the device call
     python scripts/device/gpu_next.py tick FILES_AT     # here, after the call: commit the outputs
 
 GPU time comes in 15-minute windows (a machine's start included), 10 minutes per command, 64
@@ -152,7 +152,8 @@ def plan(steps: list[Step]) -> int:
         print(f"  first, on the same warm machine: {line}")
     print(f"  carry {json.dumps(step.carry)}, timeout_s {step.limit_s + CALL_MARGIN_S}")
     prefix = "source .device/env.sh; " if ".device" in step.carry else ""
-    print(f"  command: {prefix}make gpu-next BENCH_OUT=$OUT")
+    # python, not make: the image is not known to have make (`make gpu-next` runs the same)
+    print(f"  command: {prefix}WANDB_MODE=disabled python3 scripts/device/gpu_next.py run --out $OUT")
     for problem in problems:
         print(f"  NOT READY: {problem}")
     return 1 if problems else 0
