@@ -96,6 +96,16 @@ class PositionMethodConfig:
             raise ConfigError(f"{key}.{unknown}", f"unknown key: {name} has parameters {known}")
         return spec.params(**values)
 
+    def with_params(self, name: str, values: dict[str, Any]) -> PositionMethodConfig:
+        """This config switched to method `name` with `values` set on its parameters: its
+        own section for an in-tree method, `params[name]` for any other."""
+        config = dataclasses.replace(self, name=name)
+        if not values:
+            return config
+        if name in POSITION_METHODS:
+            return dataclasses.replace(config, **{name: dataclasses.replace(getattr(config, name), **values)})
+        return dataclasses.replace(config, params={**config.params, name: {**config.params.get(name, {}), **values}})
+
     def section(self, prefix: str = "eval.position_method") -> tuple[Any, str]:
         """(the parameters dataclass of `name` as configured, its config key)."""
         method_spec(self.name, f"{prefix}.name")
@@ -138,11 +148,4 @@ def arm_config(
     defaults when None) under the arm's method, with the arm's presets set; an unknown
     name is a ConfigError naming `key`."""
     arm = arm_spec(name, key)
-    config = dataclasses.replace(base or PositionMethodConfig(), name=arm.method)
-    if not arm.params:
-        return config
-    if arm.method in POSITION_METHODS:
-        section = dataclasses.replace(getattr(config, arm.method), **arm.params)
-        return dataclasses.replace(config, **{arm.method: section})
-    merged = {**config.params, arm.method: {**config.params.get(arm.method, {}), **arm.params}}
-    return dataclasses.replace(config, params=merged)
+    return (base or PositionMethodConfig()).with_params(arm.method, arm.params)

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from longctx.config.methods.registry import method_names, method_spec
-from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig
+from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError, HFAttentionError
 from longctx.model.position_methods import AttentionPass, PositionMethod, builder_for
 from longctx.model.position_methods.method import own_positions
@@ -100,11 +100,7 @@ def resolve(method: str, params: dict[str, Any], training_length: int) -> dict[s
             names = ", ".join(known) or "none"
             raise fail(method, f"unknown parameter {key!r} (the parameters of {method}: {names})")
         values[key] = _coerce(method, key, value, known[key])
-    config = PositionMethodConfig(name=method)
-    if method in POSITION_METHODS:
-        config = dataclasses.replace(config, **{method: dataclasses.replace(getattr(config, method), **values)})
-    else:
-        config.params = {method: values}
+    config = PositionMethodConfig().with_params(method, values)
     try:
         return config.resolved(training_length, prefix="")
     except ConfigError as error:

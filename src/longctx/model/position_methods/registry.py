@@ -81,7 +81,3 @@ def builder_names() -> tuple[str, ...]:
     _load_in_tree()
     load_plugins()
     return tuple(_BUILDERS)
-
-
-def spec_of(name: str) -> MethodSpec:
-    return method_spec(name)
