@@ -31,11 +31,10 @@ from typing import Any
 
 from transformers import AttentionInterface, AttentionMaskInterface, __version__
 
-from longctx.config.methods.registry import MethodSpec, on_register
+from longctx.config.methods.registry import MethodSpec, load_plugins, on_register
 from longctx.errors import HFAttentionError
 from longctx.hf_attention.kernel import CompactMask, attention_function, mask_function
 from longctx.hf_attention.methods import (
-    ATTENTION_METHODS,
     CONFIG_KEY,
     ORIGINAL_ROPE_KEY,
     PREFIX,
@@ -53,8 +52,6 @@ from longctx.hf_attention.methods import (
 
 TESTED_TRANSFORMERS = "5.23.0"
 """The transformers version these functions are tested against (the `hf` extra's pin)."""
-METHODS = ATTENTION_METHODS + ROPE_METHODS
-ATTENTION_NAMES = tuple(attention_name(method) for method in ATTENTION_METHODS)
 
 __all__ = [
     "ATTENTION_NAMES",
@@ -84,9 +81,12 @@ def register() -> None:
     as a mask function (without the latter transformers would hand the function no mask
     and padding would be silently ignored). Idempotent; done on import, and a method
     registered later (a plugin, `longctx.model.position_methods.position_method`) is
-    registered with transformers as it is added."""
+    registered with transformers as it is added. Plugins (LONGCTX_PLUGINS, installed entry
+    points) load first, so `from_pretrained(..., attn_implementation="longctx_<plugin>")`
+    finds its function after `import longctx.hf_attention` alone."""
     if not _REGISTERED:
         _REGISTERED.append(True)
+        load_plugins()
         on_register(_register_spec)
 
 
@@ -94,6 +94,9 @@ _REGISTERED: list[bool] = []
 
 
 register()
+METHODS = attention_methods() + ROPE_METHODS
+"""What `apply` runs, as of import (`attention_methods()` sees later registrations)."""
+ATTENTION_NAMES = tuple(attention_name(method) for method in attention_methods())
 
 
 def _rotary_modules(model) -> list[tuple[Any, str, Any]]:

@@ -47,9 +47,6 @@ def attention_methods() -> tuple[str, ...]:
     return method_names("passes")
 
 
-ATTENTION_METHODS = attention_methods()
-"""The attention methods registered when this module was imported (in-tree and installed
-plugins); `attention_methods()` sees later registrations too."""
 CONFIG_KEY = "longctx_position_method"
 """config attribute holding {"name", "training_length", "params"} of the applied method."""
 ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
