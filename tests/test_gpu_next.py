@@ -148,3 +148,17 @@ def test_a_step_past_its_limit_is_killed_with_its_children(checkout, tmp_path):
 
     time.sleep(3.5)
     assert not marker.exists()
+
+
+def test_plan_names_what_a_call_would_lack_before_it_is_made(tmp_path, monkeypatch, capsys):
+    """A carried folder not staged here, or staged from another lock, stops the plan (exit 1)."""
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    (tmp_path / ".device" / "whl").mkdir(parents=True)
+    (tmp_path / ".device" / "whl" / "omegaconf-0.0.1-py3-none-any.whl").write_bytes(b"")
+    step = gpu_next.Step("x", "", [".device", ".device-hf"], "true", 10, True)
+    assert gpu_next.carry_problems(step) == [
+        ".device-hf is not here (make device-hf)",
+        ".device/whl differs from staging/base.lock.json: run its make target again",
+    ]
+    assert gpu_next.plan([step]) == 1
+    assert "NOT READY: .device-hf is not here" in capsys.readouterr().out

@@ -161,7 +161,9 @@ def plan(steps: list[Step]) -> int:
 
 def carry_problems(step: Step) -> list[str]:
     """A carried folder missing here or a staged set whose lock has a gap."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:  # run as a script it is there; imported by the tests it may not be
+        sys.path.insert(0, here)
     import staging
 
     problems = []
@@ -173,11 +175,11 @@ def carry_problems(step: Step) -> list[str]:
         name = STAGED.get(path)
         if name is None:
             continue
-        staged = {wheel.file for wheel in staging.read_lock(staging.lock_path(name))}
+        locked = staging.read_lock(staging.lock_path(name))
         on_disk = {p.name for p in (REPOSITORY / path / "whl").glob("*.whl")}
-        if (REPOSITORY / path).exists() and staged != on_disk:
+        if (REPOSITORY / path).exists() and {wheel.file for wheel in locked} != on_disk:
             problems.append(f"{path}/whl differs from staging/{name}.lock.json: run its make target again")
-        gaps = staging.unmet(staging.read_lock(staging.lock_path(name)), image, sets[name].allow, sets[name].no_deps)
+        gaps = staging.unmet(locked, image, sets[name].allow, sets[name].no_deps)
         problems += [f"{name}: {gap}" for gap in gaps]
     return problems
 
