@@ -468,7 +468,7 @@ def count_ops_main(args: argparse.Namespace) -> None:
     import torch.nn.attention.varlen as varlen
 
     config = model_config(args.preset, 2048)
-    heads, kv_heads, dim = config.n_heads, config.n_kv_heads, config.head_dim
+    heads, kv_heads, dim = config.n_heads, config.n_kv_heads, config.head_size
     sys.modules["flash_attn"] = None  # type: ignore[assignment]  # torch's kernel signature
     rows = []
     for version, enable_gqa in (("2.11", False), ("2.14", True)):

@@ -45,7 +45,7 @@ def test_llama31_8b_case_has_the_published_parameter_count():
         sys.path.remove(str(REPOSITORY / "benchmarks"))
     config = model_config("llama3.1-8b", 131072)
     assert config.num_parameters() == 8_030_261_248
-    assert config.head_dim == 128
+    assert config.head_size == 128
 
 
 def run_device_smoke(script: str, out: Path, scratch: Path) -> subprocess.CompletedProcess:

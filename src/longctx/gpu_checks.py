@@ -152,7 +152,7 @@ def assert_bf16_true_rope_matches_float64(device: torch.device) -> None:
     model = Llama(config).to(device, torch.bfloat16)
     positions = torch.tensor([[0, 2047, 32767, 131071]], device=device)
     cos, sin = model.rope(positions, torch.bfloat16)
-    dim = config.head_dim
+    dim = config.head_size
     theta = 1.0 / config.rope_base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     angles = positions.cpu().double()[..., None] * theta
     angles = torch.cat([angles, angles], dim=-1)

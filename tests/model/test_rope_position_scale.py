@@ -51,7 +51,7 @@ def test_scale_one_is_bitwise_plain_rope():
     torch.manual_seed(0)
     explicit = Llama(ModelConfig.from_preset("debug", vocab_size=64, rope_position_scale=1.0))
     ids = torch.randint(0, 64, (2, 40))
-    head_exponents = torch.arange(0, default.config.head_dim, 2, dtype=torch.float64) / default.config.head_dim
+    head_exponents = torch.arange(0, default.config.head_size, 2, dtype=torch.float64) / default.config.head_size
     assert torch.equal(default.rope.inv_freq, (1.0 / 10000.0**head_exponents).float())
     assert torch.equal(default(ids), explicit(ids))
 
@@ -80,11 +80,11 @@ def test_fastest_pair_aliases_above_pi():
 
 def test_position_methods_keep_the_scale():
     config = ModelConfig.from_preset("debug", vocab_size=64, rope_position_scale=4.0)
-    plain = inverse_frequencies(config.head_dim, config.rope_base, RopeScaling(), config.max_position)
+    plain = inverse_frequencies(config.head_size, config.rope_base, RopeScaling(), config.max_position)
     for name in ("rope", "string", "ntk"):
         method = build_position_method(PositionMethodConfig(name=name, ntk=NtkConfig(factor=2.0)), config)
         if name == "ntk":
-            ntk = inverse_frequencies(config.head_dim, config.rope_base, RopeScaling("ntk", factor=2.0), 512)
+            ntk = inverse_frequencies(config.head_size, config.rope_base, RopeScaling("ntk", factor=2.0), 512)
             torch.testing.assert_close(method.rotary.inv_freq, ntk * 4)
         else:
             torch.testing.assert_close(method.rotary.inv_freq, plain * 4)

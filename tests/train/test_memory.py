@@ -169,7 +169,7 @@ def block_saved_bytes(block: Block, precision: str, enable_gqa: bool, rows: int,
     compute = torch.float32 if precision == "32-true" else torch.bfloat16
     x = torch.randn(rows, length, BLOCK.d_model, dtype=dtype, requires_grad=True)
     position_ids = torch.arange(length).expand(rows, length)
-    rope = RotaryEmbedding(BLOCK.head_dim, BLOCK.rope_base, BLOCK.rope_scaling, BLOCK.max_position)
+    rope = RotaryEmbedding(BLOCK.head_size, BLOCK.rope_base, BLOCK.rope_scaling, BLOCK.max_position)
     cos, sin = rope(position_ids, compute)
     mask = build_mask(torch.zeros(rows, length, dtype=torch.long), length, "flash", dtype=compute, max_seqlen=length)
     kernel = VarlenKernel(varlen_attn, flash_attn=False, enable_gqa=enable_gqa)

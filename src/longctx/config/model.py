@@ -1,7 +1,7 @@
 """Model configuration: the architecture fields, their validation and the presets.
 
     config = ModelConfig.from_preset("tiny", max_position=2048)
-    config.num_parameters(), config.head_dim
+    config.num_parameters(), config.head_size, config.layer_specs()
 
 This module imports no torch, so the config loader and `longctx config` can validate a
 model without building one. Field names are the config keys under `model.`.
@@ -10,6 +10,7 @@ model without building one. Field names are the config keys under `model.`.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 
 from longctx.errors import ConfigError
@@ -18,6 +19,23 @@ ATTENTION_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
 """Names accepted by `model.attention_backend` (see model/attention.py for each)."""
 
 ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3")
+
+LAYER_TYPES = ("full", "sliding")
+"""Values of `model.layer_types`: a layer attends every earlier key of its document (`full`)
+or only the last `model.sliding_window` of them, itself included (`sliding`)."""
+
+QK_NORMS = ("none", "head", "projection")
+"""Values of `model.qk_norm`: no norm on q and k; an RMSNorm over each head's head_dim
+(Qwen3, Gemma 3), shared by the heads; one RMSNorm over the whole q and k projections
+before the split into heads (OLMo 2 and 3: weights of n_heads x head_dim and n_kv_heads x
+head_dim)."""
+
+PARTIAL_ROTARY = ("first", "p-rope")
+"""Values of `model.partial_rotary`: which channels rotate when `rotary_fraction` p < 1.
+`first`: transformers' `partial_rotary_factor`, the first p·D channels of each head rotate
+(rotate-half within them) with frequencies computed over p·D (Phi-3/4, GPT-NeoX).
+`p-rope`: Barbero et al. (ICLR 2025, "Round and Round We Go"), the full-D frequencies
+with the slowest (1 - p) fraction of pairs left unrotated."""
 
 ATTENTION_BIASES = ("none", "qkv", "qkvo")
 """Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
@@ -59,9 +77,13 @@ class ModelConfig:
     n_layers: int = 2
     """Transformer blocks."""
     n_heads: int = 4
-    """Query heads; head_dim = d_model / n_heads."""
+    """Query heads."""
     n_kv_heads: int = 2
     """Key/value heads (GQA); must divide n_heads."""
+    head_dim: int = 0
+    """Channels per head: q/o projections of n_heads x head_dim, k/v of n_kv_heads x head_dim.
+    0 = d_model / n_heads; set it where a checkpoint decouples the two (Gemma 3 270M: width
+    640, 4 heads of 256; Qwen3). `head_size` is the resolved value."""
     d_ff: int = 256
     """SwiGLU hidden width."""
     norm_eps: float = 1e-5
@@ -88,13 +110,73 @@ class ModelConfig:
     tie_word_embeddings: Llama-3.2-1B/3B, SmolLM2, small Qwen2.5)."""
     attention_bias: str = "none"
     """none | qkv | qkvo: the attention projections that carry a bias (see ATTENTION_BIASES)."""
+    layer_types: list[str] | None = None
+    """One of LAYER_TYPES per layer (`full` | `sliding`), the form of transformers'
+    `layer_types`; None = every layer full, unless `global_every` is set."""
+    global_every: int = 0
+    """k > 0: every k-th layer (layers k-1, 2k-1, ...) is full, the others sliding (Gemma 3:
+    6, five local layers to one global; OLMo 3: 4). Exclusive with `layer_types`."""
+    sliding_window: int = 0
+    """W: a sliding layer's query attends itself and the W - 1 keys before it in its document
+    (transformers' `sliding_window`: key j is seen by query i iff 0 <= i - j < W). Needed
+    when any layer slides; a window >= max_position is allowed and makes the layer full
+    over the trained length (a warning says so)."""
+    sliding_rope_base: float = 0.0
+    """RoPE base of the sliding layers (Gemma 3: 10,000 local, 1,000,000 global);
+    0 = rope_base. Full layers use rope_base and rope_scaling; sliding layers no scaling
+    (as transformers' `rope_local_base_freq`)."""
+    nope_layers: list[int] | None = None
+    """Layers (0-based) that rotate nothing: NoPE (SmolLM3, Llama 4's iRoPE, Cohere's RNoPE).
+    Careful with transformers' `no_rope_layers`, where 1 means the layer *uses* RoPE."""
+    nope_every: int = 0
+    """k > 0: every k-th layer (layers k-1, 2k-1, ...) is NoPE (SmolLM3:
+    `no_rope_layer_interval` 4). Exclusive with `nope_layers`."""
+    qk_norm: str = "none"
+    """none | head | projection: an RMSNorm on q and k before RoPE (see QK_NORMS)."""
+    rotary_fraction: float = 1.0
+    """p in (0, 1]: the fraction of each head's channels that rotate (Phi-4-mini 0.75;
+    p-RoPE 0.25); 1 = every channel. Which channels: `partial_rotary`."""
+    partial_rotary: str = "first"
+    """first | p-rope: how a fraction p < 1 of channels rotates (see PARTIAL_ROTARY)."""
 
     def __post_init__(self) -> None:
         self.validate()
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def head_size(self) -> int:
+        """Channels per head: `head_dim`, or d_model / n_heads when it is 0."""
+        return self.head_dim or self.d_model // self.n_heads
+
+    def layer_kinds(self) -> list[str]:
+        """`full` or `sliding` for each layer."""
+        if self.layer_types is not None:
+            return list(self.layer_types)
+        if self.global_every:
+            return ["full" if (i + 1) % self.global_every == 0 else "sliding" for i in range(self.n_layers)]
+        return ["full"] * self.n_layers
+
+    def nope_indices(self) -> set[int]:
+        """The layers that rotate nothing."""
+        if self.nope_layers is not None:
+            return set(self.nope_layers)
+        if self.nope_every:
+            return {i for i in range(self.n_layers) if (i + 1) % self.nope_every == 0}
+        return set()
+
+    def layer_specs(self) -> list[LayerSpec]:
+        """What each layer attends and how it rotates (docs/design.md §5)."""
+        nope = self.nope_indices()
+        specs = []
+        for index, kind in enumerate(self.layer_kinds()):
+            sliding = kind == "sliding"
+            base = (self.sliding_rope_base or self.rope_base) if sliding else self.rope_base
+            specs.append(LayerSpec(kind, self.sliding_window if sliding else 0, index not in nope, base))
+        return specs
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Any layer that slides or rotates nothing: the designs beyond one RoPE for all."""
+        return any(spec != LayerSpec("full", 0, True, self.rope_base) for spec in self.layer_specs())
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> ModelConfig:
@@ -106,9 +188,13 @@ class ModelConfig:
         return cls(preset=name, **values)
 
     def num_parameters(self) -> int:
-        attn = self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        attn = self.d_model * self.head_size * (2 * self.n_heads + 2 * self.n_kv_heads)
         if self.attention_bias != "none":
-            attn += self.head_dim * (self.n_heads + 2 * self.n_kv_heads)
+            attn += self.head_size * (self.n_heads + 2 * self.n_kv_heads)
+        if self.qk_norm == "head":
+            attn += 2 * self.head_size
+        elif self.qk_norm == "projection":
+            attn += self.head_size * (self.n_heads + self.n_kv_heads)
         if self.attention_bias == "qkvo":
             attn += self.d_model
         mlp = 3 * self.d_model * self.d_ff
@@ -121,14 +207,22 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.{name}", f"must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
+        if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool) or self.head_dim < 0:
             raise ConfigError(
-                "model.d_model", f"{self.d_model} is not divisible by model.n_heads={self.n_heads}", ("model.n_heads",)
+                "model.head_dim", f"must be a non-negative integer (0 = d_model / n_heads), got {self.head_dim!r}"
             )
-        if self.head_dim % 2:
+        if self.head_dim and self.head_dim % 2:
+            raise ConfigError("model.head_dim", f"{self.head_dim} must be even for RoPE")
+        if not self.head_dim and self.d_model % self.n_heads:
             raise ConfigError(
                 "model.d_model",
-                f"head_dim = d_model / n_heads = {self.head_dim} must be even for RoPE",
+                f"{self.d_model} is not divisible by model.n_heads={self.n_heads} (or set model.head_dim)",
+                ("model.n_heads",),
+            )
+        if not self.head_dim and self.head_size % 2:
+            raise ConfigError(
+                "model.d_model",
+                f"head_dim = d_model / n_heads = {self.head_size} must be even for RoPE",
                 ("model.n_heads",),
             )
         if self.n_heads % self.n_kv_heads:
@@ -151,6 +245,7 @@ class ModelConfig:
             raise ConfigError(
                 "model.attention_backend", f"{self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
             )
+        self._validate_designs()
         scaling = self.rope_scaling
         if scaling.type not in ROPE_SCALING_TYPES:
             raise ConfigError("model.rope_scaling.type", f"{scaling.type!r} is not one of {ROPE_SCALING_TYPES}")
@@ -169,6 +264,75 @@ class ModelConfig:
             raise ConfigError(
                 "model.rope_scaling.beta_fast", f"{scaling.beta_fast} must exceed beta_slow={scaling.beta_slow}"
             )
+
+    def _validate_designs(self) -> None:
+        """Layer types, window, NoPE layers, qk-norm and partial rotation."""
+        if self.layer_types is not None and self.global_every:
+            raise ConfigError("model.global_every", "set model.layer_types or model.global_every, not both")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.n_layers:
+                raise ConfigError(
+                    "model.layer_types",
+                    f"has {len(self.layer_types)} entries, model.n_layers is {self.n_layers}",
+                    ("model.n_layers",),
+                )
+            for index, kind in enumerate(self.layer_types):
+                if kind not in LAYER_TYPES:
+                    raise ConfigError("model.layer_types", f"entry {index} is {kind!r}, not one of {LAYER_TYPES}")
+        if not isinstance(self.global_every, int) or self.global_every < 0:
+            raise ConfigError("model.global_every", f"must be a non-negative integer, got {self.global_every!r}")
+        if not isinstance(self.sliding_window, int) or self.sliding_window < 0:
+            raise ConfigError("model.sliding_window", f"must be a positive integer, got {self.sliding_window!r}")
+        if "sliding" in self.layer_kinds():
+            if self.sliding_window <= 0:
+                raise ConfigError(
+                    "model.sliding_window", "must be > 0: some layers slide (model.layer_types / global_every)"
+                )
+            if self.sliding_window >= self.max_position:
+                warnings.warn(
+                    f"model.sliding_window={self.sliding_window} >= model.max_position={self.max_position}: "
+                    "the sliding layers see their whole document up to the trained length (full layers there)",
+                    stacklevel=2,
+                )
+        if self.sliding_rope_base and self.sliding_rope_base <= 1:
+            raise ConfigError(
+                "model.sliding_rope_base", f"must be > 1 (or 0 = model.rope_base), got {self.sliding_rope_base}"
+            )
+        if self.nope_layers is not None and self.nope_every:
+            raise ConfigError("model.nope_every", "set model.nope_layers or model.nope_every, not both")
+        for index in self.nope_layers or ():
+            if not isinstance(index, int) or not 0 <= index < self.n_layers:
+                raise ConfigError(
+                    "model.nope_layers", f"layer {index!r} is not in [0, {self.n_layers})", ("model.n_layers",)
+                )
+        if not isinstance(self.nope_every, int) or self.nope_every < 0:
+            raise ConfigError("model.nope_every", f"must be a non-negative integer, got {self.nope_every!r}")
+        if self.qk_norm not in QK_NORMS:
+            raise ConfigError("model.qk_norm", f"{self.qk_norm!r} is not one of {QK_NORMS}")
+        if not isinstance(self.rotary_fraction, (int, float)) or not 0 < self.rotary_fraction <= 1:
+            raise ConfigError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
+        if self.partial_rotary not in PARTIAL_ROTARY:
+            raise ConfigError("model.partial_rotary", f"{self.partial_rotary!r} is not one of {PARTIAL_ROTARY}")
+        rotated = self.rotary_fraction * self.head_size
+        if self.partial_rotary == "first" and (rotated != int(rotated) or int(rotated) % 2):
+            raise ConfigError(
+                "model.rotary_fraction",
+                f"{self.rotary_fraction} x head_dim {self.head_size} = {rotated:g} channels: must be an even integer",
+            )
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer's attention design, resolved from the config (ModelConfig.layer_specs)."""
+
+    kind: str
+    """`full` or `sliding`."""
+    window: int
+    """W for a sliding layer (query i sees keys i - W < j <= i); 0 for a full one."""
+    rope: bool
+    """False: a NoPE layer, nothing rotates."""
+    rope_base: float
+    """Its RoPE base (sliding layers: sliding_rope_base when set)."""
 
 
 PRESETS: dict[str, dict] = {
@@ -193,7 +357,9 @@ SHAPE_FIELDS = (
     "n_layers",
     "n_heads",
     "n_kv_heads",
+    "head_size",
     "d_ff",
+    "qk_norm",
     "tie_embeddings",
     "attention_bias",
 )

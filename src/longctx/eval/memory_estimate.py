@@ -81,8 +81,8 @@ def estimate_evaluation_memory(
     """The terms of the module docstring for prompts of `length` tokens, `rows` per forward."""
     chunk = min(prefill_chunk_tokens or length, length)
     tokens = rows * chunk
-    width = 6 * config.d_model + 3 * config.d_ff + (config.n_heads + 2 * config.n_kv_heads) * config.head_dim
-    kv = 2 * config.n_layers * rows * (length + new_tokens) * config.n_kv_heads * config.head_dim * compute_bytes
+    width = 6 * config.d_model + 3 * config.d_ff + (config.n_heads + 2 * config.n_kv_heads) * config.head_size
+    kv = 2 * config.n_layers * rows * (length + new_tokens) * config.n_kv_heads * config.head_size * compute_bytes
     scores = rows * config.n_heads * chunk * length * 4 + rows * chunk * length if dense_attention else 0
     return MemoryEstimate(
         weights=config.num_parameters() * weight_bytes,

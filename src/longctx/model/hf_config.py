@@ -44,7 +44,7 @@ def hf_config(config: ModelConfig) -> dict:
         "num_hidden_layers": config.n_layers,
         "num_attention_heads": config.n_heads,
         "num_key_value_heads": config.n_kv_heads,
-        "head_dim": config.head_dim,
+        "head_dim": config.head_size,
         "hidden_act": "silu",
         "max_position_embeddings": config.max_position,
         "rms_norm_eps": config.norm_eps,
@@ -74,7 +74,7 @@ def _scaling_to_hf(config: ModelConfig) -> tuple[float, dict | None]:
     if scaling.type == "none":
         return config.rope_base, None
     if scaling.type == "ntk":
-        return config.rope_base * scaling.factor ** (config.head_dim / (config.head_dim - 2)), None
+        return config.rope_base * scaling.factor ** (config.head_size / (config.head_size - 2)), None
     if scaling.type == "linear":
         return config.rope_base, {"rope_type": "linear", "factor": scaling.factor}
     if scaling.type == "yarn":

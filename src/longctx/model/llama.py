@@ -69,7 +69,7 @@ class KVCache:
         # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
         # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
         # (the flash kernels take one dtype and refuse the mix).
-        self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_dim)
+        self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_size)
         self.keys: torch.Tensor | None = None
         self.values: torch.Tensor | None = None
         self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
@@ -143,7 +143,7 @@ class RotaryPositions:
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_size
         qkv_bias = config.attention_bias != "none"
         self.wq = nn.Linear(config.d_model, self.n_heads * self.head_dim, bias=qkv_bias)
         self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
@@ -189,9 +189,23 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+def _refuse_unbuilt_designs(config: ModelConfig) -> None:
+    """One line per config design this model does not build yet (never ignored silently)."""
+    unbuilt = {
+        "model.layer_types / model.global_every (sliding layers)": "sliding" in config.layer_kinds(),
+        "model.nope_layers / model.nope_every": bool(config.nope_indices()),
+        "model.qk_norm": config.qk_norm != "none",
+        "model.rotary_fraction": config.rotary_fraction != 1,
+    }
+    for key, used in unbuilt.items():
+        if used:
+            raise NotImplementedError(f"{key}: not built into longctx's model yet")
+
+
 class Llama(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
+        _refuse_unbuilt_designs(config)
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
@@ -202,7 +216,7 @@ class Llama(nn.Module):
             # root's group, train/module.py) and state_dict see a single tensor.
             self.output.weight = self.tok_embeddings.weight
         self.rope = RotaryEmbedding(
-            config.head_dim, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+            config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
         )
         self.activation_checkpointing = False
         """Recompute each block's activations in backward: ~1/3 more compute, activation

@@ -46,7 +46,7 @@ def materialize(
     if config.tie_embeddings:
         model.output.weight = model.tok_embeddings.weight
     inv_freq = inverse_frequencies(
-        config.head_dim, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+        config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
     )
     model.rope.inv_freq = inv_freq.to(device)
     parameters = dict(model.named_parameters())

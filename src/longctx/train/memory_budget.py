@@ -160,7 +160,7 @@ def activation_bytes_per_token_layer(
     with k/v copied to the 32 query heads).
     """
     d, d_ff = model.d_model, model.d_ff
-    d_kv = (kv_heads or model.n_kv_heads) * model.head_dim
+    d_kv = (kv_heads or model.n_kv_heads) * model.head_size
     attention = compute * (2 * d + 2 * d_kv) + 4 * model.n_heads
     if compiled:
         return stream * d + compute * (3 * d + 3 * d_ff) + attention + 8
@@ -211,7 +211,7 @@ def estimate_memory(
     per_layer = activation_bytes_per_token_layer(model, stream, compute, train.compile, kernel_kv_heads(model))
     held = model.n_layers * (stream * model.d_model if train.activation_checkpointing else per_layer)
     recomputed = per_layer if train.activation_checkpointing else 0
-    root = 8 * model.head_dim + 3 * stream * model.d_model + 4 + 4 * 8
+    root = 8 * model.head_size + 3 * stream * model.d_model + 4 + 4 * 8
     activations = tokens * (held + recomputed + per_layer + root)
     logit_tokens = min(train.loss_chunk_tokens, tokens) if train.loss_chunk_tokens else tokens
     logits = logit_tokens * model.vocab_size * LOGIT_BYTES_PER_ELEMENT

@@ -344,5 +344,5 @@ def build_position_method(
 
     params = config.resolved(model.max_position, prefix)
     scale = model.rope_position_scale
-    rotary = RotaryEmbedding(model.head_dim, model.rope_base, model.rope_scaling, model.max_position, scale)
+    rotary = RotaryEmbedding(model.head_size, model.rope_base, model.rope_scaling, model.max_position, scale)
     return builder_for(config.name)(rotary, **params)
