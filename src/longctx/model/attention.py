@@ -10,8 +10,10 @@ One entry point, `attention(q, k, v, document_ids=..., backend=...)`, with shape
 Queries are the *last* Tq key positions (query i sits at key index Tk - Tq + i), which
 covers training/prefill (Tq = Tk), chunked prefill and one-token decoding with a KV
 cache (Tq = 1) with one convention. Query i may attend key j iff j <= i (causal) and
-document_ids[j] == document_ids[i]. Masks come from `document_ids` only, never from
-`position_ids`, which SkipAlign/PoSE/StRing rewrite. Documents must be contiguous runs.
+document_ids[j] == document_ids[i]; with a sliding `window` W > 0 also i - j < W (the query
+and the W - 1 keys before it: a sliding layer, transformers' `sliding_window`). Masks come
+from `document_ids` and key order only, never from `position_ids`, which
+SkipAlign/PoSE/StRing rewrite. Documents must be contiguous runs.
 
 Backends:
 
@@ -82,6 +84,8 @@ class AttentionMask:
     """[B, Tk] segment id of every key."""
     q_len: int
     """Number of queries (the last q_len key positions)."""
+    window: int = 0
+    """W > 0: query i also needs i - j < W (a sliding layer); 0 = every earlier key."""
     extra: Any = None
     """Backend-specific precomputation: document starts, BlockMask, cu_seqlens, bias."""
 
@@ -120,12 +124,15 @@ def build_mask(
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
     max_seqlen: int | None = None,
+    window: int = 0,
 ) -> AttentionMask:
     """Precompute what `backend` needs to mask a batch. `document_ids` None = one document
     per row; `dtype`: the activations' dtype, which `auto` may depend on (resolve_backend).
     `max_seqlen`: a host-side upper bound on every document's length (the loader's window,
     or the longest document as a collate function counted it); `flash` then reads no
-    maximum from the device (else one `.max()` read, a host sync, per batch)."""
+    maximum from the device (else one `.max()` read, a host sync, per batch). `window` W > 0:
+    a sliding layer's mask (key j seen by query i only if i - j < W); every backend but
+    xformers carries it."""
     if document_ids is None:
         if batch_size is None or kv_len is None:
             raise ValueError("build_mask needs batch_size and kv_len when document_ids is None")
@@ -138,15 +145,20 @@ def build_mask(
     backend = resolve_backend(backend, document_ids.device, dtype)
     if backend == "flex" and q_len <= FLEX_DECODE_QUERIES < kv_len:
         backend = "sdpa"
+    if window < 0:
+        raise ValueError(f"window must be >= 0 (0 = no window), got {window}")
+    if window and backend == "xformers":
+        raise ValueError("attention backend 'xformers' has no sliding window; use flash, flex, sdpa or varlen")
     if backend == "flash":
-        return AttentionMask(backend, document_ids, q_len, _flash_cu_seqlens(document_ids, q_len, max_seqlen))
-    builders = {
+        segments = _flash_cu_seqlens(document_ids, q_len, max_seqlen)
+        return AttentionMask(backend, document_ids, q_len, window, segments)
+    builders: dict[str, Callable[..., Any]] = {
         "sdpa": _dense_mask,
         "varlen": _varlen_plan,
         "flex": _flex_block_mask,
         "xformers": _xformers_bias,
     }
-    return AttentionMask(backend, document_ids, q_len, builders[backend](document_ids, q_len))
+    return AttentionMask(backend, document_ids, q_len, window, builders[backend](document_ids, q_len, window))
 
 
 def attention(
@@ -159,12 +171,21 @@ def attention(
     mask: AttentionMask | None = None,
     scale: float | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    window: int = 0,
 ) -> torch.Tensor:
-    """Causal, document-masked attention; see the module docstring for shapes and backends."""
+    """Causal, document-masked attention; see the module docstring for shapes and backends.
+    `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given)."""
     _check_shapes(q, k, v)
     if mask is None:
         mask = build_mask(
-            document_ids, q.shape[1], backend, batch_size=q.shape[0], kv_len=k.shape[1], device=q.device, dtype=q.dtype
+            document_ids,
+            q.shape[1],
+            backend,
+            batch_size=q.shape[0],
+            kv_len=k.shape[1],
+            device=q.device,
+            dtype=q.dtype,
+            window=window,
         )
     if mask.q_len != q.shape[1] or tuple(mask.document_ids.shape) != (k.shape[0], k.shape[1]):
         raise ValueError(
@@ -193,19 +214,25 @@ def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"query heads {q.shape[2]} are not a multiple of key/value heads {k.shape[2]}")
 
 
-def _allowed(doc_q: torch.Tensor, doc_k: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor) -> torch.Tensor:
-    """Boolean [..., Tq, Tk]: same document and key not after query."""
-    return (doc_q[..., :, None] == doc_k[..., None, :]) & (k_index[None, :] <= q_index[:, None])
+def _allowed(
+    doc_q: torch.Tensor, doc_k: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor, window: int = 0
+) -> torch.Tensor:
+    """Boolean [..., Tq, Tk]: same document, key not after query and, with a window W, fewer
+    than W keys back."""
+    allowed = (doc_q[..., :, None] == doc_k[..., None, :]) & (k_index[None, :] <= q_index[:, None])
+    if window:
+        allowed &= q_index[:, None] - k_index[None, :] < window
+    return allowed
 
 
 # --- sdpa: dense reference -------------------------------------------------------------
 
 
-def _dense_mask(document_ids: torch.Tensor, q_len: int) -> torch.Tensor:
+def _dense_mask(document_ids: torch.Tensor, q_len: int, window: int = 0) -> torch.Tensor:
     kv_len = document_ids.shape[1]
     k_index = torch.arange(kv_len, device=document_ids.device)
     q_index = k_index[kv_len - q_len :]
-    return _allowed(document_ids[:, kv_len - q_len :], document_ids, q_index, k_index)[:, None]
+    return _allowed(document_ids[:, kv_len - q_len :], document_ids, q_index, k_index, window)[:, None]
 
 
 def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
@@ -231,8 +258,10 @@ class _VarlenPlan:
     """Tq < Tk: per row, the key index where each key position's document starts."""
 
 
-def _varlen_plan(document_ids: torch.Tensor, q_len: int) -> _VarlenPlan:
-    if q_len == document_ids.shape[1]:
+def _varlen_plan(document_ids: torch.Tensor, q_len: int, window: int = 0) -> _VarlenPlan:
+    # A sliding layer runs by query blocks: a block's keys start at most W - 1 before its
+    # first query, so its cost is T x (block + W) rather than sum |doc|^2.
+    if q_len == document_ids.shape[1] and not window:
         return _VarlenPlan(chunks=[_row_chunks(row) for row in document_start_mask(document_ids)], starts=None)
     return _VarlenPlan(chunks=None, starts=_document_starts(document_ids))
 
@@ -265,7 +294,7 @@ def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: in
     plan: _VarlenPlan = mask.extra
     if plan.chunks is not None:
         return _varlen_by_document(q, k, v, mask.document_ids, plan.chunks, scale)
-    return _varlen_by_query_block(q, k, v, mask.document_ids, plan.starts, scale, block_size)
+    return _varlen_by_query_block(q, k, v, mask.document_ids, plan.starts, scale, block_size, mask.window)
 
 
 def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Tensor:
@@ -298,7 +327,7 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
     return torch.stack(rows, dim=0)
 
 
-def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) -> torch.Tensor:
+def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, window: int = 0) -> torch.Tensor:
     batch, q_len = q.shape[:2]
     kv_len = k.shape[1]
     offset = kv_len - q_len
@@ -310,9 +339,11 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) 
         for q_start in range(0, q_len, block_size):
             q_end = min(q_start + block_size, q_len)
             k_start = starts[b][offset + q_start]
+            if window:
+                k_start = max(k_start, offset + q_start - window + 1)
             k_end = offset + q_end
-            # One query (decoding) attends exactly keys [its document's start, itself]:
-            # no mask, which spares the kernel a masked pass over the whole cache.
+            # One query (decoding) attends exactly keys [its document's start or its
+            # window's, itself]: no mask, which spares the kernel a masked pass.
             allowed = None
             if q_end - q_start > 1:
                 allowed = _allowed(
@@ -320,6 +351,7 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int) 
                     doc[b, k_start:k_end],
                     positions[offset + q_start : k_end],
                     positions[k_start:k_end],
+                    window,
                 )
             out = F.scaled_dot_product_attention(
                 q[b, q_start:q_end].transpose(0, 1),
@@ -349,7 +381,7 @@ FLEX_BLOCK = 128
 """FlexAttention's default sparse block (queries and keys)."""
 
 
-def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
+def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
     """The document+causal BlockMask built from document boundaries, O(T + (T / 128)^2)
     memory. `create_block_mask` would evaluate the mask_mod on a dense [B, 1, Tq, Tk]
     boolean (4 GiB at 64K, 16 GiB at 128K per row).
@@ -361,7 +393,10 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
     the mask_mod) iff both blocks are whole (T need not divide by 128; create_block_mask pads
     with masked positions), the key block lies inside l's document (first key >= start(l))
     and wholly before the first query (last key <= f). Blocks are listed as
-    `create_block_mask` lists them: in ascending key-block order."""
+    `create_block_mask` lists them: in ascending key-block order.
+
+    With a window W, start(q) becomes max(start(q), q - W + 1), the first key q sees; it
+    still never decreases with q, so the same two rules hold."""
     from torch.nn.attention.flex_attention import BlockMask
 
     kv_len = document_ids.shape[1]
@@ -371,6 +406,8 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
     first = offset + torch.arange(q_blocks, device=device) * FLEX_BLOCK  # [Qb] first query, key coordinates
     last = torch.clamp(first + FLEX_BLOCK, max=kv_len) - 1
     starts = document_start_index(document_ids)  # [B, Tk]
+    if window:
+        starts = torch.maximum(starts, torch.arange(kv_len, device=device) - window + 1)
     seen_from = starts[:, first, None]  # [B, Qb, 1]
     key_first = torch.arange(kv_blocks, device=device) * FLEX_BLOCK  # [Kb]
     key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
@@ -388,11 +425,14 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int):
         query = q_idx + offset
         return (document_ids[b, query] == document_ids[b, kv_idx]) & (kv_idx <= query)
 
+    def document_window(b, h, q_idx, kv_idx):
+        return document_causal(b, h, q_idx, kv_idx) & (q_idx + offset - kv_idx < window)
+
     return BlockMask.from_kv_blocks(
         *ordered(partial),
         *ordered(full),
         BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
-        mask_mod=document_causal,
+        mask_mod=document_window if window else document_causal,
         seq_lengths=(q_len, kv_len),
     )
 
@@ -468,13 +508,21 @@ def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor
         seg.max_q,
         seg.max_k,
         scale=scale,
-        window=flash.CAUSAL if q_len > 1 else flash.FULL,
+        window=_flash_window(q_len, mask.window),
         kernel=seg.kernel,
     )
     return out.reshape(batch, q_len, heads, dim)
 
 
-def _xformers_bias(document_ids: torch.Tensor, q_len: int):
+def _flash_window(q_len: int, window: int) -> tuple[int, int]:
+    """The kernel's (left, right): causal, or the band of W - 1 keys before each query. One
+    query without a window needs none (module docstring)."""
+    if window:
+        return (window - 1, 0)
+    return flash.CAUSAL if q_len > 1 else flash.FULL
+
+
+def _xformers_bias(document_ids: torch.Tensor, q_len: int, window: int = 0):
     from xformers.ops.fmha.attn_bias import BlockDiagonalCausalFromBottomRightMask
 
     seg = _segments(document_ids, q_len)

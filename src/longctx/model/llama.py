@@ -11,7 +11,13 @@ The model reads the batch contract (docs/design.md §3) and nothing else: `posit
 RoPE indices (reset per document, or rewritten by SkipAlign/PoSE), `document_ids` decide
 who attends to whom. Defaults: positions 0..T-1 and one document per row.
 
-Inference keeps keys/values in a `KVCache` (prefill once, then one token at a time):
+Layers differ where the config says so (`ModelConfig.layer_specs`): a sliding layer sees
+only its window, with its own RoPE base (Gemma 3, OLMo 3); a NoPE layer rotates nothing
+(SmolLM3). Each forward builds one `Positions` per distinct layer design, shared by the
+layers of that design: a mask per window, cos/sin per RoPE base.
+
+Inference keeps keys/values in a `KVCache` (model/kv_cache.py; prefill once, then one
+token at a time; sliding layers keep only their window):
 
     cache = model.new_kv_cache(batch_size=B, max_len=T + new_tokens)
     logits = model(prompt, kv_cache=cache)                 # prefill
@@ -31,8 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from longctx.config.model import ModelConfig
+from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
+from longctx.model.kv_cache import KVCache
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 
@@ -51,47 +58,6 @@ class RMSNorm(nn.Module):
         x32 = x.float()
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * normed.to(x.dtype)
-
-
-class KVCache:
-    """Preallocated keys/values of every layer for batched incremental decoding.
-
-    All rows advance together (prompts of one batch share a length, as in NIAH). `length`
-    counts the cached positions; document and position ids are cached too, so packed
-    prompts keep their masks, position methods (StRing, ...) see every key's position, and
-    `next_position` continues each row's RoPE index after the prefill. Keys are cached
-    rotated, except under position methods that rotate keys at rewritten positions
-    (ReRoPE, Self-Extend, DCA), which cache them un-rotated.
-    """
-
-    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None):
-        # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
-        # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
-        # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
-        # (the flash kernels take one dtype and refuse the mix).
-        self._shape = (config.n_layers, batch_size, max_len, config.n_kv_heads, config.head_size)
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-        self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
-        self.position_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
-        self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.length = 0
-        self.max_len = max_len
-
-    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this step's k/v for `layer`; return all cached k/v up to and including it."""
-        if self.keys is None or self.values is None:
-            self.keys = torch.zeros(self._shape, device=k.device, dtype=k.dtype)
-            self.values = torch.zeros(self._shape, device=v.device, dtype=v.dtype)
-        elif (k.dtype, v.dtype) != (self.keys.dtype, self.values.dtype):
-            raise TypeError(
-                f"KV cache holds {self.keys.dtype} keys/values, this step computed {k.dtype}/{v.dtype}: "
-                "prefill and decoding must run under the same precision (autocast on for both or neither)"
-            )
-        end = self.length + k.shape[1]
-        self.keys[layer, :, self.length : end] = k
-        self.values[layer, :, self.length : end] = v
-        return self.keys[layer, :, :end], self.values[layer, :, :end]
 
 
 class Positions(Protocol):
@@ -122,6 +88,19 @@ class PositionsProvider(Protocol):
         """Per-forward state for queries at position_ids [B, Tq] over all keys (cached +
         new) at key_position_ids / key_document_ids [B, Tk]; dtype: the activations'."""
         ...
+
+
+@dataclass
+class UnrotatedPositions:
+    """A NoPE layer: nothing rotates, attention under the layer's mask."""
+
+    mask: AttentionMask
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return attention(q, k, v, mask=self.mask)
 
 
 @dataclass
@@ -192,8 +171,6 @@ class Block(nn.Module):
 def _refuse_unbuilt_designs(config: ModelConfig) -> None:
     """One line per config design this model does not build yet (never ignored silently)."""
     unbuilt = {
-        "model.layer_types / model.global_every (sliding layers)": "sliding" in config.layer_kinds(),
-        "model.nope_layers / model.nope_every": bool(config.nope_indices()),
         "model.qk_norm": config.qk_norm != "none",
         "model.rotary_fraction": config.rotary_fraction != 1,
     }
@@ -215,9 +192,19 @@ class Llama(nn.Module):
             # One Parameter under two names: the optimizer, FSDP2 (both modules are in the
             # root's group, train/module.py) and state_dict see a single tensor.
             self.output.weight = self.tok_embeddings.weight
+        self.layer_specs = config.layer_specs()
         self.rope = RotaryEmbedding(
             config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
         )
+        """The full layers' RoPE (rope_base, rope_scaling)."""
+        self.sliding_rope = RotaryEmbedding(
+            config.head_size,
+            config.sliding_rope_base or config.rope_base,
+            RopeScaling(),
+            config.max_position,
+            config.rope_position_scale,
+        )
+        """The sliding layers' RoPE: sliding_rope_base, no scaling (transformers' local layers)."""
         self.activation_checkpointing = False
         """Recompute each block's activations in backward: ~1/3 more compute, activation
         memory of one block instead of all (set by the trainer; names stay unchanged)."""
@@ -293,16 +280,15 @@ class Llama(nn.Module):
 
         x = self.tok_embeddings(input_ids)
         dtype = compute_dtype(x.dtype, device)
-        positions: Positions
-        if position_method is None:
-            cos, sin = self.rope(position_ids, dtype)
-            mask = build_mask(key_document_ids, seq, backend, dtype=dtype, max_seqlen=max_seqlen)
-            positions = RotaryPositions(cos, sin, mask)
-        else:
-            positions = position_method.prepare(
-                position_ids, key_position_ids, key_document_ids, seq, backend=backend, dtype=dtype
-            )
-        for block in self.blocks:
+        layouts = _Layouts(self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen)
+        if position_method is not None:
+            _check_method_on_layers(position_method, self.layer_specs)
+        built: dict[LayerSpec, Positions] = {}
+        for spec in self.layer_specs:
+            if spec not in built:
+                built[spec] = layouts.positions(spec, position_method, kv_cache)
+        for block, spec in zip(self.blocks, self.layer_specs, strict=True):
+            positions = built[spec]
             if kv_cache is not None:
                 x = block._call_impl(x, positions, kv_cache)
             elif self.activation_checkpointing and torch.is_grad_enabled():
@@ -319,3 +305,66 @@ class Llama(nn.Module):
             kv_cache.length += seq
             kv_cache.next_position = position_ids[:, -1] + 1
         return logits
+
+
+@dataclass
+class _Layouts:
+    """One forward's shared position state: a mask per window, cos/sin per layer kind."""
+
+    model: Llama
+    position_ids: torch.Tensor
+    key_position_ids: torch.Tensor
+    key_document_ids: torch.Tensor
+    q_len: int
+    backend: str
+    dtype: torch.dtype
+    max_seqlen: int | None
+
+    def __post_init__(self) -> None:
+        self.masks: dict[int, AttentionMask] = {}
+        self.angles: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def positions(self, spec: LayerSpec, method: PositionsProvider | None, kv_cache: KVCache | None) -> Positions:
+        """The Positions of layers of design `spec`. A position method runs on the full
+        layers that rotate; sliding layers (within the method's exact band: checked) and
+        NoPE layers attend as they were trained (docs/design.md §8)."""
+        if method is not None and spec.rope and spec.kind == "full":
+            return method.prepare(
+                self.position_ids,
+                self.key_position_ids,
+                self.key_document_ids,
+                self.q_len,
+                backend=self.backend,
+                dtype=self.dtype,
+            )
+        mask = self.mask(spec.window, kv_cache)
+        if not spec.rope:
+            return UnrotatedPositions(mask)
+        if spec.kind not in self.angles:
+            rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
+            self.angles[spec.kind] = rope(self.position_ids, self.dtype)
+        return RotaryPositions(*self.angles[spec.kind], mask)
+
+    def mask(self, window: int, kv_cache: KVCache | None) -> AttentionMask:
+        if window not in self.masks:
+            documents = self.key_document_ids
+            if window and kv_cache is not None:  # a sliding layer reads only its kept keys + the new
+                documents = documents[:, documents.shape[1] - kv_cache.window_span(self.q_len) :]
+            self.masks[window] = build_mask(
+                documents, self.q_len, self.backend, dtype=self.dtype, max_seqlen=self.max_seqlen, window=window
+            )
+        return self.masks[window]
+
+
+def _check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec]) -> None:
+    """A position method leaves sliding layers as trained: exact only if it equals RoPE at
+    every distance the window holds (StRing: W <= S; ReRoPE: W <= its window, no log
+    scaling; Self-Extend: W <= its neighbour window; DCA: W <= its local window)."""
+    window = max(spec.window for spec in specs)
+    exact = getattr(method, "exact_below", None)
+    if window and (exact is None or window > exact):
+        name = getattr(method, "name", type(method).__name__)
+        raise ValueError(
+            f"position method {name!r} changes distances below {exact}; the sliding layers' window "
+            f"model.sliding_window={window} sees them: use a window <= {exact} or a method whose exact band covers it"
+        )

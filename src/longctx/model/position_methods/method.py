@@ -71,6 +71,7 @@ from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, r
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
+    UNBOUNDED,
     AttentionPass,
     PassPlan,
     PositionMap,
@@ -130,6 +131,7 @@ class PositionMethod(nn.Module):
         score_multiplier: float = 1.0,
         query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None,
         decode_passes: list[AttentionPass] | None = None,
+        exact_below: int | None = None,
     ):
         super().__init__()
         if not passes or decode_passes == []:
@@ -143,9 +145,34 @@ class PositionMethod(nn.Module):
         self.params = dict(params or {})
         self.score_multiplier = score_multiplier
         self.query_scale = query_scale
+        self._exact_below = exact_below
         self.rotation_free = False
         """Set by a caller that hands q/k rotated already (longctx.hf_attention) when no pass
         moves a query or key off its own position: one pass is then plain masked attention."""
+
+    @property
+    def exact_below(self) -> int:
+        """Distances d < this are attended exactly as under the model's own RoPE (what a
+        sliding layer of window W <= it may skip the method for, docs/design.md §8): the
+        farthest distance + 1 of a pass from distance 0 at own positions, when every
+        forward has one and no score multiplier or query scaling touches it; 0 otherwise.
+        A builder whose passes are not bands (DCA) states it."""
+        if self._exact_below is not None:
+            return self._exact_below
+        if self.score_multiplier != 1 or self.query_scale is not None:
+            return 0
+        exact = []
+        for passes in (self.passes, self.decode_passes or self.passes):
+            bands = [
+                UNBOUNDED if p.band[1] is None else p.band[1] + 1
+                for p in passes
+                if p.band is not None
+                and p.band[0] == 0
+                and p.query_positions is own_positions
+                and p.key_positions is None
+            ]
+            exact.append(max(bands, default=0))
+        return min(exact)
 
     @property
     def caches_rotated_keys(self) -> bool:

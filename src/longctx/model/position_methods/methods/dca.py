@@ -37,4 +37,6 @@ def dca_method(rotary: RotaryEmbedding, chunk_size: int, local_window: int) -> P
         AttentionPass("inter", inter, lambda p: torch.full_like(p, last), in_chunk, chunk=(s, 2)),
     ]
     params = {"chunk_size": chunk_size, "local_window": local_window}
-    return PositionMethod("dca", rotary, passes, params=params)
+    # Keys closer than the local window w are exact: the previous chunk's keys sit at
+    # distance <= w only while the query's clamp (in_chunk + s <= s + w - 1) is not reached.
+    return PositionMethod("dca", rotary, passes, params=params, exact_below=local_window)

@@ -1,0 +1,114 @@
+"""The KV cache of cached decoding: full layers keep every key, sliding layers their window.
+
+    cache = model.new_kv_cache(batch_size=B, max_len=T + new_tokens)
+    logits = model(prompt, kv_cache=cache)                 # prefill (in chunks or at once)
+    logits = model(next_token[:, None], kv_cache=cache)    # decode, positions continue
+
+The design (docs/design.md §8, "The KV cache"):
+
+- All rows advance together (prompts of one batch share a length, as in NIAH); `length`
+  counts the positions cached so far. Document and position ids of every cached position
+  are kept ([B, max_len] longs, 16 bytes a token for both): packed prompts keep their masks,
+  position methods see every key's position, and `next_position` continues each row.
+- A full layer's keys/values live in one preallocated [n_full, B, max_len, Hkv, D] tensor;
+  a forward writes its new keys at [length, length + T) and reads [0, length + T).
+- A sliding layer of window W reads, in a forward of T new tokens, the last
+  min(length, W - 1) cached keys and the T new ones: the keys any of its queries can see.
+  It keeps only the last W - 1 ([n_sliding, B, W - 1, Hkv, D], in position order), so its
+  memory stops growing with the prompt: a Gemma-3-like 5:1 model decoding at 32K holds one
+  sixth of an all-full cache plus 5 windows. Reading and keeping are fixed-shape once the
+  window is full (W keys read per decoding step), what CUDA-graph capture needs.
+- Keys are cached rotated, except on full layers under position methods that rotate keys
+  at rewritten positions (ReRoPE, Self-Extend, DCA), which cache them un-rotated; sliding
+  and NoPE layers never run a position method, so theirs are always as the layer made them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from longctx.config.model import ModelConfig
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Preallocated keys/values of every layer for batched incremental decoding."""
+
+    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None):
+        # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
+        # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
+        # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
+        # (the flash kernels take one dtype and refuse the mix).
+        windows = [spec.window for spec in config.layer_specs()]
+        self.window = max(windows)
+        """W of the sliding layers (0: none slides)."""
+        self.keep = min(self.window - 1, max_len) if self.window else 0
+        """Keys a sliding layer carries from one forward to the next: W - 1."""
+        full = [layer for layer, window in enumerate(windows) if not window]
+        sliding = [layer for layer, window in enumerate(windows) if window]
+        self._slot = {layer: index for index, layer in enumerate(full)} | {
+            layer: index for index, layer in enumerate(sliding)
+        }
+        self._sliding = set(sliding)
+        per_token = (config.n_kv_heads, config.head_size)
+        self._shapes = ((len(full), batch_size, max_len, *per_token), (len(sliding), batch_size, self.keep, *per_token))
+        self.keys: torch.Tensor | None = None
+        """Full layers' keys [n_full, B, max_len, Hkv, D] (allocated at the first store)."""
+        self.values: torch.Tensor | None = None
+        self.window_keys: torch.Tensor | None = None
+        """Sliding layers' last W - 1 keys [n_sliding, B, W - 1, Hkv, D], in position order."""
+        self.window_values: torch.Tensor | None = None
+        self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
+        self.position_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
+        self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.length = 0
+        self.max_len = max_len
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of cached keys and values (0 before the first store)."""
+        tensors = (self.keys, self.values, self.window_keys, self.window_values)
+        return sum(t.nbytes for t in tensors if t is not None)
+
+    def window_span(self, new_tokens: int) -> int:
+        """Keys a sliding layer reads in a forward of `new_tokens`: its kept keys + the new."""
+        return min(self.length, self.keep) + new_tokens
+
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's k/v [B, T, Hkv, D] for `layer`; return the keys/values its queries
+        attend: all cached up to and including them (full), or the last `window_span(T)`
+        (sliding)."""
+        if self.keys is None or self.values is None:
+            self._allocate(k, v)
+        elif (k.dtype, v.dtype) != (self.keys.dtype, self.values.dtype):
+            raise TypeError(
+                f"KV cache holds {self.keys.dtype} keys/values, this step computed {k.dtype}/{v.dtype}: "
+                "prefill and decoding must run under the same precision (autocast on for both or neither)"
+            )
+        slot = self._slot[layer]
+        if layer in self._sliding:
+            return self._store_window(slot, k, v)
+        assert self.keys is not None and self.values is not None
+        end = self.length + k.shape[1]
+        self.keys[slot, :, self.length : end] = k
+        self.values[slot, :, self.length : end] = v
+        return self.keys[slot, :, :end], self.values[slot, :, :end]
+
+    def _allocate(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        full, sliding = self._shapes
+        self.keys = torch.zeros(full, device=k.device, dtype=k.dtype)
+        self.values = torch.zeros(full, device=v.device, dtype=v.dtype)
+        self.window_keys = torch.zeros(sliding, device=k.device, dtype=k.dtype)
+        self.window_values = torch.zeros(sliding, device=v.device, dtype=v.dtype)
+
+    def _store_window(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.window_keys is not None and self.window_values is not None
+        held = min(self.length, self.keep)
+        keys = torch.cat([self.window_keys[slot, :, :held], k], dim=1)
+        values = torch.cat([self.window_values[slot, :, :held], v], dim=1)
+        kept = min(keys.shape[1], self.keep)
+        # The kept keys are the last W - 1 in position order: what the next forward reads.
+        self.window_keys[slot, :, :kept] = keys[:, keys.shape[1] - kept :]
+        self.window_values[slot, :, :kept] = values[:, values.shape[1] - kept :]
+        return keys, values
