@@ -16,6 +16,7 @@ SCRIPTS = {
     "train_gpu.py": ["train_step", "train_e2e"],
     "position_methods.py": ["positions_debug"],
     "niah.py": ["niah_search"],
+    "designs.py": ["designs"],
 }
 
 

@@ -261,3 +261,10 @@ def test_a_training_step_on_a_hybrid_lowers_the_loss():
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 0.1, losses
+
+
+def test_export_hf_refuses_a_hybrid_in_one_line():
+    from longctx.model.hf_config import hf_config
+
+    with pytest.raises(ValueError, match="sliding or NoPE layers"):
+        hf_config(hybrid())

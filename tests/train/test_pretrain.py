@@ -268,3 +268,29 @@ def test_stop_at_step_ends_the_run_early_on_the_full_run_s_schedule(workspace, r
     assert losses(stopped) == pytest.approx({step: full[step] for step in range(1, 6)}, rel=1e-6)
     assert torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
     assert losses(short)[5] != pytest.approx(full[5], rel=1e-6)
+
+
+HYBRID = {
+    "model.n_layers": 4,
+    "model.global_every": 2,
+    "model.sliding_window": 16,
+    "model.sliding_rope_base": 1000.0,
+    "model.nope_layers": "[1]",
+}
+"""Layers: sliding, full NoPE, sliding, full; window 16 of the 64-token rows."""
+
+
+def test_a_hybrid_model_pretrains_resumes_and_logs_what_its_sliding_layers_train(workspace, tmp_path):
+    full, parts = tmp_path / "full", tmp_path / "parts"
+    finish(launch(overrides(workspace, full, **HYBRID)))
+    finish(launch(overrides(workspace, parts, **HYBRID, **{"train.stop_at_step": 3})))
+    finish(launch([*overrides(workspace, parts, **HYBRID), "train.resume=auto"]))
+    curve = losses(full)
+    assert curve[STEPS] < curve[1] - 0.3
+    assert losses(parts) == curve  # resumed from step 3, exactly
+    counts = final_fi(full)
+    assert counts["sliding"][:16].sum() > 0 and counts["sliding"][16:].sum() == 0
+    assert np.array_equal(counts["sliding"][:16], counts["relative"][:16])  # consecutive ids
+    history = read_history(offline_runs(full)[0])
+    assert any("fi/curve_sliding_table.path" in row for row in history)
+    assert any(row.get("fi/sliding_f@W-1", 0) > 0 for row in history)

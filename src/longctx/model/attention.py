@@ -62,9 +62,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from longctx.batch import cu_seqlens, document_segments, document_start_index, document_start_mask
+from longctx.batch import document_start_index, document_start_mask
 from longctx.config.model import ATTENTION_BACKENDS as BACKENDS
 from longctx.model import flash
+from longctx.model.packed_attention import (
+    _flash_attention,
+    _flash_cu_seqlens,
+    _xformers_attention,
+    _xformers_bias,
+)
 
 DEFAULT_BLOCK_SIZE = 256
 FLEX_DECODE_QUERIES = 16
@@ -452,92 +458,3 @@ def _flex_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
         enable_gqa=q.shape[2] != k.shape[2],
     )
     return out.transpose(1, 2)
-
-
-# --- flash / xformers: packed varlen kernels (CUDA) ------------------------------------
-
-
-@dataclass
-class _Segments:
-    """Documents of all rows laid end to end: key and query lengths per segment."""
-
-    cu_seqlens_k: torch.Tensor
-    cu_seqlens_q: torch.Tensor
-    k_lengths: list[int]
-    q_lengths: list[int]
-
-
-def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    return _Segments(cu_seqlens(k_lengths), cu_seqlens(q_lengths), k_lengths.tolist(), q_lengths.tolist())
-
-
-@dataclass
-class _FlashSegments:
-    """The flash kernel's view of a batch; the max lengths are host ints, read once here, not
-    per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
-    Finding the document boundaries (`document_segments`, a `nonzero`) is the path's one
-    remaining synchronisation, once per forward, named and justified in batch.py
-    (longctx.gpu_checks.layout_sync_allowed allows it there and nowhere else)."""
-
-    cu_seqlens_q: torch.Tensor
-    cu_seqlens_k: torch.Tensor
-    max_q: int
-    max_k: int
-    kernel: flash.VarlenKernel
-
-
-def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | None = None) -> _FlashSegments:
-    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    if max_seqlen is None:
-        max_q, max_k = torch.stack([q_lengths.max(), k_lengths.max()]).tolist()
-    else:
-        max_q, max_k = min(max_seqlen, q_len), max_seqlen
-    return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k, flash.resolve_kernel())
-
-
-def _flash_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
-    seg: _FlashSegments = mask.extra
-    batch, q_len, heads, dim = q.shape
-    out, _ = flash.varlen_flash(
-        q.reshape(-1, heads, dim),
-        k.reshape(-1, k.shape[2], dim),
-        v.reshape(-1, v.shape[2], dim),
-        seg.cu_seqlens_q,
-        seg.cu_seqlens_k,
-        seg.max_q,
-        seg.max_k,
-        scale=scale,
-        window=_flash_window(q_len, mask.window),
-        kernel=seg.kernel,
-    )
-    return out.reshape(batch, q_len, heads, dim)
-
-
-def _flash_window(q_len: int, window: int) -> tuple[int, int]:
-    """The kernel's (left, right): causal, or the band of W - 1 keys before each query. One
-    query without a window needs none (module docstring)."""
-    if window:
-        return (window - 1, 0)
-    return flash.CAUSAL if q_len > 1 else flash.FULL
-
-
-def _xformers_bias(document_ids: torch.Tensor, q_len: int, window: int = 0):
-    from xformers.ops.fmha.attn_bias import BlockDiagonalCausalFromBottomRightMask
-
-    seg = _segments(document_ids, q_len)
-    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(seg.q_lengths, kv_seqlen=seg.k_lengths)
-
-
-def _xformers_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
-    from xformers.ops import memory_efficient_attention
-
-    batch, q_len, heads, dim = q.shape
-    kv_heads = k.shape[2]
-    group = heads // kv_heads
-    # xformers expresses GQA as [1, tokens, kv_heads, group, dim] with k/v expanded (no copy).
-    q5 = q.reshape(1, -1, kv_heads, group, dim)
-    k5 = k.reshape(1, -1, kv_heads, 1, dim).expand(-1, -1, -1, group, -1)
-    v5 = v.reshape(1, -1, kv_heads, 1, dim).expand(-1, -1, -1, group, -1)
-    out = memory_efficient_attention(q5, k5, v5, attn_bias=mask.extra, scale=scale)
-    return out.reshape(batch, q_len, heads, dim)

@@ -33,6 +33,11 @@ UNSUPPORTED = {
 
 def hf_config(config: ModelConfig) -> dict:
     """The config.json of `config`: a LlamaForCausalLM, or a Qwen2ForCausalLM for q/k/v biases."""
+    if config.is_hybrid:
+        raise ValueError(
+            "export-hf writes Llama and Qwen2 models, whose every layer is full and rotates: this model has "
+            "sliding or NoPE layers (model.layer_types / global_every / nope_layers / nope_every)"
+        )
     rope_theta, rope_scaling = _scaling_to_hf(config)
     qwen2 = config.attention_bias == "qkv"
     values = {

@@ -49,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 from longctx.batch import IGNORE_INDEX, document_start_mask
+from longctx.probes.sliding_frequency import windowed_position_counts
 
 """Label of a token without loss (batch contract): such a token is not a counted query."""
 
@@ -333,7 +334,13 @@ class PositionFrequency:
     rank's local state or the reduced state on one rank only.
     """
 
-    def __init__(self, max_distance: int, max_position: int | None = None, count_only_labeled: bool = True):
+    def __init__(
+        self,
+        max_distance: int,
+        max_position: int | None = None,
+        count_only_labeled: bool = True,
+        sliding_window: int = 0,
+    ):
         _check_bins("max_distance", max_distance)
         max_position = max_distance if max_position is None else max_position
         _check_bins("max_position", max_position)
@@ -345,6 +352,17 @@ class PositionFrequency:
         self.absolute = torch.zeros(max_position, dtype=torch.long)
         self.absolute_overflow = torch.zeros((), dtype=torch.long)
         self.tokens_seen = torch.zeros((), dtype=torch.long)
+        self.sliding_window = sliding_window
+        """W > 0: also count f_W, what the model's sliding layers train (`sliding`,
+        `sliding_overflow`; probes/sliding_frequency.py)."""
+        self.counters = _COUNTERS + (("sliding", "sliding_overflow") if sliding_window else ())
+        if sliding_window:
+            self.sliding = torch.zeros(max_distance, dtype=torch.long)
+            self.sliding_overflow = torch.zeros((), dtype=torch.long)
+
+    def empty_like(self) -> PositionFrequency:
+        """An accumulator of the same bins, zeroed."""
+        return PositionFrequency(self.max_distance, self.max_position, self.count_only_labeled, self.sliding_window)
 
     def update(self, batch: dict[str, torch.Tensor]) -> None:
         """Count one batch-contract dict (`input_ids`, `position_ids`, `document_ids`, and
@@ -363,12 +381,19 @@ class PositionFrequency:
         self.absolute += absolute.counts
         self.absolute_overflow += absolute.overflow
         self.tokens_seen += batch["input_ids"].numel()
+        if self.sliding_window:
+            window, full = self.sliding_window, relative.counts
+            counts, overflow = windowed_position_counts(
+                position_ids, document_ids, self.max_distance, window, labels, full
+            )
+            self.sliding += counts
+            self.sliding_overflow += overflow
 
     # --- persistence and reduction ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Plain tensors only (loads with torch.load(weights_only=True))."""
-        state = {key: getattr(self, key).clone() for key in _COUNTERS}
+        state = {key: getattr(self, key).clone() for key in self.counters}
         state["count_only_labeled"] = torch.tensor(self.count_only_labeled)
         return state
 
@@ -388,36 +413,34 @@ class PositionFrequency:
                 f"position-frequency state was counted with count_only_labeled={bool(state['count_only_labeled'])}, "
                 f"this accumulator uses {self.count_only_labeled}"
             )
-        for key in _COUNTERS:
+        for key in self.counters:
             setattr(self, key, state[key].detach().to("cpu", torch.long).clone())
 
     def merge(self, other: PositionFrequency) -> None:
         """Add another accumulator's counts into this one (same bins and count_only_labeled)."""
-        mine = (self.max_distance, self.max_position, self.count_only_labeled)
-        theirs = (other.max_distance, other.max_position, other.count_only_labeled)
+        mine = (self.max_distance, self.max_position, self.count_only_labeled, self.sliding_window)
+        theirs = (other.max_distance, other.max_position, other.count_only_labeled, other.sliding_window)
         if mine != theirs:
             raise ValueError(
-                f"cannot merge position frequencies (max_distance, max_position, count_only_labeled) {theirs} "
-                f"into {mine}"
+                "cannot merge position frequencies (max_distance, max_position, count_only_labeled, "
+                f"sliding_window) {theirs} into {mine}"
             )
-        for key in _COUNTERS:
+        for key in self.counters:
             setattr(self, key, getattr(self, key) + getattr(other, key))
 
     def all_reduce(self) -> PositionFrequency:
         """A new accumulator holding the sums over all ranks of torch.distributed (a copy when
         it is not initialised). Collective: every rank must call it."""
-        reduced = PositionFrequency(self.max_distance, self.max_position, self.count_only_labeled)
+        reduced = self.empty_like()
         reduced.load_state_dict(self.state_dict())
         if not (dist.is_available() and dist.is_initialized()):
             return reduced
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-        parts = [reduced.relative, reduced.absolute, reduced.overflow[None], reduced.absolute_overflow[None]]
-        flat = torch.cat([*parts, reduced.tokens_seen[None]]).to(device)
+        parts = [getattr(reduced, key).reshape(-1) for key in self.counters]
+        flat = torch.cat(parts).to(device)
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        flat = flat.cpu()
-        relative, absolute, scalars = flat.split([self.max_distance, self.max_position, 3])
-        reduced.relative, reduced.absolute = relative.clone(), absolute.clone()
-        reduced.overflow, reduced.absolute_overflow, reduced.tokens_seen = (s.clone() for s in scalars)
+        for key, part in zip(self.counters, flat.cpu().split([p.numel() for p in parts]), strict=True):
+            setattr(reduced, key, part.reshape(getattr(reduced, key).shape).clone())
         return reduced
 
     # --- reporting ---
@@ -430,11 +453,16 @@ class PositionFrequency:
         f = self.relative
         total = int(f.sum() + self.overflow)
         at_least_half = int(f[(window + 1) // 2 :].sum() + self.overflow)  # d >= L/2 for integer d
-        return {
+        metrics = {
             **{f"fi/f@{label}": int(f[distance(window)]) for label, distance in SUMMARY_POSITIONS.items()},
             "fi/share_ge_half": at_least_half / total if total else math.nan,
             "fi/tokens_seen": int(self.tokens_seen),
         }
+        if self.sliding_window:  # the sliding layers' f_W at W/2 and W-1 (within max_distance)
+            last = min(self.sliding_window, self.max_distance) - 1
+            metrics["fi/sliding_f@W/2"] = int(self.sliding[min(self.sliding_window // 2, last)])
+            metrics["fi/sliding_f@W-1"] = int(self.sliding[last])
+        return metrics
 
     def downsample(self, max_rows: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
         """(d, f(d)) of the relative counts at <= max_rows points, for a line plot."""

@@ -279,7 +279,11 @@ def fit(
     if config.probe.fi:
         callbacks.append(
             PositionFrequencyCallback(
-                fi_window, out_dir, config.probe.fi_every_steps, config.probe.fi_count_only_labeled
+                fi_window,
+                out_dir,
+                config.probe.fi_every_steps,
+                config.probe.fi_count_only_labeled,
+                config.model.sliding_window if "sliding" in config.model.layer_kinds() else 0,
             )
         )
     if config.probe.niah_every_steps:

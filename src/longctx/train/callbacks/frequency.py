@@ -9,7 +9,8 @@ to a `PositionFrequency` accumulator (probes/position_frequency.py), and every
 - all-reduces the per-rank counts (a collective: every rank calls it; local counts stay
   local, so logging twice never double counts),
 - logs scalars `fi/f@L/4`, `fi/f@L/2`, `fi/f@3L/4`, `fi/f@L-1`, `fi/share_ge_half`,
-  `fi/tokens_seen` and `fi/curve`, f(i) as a table of at most 10,000 rows drawn as a line
+  `fi/tokens_seen` (with sliding layers also `fi/sliding_f@W/2`, `fi/sliding_f@W-1` and
+  `fi/curve_sliding`, what those layers train: probes/sliding_frequency.py) and `fi/curve`, f(i) as a table of at most 10,000 rows drawn as a line
   plot (on W&B a `wandb.Table`: `wandb.Histogram` caps at 512 bins and loses positions),
   through every configured logger (train/loggers.py), at the logger step of Lightning's
   own metrics for that optimizer step,
@@ -32,7 +33,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 
-from longctx.probes.position_frequency import PositionFrequency
+from longctx.probes.position_frequency import PositionFrequency, downsample
 from longctx.train.callbacks.training import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_file, log_scalars, log_table, logger_step
 
@@ -52,11 +53,13 @@ class HostBatchDataModule(L.LightningDataModule):
 
 
 class PositionFrequencyCallback(L.Callback):
-    def __init__(self, window: int, out_dir: Path, every_steps: int, count_only_labeled: bool = True):
+    def __init__(
+        self, window: int, out_dir: Path, every_steps: int, count_only_labeled: bool = True, sliding_window: int = 0
+    ):
         self.window = window
         self.out_dir = out_dir
         self.every_steps = every_steps
-        self.counts = PositionFrequency(window, max_position=window, count_only_labeled=count_only_labeled)
+        self.counts = PositionFrequency(window, window, count_only_labeled, sliding_window)
         self._steps_seen = 0
         self._logged_step = -1
         self._saved_step = -1
@@ -87,15 +90,19 @@ class PositionFrequencyCallback(L.Callback):
         append_metrics(self.out_dir / METRICS_FILE, trainer.global_step, metrics)
         step = logger_step(trainer)
         log_scalars(trainer, metrics, step)
-        distance, count = total.downsample(MAX_TABLE_ROWS)
-        log_table(
-            trainer,
-            "fi/curve",
-            ["relative_position", "f"],
-            [[int(d), int(c)] for d, c in zip(distance, count, strict=True)],
-            step,
-            line=("relative_position", "f", "f(i): trained pairs per relative position"),
-        )
+        curves = [("fi/curve", total.relative, "f(i): trained pairs per relative position")]
+        if total.sliding_window:
+            curves.append(("fi/curve_sliding", total.sliding, "f(i) of the sliding layers (window W)"))
+        for name, counts, title in curves:
+            distance, count = downsample(counts, MAX_TABLE_ROWS)
+            log_table(
+                trainer,
+                name,
+                ["relative_position", "f"],
+                [[int(d), int(c)] for d, c in zip(distance, count, strict=True)],
+                step,
+                line=("relative_position", "f", title),
+            )
 
     def state_dict(self) -> dict:
         # Called on every rank while a checkpoint is taken; rank 0's copy is saved.
@@ -108,9 +115,7 @@ class PositionFrequencyCallback(L.Callback):
             self.counts.load_state_dict(state)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        total = PositionFrequency(
-            self.window, max_position=self.window, count_only_labeled=self.counts.count_only_labeled
-        )
+        total = self.counts.empty_like()
         total.load_state_dict(checkpoint["callbacks"][self.state_key])
         if not trainer.is_global_zero or trainer.global_step == self._saved_step:
             return
