@@ -141,6 +141,11 @@ class RotaryPositions:
 
 
 class Attention(nn.Module):
+    """GQA attention: q/o of n_heads x head_dim, k/v of n_kv_heads x head_dim. qk-norm
+    (docs/design.md §5): `head` normalises each head's q and k after the split into heads
+    (Qwen3, Gemma 3: q_norm/k_norm of head_dim), `projection` the whole q and k projections
+    before it (OLMo 2/3: of n_heads x head_dim and n_kv_heads x head_dim); both before RoPE."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_size
@@ -149,12 +154,22 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=config.attention_bias == "qkvo")
+        self.qk_norm = config.qk_norm
+        if self.qk_norm != "none":
+            whole = self.qk_norm == "projection"
+            self.q_norm = RMSNorm(self.head_dim * (self.n_heads if whole else 1), config.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps)
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
-        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        q, k = self.wq(x), self.wk(x)
+        if self.qk_norm == "projection":  # in q's dtype: an fp32 weight under autocast would widen it
+            q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
+        q = q.view(batch, seq, self.n_heads, self.head_dim)
+        k = k.view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        if self.qk_norm == "head":
+            q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
@@ -194,8 +209,6 @@ def _refuse_unbuilt_designs(config: ModelConfig) -> None:
     unbuilt = {
         "model.layer_types / model.global_every (sliding layers)": "sliding" in config.layer_kinds(),
         "model.nope_layers / model.nope_every": bool(config.nope_indices()),
-        "model.qk_norm": config.qk_norm != "none",
-        "model.rotary_fraction": config.rotary_fraction != 1,
     }
     for key, used in unbuilt.items():
         if used:
@@ -216,7 +229,13 @@ class Llama(nn.Module):
             # root's group, train/module.py) and state_dict see a single tensor.
             self.output.weight = self.tok_embeddings.weight
         self.rope = RotaryEmbedding(
-            config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+            config.head_size,
+            config.rope_base,
+            config.rope_scaling,
+            config.max_position,
+            config.rope_position_scale,
+            rotary_fraction=config.rotary_fraction,
+            partial_rotary=config.partial_rotary,
         )
         self.activation_checkpointing = False
         """Recompute each block's activations in backward: ~1/3 more compute, activation
