@@ -165,7 +165,14 @@ def test_olmo2_attention_normalises_the_whole_projections():
     with torch.no_grad():
         for parameter in (ours.q_norm.weight, ours.k_norm.weight):
             parameter.add_(0.3 * torch.randn_like(parameter))
-        for theirs, mine in (("q_proj", "wq"), ("k_proj", "wk"), ("v_proj", "wv"), ("o_proj", "wo"), ("q_norm", "q_norm"), ("k_norm", "k_norm")):
+        for theirs, mine in (
+            ("q_proj", "wq"),
+            ("k_proj", "wk"),
+            ("v_proj", "wv"),
+            ("o_proj", "wo"),
+            ("q_norm", "q_norm"),
+            ("k_norm", "k_norm"),
+        ):
             getattr(attention, theirs).weight.copy_(getattr(ours, mine).weight)
     seen = {}
     hooks = [ours.register_forward_hook(lambda module, args, out: seen.update(x=args[0], out=out))]

@@ -113,7 +113,10 @@ def reference_logits(model: Llama, ids, position_ids, document_ids) -> torch.Ten
         out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, seq, heads * dim)
         x = x + F.linear(out, w[p + "attn.wo.weight"], w.get(p + "attn.wo.bias"))
         h = rms(x, w[p + "mlp_norm.weight"], eps)
-        x = x + F.linear(F.silu(F.linear(h, w[p + "mlp.gate.weight"])) * F.linear(h, w[p + "mlp.up.weight"]), w[p + "mlp.down.weight"])
+        x = x + F.linear(
+            F.silu(F.linear(h, w[p + "mlp.gate.weight"])) * F.linear(h, w[p + "mlp.up.weight"]),
+            w[p + "mlp.down.weight"],
+        )
     return F.linear(rms(x, w["norm.weight"], eps), w["output.weight"])
 
 
@@ -252,7 +255,12 @@ def reference_inputs(q, k, partial: str, fraction: float):
         return q, k, theta
     width = round(fraction * DIM)
     rest = DIM - width
-    order = [*range(width // 2), *range(width, width + rest // 2), *range(width // 2, width), *range(width + rest // 2, DIM)]
+    order = [
+        *range(width // 2),
+        *range(width, width + rest // 2),
+        *range(width // 2, width),
+        *range(width + rest // 2, DIM),
+    ]
     theta = torch.zeros(half, dtype=torch.float64)
     theta[: width // 2] = (1.0 / BASE ** (torch.arange(0, width, 2, dtype=torch.float64) / width)).float().double()
     return q[..., order], k[..., order], theta
