@@ -364,3 +364,13 @@ def test_bad_designs_name_their_key(fields, key, message):
         ModelConfig.from_preset("debug", **fields)
     assert key in str(error.value)
     ModelConfig.from_preset("debug", rotary_fraction=0.3, partial_rotary="p-rope")  # any p: floor(p D / 2) pairs
+
+
+def test_resume_names_a_changed_head_dim_or_partial_rotation():
+    from longctx.config import as_dict, load
+    from longctx.train.resume_check import resume_mismatches
+
+    saved = as_dict(load([], ["model.head_dim=32", "model.rotary_fraction=0.5", "model.partial_rotary=p-rope"]))
+    mismatches = resume_mismatches(saved, load([], []))
+    for key in ("model.head_dim", "model.rotary_fraction", "model.partial_rotary"):
+        assert any(line.startswith(f"{key}: checkpoint") for line in mismatches), (key, mismatches)
