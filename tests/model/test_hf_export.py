@@ -105,7 +105,7 @@ def test_cli_refuses_a_tokenizer_larger_than_the_model(bpe_file, tmp_path, capsy
         ({"mlp_bias": True}, "mlp_bias=true is not supported"),
         ({"pretraining_tp": 2}, "pretraining_tp=2 is not supported"),
         ({"model_type": "gemma"}, "model_type is 'gemma', expected one of"),
-        ({"head_dim": 32}, "head_dim=32 is not supported"),
+        ({"head_dim": 33}, "head_dim=33 is not supported: RoPE needs an even head_dim"),
         ({"model_type": "mistral", "sliding_window": 256}, "sliding_window=256 is not supported"),
         ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window=true is not supported"),
         ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, "layer_types[1]="),

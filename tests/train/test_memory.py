@@ -160,16 +160,18 @@ def varlen_on_cpu():
     del library
 
 
-def block_saved_bytes(block: Block, precision: str, enable_gqa: bool, rows: int, length: int) -> int:
+def block_saved_bytes(
+    block: Block, precision: str, enable_gqa: bool, rows: int, length: int, config: ModelConfig = BLOCK
+) -> int:
     """Bytes of the distinct storages `block` saves for backward on rows x length tokens,
     other than its parameters and the shared cos/sin (counted once per model)."""
     from torch.nn.attention.varlen import varlen_attn
 
     dtype = torch.bfloat16 if precision == "bf16-true" else torch.float32
     compute = torch.float32 if precision == "32-true" else torch.bfloat16
-    x = torch.randn(rows, length, BLOCK.d_model, dtype=dtype, requires_grad=True)
+    x = torch.randn(rows, length, config.d_model, dtype=dtype, requires_grad=True)
     position_ids = torch.arange(length).expand(rows, length)
-    rope = RotaryEmbedding(BLOCK.head_size, BLOCK.rope_base, BLOCK.rope_scaling, BLOCK.max_position)
+    rope = RotaryEmbedding(config.head_size, config.rope_base, config.rope_scaling, config.max_position)
     cos, sin = rope(position_ids, compute)
     mask = build_mask(torch.zeros(rows, length, dtype=torch.long), length, "flash", dtype=compute, max_seqlen=length)
     kernel = VarlenKernel(varlen_attn, flash_attn=False, enable_gqa=enable_gqa)
@@ -222,6 +224,28 @@ def test_per_layer_activation_term_is_what_one_block_saves(varlen_on_cpu, precis
     _, stream, compute = precision_sizes(precision)
     kv_heads = BLOCK.n_kv_heads if enable_gqa else BLOCK.n_heads
     estimated = activation_bytes_per_token_layer(BLOCK, stream, compute, compiled, kv_heads)
+    assert measured <= estimated <= (1 + SAVED_TOLERANCE) * measured, (measured, estimated)
+
+
+DESIGNS = {
+    "head_dim": dataclasses.replace(BLOCK, head_dim=32),
+    "qk_norm=head": dataclasses.replace(BLOCK, head_dim=32, qk_norm="head"),
+    "qk_norm=projection": dataclasses.replace(BLOCK, qk_norm="projection"),
+}
+"""Designs that change what a block saves: q/o of n_heads x head_dim != d_model, qk-norm."""
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true", "32-true"])
+@pytest.mark.parametrize("design", list(DESIGNS))
+def test_per_layer_activation_term_follows_head_dim_and_qk_norm(varlen_on_cpu, precision, design):
+    """As above, eager, for a head_dim decoupled from d_model and for both qk-norms."""
+    torch.manual_seed(0)
+    config = DESIGNS[design]
+    block = Block(config, 0).to(torch.bfloat16 if precision == "bf16-true" else torch.float32)
+    short, long = (block_saved_bytes(block, precision, True, 2, length, config) for length in (32, 64))
+    measured = (long - short) / (2 * 32)
+    _, stream, compute = precision_sizes(precision)
+    estimated = activation_bytes_per_token_layer(config, stream, compute)
     assert measured <= estimated <= (1 + SAVED_TOLERANCE) * measured, (measured, estimated)
 
 

@@ -51,6 +51,8 @@ _LAYER_NAMES = {
     "attn.wk.bias": "self_attn.k_proj.bias",
     "attn.wv.bias": "self_attn.v_proj.bias",
     "attn.wo.bias": "self_attn.o_proj.bias",
+    "attn.q_norm.weight": "self_attn.q_norm.weight",  # Qwen3, Gemma 3 (1 + weight), OLMo 2
+    "attn.k_norm.weight": "self_attn.k_norm.weight",
     "mlp_norm.weight": "post_attention_layernorm.weight",
     "mlp.gate.weight": "mlp.gate_proj.weight",
     "mlp.up.weight": "mlp.up_proj.weight",
@@ -81,13 +83,13 @@ def export_hf(
     config.json and generation_config.json (without them transformers falls back to
     Llama's eos id 2, an ordinary token of our vocabularies, and generation never stops).
     """
+    config = hf_config(model.config)  # first: it refuses what config.json cannot carry
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, tensor in weights(model).items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
         tensors[hf_name(name)] = tensor
-    config = hf_config(model.config)
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:

@@ -32,12 +32,22 @@ UNSUPPORTED = {
 
 
 def hf_config(config: ModelConfig) -> dict:
-    """The config.json of `config`: a LlamaForCausalLM, or a Qwen2ForCausalLM for q/k/v biases."""
+    """The config.json of `config`: a LlamaForCausalLM, or a Qwen2ForCausalLM for q/k/v biases.
+    `head_dim` is written always (transformers' Llama reads a decoupled one)."""
     if config.is_hybrid:
-        raise ValueError(
+        raise CheckpointError(
             "export-hf writes Llama and Qwen2 models, whose every layer is full and rotates: this model has "
             "sliding or NoPE layers (model.layer_types / global_every / nope_layers / nope_every)"
         )
+    for key, value, plain in (
+        ("qk_norm", config.qk_norm, "none"),
+        ("rotary_fraction", config.rotary_fraction, 1),
+    ):
+        if value != plain:
+            raise CheckpointError(
+                f"cannot export model.{key}={value!r}: the Llama/Qwen2 config.json has no such field "
+                "(evaluate the checkpoint with longctx itself)"
+            )
     rope_theta, rope_scaling = _scaling_to_hf(config)
     qwen2 = config.attention_bias == "qkv"
     values = {
@@ -125,11 +135,8 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
     if hf.get("pretraining_tp", 1) != 1:
         raise CheckpointError(f"{source}: pretraining_tp={hf['pretraining_tp']} is not supported (only 1)")
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
-    if head_dim * hf["num_attention_heads"] != hf["hidden_size"]:
-        raise CheckpointError(
-            f"{source}: head_dim={head_dim} is not supported: longctx needs head_dim x num_attention_heads "
-            f"({hf['num_attention_heads']}) = hidden_size ({hf['hidden_size']})"
-        )
+    if head_dim % 2:
+        raise CheckpointError(f"{source}: head_dim={head_dim} is not supported: RoPE needs an even head_dim")
     if "longctx_rope_scaling" in hf:
         base = hf["longctx_rope_base"]
         scaling = RopeScaling(**hf["longctx_rope_scaling"])
@@ -145,6 +152,7 @@ def model_config_from_hf(hf: dict, source: str = CONFIG_FILE) -> ModelConfig:
         n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"],
         n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        head_dim=0 if head_dim * hf["num_attention_heads"] == hf["hidden_size"] else head_dim,
         d_ff=hf["intermediate_size"],
         norm_eps=hf.get("rms_norm_eps", 1e-5),
         rope_base=float(base),

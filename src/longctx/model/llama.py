@@ -47,7 +47,8 @@ __all__ = ["KVCache", "Llama"]
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (Zhang & Sennrich, 2019)."""
+    """x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (Zhang & Sennrich, 2019); in
+    fp64 for fp64 inputs (the float64 references of the tests compare exactly)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -55,7 +56,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * normed.to(x.dtype)
 
@@ -120,6 +121,11 @@ class RotaryPositions:
 
 
 class Attention(nn.Module):
+    """GQA attention: q/o of n_heads x head_dim, k/v of n_kv_heads x head_dim. qk-norm
+    (docs/design.md §5): `head` normalises each head's q and k after the split into heads
+    (Qwen3, Gemma 3: q_norm/k_norm of head_dim), `projection` the whole q and k projections
+    before it (OLMo 2/3: of n_heads x head_dim and n_kv_heads x head_dim); both before RoPE."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_size
@@ -128,12 +134,22 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=qkv_bias)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=config.attention_bias == "qkvo")
+        self.qk_norm = config.qk_norm
+        if self.qk_norm != "none":
+            whole = self.qk_norm == "projection"
+            self.q_norm = RMSNorm(self.head_dim * (self.n_heads if whole else 1), config.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps)
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim)
-        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        q, k = self.wq(x), self.wk(x)
+        if self.qk_norm == "projection":  # in q's dtype: an fp32 weight under autocast would widen it
+            q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
+        q = q.view(batch, seq, self.n_heads, self.head_dim)
+        k = k.view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        if self.qk_norm == "head":
+            q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
@@ -168,21 +184,9 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-def _refuse_unbuilt_designs(config: ModelConfig) -> None:
-    """One line per config design this model does not build yet (never ignored silently)."""
-    unbuilt = {
-        "model.qk_norm": config.qk_norm != "none",
-        "model.rotary_fraction": config.rotary_fraction != 1,
-    }
-    for key, used in unbuilt.items():
-        if used:
-            raise NotImplementedError(f"{key}: not built into longctx's model yet")
-
-
 class Llama(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        _refuse_unbuilt_designs(config)
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
@@ -194,7 +198,13 @@ class Llama(nn.Module):
             self.output.weight = self.tok_embeddings.weight
         self.layer_specs = config.layer_specs()
         self.rope = RotaryEmbedding(
-            config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
+            config.head_size,
+            config.rope_base,
+            config.rope_scaling,
+            config.max_position,
+            config.rope_position_scale,
+            rotary_fraction=config.rotary_fraction,
+            partial_rotary=config.partial_rotary,
         )
         """The full layers' RoPE (rope_base, rope_scaling)."""
         self.sliding_rope = RotaryEmbedding(
@@ -203,6 +213,8 @@ class Llama(nn.Module):
             RopeScaling(),
             config.max_position,
             config.rope_position_scale,
+            rotary_fraction=config.rotary_fraction,
+            partial_rotary=config.partial_rotary,
         )
         """The sliding layers' RoPE: sliding_rope_base, no scaling (transformers' local layers)."""
         self.activation_checkpointing = False

@@ -18,7 +18,7 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.model.llama import Llama
-from longctx.model.rope import inverse_frequencies
+from longctx.model.rope import RotaryEmbedding
 
 
 def weights(model: Llama) -> dict[str, torch.Tensor]:
@@ -45,10 +45,9 @@ def materialize(
     model.to(dtype=dtype).to_empty(device=device)
     if config.tie_embeddings:
         model.output.weight = model.tok_embeddings.weight
-    inv_freq = inverse_frequencies(
-        config.head_size, config.rope_base, config.rope_scaling, config.max_position, config.rope_position_scale
-    )
-    model.rope.inv_freq = inv_freq.to(device)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):  # buffers are not in the files: computed here
+            module.inv_freq = module.exact_frequencies().to(device)
     parameters = dict(model.named_parameters())
     with torch.no_grad():
         for name in weights(model):

@@ -53,7 +53,7 @@ def merge_models(models: dict[str, Llama], weights: list[float], config_from: in
         raise CheckpointError(f"config_from={config_from} is not an index into the {len(names)} checkpoints")
     configs = [config_dict(model.config) for model in models.values()]
     for field in SHAPE_FIELDS:
-        values = [config[field] for config in configs]
+        values = [getattr(model.config, field) for model in models.values()]  # head_size: a property
         if len(set(values)) > 1:
             listed = ", ".join(f"{value} ({name})" for name, value in zip(names, values, strict=True))
             raise CheckpointError(f"cannot merge models of different shape: {field} is {listed}")

@@ -31,6 +31,22 @@ that pair no longer orders neighbours, the slower pairs still do. s = 1 is bitwi
 
 Channel layout is the Hugging Face one ("rotate half": channel i pairs with i + d/2),
 so exported weights need no permutation.
+
+Partial rotation (model.rotary_fraction p < 1, model.partial_rotary), D = head_dim:
+
+- `first`: transformers' `partial_rotary_factor` (Phi-3/4, GPT-NeoX, StableLM): R = int(p D)
+  channels rotate, the first R of each head, rotate-half *within* them (channel i pairs
+  with i + R/2), with theta_i = base^(-2i/R) computed over R (every scaling too: ntk's
+  base' = base a^(R/(R-2)), yarn's ramp over R); channels R..D-1 pass through. cos/sin are
+  [.., R] and `apply_rotary` rotates the first cos.shape[-1] channels (as transformers'
+  Phi-3 `apply_rotary_pos_emb`), so YaRN's cos/sin factor scales the rotated channels only,
+  as in transformers.
+- `p-rope`: Barbero et al., ICLR 2025 ("Round and Round We Go"), transformers'
+  `proportional` rope type (Gemma 4): theta_i = base^(-2i/D) over the full D, and the
+  slowest pairs get theta_i = 0 (cos 1, sin 0: unrotated), keeping the first
+  int(p D // 2) = floor(p D / 2) pairs (transformers' count; p = 0.25, D = 64: 8 of 32).
+  cos/sin stay [.., D], so every consumer of `inv_freq` (the position methods included)
+  carries it unchanged; the zero frequencies stay zero under every scaling.
 """
 
 from __future__ import annotations
@@ -47,6 +63,7 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
     "inverse_frequencies",
+    "rotary_frequencies",
     "rotate_half",
     "rotation_dtype",
 ]
@@ -115,13 +132,49 @@ def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: RopeScaling, ma
     return torch.where(in_band, blended, scaled)
 
 
+def rotary_frequencies(
+    head_dim: int,
+    base: float,
+    scaling: RopeScaling,
+    max_position: int,
+    position_scale: float = 1.0,
+    rotary_fraction: float = 1.0,
+    partial_rotary: str = "first",
+) -> torch.Tensor:
+    """The inverse frequencies a head of `head_dim` channels rotates by, under partial
+    rotation (module docstring): R/2 of them for `first` (R = int(p D)), D/2 for `p-rope`
+    with the slowest D/2 - floor(p D / 2) set to 0. p = 1: `inverse_frequencies`, bitwise."""
+    if rotary_fraction == 1:
+        return inverse_frequencies(head_dim, base, scaling, max_position, position_scale)
+    if partial_rotary == "first":
+        rotary_dim = int(head_dim * rotary_fraction)
+        if rotary_dim <= 0 or rotary_dim % 2:
+            raise ValueError(f"partial rotation: {rotary_fraction} x head_dim {head_dim} = {rotary_dim} channels")
+        return inverse_frequencies(rotary_dim, base, scaling, max_position, position_scale)
+    if partial_rotary == "p-rope":
+        inv_freq = inverse_frequencies(head_dim, base, scaling, max_position, position_scale)
+        inv_freq[int(rotary_fraction * head_dim // 2) :] = 0.0
+        return inv_freq
+    raise ValueError(f"partial_rotary {partial_rotary!r} is not one of ('first', 'p-rope')")
+
+
 class RotaryEmbedding(torch.nn.Module):
-    """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k."""
+    """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k.
+    `rotary_fraction` / `partial_rotary`: partial rotation (module docstring); `rotary_dim`
+    is the width of cos/sin (head_dim except under `first`)."""
 
     inv_freq: torch.Tensor
 
     def __init__(
-        self, head_dim: int, base: float, scaling: RopeScaling, max_position: int, position_scale: float = 1.0
+        self,
+        head_dim: int,
+        base: float,
+        scaling: RopeScaling,
+        max_position: int,
+        position_scale: float = 1.0,
+        *,
+        rotary_fraction: float = 1.0,
+        partial_rotary: str = "first",
     ):
         super().__init__()
         if head_dim % 2:
@@ -131,10 +184,26 @@ class RotaryEmbedding(torch.nn.Module):
         self.scaling = scaling
         self.max_position = max_position
         self.position_scale = position_scale
+        self.rotary_fraction = rotary_fraction
+        self.partial_rotary = partial_rotary
         self.attention_factor = yarn_attention_factor(scaling) if scaling.type == "yarn" else 1.0
         # Not persistent: derived from the config, so checkpoints stay config-independent.
-        self.register_buffer(
-            "inv_freq", inverse_frequencies(head_dim, base, scaling, max_position, position_scale), persistent=False
+        self.register_buffer("inv_freq", self.exact_frequencies(), persistent=False)
+
+    @property
+    def partial(self) -> dict:
+        """The partial-rotation arguments, for a RotaryEmbedding of another scaling or base."""
+        return {"rotary_fraction": self.rotary_fraction, "partial_rotary": self.partial_rotary}
+
+    @property
+    def rotary_dim(self) -> int:
+        """Channels of each head that cos/sin cover: 2 x the number of frequencies."""
+        return 2 * self.inv_freq.shape[0]
+
+    def exact_frequencies(self) -> torch.Tensor:
+        """theta_i in float32 on the CPU, computed from the constructor's arguments."""
+        return rotary_frequencies(
+            self.head_dim, self.base, self.scaling, self.max_position, self.position_scale, **self.partial
         )
 
     def _apply(self, fn, recurse=True):
@@ -143,12 +212,11 @@ class RotaryEmbedding(torch.nn.Module):
         (~0.4-0.9 rad at m = 2,047, tens of rad at 32K), so theta_i is recomputed in float32
         on the buffer's new device: bitwise the constructor's value, whatever `fn` did."""
         super()._apply(fn, recurse)
-        exact = inverse_frequencies(self.head_dim, self.base, self.scaling, self.max_position, self.position_scale)
-        self.inv_freq = exact.to(self.inv_freq.device)
+        self.inv_freq = self.exact_frequencies().to(self.inv_freq.device)
         return self
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """position_ids [B, T] (any integers) -> cos, sin [B, T, head_dim] in the rotation's
+        """position_ids [B, T] (any integers) -> cos, sin [B, T, rotary_dim] in the rotation's
         compute dtype `rotation_dtype(dtype)` (fp32; fp64 for fp64 inputs)."""
         compute = rotation_dtype(dtype)
         angles = position_ids.to(compute)[..., None] * self.inv_freq.to(position_ids.device, compute)
@@ -172,8 +240,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [B, T, heads, head_dim] by cos/sin [B, T, head_dim]: x cos + rotate_half(x) sin,
-    computed in `rotation_dtype(x.dtype)` and returned in x's dtype (the dtype rule)."""
+    """Rotate x [B, T, heads, head_dim] by cos/sin [B, T, R]: x cos + rotate_half(x) sin on
+    the first R channels (R = head_dim but under `first` partial rotation, whose other
+    channels pass through unchanged), computed in `rotation_dtype(x.dtype)` and returned in
+    x's dtype (the dtype rule)."""
+    rotary_dim = cos.shape[-1]
+    if rotary_dim < x.shape[-1]:
+        rotated = apply_rotary(x[..., :rotary_dim], cos, sin)
+        return torch.cat([rotated, x[..., rotary_dim:]], dim=-1)
     compute = rotation_dtype(x.dtype)
     cos = cos[:, :, None, :].to(compute)
     sin = sin[:, :, None, :].to(compute)

@@ -140,11 +140,15 @@ def activation_bytes_per_token_layer(
     model: ModelConfig, stream: int, compute: int, compiled: bool = False, kv_heads: int | None = None
 ) -> int:
     """Bytes autograd keeps per token in one block (model/llama.py's `Block`), s = `stream`,
-    c = `compute` element sizes, H heads, d_kv = `kv_heads` (default n_kv_heads) x head_dim.
+    c = `compute` element sizes, H heads, d_q = H x head_dim (d_model unless `model.head_dim`
+    decouples them), d_kv = `kv_heads` (default n_kv_heads) x head_dim.
 
-    Both count the attention kernel's saved q, output, k and v (c (2 d + 2 d_kv); the
+    Both count the attention kernel's saved q, output, k and v (c (2 d_q + 2 d_kv); the
     kernel saves what it was given) and its fp32 log-sum-exp (4 H), as FlashAttention's
-    and FlexAttention's backward need them, and the two RMSNorms' fp32 rsqrt (8).
+    and FlexAttention's backward need them, and the two RMSNorms' fp32 rsqrt (8). qk-norm
+    adds its norms' fp32 input and normalised value in the compute dtype, (4 + c)(d_q +
+    d_kv), and their fp32 rsqrt, 4 per normalised row (H + n_kv_heads rows under `head`,
+    2 under `projection`); measured eager (the compiled block recomputes some of it).
 
     Eager:   2 (4 d + s d) + c (n d + 4 d_ff) + attention + 8
         each RMSNorm keeps its fp32 input (the input itself when s = 4) and its normalised
@@ -160,8 +164,12 @@ def activation_bytes_per_token_layer(
     with k/v copied to the 32 query heads).
     """
     d, d_ff = model.d_model, model.d_ff
+    d_q = model.n_heads * model.head_size
     d_kv = (kv_heads or model.n_kv_heads) * model.head_size
-    attention = compute * (2 * d + 2 * d_kv) + 4 * model.n_heads
+    attention = compute * (2 * d_q + 2 * d_kv) + 4 * model.n_heads
+    if model.qk_norm != "none":
+        rows = model.n_heads + model.n_kv_heads if model.qk_norm == "head" else 2
+        attention += (4 + compute) * (d_q + model.n_kv_heads * model.head_size) + 4 * rows
     if compiled:
         return stream * d + compute * (3 * d + 3 * d_ff) + attention + 8
     linear_inputs = 5 if stream != compute else 2

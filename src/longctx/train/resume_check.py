@@ -37,6 +37,9 @@ from longctx.errors import ConfigError
 
 RESUME_FIXED = (
     *(f"model.{field}" for field in SHAPE_FIELDS),
+    "model.head_dim",  # SHAPE_FIELDS has the resolved head_size, which the saved config does not hold
+    "model.rotary_fraction",
+    "model.partial_rotary",
     "model.max_position",
     "model.rope_base",
     "model.rope_scaling",

@@ -366,10 +366,20 @@ def build_position_method(
     The method's builder (longctx.model.position_methods.registry) gets the model's RoPE,
     its own scaling included, and the parameters resolved once against L; a `rope`-kind
     method (ntk, yarn) replaces that scaling with its own. Every method keeps the model's
-    `rope_position_scale`."""
+    `rope_position_scale` and its partial rotation (`model.rotary_fraction`,
+    `model.partial_rotary`): p-rope's zero frequencies carry through every method, and
+    `first` rotates the first R channels of every pass (plan.rotated_queries)."""
     from longctx.model.position_methods.registry import builder_for
 
     params = config.resolved(model.max_position, prefix)
     scale = model.rope_position_scale
-    rotary = RotaryEmbedding(model.head_size, model.rope_base, model.rope_scaling, model.max_position, scale)
+    rotary = RotaryEmbedding(
+        model.head_size,
+        model.rope_base,
+        model.rope_scaling,
+        model.max_position,
+        scale,
+        rotary_fraction=model.rotary_fraction,
+        partial_rotary=model.partial_rotary,
+    )
     return builder_for(config.name)(rotary, **params)

@@ -148,7 +148,12 @@ def rotated_queries(q: torch.Tensor, passes: list[PassPlan]) -> list[torch.Tenso
     (rotation) dtype and rounded once to q's. q enters the products in its own dtype, widened
     inside the ops (exact), and without autograd (`out=` has none) the sum is written straight
     into a tensor of q's dtype (CUDA casts as it stores; CPU through a temporary): no wide
-    copy of q, none of the result."""
+    copy of q, none of the result. cos/sin of R < D channels (`first` partial rotation,
+    rope.py) rotate q's first R channels; the others pass through, as in `apply_rotary`."""
+    rotary_dim = passes[0].query_cos.shape[-1] if passes else q.shape[-1]
+    if rotary_dim < q.shape[-1]:
+        rest = q[..., rotary_dim:]
+        return [torch.cat([part, rest], dim=-1) for part in rotated_queries(q[..., :rotary_dim], passes)]
     swapped = rotate_half(q)  # shared by every pass
     recording = torch.is_grad_enabled() and q.requires_grad
     return [

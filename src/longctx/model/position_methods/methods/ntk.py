@@ -9,15 +9,34 @@ from longctx.model.rope import RopeScaling, RotaryEmbedding
 
 
 def ntk_method(
-    head_dim: int, base: float, factor: float, training_length: int, position_scale: float = 1.0
+    head_dim: int,
+    base: float,
+    factor: float,
+    training_length: int,
+    position_scale: float = 1.0,
+    *,
+    rotary_fraction: float = 1.0,
+    partial_rotary: str = "first",
 ) -> PositionMethod:
-    """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`)."""
-    rotary = RotaryEmbedding(head_dim, base, RopeScaling("ntk", factor=factor), training_length, position_scale)
+    """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`; d: the
+    channels the frequencies are computed over, R under `first` partial rotation)."""
+    scaling = RopeScaling("ntk", factor=factor)
+    rotary = RotaryEmbedding(
+        head_dim,
+        base,
+        scaling,
+        training_length,
+        position_scale,
+        rotary_fraction=rotary_fraction,
+        partial_rotary=partial_rotary,
+    )
     return rope_method(rotary, "ntk", {"factor": factor})
 
 
 @register_builder("ntk")
 def build(rotary: RotaryEmbedding, factor: float) -> PositionMethod:
     """The model's head dim, base, training length and position scale; NTK's scaling in
-    place of the model's own."""
-    return ntk_method(rotary.head_dim, rotary.base, factor, rotary.max_position, rotary.position_scale)
+    place of the model's own; its partial rotation kept."""
+    return ntk_method(
+        rotary.head_dim, rotary.base, factor, rotary.max_position, rotary.position_scale, **rotary.partial
+    )

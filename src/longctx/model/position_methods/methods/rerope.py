@@ -17,6 +17,11 @@ def rerope_method(rotary: RotaryEmbedding, window: int, log_scale_length: int = 
     """ReRoPE: P' = min(P, window); log-n query scaling against log_scale_length (-1 = off)."""
     if window <= 0:
         raise ValueError(f"ReRoPE window must be > 0, got {window}")
+    if log_scale_length > 0 and rotary.rotary_dim < rotary.head_dim:
+        raise ValueError(
+            "rerope: log-n query scaling would scale only the rotated channels under model.partial_rotary=first "
+            f"(rotary_fraction {rotary.rotary_fraction}); set log_scale_length=-1 or use partial_rotary=p-rope"
+        )
     passes = [
         band_pass("window", 0, window - 1, own_positions),
         band_pass("rectified", window, None, lambda p: torch.full_like(p, window), torch.zeros_like),

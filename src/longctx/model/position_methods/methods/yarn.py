@@ -17,12 +17,25 @@ def yarn_method(
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
     position_scale: float = 1.0,
+    *,
+    rotary_fraction: float = 1.0,
+    partial_rotary: str = "first",
 ) -> PositionMethod:
-    """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor."""
+    """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor (under `first`
+    partial rotation: the ramp over the R rotated channels, the factor on them only, as
+    transformers' Phi-3)."""
     scaling = RopeScaling(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
-    rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale)
+    rotary = RotaryEmbedding(
+        head_dim,
+        base,
+        scaling,
+        training_length,
+        position_scale,
+        rotary_fraction=rotary_fraction,
+        partial_rotary=partial_rotary,
+    )
     params = {
         "factor": factor,
         "original_max_position": original_max_position,
@@ -37,7 +50,7 @@ def build(
     rotary: RotaryEmbedding, factor: float, original_max_position: int, beta_fast: float, beta_slow: float
 ) -> PositionMethod:
     """The model's head dim, base, training length and position scale; YaRN's scaling in
-    place of the model's own."""
+    place of the model's own; its partial rotation kept."""
     return yarn_method(
         rotary.head_dim,
         rotary.base,
@@ -47,4 +60,5 @@ def build(
         beta_fast,
         beta_slow,
         rotary.position_scale,
+        **rotary.partial,
     )
