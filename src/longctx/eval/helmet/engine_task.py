@@ -43,11 +43,11 @@ class HelmetTask(Task):
         self.task = task
         self.info = TASKS[task]
         self.settings_ = config.eval.benchmarks
-        self.data = HelmetData(self.settings_.helmet_dir)
         self.chat = self.settings_.chat_template == "auto"
         self.name = f"helmet-{task}"
 
     def samples(self, seed: int, length: int, count: int, tokenizer: TextTokenizer) -> list[Sample]:
+        data = HelmetData(self.settings_.helmet_dir)  # ConfigError when unset: the task needs its files
         frame = prompt_frame(tokenizer, self.settings_.chat_template, BENCHMARKS_TEMPLATE_KEY)
         budget = length - self.info.generation_length - len(frame.head) - len(frame.tail)
         stop = stop_at_eos(tokenizer)
@@ -55,7 +55,7 @@ class HelmetTask(Task):
             stop = dataclasses.replace(stop, stop_strings=("\n",))
         samples = []
         for index in range(count):
-            fields, references = self.data.sample_fields(self.task, length, index)
+            fields, references = data.sample_fields(self.task, length, index)
             ids, cut = fit_context(
                 self.info.kind, fields, self.chat, budget, tokenizer.encode, tokenizer.decode, self.name
             )
