@@ -97,7 +97,16 @@ def test_eval_suite_helmet_on_a_tiny_model(tmp_path, capsys):
     save_model(Llama(ModelConfig.from_preset("debug", max_position=1024)), checkpoint)
     out = tmp_path / "out" / "helmet.md"
     sets = ["eval.benchmarks.samples_per_length=2", "log.wandb_mode=disabled", f"eval.benchmarks.helmet_dir={DATA}"]
-    args = ["eval-suite", str(checkpoint), "--suite", "helmet", "--tasks", "nq,trec_coarse,json_kv", "--lengths", "1024"]
+    args = [
+        "eval-suite",
+        str(checkpoint),
+        "--suite",
+        "helmet",
+        "--tasks",
+        "nq,trec_coarse,json_kv",
+        "--lengths",
+        "1024",
+    ]
     assert main([*args, *sets, "--out", str(out), "--quiet"]) == 0
     table = json.loads(out.with_suffix(".json").read_text())
     assert table["categories"] == {"rag": ["nq"], "icl": ["trec_coarse"], "recall": ["json_kv"]}

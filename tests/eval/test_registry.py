@@ -125,7 +125,9 @@ def test_an_unknown_suite_is_an_error_naming_the_registered_ones(capsys):
     with pytest.raises(SystemExit) as exit_code:
         main(["eval-suite", "CKPT", "--suite", "rulers", "--lengths", "64"])
     assert exit_code.value.code == 2
-    assert "invalid choice: 'rulers' (choose from 'ruler', 'infinitebench', 'niah', 'helmet')" in capsys.readouterr().err
+    assert (
+        "invalid choice: 'rulers' (choose from 'ruler', 'infinitebench', 'niah', 'helmet')" in capsys.readouterr().err
+    )
     with pytest.raises(ConfigError, match=r"--suite: 'rulers' is not a registered benchmark; registered: \['ruler'"):
         registry.benchmark_spec("rulers")
 

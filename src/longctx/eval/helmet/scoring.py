@@ -27,7 +27,7 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from longctx.eval.helmet.generator import SYSTEM_TEMPLATES, TASKS, HelmetError
 
@@ -103,7 +103,7 @@ def parse_rankings(output: str) -> dict[str, int]:
     return scores
 
 
-def ndcg_at_k(scores: dict[str, float], qrels: dict[str, int], k: int = 10) -> float:
+def ndcg_at_k(scores: Mapping[str, float], qrels: Mapping[str, int], k: int = 10) -> float:
     """trec_eval's ndcg_cut_k for one query: documents by score (descending; ties by id,
     descending, as trec_eval breaks them), gain = the qrel label (0 when unjudged or
     negative), discount log2(rank + 1); divided by the ideal DCG of the qrels' labels."""
