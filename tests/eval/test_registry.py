@@ -48,9 +48,9 @@ def toy_spec(name="toy", **fields):
 
 
 def test_the_registry_lists_every_benchmark_folder():
-    assert registry.in_tree_names() == ("ruler", "infinitebench", "niah")
+    assert registry.in_tree_names() == ("ruler", "infinitebench", "niah", "helmet")
     assert set(registry.in_tree_names()) == benchmark_folders()
-    assert registry.benchmark_names()[:3] == registry.in_tree_names()
+    assert registry.benchmark_names()[:4] == registry.in_tree_names()
     for name in registry.in_tree_names():
         missing = [file for file in SHAPE if not (EVAL / name / file).is_file()]
         assert not missing, f"eval/{name}/ lacks {missing}"
@@ -58,7 +58,7 @@ def test_the_registry_lists_every_benchmark_folder():
 
 
 def test_the_tasks_and_categories_are_the_benchmarks_own():
-    from longctx.eval import infinitebench
+    from longctx.eval import helmet, infinitebench
     from longctx.eval.niah.needles import TASKS as NEEDLE_TASKS
     from longctx.eval.ruler.constants import FAMILIES, TASKS
 
@@ -66,7 +66,13 @@ def test_the_tasks_and_categories_are_the_benchmarks_own():
     assert set(registry.benchmark_spec("ruler").categories()) == set(FAMILIES)
     assert list(registry.benchmark_spec("infinitebench").tasks) == list(infinitebench.TASKS)
     assert list(registry.benchmark_spec("niah").tasks) == list(NEEDLE_TASKS)
-    assert registry.scored_tasks() == {"ruler": list(TASKS), "infinitebench": list(infinitebench.TASKS)}
+    assert list(registry.benchmark_spec("helmet").tasks) == list(helmet.TASKS)
+    assert set(registry.benchmark_spec("helmet").categories()) == {"recall", "rag", "rerank", "icl"}
+    assert registry.scored_tasks() == {
+        "ruler": list(TASKS),
+        "infinitebench": list(infinitebench.TASKS),
+        "helmet": list(helmet.TASKS),
+    }
 
 
 def test_every_engine_task_is_named_benchmark_dash_task():
@@ -119,7 +125,9 @@ def test_an_unknown_suite_is_an_error_naming_the_registered_ones(capsys):
     with pytest.raises(SystemExit) as exit_code:
         main(["eval-suite", "CKPT", "--suite", "rulers", "--lengths", "64"])
     assert exit_code.value.code == 2
-    assert "invalid choice: 'rulers' (choose from 'ruler', 'infinitebench', 'niah')" in capsys.readouterr().err
+    assert (
+        "invalid choice: 'rulers' (choose from 'ruler', 'infinitebench', 'niah', 'helmet')" in capsys.readouterr().err
+    )
     with pytest.raises(ConfigError, match=r"--suite: 'rulers' is not a registered benchmark; registered: \['ruler'"):
         registry.benchmark_spec("rulers")
 

@@ -9,7 +9,8 @@ benchmarks` (the registered benchmarks, their categories and tasks).
     {"task": "niah_multikey_2", "score": 87.4, "n": 500}
 
 The file is RULER's prediction format: one JSON object per line with `pred` (the generated
-text) and `outputs` (the references; for an InfiniteBench task the first is the answer).
+text) and `outputs` (the references; for an InfiniteBench task the first is the answer); a
+benchmark may read its own format too (HELMET: its eval.py's output JSON, `--task helmet_nq`).
 The score (0-100) is the one longctx's own evaluation computes, so predictions made
 elsewhere (vLLM, the reference scripts) compare with ours. `--suite`'s choices, `--tasks`
 and `--task` are read from the benchmark registry (longctx.eval.registry).
@@ -60,13 +61,13 @@ def cmd_eval_suite(args: argparse.Namespace) -> int:
 
 def cmd_eval_score(args: argparse.Namespace) -> int:
     from longctx.eval.predictions import read_predictions
-    from longctx.eval.registry import file_scorer
+    from longctx.eval.registry import scored_task
 
-    predictions, references = read_predictions(args.predictions)
-    spec = file_scorer(args.task)
-    assert spec.score_file is not None  # file_scorer returns only benchmarks that score files
-    score = spec.score_file(args.task, predictions, references, {"compat": args.compat})
-    print(json.dumps({"task": args.task, "score": score, "n": len(predictions)}))
+    spec, task = scored_task(args.task)
+    assert spec.score_file is not None  # scored_task returns only benchmarks that score files
+    predictions, references = (spec.read_file or read_predictions)(args.predictions)
+    score = spec.score_file(task, predictions, references, {"compat": args.compat})
+    print(json.dumps({"task": task, "score": score, "n": len(predictions)}))
     return 0
 
 
@@ -148,14 +149,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     suite.add_argument("--quiet", action="store_true", help="no progress bars")
     suite.set_defaults(run=cmd_eval_suite)
     score = commands.add_parser(
-        "eval-score", help="score a RULER-format prediction file by its benchmark's rules (RULER, InfiniteBench)"
+        "eval-score",
+        help="score a prediction file by its benchmark's rules (RULER, InfiniteBench, HELMET's own output JSON)",
     )
-    score.add_argument("predictions", help="JSON lines with 'pred' and 'outputs'")
+    score.add_argument(
+        "predictions", help="JSON lines with 'pred' and 'outputs' (HELMET: also its eval.py's output JSON)"
+    )
     score.add_argument(
         "--task",
         required=True,
         help="a task of a benchmark that scores prediction files (RULER's niah_single_1 ... qa_2, InfiniteBench's "
-        "passkey ...; `longctx benchmarks` lists them)",
+        "passkey ..., HELMET's nq or helmet_nq ...; `longctx benchmarks` lists them)",
     )
     score.add_argument(
         "--compat",

@@ -130,8 +130,8 @@ class NiahConfig:
 
 @dataclass
 class BenchmarkConfig:
-    """RULER and InfiniteBench on the evaluation engine (`longctx eval-suite`; eval/ruler/,
-    eval/infinitebench/). Decoding uses eval.niah's batch_tokens and prefill_chunk_tokens."""
+    """RULER, InfiniteBench and HELMET on the evaluation engine (`longctx eval-suite`;
+    eval/ruler/, eval/infinitebench/, eval/helmet/). Decoding uses eval.niah's batch_tokens and prefill_chunk_tokens."""
 
     samples_per_length: int = 500
     """Samples per (task, length) cell (RULER and STRING: 500)."""
@@ -155,6 +155,10 @@ class BenchmarkConfig:
     """HotpotQA dev (distractor) JSON for RULER's qa_2."""
     infinitebench_math_compat: str = "string"
     """string | infinitebench: math_find's integer check, int(float(x)) (STRING) or int(x)."""
+    helmet_dir: str = ""
+    """The `data/` directory of HELMET's released data (kilt/, msmarco/, and icl/<set>/ as
+    docs/helmet.md exports them), read by path ('' = HELMET's RAG, re-ranking and ICL tasks
+    cannot run; its recall tasks need no file). Nothing is downloaded."""
 
     def __post_init__(self) -> None:
         self.validate()

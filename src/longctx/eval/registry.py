@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 TaskBuilder = Callable[[list[str], "ExperimentConfig", Any], list["Task"]]
 """(task names, checked and in the order asked, the config, the NIAH haystack the caller
 loaded for eval.niah or None) -> the engine tasks, one per name."""
+FileReader = Callable[[str], tuple[list[str], list[list]]]
+"""(path) -> (predictions, references per prediction): a benchmark's own output format."""
 FileScorer = Callable[[str, list[str], list[list], Mapping[str, str]], float]
 """(task, predictions, references per prediction, options such as eval-score's `compat`)
 -> the task's score, 0-100."""
@@ -76,6 +78,12 @@ class BenchmarkSpec:
     score_file: FileScorer | None = None
     """How `longctx eval-score --task` scores a prediction file of its tasks; None = it
     scores none."""
+    read_file: FileReader | None = None
+    """How `eval-score` reads a prediction file of its tasks (HELMET: its eval.py's JSON);
+    None = RULER's prediction lines (eval/predictions.py)."""
+    category_means: bool = False
+    """eval-suite's table adds the mean of each category that ran (HELMET reports category
+    averages)."""
     mean_name: Callable[[list[str]], str] | None = None
     """The name of the mean over the tasks that ran (RULER: "RULER" only for all 13);
     None = "<name> mean (k tasks)"."""
@@ -108,6 +116,10 @@ class BenchmarkSpec:
     def engine_name(self, task: str) -> str:
         """The engine task's name of `task`: its cells' directory, `eval.niah.task`'s value."""
         return f"{self.name}-{task}"
+
+    def owner_task(self, engine_name: str) -> str:
+        """The task of the engine task `engine_name` (`<name>-<task>`)."""
+        return engine_name.removeprefix(f"{self.name}-")
 
     def column(self, engine_name: str) -> str:
         """How eval-suite's table names the engine task `engine_name`."""
@@ -217,10 +229,23 @@ def scored_tasks() -> dict[str, list[str]]:
 def file_scorer(task: str, key: str = "--task") -> BenchmarkSpec:
     """The benchmark that scores prediction files of `task`; ConfigError naming `key` and
     every such task if none does."""
+    return scored_task(task, key)[0]
+
+
+def scored_task(task: str, key: str = "--task") -> tuple[BenchmarkSpec, str]:
+    """(the benchmark that scores prediction files of `task`, the task's own name): `task`
+    is a task's name, or `<benchmark>-<task>` / `<benchmark>_<task>` (helmet_nq); ConfigError
+    naming `key` and every such task if none does."""
     for name in benchmark_names():
         spec = _BENCHMARKS[name]
-        if spec.score_file is not None and task in spec.tasks:
-            return spec
+        if spec.score_file is None:
+            continue
+        if task in spec.tasks:
+            return spec, task
+        for joint in ("-", "_"):
+            short = task.removeprefix(f"{name}{joint}")
+            if short != task and short in spec.tasks:
+                return spec, short
     listing = "; ".join(f"{name}: {tasks}" for name, tasks in scored_tasks().items())
     raise ConfigError(key, f"{task!r} is not a task of a benchmark that scores prediction files ({listing})")
 

@@ -7,8 +7,8 @@ Every position method on every checkpoint, for each task of the suite (a registe
 benchmark, eval/registry.py) at each length: one cell of the engine (eval/cells.py;
 eval.benchmarks.samples_per_length samples, written as they finish, reused by a rerun,
 resumed after a kill). The table, per length: methods x tasks (score 0-100 with its 95%
-interval: Wilson's for pass/fail scores, mean +- 1.96 s/sqrt(n) otherwise) and the mean
-over tasks; then per method: the mean at each length, Avg., wAvg. (inc/dec) (eval/stats.py)
+interval: Wilson's for pass/fail scores, mean +- 1.96 s/sqrt(n) otherwise), the mean of
+each category for a benchmark that asks for it (HELMET) and the mean over tasks; then per method: the mean at each length, Avg., wAvg. (inc/dec) (eval/stats.py)
 and, for a benchmark that defines one, its effective length (RULER: the largest length
 whose mean exceeds 85.6, eval/ruler/scoring.py). The mean is named by the benchmark for the
 tasks it covers (RULER: "RULER" only for all 13, "RULER-11" for the synthetic 11, never
@@ -59,6 +59,9 @@ def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
     short = [spec.column(t) for t in tasks]
     mean_name = spec.mean_name(short) if spec.mean_name else f"{suite} mean ({len(tasks)} tasks)"
     table: dict[str, Any] = {"suite": suite, "tasks": short, "mean_name": mean_name, "lengths": {}, "summary": {}}
+    if spec.category_means:
+        ran = {spec.column(t): spec.tasks.get(spec.owner_task(t), "") for t in tasks}
+        table["categories"] = {c: [t for t in short if ran[t] == c] for c in dict.fromkeys(ran.values()) if c}
     for result in results:
         cell = result.cell
         entry = {"score": 100 * result.summary["score"], "interval": _interval(result), "n": result.summary["count"]}
@@ -67,7 +70,10 @@ def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
     for length, models in table["lengths"].items():
         for model, methods in models.items():
             for method, entries in methods.items():
-                if len(entries) == len(short):  # every task of the suite ran at this length
+                for category, members in table.get("categories", {}).items():
+                    if all(t in entries for t in members):  # the category's mean: each of its tasks ran
+                        entries[f"mean:{category}"] = sum(entries[t]["score"] for t in members) / len(members)
+                if all(t in entries for t in short):  # every task of the suite ran at this length
                     entries["mean"] = sum(entries[t]["score"] for t in short) / len(short)
                     by_length = table["summary"].setdefault(model, {}).setdefault(method, {"by_length": {}})
                     by_length["by_length"][int(length)] = entries["mean"]
@@ -82,11 +88,13 @@ def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
 def format_markdown(table: dict[str, Any]) -> str:
     lines: list[str] = []
     tasks, mean = table["tasks"], table["mean_name"]
+    categories = list(table.get("categories", {}))
     for length, models in sorted(table["lengths"].items(), key=lambda item: int(item[0])):
         for model, methods in models.items():
             lines += [f"### {model}, length {length}", ""]
-            lines.append("| method | " + " | ".join(tasks) + f" | {mean} |")
-            lines.append("|---|" + "---|" * (len(tasks) + 1))
+            heads = [*tasks, *categories]
+            lines.append("| method | " + " | ".join(heads) + f" | {mean} |")
+            lines.append("|---|" + "---|" * (len(heads) + 1))
             for method, entries in methods.items():
                 cells = []
                 for task in tasks:
@@ -96,9 +104,14 @@ def format_markdown(table: dict[str, Any]) -> str:
                         if entry is None
                         else f"{entry['score']:.1f} [{entry['interval'][0]:.0f}, {entry['interval'][1]:.0f}]"
                     )
+                for category in categories:
+                    value = entries.get(f"mean:{category}")
+                    cells.append("-" if value is None else f"{value:.1f}")
                 total = entries.get("mean")
                 lines.append(f"| {method} | " + " | ".join(cells) + f" | {'-' if total is None else f'{total:.1f}'} |")
             n = {e["n"] for e in entries.values() if isinstance(e, dict)}
+            if categories:
+                lines.append("category columns: the mean of the category's tasks (HELMET's category averages)")
             lines += ["", f"n = {', '.join(map(str, sorted(n)))} samples per task; [95% interval]", ""]
     for model, methods in table["summary"].items():
         lengths = sorted({length for s in methods.values() for length in s["by_length"]})

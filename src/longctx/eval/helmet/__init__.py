@@ -1,0 +1,35 @@
+"""HELMET (Yen et al., "HELMET: How to Evaluate Long-Context Language Models Effectively and
+Thoroughly", ICLR 2025; princeton-nlp/HELMET) on the evaluation engine: the categories whose
+prompts are built deterministically from its released files, at its controlled lengths.
+
+    recall   json_kv, ruler_niah_mk_2, ruler_niah_mk_3, ruler_niah_mv: longctx's generators of
+             these tasks (no data file), HELMET's generation lengths and metrics
+    rag      nq, triviaqa, hotpotqa, popqa: KILT questions over HELMET's retrieved passages
+             (k = 50, 105, 220, 440, 1000 at 8K-128K), two demonstrations; substring EM
+    rerank   msmarco: rank k = 50 ... 1000 passages, two demonstrations; nDCG@10
+    icl      trec_coarse, trec_fine, banking77, clinc150, nlu: many-shot classification with
+             labels mapped to shuffled integers; exact match
+
+The faithful parts and the deviations: docs/helmet.md.
+
+    benchmark.py    the registry's spec (categories, defaults, category means, file reader)
+    generator.py    templates, task table, HELMET's demonstration draws and truncation
+    data.py         HELMET's files under eval.benchmarks.helmet_dir, a sample's fields
+    engine_task.py  `HelmetTask`, `RecallTask`: the engine tasks
+    scoring.py      HELMET's metrics
+"""
+
+from longctx.eval.helmet.generator import TASKS, HelmetError, HelmetPromptTooShortError
+from longctx.eval.helmet.scoring import ndcg_at_k, normalise, parse_output, parse_rankings, sample_score, task_score
+
+__all__ = [
+    "TASKS",
+    "HelmetError",
+    "HelmetPromptTooShortError",
+    "ndcg_at_k",
+    "normalise",
+    "parse_output",
+    "parse_rankings",
+    "sample_score",
+    "task_score",
+]

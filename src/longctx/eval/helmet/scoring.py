@@ -1,0 +1,145 @@
+"""HELMET's metrics (princeton-nlp/HELMET utils.py, after DensePhrases' eval_utils and
+SQuAD's normalisation; data.py's post-processing; scripts/collect_results.py's choice of
+the reported metric per data set).
+
+    normalise(s)         lower case, punctuation removed, articles a|an|the removed,
+                         whitespace collapsed (SQuAD v1.1's normalize_answer)
+    exact_match          normalise(pred) == normalise(gold), max over the golds
+    substring_exact_match normalise(gold) in normalise(pred), max over the golds
+    f1                   token F1 of the normalised strings (0 when one side alone is
+                         yes | no | noanswer), max over the golds
+    ndcg_at_10           trec_eval's ndcg_cut_10 (linear gain = the qrel label, log2
+                         discount, ideal ranking from the qrels), rounded to 5 digits as
+                         HELMET's calculate_retrieval_metrics rounds its per-query mean
+
+HELMET scores a generation after prepending the prompt's last line (the "system template":
+"Answer:", "Ranking:", "label:", "Corresponding value:") when the chat template is off, so
+that its parser finds the prefix; the sample's metric is the max of the metric on the whole
+output and on the parsed answer (`parse_output`: the text after the prefix up to the line's
+end). The reported metric (collect_results.py): substring exact match for JSON KV and RAG,
+RULER's recall for the RULER needles (the share of golds found, case-insensitive), nDCG@10
+for MS MARCO re-ranking, exact match of the parsed label for ICL. Task score: 100 x the mean.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+from longctx.eval.helmet.generator import SYSTEM_TEMPLATES, TASKS, HelmetError
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+_NO_OVERLAP = {"yes", "no", "noanswer"}
+
+
+def normalise(text: str) -> str:
+    """SQuAD's normalize_answer: lower, punctuation out, articles out, whitespace collapsed."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    """Token F1 of the normalised strings; 0 when either is yes/no/noanswer and they differ."""
+    pred, ref = normalise(prediction), normalise(gold)
+    if (pred in _NO_OVERLAP or ref in _NO_OVERLAP) and pred != ref:
+        return 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _golds(answers: str | Sequence) -> list[str]:
+    """A gold, a list of golds or a list of lists of golds, flattened (HELMET's rule)."""
+    if isinstance(answers, str):
+        return [answers]
+    flat: list[str] = []
+    for answer in answers:
+        flat += list(answer) if isinstance(answer, list | tuple) else [answer]
+    return [str(a) for a in flat]
+
+
+def _best(metric: Callable[[str, str], float], prediction: str, answers: str | Sequence) -> float:
+    return max(metric(prediction, gold) for gold in _golds(answers))
+
+
+def qa_metrics(prediction: str, answers: str | Sequence) -> dict[str, float]:
+    """HELMET's calculate_metrics without ROUGE: exact_match, f1, substring_exact_match."""
+    return {
+        "exact_match": _best(lambda p, g: float(normalise(p) == normalise(g)), prediction, answers),
+        "f1": _best(f1_score, prediction, answers),
+        "substring_exact_match": _best(lambda p, g: float(normalise(g) in normalise(p)), prediction, answers),
+    }
+
+
+def parse_output(output: str, prefix: str = "Answer:") -> str:
+    """HELMET's parse_output: the rest of the line after `prefix` (case-insensitive), else the
+    first line; a repeated prefix stripped once more."""
+    for pattern in (re.compile(f"(?:{prefix})(.*)(?:\n|$)", re.IGNORECASE), re.compile(r"(?:^)(.*)(?:\n|$)")):
+        match = pattern.search(output)
+        if match is not None:
+            return re.sub(f"^{re.escape(prefix)}", "", match[1].strip(), flags=re.IGNORECASE).strip()
+    return ""  # unreachable: the second pattern matches any string
+
+
+def parse_rankings(output: str) -> dict[str, int]:
+    """HELMET's parse_rankings: the longest run "3 > 1 > 2" of ids ("[", "]", ":" and "id"
+    removed first), each id scored len - position (first kept); the whole text when none."""
+    output = re.sub(r"[\[\]:]", "", output).lower().replace("id", "")
+    longest = ""
+    for match in re.finditer(r"(\d+)(?:\s*>\s*(\d+))*", output):
+        if len(match.group(0)) > len(longest):
+            longest = match.group(0)
+    rankings = [n.strip() for n in longest.split(">") if n.strip().isdigit()] if longest else [output]
+    scores: dict[str, int] = {}
+    for position, doc in enumerate(rankings):
+        scores.setdefault(doc, len(rankings) - position)
+    return scores
+
+
+def ndcg_at_k(scores: Mapping[str, float], qrels: Mapping[str, int], k: int = 10) -> float:
+    """trec_eval's ndcg_cut_k for one query: documents by score (descending; ties by id,
+    descending, as trec_eval breaks them), gain = the qrel label (0 when unjudged or
+    negative), discount log2(rank + 1); divided by the ideal DCG of the qrels' labels."""
+    ranked = sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)[:k]
+    dcg = sum(max(qrels.get(doc, 0), 0) / math.log2(rank + 2) for rank, (doc, _) in enumerate(ranked))
+    ideal = sorted((label for label in qrels.values() if label > 0), reverse=True)[:k]
+    idcg = sum(label / math.log2(rank + 2) for rank, label in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def ruler_recall(prediction: str, answers: Sequence[str]) -> float:
+    """HELMET's ruler_recall (RULER's string_match_all): the share of golds in the output."""
+    return sum(a.lower() in prediction.lower() for a in answers) / len(answers)
+
+
+def sample_score(task: str, output: str, references: Sequence) -> float:
+    """The reported metric of one sample in [0, 1]. `output` is HELMET's: the generation
+    after the system template when the chat template is off. `references`: the golds, or
+    for msmarco the qrels as [doc id, label] pairs."""
+    if task not in TASKS:
+        raise HelmetError(f"HELMET task {task!r} is not one of {list(TASKS)}")
+    kind = TASKS[task].kind
+    if kind == "ruler":
+        return ruler_recall(output, [str(r) for r in references])
+    if kind == "rerank":
+        qrels = {str(doc): int(label) for doc, label in references}
+        return round(ndcg_at_k(parse_rankings(output), qrels, 10), 5)
+    if kind == "icl":
+        return qa_metrics(parse_output(output, SYSTEM_TEMPLATES["icl"]), references)["exact_match"]
+    prefix = "corresponding value:" if kind == "json_kv" else "Answer:"
+    whole = qa_metrics(output, references)["substring_exact_match"]
+    return max(whole, qa_metrics(parse_output(output, prefix), references)["substring_exact_match"])
+
+
+def task_score(task: str, outputs: Sequence[str], references: Sequence[Sequence]) -> float:
+    """100 x the mean sample score (HELMET's averaged_metrics)."""
+    if not outputs or len(outputs) != len(references):
+        raise HelmetError(f"HELMET {task}: {len(outputs)} predictions for {len(references)} references")
+    return 100 * sum(sample_score(task, o, r) for o, r in zip(outputs, references, strict=True)) / len(outputs)
