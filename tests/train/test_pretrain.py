@@ -294,3 +294,26 @@ def test_a_hybrid_model_pretrains_resumes_and_logs_what_its_sliding_layers_train
     history = read_history(offline_runs(full)[0])
     assert any("fi/curve_sliding_table.path" in row for row in history)
     assert any(row.get("fi/sliding_f@W-1", 0) > 0 for row in history)
+
+
+def test_drope_drops_rope_from_a_trained_checkpoint_and_recalibrates(workspace, reference, tmp_path):
+    """experiments/longrecipe/drope.yaml's recipe at test size: init=CKPT with every layer
+    NoPE. The weights load (rotation has none): the first loss is far below a fresh
+    model's (the weights carry what it learnt) and not the RoPE model's on the same batch
+    (its positions are gone); recalibration at the original length lowers it."""
+    trained = reference / "checkpoints" / "last.ckpt"
+    drope = {"model.nope_every": 1, "train.max_steps": 4, "train.warmup_steps": 1, "probe.fi": False}
+    out = tmp_path / "drope"
+    assert main(["pretrain", *overrides(workspace, out, **drope), f"init={trained}"]) == 0
+    fresh, rope = tmp_path / "fresh", tmp_path / "rope"
+    one_step = {**drope, "train.max_steps": 1}
+    assert main(["pretrain", *overrides(workspace, fresh, **one_step)]) == 0
+    assert (
+        main(["pretrain", *overrides(workspace, rope, **{**one_step, "model.nope_every": 0}), f"init={trained}"]) == 0
+    )
+    recalibrated = losses(out)
+    assert recalibrated[1] < losses(fresh)[1] - 0.3
+    assert recalibrated[1] != pytest.approx(
+        losses(rope)[1], abs=1e-6
+    )  # ~1e-5 apart: a 6-step model barely uses positions
+    assert recalibrated[4] < recalibrated[1]
