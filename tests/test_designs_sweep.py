@@ -4,6 +4,7 @@ point's model builds from its resolved config and trains a step at its window (t
 running the sweep to a result is a 2-core afternoon, docs/design.md §5)."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from longctx.config import load
 from longctx.model.llama import Llama
 from tests.helpers import wandb_grid
 
-SWEEP = yaml.safe_load(open("sweeps/designs_cpu.yaml").read())
+SWEEP = yaml.safe_load(Path("sweeps/designs_cpu.yaml").read_text())
 POINTS = wandb_grid(SWEEP)
 BASE = ["experiments/designs/base.yaml"]
 
