@@ -42,7 +42,7 @@ def test_every_correctness_check_passes_on_the_flash_path_at_tiny_sizes(name, tm
 
 def test_the_in_process_checks_and_the_smoke_cover_every_check():
     names = list(gpu_check_correctness.checks(True, CPU, Path("unused")))
-    assert len(names) == 10 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
+    assert len(names) == 16 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
     # The slowest check runs last, so a part stopped at its limit keeps every other one.
     assert names[-1] == "kill + resume"
 
@@ -60,6 +60,17 @@ def test_a_correctness_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", off)
     check = gpu_check_correctness.checks(True, CPU, tmp_path, backend="flash")["band string 48"]
     with pytest.raises(AssertionError, match="relative errors"):
+        check()
+
+
+def test_a_design_check_can_fail(tmp_path, monkeypatch):
+    """A flash path that drops the sliding window (causal instead of the band) is caught."""
+    from longctx.model import flash, packed_attention
+
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    monkeypatch.setattr(packed_attention, "_flash_window", lambda q_len, window: flash.CAUSAL)
+    check = gpu_check_correctness.checks(True, CPU, tmp_path, backend="flash")["design sliding 48"]
+    with pytest.raises(AssertionError, match="sliding: logits relative L2 error"):
         check()
 
 

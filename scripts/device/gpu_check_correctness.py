@@ -16,15 +16,17 @@ the proof of one device session, in this order:
    against the pure-torch path in fp64 (exact autograd; the CPU suite checks it against
    the dense Eq. 4 reference, tests/model/test_flash.py), run on the GPU: on CPU the 8K
    fp64 reference with gradients would take minutes;
-3. `rope bf16-true`: a bf16 model's cos/sin at positions up to 131,071 within
+3. `design <name> 8K` (longctx.gpu_design_checks): each attention design (sliding layers
+   of window 1K with their own RoPE base, a NoPE layer, qk-norm per head and over the
+   projection, p-RoPE 0.25, partial `first` 0.5) as a whole 2-layer model with heads of 64
+   on one row of four packed documents, bf16 autocast on the flash path against the same
+   weights in float64 on dense sdpa: logits and every parameter gradient within 3e-2
+   relative L2 error;
+4. `rope bf16-true`: a bf16 model's cos/sin at positions up to 131,071 within
    m theta 2^-23 + 4e-6 of float64;
-4. `no sync, 1.1B flash`: 2 optimizer steps of 2 micro-batches of 2 x 2,048 tokens of
+5. `no sync, 1.1B flash`: 2 optimizer steps of 2 micro-batches of 2 x 2,048 tokens of
    tinyllama-1.1b on the flash backend under `torch.cuda.set_sync_debug_mode("error")`,
    batch.document_segments' `nonzero` the one allowed synchronisation;
-5. `kill + resume`: `longctx pretrain` of the debug preset with fsdp, compile, bf16-mixed
-   and flash, SIGKILLed once it has logged step 12, resumed from its step-10 checkpoint:
-   the resumed losses of steps 11.. equal the killed run's within 2e-2 (flash backward
-   and compiled kernels are not bitwise deterministic);
 6. `hf attention bf16 8K`: every attention function of longctx.hf_attention (longctx_rope,
    _string paper and repo, _rerope, _self_extend, _dca at their defaults for a 2,048-token
    training length) in a bf16 transformers Llama on one 8,192-token row against longctx's
@@ -32,7 +34,11 @@ the proof of one device session, in this order:
    transformers version it ran with: the GPU image has its own; when it is not the `hf`
    extra's pin and the pinned wheels are staged (`make device-hf`, carried as .device-hf),
    the check installs them into a directory of its own and runs in a child process with
-   them first on the path (`--hf-only`).
+   them first on the path (`--hf-only`);
+7. `kill + resume`: `longctx pretrain` of the debug preset with fsdp, compile, bf16-mixed
+   and flash, SIGKILLed once it has logged step 12, resumed from its step-10 checkpoint:
+   the resumed losses of steps 11.. equal the killed run's within 2e-2 (flash backward
+   and compiled kernels are not bitwise deterministic).
 
 `checks()` maps each check's name to its function, so a new check is one more entry.
 DIR/correctness.json and .md (benchmarks/report.py) are rewritten after every check, so a
@@ -84,6 +90,7 @@ from longctx.gpu_checks import (
     random_qkv,
     run_steps,
 )
+from longctx.gpu_design_checks import BF16_BOUND, DESIGNS, FP32_BOUND, assert_design_matches_float64
 from longctx.model.position_methods import PositionMethod, build_position_method
 
 BAND_METHODS = tuple(arm for arm in hf_arms() if arm != "rope")
@@ -184,6 +191,17 @@ def hf_check(tokens: int, device: torch.device, scratch: Path) -> Callable[[], s
     return check
 
 
+def design_check(name: str, total: int, device: torch.device, backend: str) -> Callable[[], str]:
+    """A design's whole 2-layer model on `backend` against float64 sdpa (longctx.gpu_design_checks)."""
+
+    def check() -> str:
+        error = assert_design_matches_float64(name, total, device, backend)
+        bound = BF16_BOUND if device.type == "cuda" else FP32_BOUND
+        return f"relative L2 error {error:.1e} (logits and gradients; bound {bound:g})"
+
+    return check
+
+
 def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "flash") -> dict[str, Callable[[], str]]:
     """Name -> a function that raises on failure and returns what it measured. `backend`:
     the packed-varlen backend the attention checks run on (flash; varlen in the CPU smoke)."""
@@ -218,6 +236,7 @@ def checks(smoke: bool, device: torch.device, scratch: Path, backend: str = "fla
     return {
         f"{backend} {tokens}, fwd+bwd vs fp32": flash,
         **{f"band {name} {band}": band_check(name, band_tokens, device, backend) for name in BAND_METHODS},
+        **{f"design {name} {band}": design_check(name, band_tokens, device, backend) for name in DESIGNS},
         "rope bf16-true": rope,
         f"no sync, {preset} {backend} step": no_sync,
         # The slowest check last: a part stopped at its limit loses only it.
@@ -246,6 +265,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny sizes, backend varlen in place of flash")
     parser.add_argument("--hf-only", type=int, metavar="TOKENS", help="only the hf attention check, a JSON line")
     parser.add_argument("--device", default="cuda", help="with --hf-only")
+    parser.add_argument("--only", metavar="PREFIX", help="run only the checks whose name starts with PREFIX")
     args = parser.parse_args()
     if args.hf_only:
         hf_only(args.hf_only, torch.device(args.device))
@@ -257,6 +277,7 @@ def main() -> None:
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
         named = checks(args.smoke, device, Path(scratch), "varlen" if args.smoke else "flash")
+        named = {name: check for name, check in named.items() if name.startswith(args.only or "")}
         for name, check in named.items():
             start = time.perf_counter()
             try:
