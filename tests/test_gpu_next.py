@@ -162,3 +162,17 @@ def test_plan_names_what_a_call_would_lack_before_it_is_made(tmp_path, monkeypat
     ]
     assert gpu_next.plan([step]) == 1
     assert "NOT READY: .device-hf is not here" in capsys.readouterr().out
+
+
+def test_run_may_name_a_later_step_and_refuses_one_not_ready(checkout):
+    """A window too short for the next due step runs a named one instead."""
+    root, steps_file = checkout
+    steps = gpu_next.load_steps(steps_file)
+    out = root / "named"
+    assert gpu_next.run(steps, out, "long") == 0
+    assert json.loads((out / "gpu_next.json").read_text())["step"] == "long"
+    waiting = next(step.id for step in steps if not step.ready)
+    with pytest.raises(SystemExit, match="is not ready"):
+        gpu_next.run(steps, root / "other", waiting)
+    with pytest.raises(SystemExit, match="no step 'nope'"):
+        gpu_next.run(steps, root / "other", "nope")

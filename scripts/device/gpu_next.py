@@ -213,8 +213,10 @@ def run_limited(command: str, limit_s: int, log: Path) -> tuple[str, int]:
     return ("ok" if code == 0 else "failed"), code
 
 
-def run(steps: list[Step], out: Path) -> int:
-    step = next_step(steps)
+def run(steps: list[Step], out: Path, step_id: str | None = None) -> int:
+    """Run the next due step, or `step_id` (a window too short for the next one may still
+    fit a later step: the plan names it)."""
+    step = next_step(steps) if step_id is None else _named(steps, step_id)
     out.mkdir(parents=True, exist_ok=True)
     if step is None:
         print("gpu-next: every ready step is done")
@@ -298,18 +300,29 @@ def append_record(path: Path, step_id: str, record: dict) -> None:
     path.write_text(head.rstrip("\n") + f"\n\n[[step.done]]\n{lines}\n" + rest)
 
 
+def _named(steps: list[Step], step_id: str) -> Step:
+    for step in steps:
+        if step.id == step_id:
+            if not step.ready:
+                raise SystemExit(f"gpu-next: step {step_id!r} is not ready: {step.waits}")
+            return step
+    raise SystemExit(f"gpu-next: no step {step_id!r}; steps: {', '.join(s.id for s in steps)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("plan")
-    commands.add_parser("run").add_argument("--out", type=Path, required=True)
+    runner = commands.add_parser("run")
+    runner.add_argument("--out", type=Path, required=True)
+    runner.add_argument("--step", help="run this step instead of the next due one")
     commands.add_parser("tick").add_argument("files_at", type=Path)
     args = parser.parse_args()
     steps = load_steps()
     if args.command == "plan":
         return plan(steps)
     if args.command == "run":
-        return run(steps, args.out)
+        return run(steps, args.out, args.step)
     return tick(steps, args.files_at)
 
 
