@@ -43,6 +43,10 @@ CASES = {
         "Qwen3",
         dict(head_dim=16, use_sliding_window=True, sliding_window=16, max_window_layers=2, tie_word_embeddings=True),
     ),
+    # SmolLM3: NoPE every 2nd layer here (no_rope_layers [1, 0, 1, 0]), tied, q/k/v/o biases.
+    "smollm3": ("SmolLM3", dict(no_rope_layer_interval=2, attention_bias=True, rope_theta=50000.0)),
+    # SmolLM3's default layout (NoPE every 4th) with those NoPE layers sliding (window 16).
+    "smollm3-sliding": ("SmolLM3", dict(use_sliding_window=True, sliding_window=16, tie_word_embeddings=False)),
 }
 
 
@@ -88,7 +92,14 @@ def test_qwen3_maps_its_designs(tmp_path):
     assert config.layer_types == ["full", "full", "sliding", "sliding"] and config.sliding_window == 16
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied"])
+def test_smollm3_maps_no_rope_layers_one_as_rotating(tmp_path):
+    build("smollm3-sliding").save_pretrained(tmp_path)
+    config = import_hf(tmp_path).config
+    assert json.loads((tmp_path / "config.json").read_text())["no_rope_layers"] == [1, 1, 1, 0]
+    assert config.nope_indices() == {3} and config.layer_types == ["full", "full", "full", "sliding"]
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3"])
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
     hf = build(kind)
     hf.save_pretrained(tmp_path / "in")
