@@ -47,6 +47,36 @@ CASES = {
     "smollm3": ("SmolLM3", dict(no_rope_layer_interval=2, attention_bias=True, rope_theta=50000.0)),
     # SmolLM3's default layout (NoPE every 4th) with those NoPE layers sliding (window 16).
     "smollm3-sliding": ("SmolLM3", dict(use_sliding_window=True, sliding_window=16, tie_word_embeddings=False)),
+    # Gemma 3: 5 sliding layers to 1 full here 1:1 ([sliding, full] x 2), window 16 < prompt,
+    # RoPE bases 10K local / 1M global as transformers 5 writes them, query_pre_attn_scalar != head_dim.
+    "gemma3": (
+        "Gemma3Text",
+        dict(
+            head_dim=32,
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            query_pre_attn_scalar=20,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            },
+        ),
+    ),
+    # Gemma 3 untied, with attention biases, and a linear-scaled RoPE on the full layers (4B+).
+    "gemma3-scaled": (
+        "Gemma3Text",
+        dict(
+            head_dim=16,
+            num_hidden_layers=6,  # no layer_types: transformers' default pattern, 5 sliding then 1 full
+            sliding_window=12,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0},
+            },
+        ),
+    ),
 }
 
 
@@ -56,7 +86,7 @@ def build(kind: str, **overrides):
     prefix, extra = CASES[kind]
     config = getattr(transformers, f"{prefix}Config")(**{**SHAPE, **extra, **overrides})
     torch.manual_seed(0)
-    model = getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
+    model = getattr(transformers, f"{prefix.removesuffix('Text')}ForCausalLM")(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if name.endswith(".bias") or "norm" in name:
@@ -97,6 +127,41 @@ def test_smollm3_maps_no_rope_layers_one_as_rotating(tmp_path):
     config = import_hf(tmp_path).config
     assert json.loads((tmp_path / "config.json").read_text())["no_rope_layers"] == [1, 1, 1, 0]
     assert config.nope_indices() == {3} and config.layer_types == ["full", "full", "full", "sliding"]
+
+
+def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):
+    build("gemma3-scaled").save_pretrained(tmp_path)
+    config = import_hf(tmp_path).config
+    assert config.layer_types == ["sliding"] * 5 + ["full"] and config.sliding_window == 12
+    assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (1e6, 1e4, "linear")
+    assert (config.norm_placement, config.norm_offset, config.mlp_activation) == ("sandwich", True, "gelu_tanh")
+    assert (config.scale_embeddings, config.query_pre_attn_scalar, config.qk_norm) == (True, 256, "head")
+    # transformers 4.x's form: rope_theta + rope_scaling (full), rope_local_base_freq, a pattern.
+    values = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_parameters", "layer_types", "_sliding_window_pattern"):
+        values.pop(key)
+    legacy = {**values, "rope_theta": 1e6, "rope_local_base_freq": 1e4, "sliding_window_pattern": 6}
+    legacy["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    assert import_hf(tmp_path).config == config
+
+
+def test_gemma3_designs_matter(tmp_path):
+    """Negative controls: each Gemma design switched off moves the logits far past 1e-4."""
+    hf = build("gemma3")
+    hf.save_pretrained(tmp_path)
+    with torch.no_grad():
+        theirs = hf(ids()).logits
+
+        def undone(change) -> float:
+            ours = import_hf(tmp_path).eval()
+            change(ours)
+            return float((ours(ids()) - theirs).abs().max())
+
+        assert undone(lambda m: setattr(m.config, "scale_embeddings", False)) > 1e-2
+        assert undone(lambda m: [setattr(b.attn, "query_scale", 1.0) for b in m.blocks]) > 1e-2
+        assert undone(lambda m: [setattr(n, "offset", False) for n in m.modules() if hasattr(n, "offset")]) > 1e-2
+        assert undone(lambda m: [setattr(b.mlp, "gelu", False) for b in m.blocks]) > 1e-2
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3"])

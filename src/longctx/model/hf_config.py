@@ -27,7 +27,10 @@ def hf_config(config: ModelConfig) -> dict:
     """The config.json of `config` in the family that carries it (family_for_export)."""
     family = family_for_export(config)
     if family.write is None:
-        raise CheckpointError(f"export-hf does not write {family.model_type} models")
+        raise CheckpointError(
+            f"export-hf does not write {family.model_type} models (model.norm_placement={config.norm_placement!r}, "
+            f"model.norm_offset={config.norm_offset}): evaluate the checkpoint with longctx itself"
+        )
     return family.write(config)
 
 
