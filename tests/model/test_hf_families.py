@@ -77,6 +77,9 @@ CASES = {
             },
         ),
     ),
+    # OLMo 2: qk-norm over the projections, norms after the sublayers, head_dim 24, biases.
+    "olmo2": ("Olmo2", dict(head_dim=24, attention_bias=True, rope_theta=20000.0, rms_norm_eps=1e-6)),
+    "olmo2-tied": ("Olmo2", dict(tie_word_embeddings=True)),
 }
 
 
@@ -129,6 +132,21 @@ def test_smollm3_maps_no_rope_layers_one_as_rotating(tmp_path):
     assert config.nope_indices() == {3} and config.layer_types == ["full", "full", "full", "sliding"]
 
 
+def test_olmo2_maps_post_norms_onto_its_names(tmp_path):
+    build("olmo2").save_pretrained(tmp_path)
+    model = import_hf(tmp_path)
+    assert (model.config.norm_placement, model.config.qk_norm) == ("post", "projection")
+    block = model.blocks[0]
+    assert isinstance(block.attn_norm, torch.nn.Identity) and isinstance(block.mlp_norm, torch.nn.Identity)
+    assert block.attn.q_norm.weight.shape == (4 * 24,)
+
+
+def test_export_refuses_gemma3_in_one_line(tmp_path):
+    build("gemma3").save_pretrained(tmp_path / "in")
+    with pytest.raises(CheckpointError, match="export-hf does not write gemma3_text models"):
+        export_hf(import_hf(tmp_path / "in"), tmp_path / "out")
+
+
 def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):
     build("gemma3-scaled").save_pretrained(tmp_path)
     config = import_hf(tmp_path).config
@@ -164,7 +182,7 @@ def test_gemma3_designs_matter(tmp_path):
         assert undone(lambda m: [setattr(b.mlp, "gelu", False) for b in m.blocks]) > 1e-2
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3"])
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied"])
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
     hf = build(kind)
     hf.save_pretrained(tmp_path / "in")

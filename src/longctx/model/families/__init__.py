@@ -15,10 +15,11 @@ from longctx.errors import CheckpointError
 from longctx.model.families.common import Family
 from longctx.model.families.gemma3 import GEMMA3_TEXT
 from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
+from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT)}
+FAMILIES: dict[str, Family] = {family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2)}
 
 REFUSED_TYPES = {
     "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer)",
@@ -47,11 +48,14 @@ def family_for(model_type: object, source: str) -> Family:
 
 
 def family_for_export(config: ModelConfig) -> Family:
-    """The family whose config.json carries `config`'s designs: qwen3 for per-head qk-norm,
+    """The family whose config.json carries `config`'s designs: gemma3_text (not written) for
+    sandwich or offset norms, olmo2 for post-norm blocks, qwen3 for per-head qk-norm,
     smollm3 for NoPE layers, else llama/qwen2 (each refuses, naming the field, what its
     config.json cannot carry)."""
     if config.norm_placement == "sandwich" or config.norm_offset:
         return GEMMA3_TEXT
+    if config.norm_placement == "post":
+        return OLMO2
     if config.qk_norm == "head" and config.norm_placement == "pre":
         return QWEN3
     if config.nope_indices():
