@@ -44,6 +44,7 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
 
+
 def hf_name(name: str, family: Family = LLAMA) -> str:
     """Our parameter name -> the HF name in `family` (default: LlamaForCausalLM's)."""
     return family.hf_name(name)

@@ -143,7 +143,9 @@ class Attention(nn.Module):
         if self.qk_norm != "none":
             whole = self.qk_norm == "projection"
             self.q_norm = RMSNorm(self.head_dim * (self.n_heads if whole else 1), config.norm_eps, config.norm_offset)
-            self.k_norm = RMSNorm(self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps, config.norm_offset)
+            self.k_norm = RMSNorm(
+                self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps, config.norm_offset
+            )
         scalar = config.query_pre_attn_scalar
         self.query_scale = (self.head_dim / scalar) ** 0.5 if scalar else 1.0
 

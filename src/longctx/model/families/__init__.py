@@ -19,7 +19,9 @@ from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 
-FAMILIES: dict[str, Family] = {family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2)}
+FAMILIES: dict[str, Family] = {
+    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2)
+}
 
 REFUSED_TYPES = {
     "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer)",

@@ -117,7 +117,9 @@ def rope_from_hf(hf: dict, source: str, layer_type: str | None = None) -> tuple[
     parameters = hf.get("rope_parameters") or {}
     if layer_type is not None and layer_type in parameters:
         entry = parameters[layer_type] or {}
-        return float(entry.get("rope_theta", 10000.0)), scaling_from_hf(entry, f"{source}: rope_parameters.{layer_type}")
+        return float(entry.get("rope_theta", 10000.0)), scaling_from_hf(
+            entry, f"{source}: rope_parameters.{layer_type}"
+        )
     base = hf.get("rope_theta") or parameters.get("rope_theta", 10000.0)
     key = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
     return float(base), scaling_from_hf(hf.get(key), f"{source}: {key}")

@@ -54,7 +54,9 @@ def write(config: ModelConfig) -> dict:
         raise CheckpointError("cannot export model.attention_bias='qkv' as olmo2: its attention_bias is q/k/v/o")
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
     # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's: export_hf writes the run's.
-    values.update(attention_bias=config.attention_bias == "qkvo", bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    values.update(
+        attention_bias=config.attention_bias == "qkvo", bos_token_id=None, eos_token_id=None, pad_token_id=None
+    )
     return values
 
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
-from longctx.model.families.common import Family, common_fields, common_hf_config, layer_types_from_hf, refuse_fields
+from longctx.model.families.common import (
+    Family,
+    common_fields,
+    common_hf_config,
+    layer_types_from_hf,
+    refuse_fields,
+    refuse_true,
+)
 from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
-from longctx.model.families.common import refuse_true
 
 DEFAULTS = {"head_dim": 128, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768}
 """Qwen3Config's defaults for fields a config.json may omit."""

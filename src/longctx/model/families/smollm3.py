@@ -36,7 +36,9 @@ def read(hf: dict, source: str) -> ModelConfig:
         raise CheckpointError(f"{source}: no_rope_layers={uses_rope} is not {n_layers} flags of 0 or 1")
     nope = [i for i, flag in enumerate(uses_rope) if not flag]
     layers = layer_types_from_hf(hf, source, switch="use_sliding_window")
-    rotating_sliding = [i for i, kind in enumerate(layers.get("layer_types", [])) if kind == "sliding" and i not in nope]
+    rotating_sliding = [
+        i for i, kind in enumerate(layers.get("layer_types", [])) if kind == "sliding" and i not in nope
+    ]
     if rotating_sliding and fields["rope_scaling"].type != "none":
         raise CheckpointError(
             f"{source}: layer {rotating_sliding[0]} slides and rotates with rope scaling "
