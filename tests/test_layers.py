@@ -26,6 +26,7 @@ LAYERS = {
     "analysis": 5,
     "sweep": 5,
     "gpu_checks": 5,
+    "gpu_design_checks": 5,
     "cli": 6,
     "__main__": 6,
 }
@@ -34,7 +35,7 @@ setup) < model_tokenizer (which reads model files and tokenizers), hf_attention 
 position methods inside transformers models), probes, eval (the
 evaluation engine and every benchmark on it, the effective-length search among them) <
 train (whose in-training probe and NIAH after SFT read eval) < analysis, sweep, gpu_checks
-< cli; gpu_checks (the GPU path's numerical checks that the `gpu` tests and `make
+< cli; gpu_checks and gpu_design_checks (the GPU path's numerical checks that the `gpu` tests and `make
 gpu-check` share: it drives the model, a training step and a pretrain) sits beside
 analysis and sweep. eval reads a checkpoint's own tokenizer through model_tokenizer (the
 lm-eval adapter), its one peer edge. A module imports

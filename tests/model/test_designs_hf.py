@@ -138,7 +138,7 @@ def test_llama_with_a_decoupled_head_dim_exports_and_imports(tmp_path):
     assert compare(hf, imported) <= TOLERANCE
 
 
-@pytest.mark.parametrize("field,value", [("qk_norm", "head"), ("rotary_fraction", 0.5)])
+@pytest.mark.parametrize("field,value", [("qk_norm", "projection"), ("rotary_fraction", 0.5)])
 def test_export_refuses_what_the_llama_config_cannot_carry(tmp_path, field, value):
     from longctx.errors import CheckpointError
 

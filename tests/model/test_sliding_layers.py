@@ -266,8 +266,11 @@ def test_a_training_step_on_a_hybrid_lowers_the_loss():
 def test_export_hf_refuses_a_hybrid_in_one_line():
     from longctx.model.hf_config import hf_config
 
+    with pytest.raises(ValueError, match="cannot export a model with sliding layers as smollm3") as error:
+        hf_config(hybrid())  # NoPE layers pick smollm3, whose config.json has no sliding layers
+    assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="sliding or NoPE layers"):
-        hf_config(hybrid())
+        hf_config(hybrid(nope_layers=None))
 
 
 @pytest.mark.gpu

@@ -37,6 +37,16 @@ PARTIAL_ROTARY = ("first", "p-rope")
 `p-rope`: Barbero et al. (ICLR 2025, "Round and Round We Go"), the full-D frequencies
 with the slowest (1 - p) fraction of pairs left unrotated."""
 
+NORM_PLACEMENTS = ("pre", "sandwich", "post")
+"""Values of `model.norm_placement`: where each block's RMSNorms sit. `pre` (Llama): one norm
+before each sublayer; `sandwich` (Gemma 2/3): one before and one after each sublayer's
+output, before the residual add; `post` (OLMo 2/3): one after each sublayer's output only."""
+
+MLP_ACTIVATIONS = ("silu", "gelu_tanh")
+"""Values of `model.mlp_activation`: the gate's activation, down(act(gate(x)) * up(x)):
+SwiGLU (`silu`, Llama) or GeGLU with the tanh approximation of GELU (`gelu_tanh`, Gemma's
+`gelu_pytorch_tanh`)."""
+
 ATTENTION_BIASES = ("none", "qkv", "qkvo")
 """Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
 Llama's `attention_bias: true`: qkvo)."""
@@ -138,6 +148,19 @@ class ModelConfig:
     p-RoPE 0.25); 1 = every channel. Which channels: `partial_rotary`."""
     partial_rotary: str = "first"
     """first | p-rope: how a fraction p < 1 of channels rotates (see PARTIAL_ROTARY)."""
+    norm_placement: str = "pre"
+    """pre | sandwich | post: where each block's norms sit (see NORM_PLACEMENTS)."""
+    norm_offset: bool = False
+    """Every RMSNorm multiplies by 1 + weight instead of weight (Gemma): the weights are kept
+    as the checkpoint stores them and initialised to 0."""
+    mlp_activation: str = "silu"
+    """silu | gelu_tanh: the MLP gate's activation (see MLP_ACTIVATIONS)."""
+    scale_embeddings: bool = False
+    """The input embeddings times sqrt(d_model), that factor first rounded to the embedding
+    dtype (Gemma; transformers' `embed_scale.to(weight.dtype)`)."""
+    query_pre_attn_scalar: float = 0.0
+    """s > 0: attention scores are q.k / sqrt(s) instead of q.k / sqrt(head_dim) (Gemma's
+    `query_pre_attn_scalar`); 0 = head_dim."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -198,7 +221,7 @@ class ModelConfig:
         if self.attention_bias == "qkvo":
             attn += self.d_model
         mlp = 3 * self.d_model * self.d_ff
-        per_layer = attn + mlp + 2 * self.d_model
+        per_layer = attn + mlp + (4 if self.norm_placement == "sandwich" else 2) * self.d_model
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
         return embeddings + self.n_layers * per_layer + self.d_model
 
@@ -319,6 +342,16 @@ class ModelConfig:
                 "model.rotary_fraction",
                 f"{self.rotary_fraction} x head_dim {self.head_size} = {rotated:g} channels: must be an even integer",
             )
+        if self.norm_placement not in NORM_PLACEMENTS:
+            raise ConfigError("model.norm_placement", f"{self.norm_placement!r} is not one of {NORM_PLACEMENTS}")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ConfigError("model.mlp_activation", f"{self.mlp_activation!r} is not one of {MLP_ACTIVATIONS}")
+        for name in ("norm_offset", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"model.{name}", f"must be true or false, got {getattr(self, name)!r}")
+        scalar = self.query_pre_attn_scalar
+        if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar < 0:
+            raise ConfigError("model.query_pre_attn_scalar", f"must be >= 0 (0 = head_dim), got {scalar!r}")
 
 
 @dataclass(frozen=True)
@@ -360,6 +393,7 @@ SHAPE_FIELDS = (
     "head_size",
     "d_ff",
     "qk_norm",
+    "norm_placement",
     "tie_embeddings",
     "attention_bias",
 )

@@ -31,7 +31,10 @@ from safetensors.torch import save_file
 
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import CheckpointError
-from longctx.model.hf_config import CONFIG_FILE, hf_config, model_config_from_hf
+from longctx.model.families import family_for, family_for_export
+from longctx.model.families.common import Family
+from longctx.model.families.llama import LLAMA
+from longctx.model.hf_config import CONFIG_FILE, hf_config
 from longctx.model.llama import Llama
 from longctx.model.materialize import materialize, meta_model, weights
 from longctx.model.weight_files import WeightFiles
@@ -41,36 +44,10 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
 
-_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn.wq.weight": "self_attn.q_proj.weight",
-    "attn.wk.weight": "self_attn.k_proj.weight",
-    "attn.wv.weight": "self_attn.v_proj.weight",
-    "attn.wo.weight": "self_attn.o_proj.weight",
-    "attn.wq.bias": "self_attn.q_proj.bias",
-    "attn.wk.bias": "self_attn.k_proj.bias",
-    "attn.wv.bias": "self_attn.v_proj.bias",
-    "attn.wo.bias": "self_attn.o_proj.bias",
-    "attn.q_norm.weight": "self_attn.q_norm.weight",  # Qwen3, Gemma 3 (1 + weight), OLMo 2
-    "attn.k_norm.weight": "self_attn.k_norm.weight",
-    "mlp_norm.weight": "post_attention_layernorm.weight",
-    "mlp.gate.weight": "mlp.gate_proj.weight",
-    "mlp.up.weight": "mlp.up_proj.weight",
-    "mlp.down.weight": "mlp.down_proj.weight",
-}
-_TOP_NAMES = {
-    "tok_embeddings.weight": "model.embed_tokens.weight",
-    "norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
 
-
-def hf_name(name: str) -> str:
-    """Our parameter name -> the HF LlamaForCausalLM name."""
-    if name in _TOP_NAMES:
-        return _TOP_NAMES[name]
-    _, layer, rest = name.split(".", 2)  # blocks.{i}.rest
-    return f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
+def hf_name(name: str, family: Family = LLAMA) -> str:
+    """Our parameter name -> the HF name in `family` (default: LlamaForCausalLM's)."""
+    return family.hf_name(name)
 
 
 def export_hf(
@@ -84,12 +61,13 @@ def export_hf(
     Llama's eos id 2, an ordinary token of our vocabularies, and generation never stops).
     """
     config = hf_config(model.config)  # first: it refuses what config.json cannot carry
+    family = family_for_export(model.config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, tensor in weights(model).items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
-        tensors[hf_name(name)] = tensor
+        tensors[family.hf_name(name)] = tensor
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:
@@ -147,10 +125,11 @@ def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device:
         hf = json.loads(config_path.read_text())
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{config_path}: not valid JSON ({error})") from None
-    config = model_config_from_hf(hf, str(config_path))
+    family = family_for(hf.get("model_type"), str(config_path))
+    config = family.read(hf, str(config_path))
     files = WeightFiles.find(directory)
     model = meta_model(config)
-    wanted = {hf_name(name): (name, tuple(t.shape)) for name, t in weights(model).items()}
+    wanted = {family.hf_name(name): (name, tuple(t.shape)) for name, t in weights(model).items()}
     for key, (name, shape) in wanted.items():
         if key not in files.names():
             raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
@@ -163,4 +142,4 @@ def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device:
     ]
     if unused:
         raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
-    return materialize(model, lambda name: files.read(hf_name(name)), dtype, device)
+    return materialize(model, lambda name: files.read(family.hf_name(name)), dtype, device)

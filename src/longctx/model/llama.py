@@ -48,16 +48,19 @@ __all__ = ["KVCache", "Llama"]
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (Zhang & Sennrich, 2019); in
-    fp64 for fp64 inputs (the float64 references of the tests compare exactly)."""
+    fp64 for fp64 inputs (the float64 references of the tests compare exactly). With
+    `offset` (Gemma): times 1 + weight, in fp32 before the cast back, as transformers' Gemma."""
 
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, offset: bool = False):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps, self.offset = eps, offset
+        self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.to(torch.promote_types(x.dtype, torch.float32))
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (normed * (1.0 + self.weight.to(normed.dtype))).to(x.dtype)
         return self.weight * normed.to(x.dtype)
 
 
@@ -124,7 +127,9 @@ class Attention(nn.Module):
     """GQA attention: q/o of n_heads x head_dim, k/v of n_kv_heads x head_dim. qk-norm
     (docs/design.md §5): `head` normalises each head's q and k after the split into heads
     (Qwen3, Gemma 3: q_norm/k_norm of head_dim), `projection` the whole q and k projections
-    before it (OLMo 2/3: of n_heads x head_dim and n_kv_heads x head_dim); both before RoPE."""
+    before it (OLMo 2/3: of n_heads x head_dim and n_kv_heads x head_dim); both before RoPE.
+    `query_pre_attn_scalar` s (Gemma) scales q by sqrt(head_dim / s) before RoPE, so every
+    backend and position method, dividing by sqrt(head_dim), scores q.k / sqrt(s)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -137,8 +142,12 @@ class Attention(nn.Module):
         self.qk_norm = config.qk_norm
         if self.qk_norm != "none":
             whole = self.qk_norm == "projection"
-            self.q_norm = RMSNorm(self.head_dim * (self.n_heads if whole else 1), config.norm_eps)
-            self.k_norm = RMSNorm(self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps)
+            self.q_norm = RMSNorm(self.head_dim * (self.n_heads if whole else 1), config.norm_eps, config.norm_offset)
+            self.k_norm = RMSNorm(
+                self.head_dim * (self.n_kv_heads if whole else 1), config.norm_eps, config.norm_offset
+            )
+        scalar = config.query_pre_attn_scalar
+        self.query_scale = (self.head_dim / scalar) ** 0.5 if scalar else 1.0
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -150,6 +159,8 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         if self.qk_norm == "head":
             q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
+        if self.query_scale != 1.0:
+            q = q * self.query_scale
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
@@ -158,30 +169,41 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """SwiGLU (Shazeer, 2020): down(silu(gate(x)) * up(x))."""
+    """SwiGLU (Shazeer, 2020): down(silu(gate(x)) * up(x)); GeGLU with `gelu_tanh` (Gemma)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.up = nn.Linear(config.d_model, config.d_ff, bias=False)
         self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.gelu = config.mlp_activation == "gelu_tanh"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        gate = self.gate(x)
+        return self.down((F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)) * self.up(x))
 
 
 class Block(nn.Module):
+    """x + attn(norm(x)), then the same for the MLP (`norm_placement: pre`); `sandwich`
+    also normalises each sublayer's output before the add (Gemma), `post` only that (OLMo 2).
+    An absent norm is an Identity: no parameter, so the names are the placement's."""
+
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        placement, dim = config.norm_placement, config.d_model
+
+        def norm(present: bool) -> nn.Module:
+            return RMSNorm(dim, config.norm_eps, config.norm_offset) if present else nn.Identity()
+
+        self.attn_norm, self.attn_post_norm = norm(placement != "post"), norm(placement != "pre")
         self.attn = Attention(config)
-        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp_norm, self.mlp_post_norm = norm(placement != "post"), norm(placement != "pre")
         self.mlp = FeedForward(config)
 
     def forward(self, x, positions: Positions, kv_cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), positions, self.layer, kv_cache)
-        return x + self.mlp(self.mlp_norm(x))
+        x = x + self.attn_post_norm(self.attn(self.attn_norm(x), positions, self.layer, kv_cache))
+        return x + self.mlp_post_norm(self.mlp(self.mlp_norm(x)))
 
 
 class Llama(nn.Module):
@@ -190,7 +212,7 @@ class Llama(nn.Module):
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
-        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.norm = RMSNorm(config.d_model, config.norm_eps, config.norm_offset)
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             # One Parameter under two names: the optimizer, FSDP2 (both modules are in the
@@ -229,7 +251,7 @@ class Llama(nn.Module):
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
-                nn.init.ones_(module.weight)
+                nn.init.constant_(module.weight, 0.0 if module.offset else 1.0)
 
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
         return KVCache(self.config, batch_size, max_len, device=self.tok_embeddings.weight.device)
@@ -291,6 +313,8 @@ class Llama(nn.Module):
             key_document_ids, key_position_ids = document_ids, position_ids
 
         x = self.tok_embeddings(input_ids)
+        if self.config.scale_embeddings:  # the factor in fp32, then the embedding dtype (transformers' Gemma)
+            x = x * torch.tensor(self.config.d_model**0.5).to(x.dtype)
         dtype = compute_dtype(x.dtype, device)
         layouts = _Layouts(self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen)
         if position_method is not None:

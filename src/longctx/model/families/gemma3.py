@@ -1,0 +1,113 @@
+"""`gemma3_text` (Gemma 3's text model; Gemma 3 270M / 1B, the text tower of 4B+):
+
+- embeddings times sqrt(hidden_size), rounded to the embedding dtype (`scale_embeddings`);
+- RMSNorm times 1 + weight, the weights as stored (`norm_offset`), on every norm: the
+  four of each block, the final one and the per-head q/k norms (`qk_norm: head`);
+- norms before and after each sublayer (`norm_placement: sandwich`): input_layernorm,
+  post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm;
+- GeGLU with the tanh GELU (`hidden_activation: gelu_pytorch_tanh` -> `mlp_activation: gelu_tanh`);
+- scores q.k / sqrt(query_pre_attn_scalar) (`query_pre_attn_scalar`);
+- `layer_types` (or, in older files, every `sliding_window_pattern`-th layer full) with the
+  window `sliding_window`; RoPE per layer type: transformers 5's `rope_parameters`
+  {sliding_attention, full_attention}, or 4.x's `rope_local_base_freq` for the sliding
+  layers and `rope_theta` + `rope_scaling` for the full ones.
+
+Refused: a non-null `attn_logit_softcapping` or `final_logit_softcapping` (Gemma 2's
+soft-capping, null in Gemma 3), `use_bidirectional_attention`, a scaled RoPE on the sliding
+layers. Not written by export.
+"""
+
+from __future__ import annotations
+
+from longctx.config.model import ModelConfig
+from longctx.errors import CheckpointError
+from longctx.model.families.common import (
+    LLAMA_LAYER_NAMES,
+    Family,
+    common_fields,
+    layer_types_from_hf,
+    refuse_true,
+    rope_from_hf,
+)
+from longctx.model.rope import RopeScaling
+
+DEFAULTS = {
+    "head_dim": 256,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072,
+    "rope_theta": 1_000_000.0,
+}
+"""Gemma3TextConfig's defaults for fields a config.json may omit."""
+
+UNSUPPORTED = {
+    "attn_logit_softcapping": "attention logit soft-capping",
+    "final_logit_softcapping": "final logit soft-capping",
+    "use_bidirectional_attention": "bidirectional attention (causal only)",
+}
+
+LAYER_NAMES = {
+    **LLAMA_LAYER_NAMES,
+    "attn_post_norm.weight": "post_attention_layernorm.weight",
+    "mlp_norm.weight": "pre_feedforward_layernorm.weight",
+    "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
+}
+
+
+def read(hf: dict, source: str) -> ModelConfig:
+    hf = {**DEFAULTS, **hf}
+    refuse_true(hf, source, {key: f"longctx has no {meaning}" for key, meaning in UNSUPPORTED.items()})
+    fields = common_fields(hf, source, activations=("gelu_pytorch_tanh",))
+    if hf.get("layer_types") is None:
+        pattern = hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6
+        n_layers = hf["num_hidden_layers"]
+        hf["layer_types"] = [
+            "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)
+        ]
+    layers = layer_types_from_hf(hf, source)
+    parameters = hf.get("rope_parameters") or {}
+    if "full_attention" in parameters or "sliding_attention" in parameters:
+        fields["rope_base"], fields["rope_scaling"] = _rope(hf, source, "full_attention")
+        local_base, local_scaling = _rope(hf, source, "sliding_attention")
+        if local_scaling.type != "none":
+            raise CheckpointError(
+                f"{source}: rope_parameters.sliding_attention.rope_type={local_scaling.type!r} is not supported "
+                "(longctx's sliding layers rotate unscaled)"
+            )
+    else:
+        local_base = float(hf.get("rope_local_base_freq", 10000.0))
+    return ModelConfig(
+        **fields,
+        **layers,
+        sliding_rope_base=local_base if layers else 0.0,
+        qk_norm="head",
+        attention_bias="qkvo" if hf.get("attention_bias") else "none",
+        norm_placement="sandwich",
+        norm_offset=True,
+        mlp_activation="gelu_tanh",
+        scale_embeddings=True,
+        query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]),
+    )
+
+
+def _rope(hf: dict, source: str, layer_type: str) -> tuple[float, RopeScaling]:
+    if not hf["rope_parameters"].get(layer_type):
+        raise CheckpointError(f"{source}: rope_parameters has no {layer_type!r} entry")
+    return rope_from_hf(hf, source, layer_type)
+
+
+GEMMA3_TEXT = Family(
+    "gemma3_text",
+    "Gemma3ForCausalLM",
+    read,
+    layer_names=LAYER_NAMES,
+    refused=(
+        "attn_logit_softcapping / final_logit_softcapping non-null: longctx has no soft-capping",
+        "use_bidirectional_attention=true: causal attention only",
+        "hidden_activation other than gelu_pytorch_tanh",
+        "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled",
+    ),
+)

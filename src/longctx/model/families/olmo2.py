@@ -1,0 +1,74 @@
+"""`olmo2`: qk-norm over the whole q and k projections (`qk_norm: projection`, weights of
+n_heads x head_dim and n_kv_heads x head_dim, before the split into heads and RoPE) and
+norms after the sublayers only (`norm_placement: post`): x + post_attention_layernorm(attn(x)),
+then x + post_feedforward_layernorm(mlp(x)). Note the name: OLMo 2's
+`post_attention_layernorm` normalises the attention's output, Llama's the MLP's input.
+Every layer full. Export writes models of these designs as olmo2.
+"""
+
+from __future__ import annotations
+
+from longctx.config.model import ModelConfig
+from longctx.errors import CheckpointError
+from longctx.model.families.common import (
+    LLAMA_LAYER_NAMES,
+    Family,
+    common_fields,
+    common_hf_config,
+    layer_types_from_hf,
+    refuse_fields,
+    refuse_true,
+)
+from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+
+LAYER_NAMES = {
+    **{ours: theirs for ours, theirs in LLAMA_LAYER_NAMES.items() if "norm.weight" not in ours or "attn." in ours},
+    "attn_post_norm.weight": "post_attention_layernorm.weight",
+    "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
+}
+
+
+def read(hf: dict, source: str) -> ModelConfig:
+    refuse_true(hf, source, MLP_BIAS)
+    fields = common_fields(hf, source)
+    if layer_types_from_hf(hf, source):
+        raise CheckpointError(f"{source}: layer_types with sliding layers is not supported for olmo2 (olmo3 has them)")
+    return ModelConfig(
+        **fields,
+        qk_norm="projection",
+        norm_placement="post",
+        attention_bias="qkvo" if hf.get("attention_bias") else "none",
+    )
+
+
+def write(config: ModelConfig) -> dict:
+    """An Olmo2ForCausalLM: post-norm blocks, qk-norm over the projections, full layers."""
+    if config.is_hybrid:
+        raise CheckpointError(
+            "cannot export a model with sliding or NoPE layers as olmo2 (model.layer_types / global_every / "
+            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
+        )
+    plain = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
+    refuse_fields(config, "OLMo 2", plain)
+    if config.attention_bias == "qkv":
+        raise CheckpointError("cannot export model.attention_bias='qkv' as olmo2: its attention_bias is q/k/v/o")
+    values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
+    # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's: export_hf writes the run's.
+    values.update(
+        attention_bias=config.attention_bias == "qkvo", bos_token_id=None, eos_token_id=None, pad_token_id=None
+    )
+    return values
+
+
+OLMO2 = Family(
+    "olmo2",
+    "Olmo2ForCausalLM",
+    read,
+    layer_names=LAYER_NAMES,
+    refused=(
+        "mlp_bias: longctx's MLP has no biases",
+        "hidden_act other than silu",
+        "sliding layer_types (OLMo 3's design; model_type olmo3 is not mapped yet)",
+    ),
+    write=write,
+)
