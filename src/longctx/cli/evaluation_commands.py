@@ -26,11 +26,12 @@ def cmd_niah(args: argparse.Namespace) -> int:
         method_settings,
         write_result,
     )
+    from longctx.eval.model_setup import with_eval_temperature
     from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
-    model = load_model(checkpoint).to(evaluation_device(cfg))
+    model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval)
     out_dir = args.out or cfg.eval.out_dir
     with CellProgress() as progress:
         result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")

@@ -185,6 +185,8 @@ def attention(
     `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given). `sinks`
     [H]: one logit per query head in every softmax's denominator (model/sinks.py)."""
     _check_shapes(q, k, v)
+    if sinks is not None and (mask.backend if mask is not None else backend) == "xformers":
+        raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     if mask is None:
         mask = build_mask(
             document_ids,
@@ -201,8 +203,6 @@ def attention(
             f"mask was built for q_len={mask.q_len}, document_ids {tuple(mask.document_ids.shape)} "
             f"but got q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
-    if sinks is not None and mask.backend == "xformers":
-        raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     backends: dict[str, Callable[..., torch.Tensor]] = {
         "sdpa": _sdpa_attention,

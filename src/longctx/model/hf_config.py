@@ -42,6 +42,8 @@ def hf_config(config: ModelConfig) -> dict:
     for key, value, plain in (
         ("qk_norm", config.qk_norm, "none"),
         ("rotary_fraction", config.rotary_fraction, 1),
+        ("attention_sinks", config.attention_sinks, False),
+        ("attn_temperature.type", config.attn_temperature.type, "none"),
     ):
         if value != plain:
             raise CheckpointError(

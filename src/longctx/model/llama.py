@@ -288,6 +288,8 @@ class Llama(nn.Module):
         batch, seq = input_ids.shape
         device = input_ids.device
         backend = attention_backend or self.config.attention_backend
+        if self.config.attention_sinks and backend == "xformers":
+            raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
         if position_ids is None:
             start = kv_cache.next_position[:, None] if kv_cache is not None else 0
             position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
