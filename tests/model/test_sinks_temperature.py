@@ -124,7 +124,9 @@ def test_xformers_refuses_sinks_naming_the_backends_that_can():
     with pytest.raises(ValueError, match="'xformers' has no attention sinks; use flash, flex, sdpa or varlen"):
         attention(q, k, v, backend="xformers", sinks=torch.zeros(4))
     with pytest.raises(ValueError, match="'xformers' has no attention sinks"):
-        Llama(ModelConfig.from_preset("debug", attention_sinks=True))(torch.zeros(1, 4, dtype=torch.long), attention_backend="xformers")
+        Llama(ModelConfig.from_preset("debug", attention_sinks=True))(
+            torch.zeros(1, 4, dtype=torch.long), attention_backend="xformers"
+        )
 
 
 # --- transformers' gpt-oss eager attention ------------------------------------------------
@@ -330,7 +332,11 @@ def test_llama4_temperature_equals_transformers_on_its_nope_layers(monkeypatch):
 
 def test_ssmax_counts_the_keys_a_query_sees():
     factor = temperature_factor(
-        AttentionTemperature(type="ssmax", ssmax_s=0.5), torch.tensor([[0, 4, 99]]), window=8, max_position=64, dtype=torch.float32
+        AttentionTemperature(type="ssmax", ssmax_s=0.5),
+        torch.tensor([[0, 4, 99]]),
+        window=8,
+        max_position=64,
+        dtype=torch.float32,
     ).flatten()
     torch.testing.assert_close(factor, torch.tensor([0.0, 0.5 * math.log(5), 0.5 * math.log(8)]))
     default = temperature_factor(

@@ -18,6 +18,7 @@ from longctx.errors import ConfigError
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
+    from longctx.eval.model_setup import with_eval_temperature
     from longctx.eval.niah.evaluation import (
         evaluate,
         evaluation_device,
@@ -26,7 +27,6 @@ def cmd_niah(args: argparse.Namespace) -> int:
         method_settings,
         write_result,
     )
-    from longctx.eval.model_setup import with_eval_temperature
     from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items

@@ -250,8 +250,8 @@ def _dense_mask(document_ids: torch.Tensor, q_len: int, window: int = 0) -> torc
 
 def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
     if sinks is not None:
-        t = (x.transpose(1, 2) for x in (q, k, v))
-        return dense_with_sinks(*t, mask.extra, scale, sinks).transpose(1, 2)
+        out = dense_with_sinks(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask.extra, scale, sinks)
+        return out.transpose(1, 2)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2),
         k.transpose(1, 2),
@@ -338,8 +338,15 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None)
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
                 attn_mask = _allowed(docs, docs, index, index)
-            t = (x.transpose(0, 1) for x in (qc, kc, vc))
-            out = _call(*t, attn_mask, scale, sinks, is_causal=attn_mask is None)
+            out = _call(
+                qc.transpose(0, 1),
+                kc.transpose(0, 1),
+                vc.transpose(0, 1),
+                attn_mask,
+                scale,
+                sinks,
+                is_causal=attn_mask is None,
+            )
             pieces.append(out.transpose(0, 1))
         rows.append(torch.cat(pieces, dim=0))
     return torch.stack(rows, dim=0)
@@ -461,8 +468,16 @@ def _flex_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Ten
             "train with backend 'varlen' (or run flex under torch.no_grad())"
         )
     if sinks is not None:
-        t = (x.transpose(1, 2) for x in (q, k, v))
-        return flex_with_sinks(*t, mask.extra, scale, sinks, compiled=_compiled_flex_attention()).transpose(1, 2)
+        out = flex_with_sinks(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            mask.extra,
+            scale,
+            sinks,
+            compiled=_compiled_flex_attention(),
+        )
+        return out.transpose(1, 2)
     out = _compiled_flex_attention()(
         q.transpose(1, 2),
         k.transpose(1, 2),

@@ -69,7 +69,9 @@ class Positions(Protocol):
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
 
 
 class PositionsProvider(Protocol):
@@ -101,7 +103,9 @@ class UnrotatedPositions:
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q, k
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks=None) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return attention(q, k, v, mask=self.mask, sinks=sinks)
 
 
@@ -117,7 +121,9 @@ class RotaryPositions:
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks=None) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return attention(q, k, v, mask=self.mask, sinks=sinks)
 
 
@@ -133,8 +139,10 @@ class TemperedPositions:
         q, k = self.inner.rotate(q, k)
         return (q * self.factor).to(q.dtype), k
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **sinks) -> torch.Tensor:
-        return self.inner.attend(q, k, v, **sinks)
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.inner.attend(q, k, v, sinks)
 
 
 class Attention(nn.Module):
@@ -172,7 +180,7 @@ class Attention(nn.Module):
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
-        out = positions.attend(q, k, v) if self.sinks is None else positions.attend(q, k, v, sinks=self.sinks)
+        out = positions.attend(q, k, v, self.sinks)
         return self.wo(out.reshape(batch, seq, -1))
 
 

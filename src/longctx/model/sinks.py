@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +41,9 @@ def recording(*tensors: torch.Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def lse_with_gradient(lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, attend: Attend, scale: float) -> torch.Tensor:
+def lse_with_gradient(
+    lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, attend: Attend, scale: float
+) -> torch.Tensor:
     """`lse` (detached: its kernel's backward ignores it) plus a term of value exactly 0 whose
     gradient is d lse / d (q, k). With A_i = sum_j P_ij k_j (`attend` with the keys as
     values, q and k detached in the score slots): f_i = s (q_i . sg(A_i) + sg(q_i) . A_i), so
@@ -153,7 +155,16 @@ def flash_with_sinks(q, k, v, seg: Any, window: tuple[int, int], scale: float, s
         return out
 
     out, lse = flash.varlen_flash(
-        q, k, v, seg.cu_seqlens_q, seg.cu_seqlens_k, seg.max_q, seg.max_k, scale=scale, window=window, lse=True,
+        q,
+        k,
+        v,
+        seg.cu_seqlens_q,
+        seg.cu_seqlens_k,
+        seg.max_q,
+        seg.max_k,
+        scale=scale,
+        window=window,
+        lse=True,
         kernel=seg.kernel,
     )
     assert lse is not None
@@ -169,7 +180,7 @@ def flex_with_sinks(q, k, v, block_mask, scale: float, sinks: torch.Tensor, *, c
     CPU (an inference backend there) flex runs uncompiled, which scores densely."""
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
-    flex = compiled if q.device.type != "cpu" else flex_attention
+    flex = compiled if q.device.type != "cpu" else cast(Callable[..., Any], flex_attention)
     gqa = q.shape[1] != k.shape[1]
 
     def attend(query: torch.Tensor, key: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
