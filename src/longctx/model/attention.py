@@ -44,6 +44,9 @@ Backends:
 - `auto`     on CUDA: flash when the compute dtype is fp16/bf16 (autocast's dtype under
              autocast) and a varlen kernel exists, else flex; elsewhere varlen.
 
+Attention sinks (`sinks` [H], gpt-oss): every backend but xformers, through the
+log-sum-exp its kernel returns (model/sinks.py).
+
 Dtypes: q, k and v must share one dtype (rope.py's dtype rule guarantees it for the model).
 
 The model builds an `AttentionMask` once per forward (`build_mask`) and passes it to every
