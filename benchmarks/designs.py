@@ -39,6 +39,8 @@ DESIGNS: dict[str, dict] = {
     "all sliding": {"layer_types": ["sliding"] * 6},
     "p-RoPE 0.25": {"rotary_fraction": 0.25, "partial_rotary": "p-rope"},
     "qk-norm per head": {"qk_norm": "head"},
+    "sinks": {"attention_sinks": True},
+    "SSMax temperature": {"attn_temperature": {"type": "ssmax"}},
 }
 """Overrides of the benchmark's base config (see `config`)."""
 

@@ -2,7 +2,9 @@
 per-layer designs (sliding windows with their own RoPE base, NoPE layers): what the model
 under test must equal. It reads only the weights and `ModelConfig.layer_specs()`; masks
 are built pair by pair (same document, key not after the query, fewer than W keys back),
-RoPE from theta_i = base^(-2i/D) on the rotate-half layout."""
+RoPE from theta_i = base^(-2i/D) on the rotate-half layout; attention sinks as one more
+softmax column whose probability is dropped (gpt-oss); attention temperature as a factor
+on the rotated queries, position by position from its formula."""
 
 from __future__ import annotations
 
@@ -37,6 +39,19 @@ def allowed(document_ids: torch.Tensor, window: int) -> torch.Tensor:
     return out
 
 
+def temperature(config, position: int, rope: bool, window: int) -> float:
+    """The query factor at `position`: 1, Llama 4's log(floor((p + 1) / floor_scale) + 1) *
+    attn_scale + 1, or SSMax's s ln n with n = p + 1 keys seen (at most W on a sliding layer)."""
+    t = config.attn_temperature
+    layers = t.layers if t.layers != "auto" else ("nope" if t.type == "llama4" else "all")
+    if t.type == "none" or (layers == "nope" and rope):
+        return 1.0
+    if t.type == "llama4":
+        return math.log(math.floor((position + 1) / t.floor_scale) + 1) * t.attn_scale + 1
+    keys = position + 1 if not window else min(position + 1, window)
+    return (t.ssmax_s or 1 / math.log(config.max_position)) * math.log(keys)
+
+
 def reference_logits(model, input_ids, position_ids=None, document_ids=None) -> torch.Tensor:
     """The model's logits [B, T, vocab] in float64 from its weights and layer designs."""
     config = model.config
@@ -56,11 +71,18 @@ def reference_logits(model, input_ids, position_ids=None, document_ids=None) -> 
         v = (h @ weights[p + "attn.wv.weight"].T).view(batch, length, kv_heads, dim)
         if spec.rope:
             q, k = rope(q, position_ids, spec.rope_base), rope(k, position_ids, spec.rope_base)
+        factors = [[temperature(config, int(p), spec.rope, spec.window) for p in row] for row in position_ids]
+        q = q * torch.tensor(factors, dtype=torch.float64)[:, :, None, None]
         k = k.repeat_interleave(heads // kv_heads, dim=2)
         v = v.repeat_interleave(heads // kv_heads, dim=2)
         scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(dim)
         scores = scores.masked_fill(~allowed(document_ids, spec.window)[:, None], float("-inf"))
-        out = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v).reshape(batch, length, heads * dim)
+        if config.attention_sinks:  # one more column per head, no value
+            sink = weights[p + "attn.sinks"].view(1, heads, 1, 1).expand(batch, heads, length, 1)
+            probs = torch.cat([scores, sink], dim=-1).softmax(-1)[..., :-1]
+        else:
+            probs = scores.softmax(-1)
+        out = torch.einsum("bhij,bjhd->bihd", probs, v).reshape(batch, length, heads * dim)
         x = x + out @ weights[p + "attn.wo.weight"].T
         h = rms_norm(x, weights[p + "mlp_norm.weight"], config.norm_eps)
         gate, up = h @ weights[p + "mlp.gate.weight"].T, h @ weights[p + "mlp.up.weight"].T

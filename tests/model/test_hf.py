@@ -1,5 +1,6 @@
 """Hugging Face interop: logits equal transformers' LlamaForCausalLM on exported weights."""
 
+import dataclasses
 import json
 
 import pytest
@@ -121,7 +122,7 @@ def test_lightning_style_checkpoint_loads_weights_only(tmp_path):
     model = random_model("debug")
     checkpoint = {
         "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-        "hyper_parameters": {"model": {**vars(model.config), "rope_scaling": vars(model.config.rope_scaling)}},
+        "hyper_parameters": {"model": dataclasses.asdict(model.config)},
     }
     torch.save(checkpoint, tmp_path / "last.ckpt")
     loaded = load_model(tmp_path / "last.ckpt")

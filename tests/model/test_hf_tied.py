@@ -2,6 +2,7 @@
 and the head's (checked against an untied copy), kept one under FSDP2's fully_shard (a
 1-process gloo group on CPU), and saved once."""
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def test_tied_model_is_saved_once_and_reloads_tied(tmp_path):
     torch.save(
         {
             "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-            "hyper_parameters": {"model": {**vars(model.config), "rope_scaling": vars(model.config.rope_scaling)}},
+            "hyper_parameters": {"model": dataclasses.asdict(model.config)},
         },
         tmp_path / "last.ckpt",
     )

@@ -113,13 +113,14 @@ def table_arms(cfg, methods: str, subset: str = "") -> dict:
 def load_table_models(checkpoints: list[str], cfg) -> dict:
     """Each checkpoint's model on eval.device, named by its run directory (a .ckpt's
     runs/NAME/checkpoints/last.ckpt) or its own directory / file name."""
+    from longctx.eval.model_setup import with_eval_temperature
     from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
 
     models = {}
     for path in checkpoints:
         name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
-        models[name] = load_model(path).to(evaluation_device(cfg))
+        models[name] = with_eval_temperature(load_model(path).to(evaluation_device(cfg)), cfg.eval)
     return models
 
 

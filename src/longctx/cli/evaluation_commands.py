@@ -18,6 +18,7 @@ from longctx.errors import ConfigError
 
 def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
+    from longctx.eval.model_setup import with_eval_temperature
     from longctx.eval.niah.evaluation import (
         evaluate,
         evaluation_device,
@@ -30,7 +31,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
-    model = load_model(checkpoint).to(evaluation_device(cfg))
+    model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval)
     out_dir = args.out or cfg.eval.out_dir
     with CellProgress() as progress:
         result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")

@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from longctx.config.checks import choice, positive_int
+from longctx.config.model import AttentionTemperature
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
@@ -196,11 +197,19 @@ class EvalConfig:
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default (decoding a tiny model is
     dominated by per-op overhead, where fewer threads can be faster)."""
+    attn_temperature: AttentionTemperature = field(default_factory=lambda: AttentionTemperature(type="model"))
+    """The attention temperature evaluation runs under: `type: model` (the default) keeps the
+    checkpoint's `model.attn_temperature`; any other type replaces it, fields as there
+    (`eval.attn_temperature.type=llama4`), when the checkpoint is loaded for evaluation
+    (eval/model_setup.py `with_eval_temperature`)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.attn_temperature, dict):
+            self.attn_temperature = AttentionTemperature(**self.attn_temperature)
         self.validate()
 
     def validate(self) -> None:
+        self.attn_temperature.validate("eval.attn_temperature", allow_model=True)
         if self.threads < 0:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
         if self.device not in ("auto", "cpu", "cuda"):

@@ -47,6 +47,16 @@ MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 SwiGLU (`silu`, Llama) or GeGLU with the tanh approximation of GELU (`gelu_tanh`, Gemma's
 `gelu_pytorch_tanh`)."""
 
+TEMPERATURE_TYPES = ("none", "llama4", "ssmax")
+"""Values of `model.attn_temperature.type`: queries times a per-position factor (after
+RoPE; it commutes with the rotation, so it stacks on every position method). `llama4`:
+transformers' Llama 4 `attn_temperature_tuning`, log(floor((p + 1) / floor_scale) + 1) *
+attn_scale + 1; `ssmax`: Scalable-Softmax's s log n with n the keys the query sees."""
+
+TEMPERATURE_LAYERS = ("auto", "all", "nope")
+"""Values of `model.attn_temperature.layers`: which layers scale their queries; `auto` =
+the NoPE layers under `llama4` (as transformers applies it), every layer under `ssmax`."""
+
 ATTENTION_BIASES = ("none", "qkv", "qkvo")
 """Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
 Llama's `attention_bias: true`: qkvo)."""
@@ -72,6 +82,46 @@ class RopeScaling:
     """llama3: wavelengths above original_max_position / low_freq_factor are interpolated."""
     high_freq_factor: float = 4.0
     """llama3: wavelengths below original_max_position / high_freq_factor are kept."""
+
+
+@dataclass
+class AttentionTemperature:
+    """Attention temperature (docs/design.md §5): each query times a factor of its position.
+    The same fields serve `eval.attn_temperature`, which overrides the checkpoint's at
+    evaluation (there `type: model`, the default, keeps the checkpoint's)."""
+
+    type: str = "none"
+    """none | llama4 | ssmax (see TEMPERATURE_TYPES)."""
+    layers: str = "auto"
+    """auto | all | nope: the layers that scale their queries (see TEMPERATURE_LAYERS)."""
+    floor_scale: float = 8192.0
+    """llama4: positions are counted in units of floor_scale tokens (transformers' `floor_scale`)."""
+    attn_scale: float = 0.1
+    """llama4: the log's coefficient (transformers' `attn_scale`)."""
+    ssmax_s: float = 0.0
+    """ssmax: s in s log n; 0 = 1 / ln(model.max_position), a factor of 1 at the trained length."""
+
+    def validate(self, prefix: str = "model.attn_temperature", allow_model: bool = False) -> None:
+        types = (*TEMPERATURE_TYPES, "model") if allow_model else TEMPERATURE_TYPES
+        if self.type not in types:
+            raise ConfigError(f"{prefix}.type", f"{self.type!r} is not one of {types}")
+        if self.layers not in TEMPERATURE_LAYERS:
+            raise ConfigError(f"{prefix}.layers", f"{self.layers!r} is not one of {TEMPERATURE_LAYERS}")
+        for name, minimum in (("floor_scale", 0.0), ("attn_scale", None), ("ssmax_s", None)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+                raise ConfigError(f"{prefix}.{name}", f"must be a number, got {value!r}")
+            if minimum is not None and not value > minimum:
+                raise ConfigError(f"{prefix}.{name}", f"must be > {minimum:g}, got {value!r}")
+        if self.ssmax_s < 0:
+            raise ConfigError(f"{prefix}.ssmax_s", f"must be >= 0 (0 = 1 / ln(model.max_position)), got {self.ssmax_s}")
+
+    def applies_to(self, rope: bool) -> bool:
+        """Whether a layer (rope: it rotates) scales its queries."""
+        if self.type == "none":
+            return False
+        layers = self.layers if self.layers != "auto" else ("nope" if self.type == "llama4" else "all")
+        return layers == "all" or not rope
 
 
 @dataclass
@@ -161,8 +211,16 @@ class ModelConfig:
     query_pre_attn_scalar: float = 0.0
     """s > 0: attention scores are q.k / sqrt(s) instead of q.k / sqrt(head_dim) (Gemma's
     `query_pre_attn_scalar`); 0 = head_dim."""
+    attention_sinks: bool = False
+    """gpt-oss's attention sinks: a learned logit s_h per query head (`attn.sinks`, [n_heads],
+    every layer, initialised N(0, init_std) as transformers' gpt-oss) joins every softmax's
+    denominator and contributes no value: out = out_attn * sigmoid(lse - s_h)."""
+    attn_temperature: AttentionTemperature = field(default_factory=AttentionTemperature)
+    """Queries times a per-position factor (Llama 4, Scalable-Softmax; see AttentionTemperature)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.attn_temperature, dict):
+            self.attn_temperature = AttentionTemperature(**self.attn_temperature)
         self.validate()
 
     @property
@@ -220,6 +278,8 @@ class ModelConfig:
             attn += self.head_size * (self.n_heads + self.n_kv_heads)
         if self.attention_bias == "qkvo":
             attn += self.d_model
+        if self.attention_sinks:
+            attn += self.n_heads
         mlp = 3 * self.d_model * self.d_ff
         per_layer = attn + mlp + (4 if self.norm_placement == "sandwich" else 2) * self.d_model
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
@@ -336,6 +396,9 @@ class ModelConfig:
             raise ConfigError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
         if self.partial_rotary not in PARTIAL_ROTARY:
             raise ConfigError("model.partial_rotary", f"{self.partial_rotary!r} is not one of {PARTIAL_ROTARY}")
+        if not isinstance(self.attention_sinks, bool):
+            raise ConfigError("model.attention_sinks", f"must be true or false, got {self.attention_sinks!r}")
+        self.attn_temperature.validate()
         rotated = self.rotary_fraction * self.head_size
         if self.partial_rotary == "first" and (rotated != int(rotated) or int(rotated) % 2):
             raise ConfigError(
@@ -396,6 +459,7 @@ SHAPE_FIELDS = (
     "norm_placement",
     "tie_embeddings",
     "attention_bias",
+    "attention_sinks",
 )
 """ModelConfig fields that fix the parameters and their shapes. Weights move between configs
 that agree on these (continued pretraining at a longer window, a new RoPE base, model merging)."""

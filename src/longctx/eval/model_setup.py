@@ -7,6 +7,9 @@ effective-length search and the in-training probe.
   weights on CPU (the reference); the memory estimate counts the same bytes per value;
 - position method: None for plain RoPE (the model's own path), else the configured method
   (StRing, a baseline, RoPE with the repo's score scale) on the model's device;
+- attention temperature: `eval.attn_temperature` replaces the checkpoint's
+  `model.attn_temperature` when its type is not `model` (`with_eval_temperature`, applied
+  where evaluation loads a checkpoint);
 - memory: before a cell's prompts, KV cache or activations exist, a cell that cannot fit
   is refused with its limit named (eval/memory_estimate.py's estimate against the device's free
   memory).
@@ -15,10 +18,12 @@ effective-length search and the in-training probe.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 
 import torch
 
+from longctx.config.eval import EvalConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.memory_estimate import available_memory, check_evaluation_memory, estimate_evaluation_memory
 from longctx.model.llama import Llama
@@ -30,6 +35,15 @@ def evaluation_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def with_eval_temperature(model: Llama, settings: EvalConfig) -> Llama:
+    """`model` with `eval.attn_temperature` in place of its own when the setting's type is
+    not `model` (the model reads its temperature at every forward; no weight changes)."""
+    temperature = settings.attn_temperature
+    if temperature.type != "model":
+        model.config = dataclasses.replace(model.config, attn_temperature=dataclasses.replace(temperature))
+    return model
 
 
 def model_device(model: Llama) -> torch.device:

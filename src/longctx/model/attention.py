@@ -44,6 +44,9 @@ Backends:
 - `auto`     on CUDA: flash when the compute dtype is fp16/bf16 (autocast's dtype under
              autocast) and a varlen kernel exists, else flex; elsewhere varlen.
 
+Attention sinks (`sinks` [H], gpt-oss): every backend but xformers, through the
+log-sum-exp its kernel returns (model/sinks.py).
+
 Dtypes: q, k and v must share one dtype (rope.py's dtype rule guarantees it for the model).
 
 The model builds an `AttentionMask` once per forward (`build_mask`) and passes it to every
@@ -71,6 +74,7 @@ from longctx.model.packed_attention import (
     _xformers_attention,
     _xformers_bias,
 )
+from longctx.model.sinks import dense_with_sinks, flex_with_sinks, sdpa_with_sinks
 
 DEFAULT_BLOCK_SIZE = 256
 FLEX_DECODE_QUERIES = 16
@@ -178,10 +182,14 @@ def attention(
     scale: float | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal, document-masked attention; see the module docstring for shapes and backends.
-    `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given)."""
+    `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given). `sinks`
+    [H]: one logit per query head in every softmax's denominator (model/sinks.py)."""
     _check_shapes(q, k, v)
+    if sinks is not None and (mask.backend if mask is not None else backend) == "xformers":
+        raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     if mask is None:
         mask = build_mask(
             document_ids,
@@ -206,7 +214,9 @@ def attention(
         "flash": _flash_attention,
         "xformers": _xformers_attention,
     }
-    return backends[mask.backend](q, k, v, mask, scale)
+    if sinks is None:
+        return backends[mask.backend](q, k, v, mask, scale)
+    return backends[mask.backend](q, k, v, mask, scale, sinks=sinks)
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -241,7 +251,10 @@ def _dense_mask(document_ids: torch.Tensor, q_len: int, window: int = 0) -> torc
     return _allowed(document_ids[:, kv_len - q_len :], document_ids, q_index, k_index, window)[:, None]
 
 
-def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    if sinks is not None:
+        out = dense_with_sinks(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask.extra, scale, sinks)
+        return out.transpose(1, 2)
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2),
         k.transpose(1, 2),
@@ -296,17 +309,26 @@ def _document_starts(document_ids: torch.Tensor) -> list[list[int]]:
     return document_start_index(document_ids).tolist()
 
 
-def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int) -> torch.Tensor:
+def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int, sinks=None) -> torch.Tensor:
     plan: _VarlenPlan = mask.extra
     if plan.chunks is not None:
-        return _varlen_by_document(q, k, v, mask.document_ids, plan.chunks, scale)
-    return _varlen_by_query_block(q, k, v, mask.document_ids, plan.starts, scale, block_size, mask.window)
+        return _varlen_by_document(q, k, v, mask.document_ids, plan.chunks, scale, sinks)
+    return _varlen_by_query_block(q, k, v, mask.document_ids, plan.starts, scale, block_size, mask.window, sinks)
 
 
-def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Tensor:
+def _call(q, k, v, attn_mask, scale: float, sinks, is_causal: bool = False) -> torch.Tensor:
+    """One kernel call of the varlen backend on [H, T, D] (with the sinks: model/sinks.py)."""
+    if sinks is not None:
+        return sdpa_with_sinks(q, k, v, sinks, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
+    gqa = q.shape[0] != k.shape[0]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+    )
+
+
+def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None) -> torch.Tensor:
     """Tq = Tk. Chunks partition each row, so split/cat (one copy in backward) replace
     slicing, whose backward writes a full-size zero gradient per slice."""
-    gqa = q.shape[2] != k.shape[2]
     rows = []
     for b, (q_row, k_row, v_row) in enumerate(zip(q.unbind(0), k.unbind(0), v.unbind(0), strict=True)):
         sizes = [end - start for start, end, _ in chunks[b]]
@@ -319,25 +341,24 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float) -> torch.Te
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
                 attn_mask = _allowed(docs, docs, index, index)
-            out = F.scaled_dot_product_attention(
+            out = _call(
                 qc.transpose(0, 1),
                 kc.transpose(0, 1),
                 vc.transpose(0, 1),
-                attn_mask=attn_mask,
+                attn_mask,
+                scale,
+                sinks,
                 is_causal=attn_mask is None,
-                scale=scale,
-                enable_gqa=gqa,
             )
             pieces.append(out.transpose(0, 1))
         rows.append(torch.cat(pieces, dim=0))
     return torch.stack(rows, dim=0)
 
 
-def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, window: int = 0) -> torch.Tensor:
+def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, window: int = 0, sinks=None):
     batch, q_len = q.shape[:2]
     kv_len = k.shape[1]
     offset = kv_len - q_len
-    gqa = q.shape[2] != k.shape[2]
     positions = torch.arange(kv_len, device=q.device)
     rows = []
     for b in range(batch):
@@ -359,13 +380,13 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, 
                     positions[k_start:k_end],
                     window,
                 )
-            out = F.scaled_dot_product_attention(
+            out = _call(
                 q[b, q_start:q_end].transpose(0, 1),
                 k[b, k_start:k_end].transpose(0, 1),
                 v[b, k_start:k_end].transpose(0, 1),
-                attn_mask=allowed,
-                scale=scale,
-                enable_gqa=gqa,
+                allowed,
+                scale,
+                sinks,
             )
             blocks.append(out.transpose(0, 1))
         rows.append(torch.cat(blocks, dim=0))
@@ -443,12 +464,23 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
     )
 
 
-def _flex_attention(q, k, v, mask: AttentionMask, scale: float) -> torch.Tensor:
+def _flex_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise RuntimeError(
             "attention backend 'flex' has no backward on CPU in torch 2.14; "
             "train with backend 'varlen' (or run flex under torch.no_grad())"
         )
+    if sinks is not None:
+        out = flex_with_sinks(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            mask.extra,
+            scale,
+            sinks,
+            compiled=_compiled_flex_attention(),
+        )
+        return out.transpose(1, 2)
     out = _compiled_flex_attention()(
         q.transpose(1, 2),
         k.transpose(1, 2),

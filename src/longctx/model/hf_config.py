@@ -31,6 +31,15 @@ def hf_config(config: ModelConfig) -> dict:
             f"export-hf does not write {family.model_type} models (model.norm_placement={config.norm_placement!r}, "
             f"model.norm_offset={config.norm_offset}): evaluate the checkpoint with longctx itself"
         )
+    for key, value, plain in (
+        ("attention_sinks", config.attention_sinks, False),
+        ("attn_temperature.type", config.attn_temperature.type, "none"),
+    ):
+        if value != plain:
+            raise CheckpointError(
+                f"cannot export model.{key}={value!r}: no config.json family longctx writes has it "
+                "(evaluate the checkpoint with longctx itself)"
+            )
     return family.write(config)
 
 

@@ -42,6 +42,7 @@ from longctx.model.attention import AttentionMask, attention, build_mask, comput
 from longctx.model.kv_cache import KVCache
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.rope import RotaryEmbedding, apply_rotary
+from longctx.model.temperature import temperature_factor
 
 __all__ = ["KVCache", "Llama"]
 
@@ -71,7 +72,9 @@ class Positions(Protocol):
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
 
 
 class PositionsProvider(Protocol):
@@ -103,8 +106,10 @@ class UnrotatedPositions:
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q, k
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return attention(q, k, v, mask=self.mask)
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return attention(q, k, v, mask=self.mask, sinks=sinks)
 
 
 @dataclass
@@ -119,8 +124,28 @@ class RotaryPositions:
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return attention(q, k, v, mask=self.mask)
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return attention(q, k, v, mask=self.mask, sinks=sinks)
+
+
+@dataclass
+class TemperedPositions:
+    """Another layer's Positions with its queries times a per-position factor [B, Tq, 1, 1]
+    after rotating (model/temperature.py); attention as the inner one's."""
+
+    inner: Positions
+    factor: torch.Tensor
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k = self.inner.rotate(q, k)
+        return (q * self.factor).to(q.dtype), k
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.inner.attend(q, k, v, sinks)
 
 
 class Attention(nn.Module):
@@ -148,6 +173,8 @@ class Attention(nn.Module):
             )
         scalar = config.query_pre_attn_scalar
         self.query_scale = (self.head_dim / scalar) ** 0.5 if scalar else 1.0
+        self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if config.attention_sinks else None
+        """gpt-oss's sink logit per query head (model/sinks.py); None without sinks."""
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -164,7 +191,7 @@ class Attention(nn.Module):
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
-        out = positions.attend(q, k, v)
+        out = positions.attend(q, k, v, self.sinks)
         return self.wo(out.reshape(batch, seq, -1))
 
 
@@ -252,6 +279,8 @@ class Llama(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
                 nn.init.constant_(module.weight, 0.0 if module.offset else 1.0)
+            if isinstance(module, Attention) and module.sinks is not None:  # as transformers' gpt-oss
+                nn.init.normal_(module.sinks, std=self.config.init_std)
 
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
         return KVCache(self.config, batch_size, max_len, device=self.tok_embeddings.weight.device)
@@ -289,6 +318,8 @@ class Llama(nn.Module):
         batch, seq = input_ids.shape
         device = input_ids.device
         backend = attention_backend or self.config.attention_backend
+        if self.config.attention_sinks and backend == "xformers":
+            raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
         if position_ids is None:
             start = kv_cache.next_position[:, None] if kv_cache is not None else 0
             position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
@@ -318,11 +349,11 @@ class Llama(nn.Module):
         dtype = compute_dtype(x.dtype, device)
         layouts = _Layouts(self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen)
         if position_method is not None:
-            _check_method_on_layers(position_method, self.layer_specs)
+            _check_method_on_layers(position_method, self.layer_specs, self.config)
         built: dict[LayerSpec, Positions] = {}
         for spec in self.layer_specs:
             if spec not in built:
-                built[spec] = layouts.positions(spec, position_method, kv_cache)
+                built[spec] = layouts.tempered(layouts.positions(spec, position_method, kv_cache), spec)
         for block, spec in zip(self.blocks, self.layer_specs, strict=True):
             positions = built[spec]
             if kv_cache is not None:
@@ -381,6 +412,21 @@ class _Layouts:
             self.angles[spec.kind] = rope(self.position_ids, self.dtype)
         return RotaryPositions(*self.angles[spec.kind], mask)
 
+    def tempered(self, positions: Positions, spec: LayerSpec) -> Positions:
+        """`positions` with the model's attention temperature where it applies to `spec`
+        (read from the config at every forward: an evaluation may override it)."""
+        config = self.model.config
+        if not config.attn_temperature.applies_to(spec.rope):
+            return positions
+        factor = temperature_factor(
+            config.attn_temperature,
+            self.position_ids,
+            window=spec.window,
+            max_position=config.max_position,
+            dtype=self.dtype,
+        )
+        return TemperedPositions(positions, factor)
+
     def mask(self, window: int, kv_cache: KVCache | None) -> AttentionMask:
         if window not in self.masks:
             documents = self.key_document_ids
@@ -392,14 +438,20 @@ class _Layouts:
         return self.masks[window]
 
 
-def _check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec]) -> None:
+def _check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec], config: ModelConfig) -> None:
     """A position method leaves sliding layers as trained: exact only if it equals RoPE at
     every distance the window holds (StRing: W <= S; ReRoPE: W <= its window, no log
-    scaling; Self-Extend: W <= its neighbour window; DCA: W <= its local window)."""
+    scaling; Self-Extend: W <= its neighbour window; DCA: W <= its local window). Methods
+    do not carry attention sinks."""
     window = max(spec.window for spec in specs)
+    name = getattr(method, "name", type(method).__name__)
+    if config.attention_sinks:
+        raise ValueError(
+            f"position method {name!r} does not carry model.attention_sinks: evaluate a model with sinks "
+            "under plain RoPE (eval.position_method.name=rope)"
+        )
     exact = getattr(method, "exact_below", None)
     if window and (exact is None or window > exact):
-        name = getattr(method, "name", type(method).__name__)
         raise ValueError(
             f"position method {name!r} changes distances below {exact}; the sliding layers' window "
             f"model.sliding_window={window} sees them: use a window <= {exact} or a method whose exact band covers it"

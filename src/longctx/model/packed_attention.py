@@ -16,6 +16,7 @@ import torch
 
 from longctx.batch import cu_seqlens, document_segments
 from longctx.model import flash
+from longctx.model.sinks import flash_with_sinks
 
 
 @dataclass
@@ -57,9 +58,13 @@ def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | 
     return _FlashSegments(cu_seqlens(q_lengths), cu_seqlens(k_lengths), max_q, max_k, flash.resolve_kernel())
 
 
-def _flash_attention(q, k, v, mask: Any, scale: float) -> torch.Tensor:
+def _flash_attention(q, k, v, mask: Any, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
     seg: _FlashSegments = mask.extra
     batch, q_len, heads, dim = q.shape
+    if sinks is not None:
+        packed = (q.reshape(-1, heads, dim), k.reshape(-1, k.shape[2], dim), v.reshape(-1, v.shape[2], dim))
+        out = flash_with_sinks(*packed, seg, _flash_window(q_len, mask.window), scale, sinks)
+        return out.reshape(batch, q_len, heads, dim)
     out, _ = flash.varlen_flash(
         q.reshape(-1, heads, dim),
         k.reshape(-1, k.shape[2], dim),

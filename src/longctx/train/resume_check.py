@@ -40,6 +40,7 @@ RESUME_FIXED = (
     "model.head_dim",  # SHAPE_FIELDS has the resolved head_size, which the saved config does not hold
     "model.rotary_fraction",
     "model.partial_rotary",
+    "model.attn_temperature",
     "model.max_position",
     "model.rope_base",
     "model.rope_scaling",

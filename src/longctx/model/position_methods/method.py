@@ -106,7 +106,11 @@ class MethodPositions:
             k = self.method.rotate_keys(k, self.position_ids)
         return q, k
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if sinks is not None:  # the model refuses first (llama._check_method_on_layers)
+            raise ValueError(f"position method {self.method.name!r} does not carry model.attention_sinks")
         return self.method(q, k, v, self.plan)
 
 
