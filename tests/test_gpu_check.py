@@ -42,7 +42,7 @@ def test_every_correctness_check_passes_on_the_flash_path_at_tiny_sizes(name, tm
 
 def test_the_in_process_checks_and_the_smoke_cover_every_check():
     names = list(gpu_check_correctness.checks(True, CPU, Path("unused")))
-    assert len(names) == 16 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
+    assert len(names) == 18 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
     # The slowest check runs last, so a part stopped at its limit keeps every other one.
     assert names[-1] == "kill + resume"
 
@@ -85,7 +85,7 @@ def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path)
     assert [row[0] for row in summary["rows"]] == ["correctness", "training", "kernels", "long-context"]
     assert all(row[1] == "ok" for row in summary["rows"]), summary["rows"]
     checks = json.loads((out / "correctness.json").read_text())
-    assert len(checks["rows"]) == 16 and all(row[1] == "passed" for row in checks["rows"]), checks["rows"]
+    assert len(checks["rows"]) == 18 and all(row[1] == "passed" for row in checks["rows"]), checks["rows"]
     for table in ("train_step", "positions_debug"):
         record = json.loads((out / f"{table}.json").read_text())
         assert record["settings"]["device"] == "CPU" and record["rows"], record

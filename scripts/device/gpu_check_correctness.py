@@ -18,7 +18,8 @@ the proof of one device session, in this order:
    fp64 reference with gradients would take minutes;
 3. `design <name> 8K` (longctx.gpu_design_checks): each attention design (sliding layers
    of window 1K with their own RoPE base, a NoPE layer, qk-norm per head and over the
-   projection, p-RoPE 0.25, partial `first` 0.5) as a whole 2-layer model with heads of 64
+   projection, p-RoPE 0.25, partial `first` 0.5, sinks on sliding and full layers, SSMax
+   temperature) as a whole 2-layer model with heads of 64
    on one row of four packed documents, bf16 autocast on the flash path against the same
    weights in float64 on dense sdpa: logits and every parameter gradient within 3e-2
    relative L2 error;

@@ -24,9 +24,12 @@ DESIGNS: dict[str, dict] = {
     "qk-norm projection": {"qk_norm": "projection"},
     "p-rope 0.25": {"rotary_fraction": 0.25, "partial_rotary": "p-rope"},
     "partial first 0.5": {"rotary_fraction": 0.5, "partial_rotary": "first"},
+    "sinks": {"attention_sinks": True, "layer_types": ["sliding", "full"]},
+    "ssmax": {"attn_temperature": {"type": "ssmax"}},
 }
 """Overrides of a 2-layer model with heads of 64 (8 query, 2 key/value heads); `sliding`
-gets a window of total / 8 (1K at 8K, 6 tokens in the smoke)."""
+and `sinks` get a window of total / 8 (1K at 8K, 6 tokens in the smoke); the sinks' own
+gradient is among the compared ones."""
 
 BF16_BOUND = 3e-2
 """Relative L2 error of bf16 autocast against float64: 8 mantissa bits (~4e-3 a rounding),
@@ -66,6 +69,8 @@ def assert_design_matches_float64(name: str, total: int, device: torch.device, b
     for parameter_name, parameter in model.named_parameters():  # norms away from 1
         if parameter_name.endswith("norm.weight"):
             parameter.data.uniform_(0.5, 1.5)
+        if parameter_name.endswith("attn.sinks"):  # near a short document's lse, so they matter
+            parameter.data.uniform_(0.0, 4.0)
     reference = copy.deepcopy(model).double()
     lengths = [total // 4, 1, total // 2, total - total // 4 - total // 2 - 1]
     documents = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])[None].to(device)
