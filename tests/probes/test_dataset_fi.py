@@ -134,3 +134,24 @@ def test_fi_of_a_jsonl_stops_at_a_bad_line_as_prepare_does(tmp_path, small_token
     tokenizer = load_tokenizer(small_tokenizer)
     numbers = json.loads((tmp_path / "out" / "fi_L16.json").read_text())
     assert numbers["tokens"] == sum(len(tokenizer.encode(text)) + 1 for text in texts)
+
+
+def test_fi_counts_what_sliding_layers_train(tmp_path, small_tokenizer, capsys):
+    """--sliding-window W (or a --config whose model slides) adds f_W, f below W: with
+    consecutive ids a sliding layer trains no distance >= W, the full layers all of them."""
+    from longctx.cli import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": "word " * n}) + "\n" for n in (3, 9, 14, 30)))
+    out = tmp_path / "out"
+    args = ["fi", str(corpus), "--window", "16", "--tokenizer", small_tokenizer, "--out", str(out)]
+    assert main([*args, "--sliding-window", "4"]) == 0
+    frequency = json.loads((out / "fi_L16.json").read_text())["frequency"]
+    natural, sliding = np.array(frequency["natural"]), np.array(frequency["natural, sliding W=4"])
+    assert np.array_equal(sliding[:4], natural[:4]) and not sliding[4:].any() and natural[4:].any()
+    beyond = natural[4:].sum() / natural.sum()
+    assert f"{100 * beyond:.1f}% of pairs at i >= W=4, trained by the full layers only" in capsys.readouterr().out
+    config = tmp_path / "model.yaml"
+    config.write_text("model:\n  global_every: 2\n  sliding_window: 8\n")
+    assert main([*args, "--config", str(config)]) == 0
+    assert "natural, sliding W=8" in json.loads((out / "fi_L16.json").read_text())["frequency"]

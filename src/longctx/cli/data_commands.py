@@ -154,9 +154,31 @@ def cmd_fi(args: argparse.Namespace) -> int:
         np.save(Path(args.out) / f"fi_{args.transform}_L{args.window}_T{target}.npy", curve)
     for line in result.summary_lines():
         print(line)
+    window = _sliding_window(args)
+    if window:
+        # The documents' ids are consecutive, so a sliding layer's f_W is f below W
+        # (probes/sliding_frequency.py); the full layers alone train i >= W.
+        for name in list(result.frequency):
+            curve = result.frequency[name]
+            result.frequency[f"{name}, sliding W={window}"] = np.where(np.arange(len(curve)) < window, curve, 0)
+            beyond = curve[window:].sum() / curve.sum() if curve.sum() else 0.0
+            print(f"{name:>12}: {100 * beyond:.1f}% of pairs at i >= W={window}, trained by the full layers only")
     numbers, figure = write_outputs(result, args.out)
     print(f"wrote {numbers} and {figure}")
     return 0
+
+
+def _sliding_window(args: argparse.Namespace) -> int:
+    """W of the model's sliding layers: --sliding-window, or the --config file's model when
+    any of its layers slides; 0 without sliding layers."""
+    if args.sliding_window:
+        return args.sliding_window
+    if not args.config:
+        return 0
+    from longctx.config import load
+
+    model = load([args.config]).model
+    return model.sliding_window if "sliding" in model.layer_kinds() else 0
 
 
 def _add_record_options(parser: argparse.ArgumentParser) -> None:
@@ -217,6 +239,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     fi.add_argument("--target-length", type=int, default=0, help="the transform's target length (default 4 x window)")
     fi.add_argument("--out", default="runs/fi", help="where the PNG and the numbers go")
+    fi.add_argument("--sliding-window", type=int, default=0, help="also f_W, what sliding layers of window W train")
+    fi.add_argument("--config", help="an experiment YAML: its model's layer pattern gives --sliding-window")
     fi.add_argument(
         "--sample",
         type=float,
