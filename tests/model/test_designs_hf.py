@@ -1,4 +1,4 @@
-"""The designs of issue 52 against transformers 5.x on random small weights copied into
+"""The attention designs (docs/design.md §5) against transformers 5.x on random small weights copied into
 longctx's model: Qwen3 (per-head qk-norm, decoupled head_dim), Phi-3 (`first` partial
 rotation, transformers' partial_rotary_factor), Llama with the `proportional` rope type
 (p-RoPE, Gemma 4's), Llama with a decoupled head_dim (also through export and import), and

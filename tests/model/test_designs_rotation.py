@@ -1,6 +1,6 @@
 """head_dim decoupled from d_model / n_heads, qk-norm (per head, whole projection) and
 partial RoPE (`first`, `p-rope`) in longctx's model, against a float64 reference written
-from the formulas (issue 52): every tensor of the model recomputed by hand (embedding,
+from the formulas (docs/design.md §5): every tensor of the model recomputed by hand (embedding,
 RMSNorm, projections, the qk-norm, the rotation as explicit channel pairs, one dense
 masked softmax per head, SwiGLU, head), forward and backward, on the CPU backends and on
 the flash path through the varlen stand-in; cached decoding, save/load, a training step,
