@@ -220,3 +220,22 @@ def cached_greedy(model, input_ids, max_new_tokens, **options):
     rows = input_ids.tolist()
     generations = generate(model, rows, max_new_tokens=max_new_tokens, batch_size=len(rows), **options)
     return torch.tensor([g.token_ids for g in generations], device=input_ids.device)
+
+
+def stepwise_logits(model, input_ids, prefill: int, document_ids=None, **options):
+    """Logits of `input_ids` [B, T] through a KV cache: the first `prefill` tokens in one
+    forward, then one token a step, concatenated ([B, T, vocab]): what must equal one full
+    forward. `options`: position_method, attention_backend."""
+    import torch
+
+    def ids_of(part):
+        return None if document_ids is None else document_ids[:, part]
+
+    with torch.no_grad():
+        cache = model.new_kv_cache(input_ids.shape[0], input_ids.shape[1])
+        first = slice(0, prefill)
+        steps = [model(input_ids[:, first], document_ids=ids_of(first), kv_cache=cache, **options)]
+        for t in range(prefill, input_ids.shape[1]):
+            step = slice(t, t + 1)
+            steps.append(model(input_ids[:, step], document_ids=ids_of(step), kv_cache=cache, **options))
+    return torch.cat(steps, dim=1)

@@ -31,6 +31,7 @@ from tests.model.helpers import (
     random_qkv,
     rerope_relative,
     self_extend_relative,
+    stepwise_logits,
     string_relative,
     two_rows,
 )
@@ -186,10 +187,7 @@ def test_cached_decoding_equals_the_full_forward(design):
     ids = torch.randint(0, 256, (2, 20))
     with torch.no_grad():
         full = model(ids)
-        cache = model.new_kv_cache(batch_size=2, max_len=20)
-        steps = [model(ids[:, :12], kv_cache=cache)]
-        steps += [model(ids[:, i : i + 1], kv_cache=cache) for i in range(12, 20)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(stepwise_logits(model, ids, 12), full, atol=TOLERANCE, rtol=0)
 
 
 @pytest.mark.parametrize("design", list(DESIGNS))
@@ -308,10 +306,7 @@ def test_model_with_a_method_decodes_as_it_prefills(design, name):
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
         full = model(ids, position_method=method)
-        cache = model.new_kv_cache(batch_size=1, max_len=40)
-        steps = [model(ids[:, :30], kv_cache=cache, position_method=method)]
-        steps += [model(ids[:, i : i + 1], kv_cache=cache, position_method=method) for i in range(30, 40)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(stepwise_logits(model, ids, 30, position_method=method), full, atol=TOLERANCE, rtol=0)
 
 
 def test_rerope_log_scaling_refuses_first_partial_rotation():

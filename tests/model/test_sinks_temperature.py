@@ -25,7 +25,7 @@ from longctx.model.temperature import temperature_factor
 from tests.helpers import packed_document_ids
 from tests.model import varlen_stand_in
 from tests.model.designs_reference import allowed, reference_logits
-from tests.model.helpers import cached_greedy, random_qkv
+from tests.model.helpers import cached_greedy, random_qkv, stepwise_logits
 
 TOLERANCE = dict(atol=1e-10, rtol=1e-10)
 """float64 on both sides: the kernels and the formula differ in summation order only."""
@@ -241,11 +241,7 @@ def test_cached_decoding_equals_the_full_forward(temperature):
     docs = packed_document_ids([9, 21])
     with torch.no_grad():
         full = model(ids, document_ids=docs)
-        cache = model.new_kv_cache(1, 30)
-        steps = [model(ids[:, :13], document_ids=docs[:, :13], kv_cache=cache)]
-        for t in range(13, 30):
-            steps.append(model(ids[:, t : t + 1], document_ids=docs[:, t : t + 1], kv_cache=cache))
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOLERANCE)
+    torch.testing.assert_close(stepwise_logits(model, ids, 13, docs), full, **TOLERANCE)
     prompt = torch.randint(0, 64, (2, 17))
     expected = greedy_generate_recompute(model, prompt, 10)
     torch.testing.assert_close(cached_greedy(model, prompt, 10), expected, atol=0, rtol=0)

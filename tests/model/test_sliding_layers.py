@@ -21,7 +21,7 @@ from longctx.model.position_methods import build_position_method
 from tests.helpers import packed_document_ids
 from tests.model import varlen_stand_in
 from tests.model.designs_reference import allowed, reference_logits
-from tests.model.helpers import cached_greedy, random_qkv
+from tests.model.helpers import cached_greedy, random_qkv, stepwise_logits
 
 TOLERANCE = dict(atol=1e-10, rtol=1e-10)
 """float64 on both sides: the kernels and the loops differ only in summation order."""
@@ -152,11 +152,7 @@ def test_cached_logits_equal_the_full_forward_with_packed_documents():
     docs = packed_document_ids([9, 21])
     with torch.no_grad():
         full = model(ids, document_ids=docs)
-        cache = model.new_kv_cache(1, 30)
-        steps = [model(ids[:, :13], document_ids=docs[:, :13], kv_cache=cache)]
-        for t in range(13, 30):
-            steps.append(model(ids[:, t : t + 1], document_ids=docs[:, t : t + 1], kv_cache=cache))
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOLERANCE)
+    torch.testing.assert_close(stepwise_logits(model, ids, 13, docs), full, **TOLERANCE)
 
 
 def test_a_sliding_layer_caches_only_its_window():
