@@ -259,12 +259,12 @@ def _debug(*overrides: str):
 def test_gradients_coexist_with_activations_unless_freed_before_the_forward():
     """Hand-worked: freed before the forward at accumulation 1, the backward holds the
     root's gradients (head, final norm, embedding) and the blocks' activations, which here
-    exceed the blocks' gradients; with accumulation, or under Lightning (zero_grad after the
-    forward), all gradients."""
+    exceed the blocks' gradients; with accumulation, or kept until after the next forward
+    (Lightning's own zero_grad), all gradients."""
     model = Llama(_debug().model)
     root = sum(p.numel() * 4 for name, p in model.named_parameters() if not name.startswith("blocks."))
     freed = estimate_memory(_debug(), 1, "32-true", cuda=False, gradients_freed_before_forward=True)
-    kept = estimate_memory(_debug(), 1, "32-true", cuda=False)
+    kept = estimate_memory(_debug(), 1, "32-true", cuda=False, gradients_freed_before_forward=False)
     accumulating = estimate_memory(
         _debug("train.global_batch_tokens=512"), 1, "32-true", cuda=False, gradients_freed_before_forward=True
     )

@@ -159,3 +159,19 @@ def test_training_forward_bounds_documents_by_the_row_length(monkeypatch, chunk)
     module.configure_model()
     module.summed_loss(batch(window=32))
     assert seen == [32]
+
+
+def test_optimizer_step_frees_the_gradients_before_the_next_forward():
+    """Lightning zeroes gradients inside the next closure, after `training_step`: without
+    freeing them at the step, the previous step's gradients would sit through the next
+    forward (the memory estimate counts only those the backward has made)."""
+    module = LanguageModelModule(load([], ["data.window=32"]))
+    module.configure_model()
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    loss_sum, _ = module.summed_loss(batch())
+    loss_sum.backward()
+    before = {name: p.detach().clone() for name, p in module.named_parameters()}
+    assert all(p.grad is not None for p in module.parameters())
+    module.optimizer_step(0, 0, optimizer)
+    assert all(p.grad is None for p in module.parameters())
+    assert any(not torch.equal(before[name], p) for name, p in module.named_parameters())  # it did step

@@ -38,12 +38,12 @@ peak, all gradients) (the second: the optimizer step). Which gradients coexist w
 activations (`gradients_at_peak`):
 
 - all of them when they outlive the forward: with gradient accumulation (earlier
-  micro-batches' gradients), and under Lightning's automatic optimisation at any
-  accumulation, which calls `zero_grad` after the first micro-batch's `training_step`,
-  before its backward, so the previous step's gradients live through that forward
-  (`longctx pretrain`);
-- where the loop frees them before the forward (`zero_grad(set_to_none=True)` first, as
-  benchmarks/train_gpu.py's step does), only those the backward has made so far: the
+  micro-batches' gradients), and in a loop that keeps the previous step's gradients until
+  after the next forward (Lightning's automatic optimisation calls `zero_grad` inside the
+  closure, after `training_step`; `gradients_freed_before_forward=False`);
+- where the loop frees them before the forward (`longctx pretrain`, whose module calls
+  `zero_grad(set_to_none=True)` right after each optimizer step, and
+  benchmarks/train_gpu.py's step), only those the backward has made so far: the
   root's (head, final norm, embedding) plus the blocks' beyond what the backward has
   released by then. The loss (its chunk's logits) is differentiated first; after k of L
   blocks' backward, k blocks' gradients and L - k blocks' activations are held, a sum
@@ -198,13 +198,13 @@ def estimate_memory(
     world_size: int,
     precision: str,
     cuda: bool = True,
-    gradients_freed_before_forward: bool = False,
+    gradients_freed_before_forward: bool = True,
 ) -> MemoryEstimate:
     """The per-device estimate of `config` at `world_size` ranks under Lightning's
     `precision` (32-true | bf16-mixed | bf16-true; resolve "auto" first), blocks compiled
-    when `train.compile`. `gradients_freed_before_forward`: the loop calls
-    `zero_grad(set_to_none=True)` before each optimizer step's first forward (a hand-written
-    step; Lightning does not, module docstring)."""
+    when `train.compile`. `gradients_freed_before_forward`: the loop frees the gradients
+    (`zero_grad(set_to_none=True)`) between an optimizer step and the next forward, as
+    `longctx pretrain` does (train/module.py); False: they live through that forward."""
     model, train = config.model, config.train
     fsdp = train.strategy == "fsdp"
     shards = world_size if fsdp else 1
