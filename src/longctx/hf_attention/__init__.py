@@ -42,11 +42,15 @@ from longctx.hf_attention.methods import (
     attention_methods,
     attention_name,
     check_model,
+    fail,
+    layer_designs,
     method_for,
     ntk_rope,
+    per_layer_type,
     resolve,
     rope_parameters,
     training_length_of,
+    with_full_rope,
     yarn_rope,
 )
 
@@ -117,7 +121,7 @@ def _set_rope(model, parameters: dict) -> None:
     rotaries = _rotary_modules(model)
     if not rotaries:
         raise HFAttentionError(f"{type(model).__name__} has no rotary embedding module to rebuild")
-    config.rope_parameters = copy.deepcopy(parameters)
+    config.rope_parameters = with_full_rope(config, parameters)
     for parent, attribute, old in rotaries:
         new = type(old)(config=config).to(old.inv_freq.device)
         setattr(parent, attribute, new)
@@ -144,7 +148,7 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
     original = getattr(config, ORIGINAL_ROPE_KEY, None)
     own_rope = copy.deepcopy(original) if isinstance(original, dict) else copy.deepcopy(rope_parameters(config))
     probe = copy.copy(config)
-    probe.rope_parameters = own_rope
+    probe.rope_parameters = with_full_rope(config, own_rope)
     check_model(probe, method, length)
     resolved = resolve(method, params, length)
     settings = {"name": method, "training_length": length, "params": resolved}
@@ -159,6 +163,13 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
             # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
             model.generation_config.disable_compile = True
         return model
+    shared = [i for i, (window, rotates) in enumerate(layer_designs(config)) if window is not None and rotates]
+    if shared and not per_layer_type(config.rope_parameters):
+        raise fail(
+            method,
+            f"layer {shared[0]} slides and rotates with the full layers' RoPE: {method} would rescale it too "
+            "(longctx's sliding layers rotate unscaled)",
+        )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
     _set_rope(model, edited)
