@@ -36,10 +36,14 @@ PARAMS = {
     "dca": {"chunk_size": 40, "local_window": 16},
     "string-repo": {"shift": 30, "local_window": 5, "compat": "repo"},
     "rope-repo": {"repo_score_scale": True},
+    "ntk": {},
+    "yarn": {},
 }
 """Exact bands >= the window 16 (StRing's S = 30, ReRoPE's window without log scaling,
 Self-Extend's neighbour window, DCA's local window); the repo temperature changes every
-distance, so it runs only on models without sliding layers."""
+distance, so it runs only on models without sliding layers; ntk and yarn (STRING §4.2's
+protocol against L = 256) rescale the full layers' RoPE only (Gemma 3's full_attention entry),
+refused where sliding layers rotate with the same RoPE (Qwen3's)."""
 TOKENS = 64
 BOUND = 5e-6
 """transformers' float32 RoPE angles in a float64 model (tests/hf_attention/test_parity.py)."""
@@ -107,10 +111,15 @@ def test_each_method_equals_longctxs_model(models, family, arm):
         with pytest.raises(ValueError, match="sliding layers' window"):
             own(tokens(), position_method=_own(own, arm))
         return
+    if family == "qwen3-sliding" and arm in ("ntk", "yarn"):
+        with pytest.raises(HFAttentionError, match=r"layer 2 slides and rotates with the full layers' RoPE"):
+            hfa.apply(model, arm)
+        return
     hfa.apply(model, method_of(arm), **PARAMS[arm])
     with torch.no_grad():
         got = model(tokens()).logits
         expected = own(tokens(), position_method=_own(own, arm))
+    hfa.apply(model, "rope")  # restores the model's own RoPE after ntk / yarn
     model.set_attn_implementation("sdpa")
     difference = (got - expected).abs().max().item()
     effect = (got - sdpa).abs().max().item()

@@ -104,11 +104,14 @@ ATTENTION_NAMES = tuple(attention_name(method) for method in attention_methods()
 
 
 def _rotary_modules(model) -> list[tuple[Any, str, Any]]:
-    """(parent, attribute, module) of every rotary embedding of the model."""
+    """(parent, attribute, module) of every rotary embedding of the model (one RoPE:
+    `inv_freq`; one per layer type, Gemma 3 and OLMo 3: `full_attention_inv_freq`)."""
     found = []
     for parent in model.modules():
         for attribute, child in parent.named_children():
-            if hasattr(child, "inv_freq") and hasattr(child, "rope_type"):
+            if hasattr(child, "rope_type") and (
+                hasattr(child, "inv_freq") or hasattr(child, "full_attention_inv_freq")
+            ):
                 found.append((parent, attribute, child))
     return found
 
@@ -123,7 +126,8 @@ def _set_rope(model, parameters: dict) -> None:
         raise HFAttentionError(f"{type(model).__name__} has no rotary embedding module to rebuild")
     config.rope_parameters = with_full_rope(config, parameters)
     for parent, attribute, old in rotaries:
-        new = type(old)(config=config).to(old.inv_freq.device)
+        device = next(iter(old.buffers())).device
+        new = type(old)(config=config).to(device)
         setattr(parent, attribute, new)
 
 
