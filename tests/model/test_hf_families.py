@@ -141,10 +141,13 @@ def test_olmo2_maps_post_norms_onto_its_names(tmp_path):
     assert block.attn.q_norm.weight.shape == (4 * 24,)
 
 
-def test_export_refuses_gemma3_in_one_line(tmp_path):
+def test_gemma3_export_refuses_what_its_config_cannot_carry_in_one_line(tmp_path):
     build("gemma3").save_pretrained(tmp_path / "in")
-    with pytest.raises(CheckpointError, match="export-hf does not write gemma3_text models"):
-        export_hf(import_hf(tmp_path / "in"), tmp_path / "out")
+    model = import_hf(tmp_path / "in")
+    model.config.mlp_activation = "silu"
+    with pytest.raises(CheckpointError, match="cannot export model.mlp_activation='silu'") as error:
+        export_hf(model, tmp_path / "out")
+    assert "\n" not in str(error.value)
 
 
 def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):
@@ -182,15 +185,19 @@ def test_gemma3_designs_matter(tmp_path):
         assert undone(lambda m: [setattr(b.mlp, "gelu", False) for b in m.blocks]) > 1e-2
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied"])
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied", "gemma3", "gemma3-scaled"])
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
+    """Gemma 3: sliding layers past their window, two RoPE bases, a linear-scaled full RoPE,
+    untied with biases; the config reads back into the same ModelConfig."""
     hf = build(kind)
     hf.save_pretrained(tmp_path / "in")
-    exported = export_hf(import_hf(tmp_path / "in"), tmp_path / "out")
+    model = import_hf(tmp_path / "in")
+    exported = export_hf(model, tmp_path / "out")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     assert type(reloaded).__name__ == type(hf).__name__
     with torch.no_grad():
         assert (reloaded(ids()).logits - hf(ids()).logits).abs().max() <= TOLERANCE
+    assert import_hf(exported).config == model.config
 
 
 @pytest.mark.parametrize(

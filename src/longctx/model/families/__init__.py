@@ -50,7 +50,7 @@ def family_for(model_type: object, source: str) -> Family:
 
 
 def family_for_export(config: ModelConfig) -> Family:
-    """The family whose config.json carries `config`'s designs: gemma3_text (not written) for
+    """The family whose config.json carries `config`'s designs: gemma3_text for
     sandwich or offset norms, olmo2 for post-norm blocks, qwen3 for per-head qk-norm,
     smollm3 for NoPE layers, else llama/qwen2 (each refuses, naming the field, what its
     config.json cannot carry)."""

@@ -112,7 +112,7 @@ def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu",
 def rope_from_hf(hf: dict, source: str, layer_type: str | None = None) -> tuple[float, RopeScaling]:
     """(base, scaling) of the full layers, or of `layer_type`'s entry where `rope_parameters`
     is keyed by layer type (Gemma 3 in transformers 5)."""
-    if "longctx_rope_scaling" in hf:
+    if "longctx_rope_scaling" in hf and layer_type in (None, "full_attention"):  # longctx's own, full layers
         return float(hf["longctx_rope_base"]), RopeScaling(**hf["longctx_rope_scaling"])
     parameters = hf.get("rope_parameters") or {}
     if layer_type is not None and layer_type in parameters:
