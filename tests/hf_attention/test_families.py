@@ -1,4 +1,4 @@
-"""longctx.hf_attention on the 2025-26 families (Qwen3, SmolLM3, Gemma 3, OLMo 2), tiny random
+"""longctx.hf_attention on the 2025-26 families (Qwen3, SmolLM3, Gemma 3, OLMo 2 and 3), tiny random
 models from transformers' own config classes (tests/model/test_hf_families.py: GQA 4/2,
 the family's norms with drawn weights, biases, tied and untied embeddings, sliding layers
 with a window of 16 below prompts of 48-64 tokens, SmolLM3's NoPE layers), float64:
@@ -24,11 +24,12 @@ from tests.model.test_hf_families import build as build_family
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2")
+FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3")
 """tests/model/test_hf_families.CASES: Qwen3 with layers 2-3 sliding (window 16), SmolLM3 with
 NoPE layers 1 and 3 (all full), SmolLM3's default layout with its NoPE layer 3 sliding,
-Gemma 3 [sliding, full] x 2 (window 16, bases 10K / 1M, query_pre_attn_scalar 20), OLMo 2."""
-SLIDING = ("qwen3-sliding", "smollm3-sliding", "gemma3")
+Gemma 3 [sliding, full] x 2 (window 16, bases 10K / 1M, query_pre_attn_scalar 20), OLMo 2,
+OLMo 3 [sliding, full] x 2 (window 16, a YaRN-scaled full RoPE)."""
+SLIDING = ("qwen3-sliding", "smollm3-sliding", "gemma3", "olmo3")
 PARAMS = {
     "string": {"shift": 30, "local_window": 5},
     "rerope": {"window": 20, "log_scale_length": -1},

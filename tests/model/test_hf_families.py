@@ -80,6 +80,26 @@ CASES = {
     # OLMo 2: qk-norm over the projections, norms after the sublayers, head_dim 24, biases.
     "olmo2": ("Olmo2", dict(head_dim=24, attention_bias=True, rope_theta=20000.0, rms_norm_eps=1e-6)),
     "olmo2-tied": ("Olmo2", dict(tie_word_embeddings=True)),
+    # OLMo 3: OLMo 2's block with [sliding, full] x 2 (window 16), two RoPE bases, a YaRN-scaled
+    # full RoPE (the long-context checkpoints'), tied, biases.
+    "olmo3": (
+        "Olmo3",
+        dict(
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                },
+            },
+        ),
+    ),
 }
 
 
@@ -148,6 +168,14 @@ def test_gemma3_export_refuses_what_its_config_cannot_carry_in_one_line(tmp_path
     with pytest.raises(CheckpointError, match="cannot export model.mlp_activation='silu'") as error:
         export_hf(model, tmp_path / "out")
     assert "\n" not in str(error.value)
+
+
+def test_olmo3_maps_its_sliding_layers_and_rope_per_layer_type(tmp_path):
+    build("olmo3").save_pretrained(tmp_path)
+    config = import_hf(tmp_path).config
+    assert config.layer_types == ["sliding", "full"] * 2 and config.sliding_window == 16
+    assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (5e5, 1e4, "yarn")
+    assert (config.norm_placement, config.qk_norm) == ("post", "projection")
 
 
 def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):
