@@ -1,4 +1,4 @@
-"""longctx.hf_attention on the 2025-26 families (Qwen3, SmolLM3, Gemma 3, OLMo 2 and 3), tiny random
+"""longctx.hf_attention on the 2025-26 families (Qwen3, SmolLM3, Gemma 3, OLMo 2 and 3, Phi-3), tiny random
 models from transformers' own config classes (tests/model/test_hf_families.py: GQA 4/2,
 the family's norms with drawn weights, biases, tied and untied embeddings, sliding layers
 with a window of 16 below prompts of 48-64 tokens, SmolLM3's NoPE layers), float64:
@@ -24,11 +24,12 @@ from tests.model.test_hf_families import build as build_family
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3")
+FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3", "phi3")
 """tests/model/test_hf_families.CASES: Qwen3 with layers 2-3 sliding (window 16), SmolLM3 with
 NoPE layers 1 and 3 (all full), SmolLM3's default layout with its NoPE layer 3 sliding,
 Gemma 3 [sliding, full] x 2 (window 16, bases 10K / 1M, query_pre_attn_scalar 20), OLMo 2,
-OLMo 3 [sliding, full] x 2 (window 16, a YaRN-scaled full RoPE)."""
+OLMo 3 [sliding, full] x 2 (window 16, a YaRN-scaled full RoPE), Phi-3 with fused projections
+and Phi-4-mini's partial RoPE (the first 12 of 16 channels rotate)."""
 SLIDING = ("qwen3-sliding", "smollm3-sliding", "gemma3", "olmo3")
 PARAMS = {
     "string": {"shift": 30, "local_window": 5},
@@ -112,6 +113,10 @@ def test_each_method_equals_longctxs_model(models, family, arm):
         with pytest.raises(ValueError, match="sliding layers' window"):
             own(tokens(), position_method=_own(own, arm))
         return
+    if family == "phi3" and arm == "yarn":
+        with pytest.raises(HFAttentionError, match="reads rope_type 'yarn' as longrope"):
+            hfa.apply(model, arm)
+        return
     if family == "qwen3-sliding" and arm in ("ntk", "yarn"):
         with pytest.raises(HFAttentionError, match=r"layer 2 slides and rotates with the full layers' RoPE"):
             hfa.apply(model, arm)
@@ -133,6 +138,34 @@ def test_a_method_narrower_than_the_window_is_refused_in_one_line(models):
     with pytest.raises(HFAttentionError, match=r"longctx_dca: .*below 8.*sliding_window=16") as error:
         hfa.apply(model, "dca", chunk_size=40, local_window=8)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides", "message"),
+    [
+        ("phi3-sliding", {}, "sliding_window=16 is shorter than the training length 256"),
+        (
+            "phi3",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": 0.75,
+                    "short_factor": [1.0] * 6,
+                    "long_factor": [2.0] * 6,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+            "rope_type 'longrope' is not supported: its frequencies change with the sequence length",
+        ),
+        ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
+    ],
+)
+def test_layouts_and_ropes_not_reproduced_are_refused_in_one_line(family, overrides, message):
+    model = build_family(family, **overrides)
+    with pytest.raises(HFAttentionError, match="") as error:
+        hfa.apply(model, "string", **PARAMS["string"])
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def generate(model, ids, mask=None, new: int = 10, **options):

@@ -46,6 +46,7 @@ from longctx.hf_attention.methods import (
     layer_designs,
     method_for,
     ntk_rope,
+    partial_rotary_factor,
     per_layer_type,
     resolve,
     rope_parameters,
@@ -167,6 +168,10 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
             # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
             model.generation_config.disable_compile = True
         return model
+    if method == "yarn" and config.model_type == "phi3":
+        raise fail(
+            method, "transformers' Phi-3 config reads rope_type 'yarn' as longrope: use ntk, or an attention method"
+        )
     shared = [i for i, (window, rotates) in enumerate(layer_designs(config)) if window is not None and rotates]
     if shared and not per_layer_type(config.rope_parameters):
         raise fail(
@@ -175,6 +180,7 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
             "(longctx's sliding layers rotate unscaled)",
         )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head_dim = int(head_dim * partial_rotary_factor(config))  # NTK's d: the rotated channels (model/rope.py)
     edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
     _set_rope(model, edited)
     setattr(config, ORIGINAL_ROPE_KEY, own_rope)

@@ -52,12 +52,12 @@ CONFIG_KEY = "longctx_position_method"
 """config attribute holding {"name", "training_length", "params"} of the applied method."""
 ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
 """config attribute holding the model's own rope parameters once ntk/yarn replaced them."""
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "olmo2", "olmo3")
-"""Families whose attention rotates q/k over every head dimension with the config's RoPE
-(or, on a NoPE layer, not at all), updates the cache, then calls the attention function
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "olmo2", "olmo3", "phi3")
+"""Families whose attention rotates q/k with the config's RoPE (every head dimension, or
+Phi-3's first partial_rotary_factor x D; on a NoPE layer, none), updates the cache, then calls the attention function
 with q [B,H,Tq,D] and the layer's cache: the whole cache on a full layer, the kept window
 plus the new keys on a sliding layer (transformers' sliding cache layers)."""
-FULL_ONLY_TYPES = ("llama", "mistral", "qwen2")
+FULL_ONLY_TYPES = ("llama", "mistral", "qwen2", "phi3")
 """Families served with full attention on every layer (their longctx import refuses sliding layers)."""
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -192,8 +192,8 @@ def check_model(config, method: str, training_length: int) -> None:
         )
     if rope_type not in ROPE_TYPES:
         raise fail(method, f"rope_type {rope_type!r} is not supported (static rope types: {ROPE_TYPES})")
-    partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
-    if partial not in (None, 1, 1.0):
+    partial = partial_rotary_factor(config)
+    if partial != 1.0 and model_type != "phi3":
         raise fail(method, f"partial_rotary_factor={partial} is not supported (RoPE over every head dimension)")
     if model_type not in FULL_ONLY_TYPES:
         return
@@ -203,12 +203,18 @@ def check_model(config, method: str, training_length: int) -> None:
     if sliding:
         raise fail(method, f"layer_types has {sliding[0]!r} layers; full attention only")
     window = getattr(config, "sliding_window", None)
-    if model_type == "mistral" and window is not None and window < training_length:
+    if model_type in ("mistral", "phi3") and window is not None and window < training_length:
         raise fail(
             method,
             f"sliding_window={window} is shorter than the training length {training_length}: "
             "the methods need full attention over the sequence",
         )
+
+
+def partial_rotary_factor(config) -> float:
+    """p of transformers' `partial_rotary_factor` (Phi-3/4: the first p x D channels rotate), 1 = all."""
+    partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    return 1.0 if partial is None else float(partial)
 
 
 def inverse_frequencies(config) -> torch.Tensor:
@@ -217,7 +223,8 @@ def inverse_frequencies(config) -> torch.Tensor:
     parameters = rope_parameters(config)
     rope_type = parameters.get("rope_type", "default")
     if rope_type == "default":
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * partial_rotary_factor(config))
         return 1.0 / (parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -323,7 +330,12 @@ def method_for(config, method: str) -> PositionMethod:
         check_model(config, method, length)
         resolved = resolve(method, params, length)
         inv_freq = inverse_frequencies(config)
-        placeholder = RotaryEmbedding(2 * inv_freq.shape[0], 10000.0, RopeScaling(), length)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        partial = partial_rotary_factor(config)
+        if partial == 1.0:
+            head_dim = 2 * inv_freq.shape[0]
+        # the builders' checks see the model's partial rotation (ReRoPE's log-n scaling is refused under it)
+        placeholder = RotaryEmbedding(head_dim, 10000.0, RopeScaling(), length, rotary_fraction=partial)
         own = longctx_method(method, resolved, placeholder)
         check_window(own, method, trained_window(config))
         _BUILT[key] = relative_method(own, inv_freq)
@@ -347,14 +359,22 @@ def ntk_rope(parameters: dict, head_dim: int, factor: float) -> dict:
     """NTK-aware scaling as rope parameters: the default type with base * a^(d/(d-2))
     (longctx's `ntk`, exported the same way by model/hf_config.py)."""
     base = parameters["rope_theta"]
-    return {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
+    edited = {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
+    return _keep_partial(parameters, edited)
+
+
+def _keep_partial(parameters: dict, edited: dict) -> dict:
+    """`edited` with the model's partial_rotary_factor, where it has one (Phi-3/4)."""
+    if parameters.get("partial_rotary_factor") not in (None, 1, 1.0):
+        edited["partial_rotary_factor"] = parameters["partial_rotary_factor"]
+    return edited
 
 
 def yarn_rope(parameters: dict, resolved: dict) -> dict:
     """YaRN as rope parameters (transformers' `yarn`: the same ramp and 0.1 ln(s) + 1)."""
     if not math.isfinite(resolved["factor"]):
         raise fail("yarn", f"factor={resolved['factor']} is not finite")
-    return {
+    edited = {
         "rope_type": "yarn",
         "rope_theta": parameters["rope_theta"],
         "factor": float(resolved["factor"]),
@@ -362,3 +382,4 @@ def yarn_rope(parameters: dict, resolved: dict) -> dict:
         "beta_fast": float(resolved["beta_fast"]),
         "beta_slow": float(resolved["beta_slow"]),
     }
+    return _keep_partial(parameters, edited)

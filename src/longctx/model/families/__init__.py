@@ -17,11 +17,12 @@ from longctx.model.families.gemma3 import GEMMA3_TEXT
 from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
 from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.olmo3 import OLMO3
+from longctx.model.families.phi3 import PHI3
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 
 FAMILIES: dict[str, Family] = {
-    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2, OLMO3)
+    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2, OLMO3, PHI3)
 }
 
 REFUSED_TYPES = {
@@ -33,7 +34,6 @@ REFUSED_TYPES = {
     "llama4_text": "a mixture of experts with chunked attention and interleaved RoPE pairs (out of scope)",
     "gemma3": "a vision-language model: import its text model (model_type gemma3_text)",
     "gemma2": "attention and final logit soft-capping (not reproduced)",
-    "phi3": "not mapped yet (fused qkv_proj / gate_up_proj, longrope)",
 }
 """model_types refused by name, with why (anything else: not a known family)."""
 

@@ -59,6 +59,9 @@ class Family:
     """One line per refusal (field: why), for the docs and `longctx` messages."""
     write: Callable[[ModelConfig], dict] | None = None
     """ModelConfig -> config.json values for export (refusing what it cannot carry); None: not written."""
+    fused: Callable[[str, ModelConfig], tuple[int, int] | None] | None = None
+    """Where layer_names maps several of ours onto one HF tensor (Phi-3's qkv_proj,
+    gate_up_proj): our per-layer name, config -> its rows [start, stop) of that tensor."""
 
     def hf_name(self, name: str) -> str:
         """Our parameter name -> this family's HF name."""
@@ -66,6 +69,12 @@ class Family:
             return TOP_NAMES[name]
         _, layer, rest = name.split(".", 2)  # blocks.{i}.rest
         return f"model.layers.{layer}.{self.layer_names[rest]}"
+
+    def rows(self, name: str, config: ModelConfig) -> tuple[int, int] | None:
+        """Our tensor's rows [start, stop) of its HF tensor when that tensor is fused, else None."""
+        if self.fused is None or name in TOP_NAMES:
+            return None
+        return self.fused(name.split(".", 2)[2], config)
 
 
 def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
