@@ -203,3 +203,83 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
     _, static_scores = generate(model, ids, mask, cache_implementation="static")
     assert (static_scores - scores).abs().max() <= 1e-5
     model.set_attn_implementation("sdpa")
+
+
+def gpt_oss():
+    """A tiny gpt-oss (4 experts, 2 per token): sinks on every layer, [sliding, full] x 2 with
+    a window of 16, YaRN with truncate false, GQA 4/2, q/k/v/o biases; eager in float64
+    (transformers' gpt-oss has no sdpa)."""
+    import transformers
+
+    config = transformers.GptOssConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        max_position_embeddings=256,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+        initializer_range=0.1,
+        pad_token_id=0,
+        eos_token_id=None,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    config._experts_implementation = "eager"  # grouped_mm has no float64
+    model = transformers.GptOssForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("bias", "sinks")) or "norm" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.5)
+    model = model.double()
+    model.set_attn_implementation("eager")
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def test_gpt_oss_runs_longctx_rope_with_its_sinks_and_refuses_the_methods_in_one_line():
+    """longctx_rope equals eager (float64) with the sinks in every softmax and sliding caches
+    that keep 15 keys; cached generate equals a full forward, padded rows their rows alone;
+    a method that moves positions is refused (the sinks would need its passes' merge)."""
+    model = gpt_oss()
+    with torch.no_grad():
+        eager = model(tokens()).logits
+        model.model.layers[0].self_attn.sinks.zero_()
+        without_sinks = model(tokens()).logits
+    model = gpt_oss()
+    assert (eager - without_sinks).abs().max() > 1e-2  # the sinks matter here
+    hfa.apply(model, "rope")
+    with torch.no_grad():
+        assert (model(tokens()).logits - eager).abs().max() <= 1e-10
+    rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
+    ids = torch.zeros(2, 56, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for index, row in enumerate(rows):
+        ids[index, 56 - len(row) :], mask[index, 56 - len(row) :] = row, 1
+    sequences, scores = generate(model, ids, mask)
+    with torch.no_grad():
+        full = model(sequences[:1]).logits[0, 55:-1].float().double()
+    assert (scores[0] - full).abs().max() <= 1e-5
+    alone_sequences, alone_scores = generate(model, rows[1][None])
+    assert torch.equal(sequences[1, 56:], alone_sequences[0, 40:])
+    assert (scores[1] - alone_scores[0]).abs().max() <= 1e-5
+    _, static_scores = generate(model, ids, mask, cache_implementation="static")
+    assert (static_scores - scores).abs().max() <= 1e-5
+    with pytest.raises(HFAttentionError, match="longctx_string: gpt-oss's attention sinks") as error:
+        hfa.apply(model, "string", **PARAMS["string"])
+    assert "\n" not in str(error.value)
