@@ -1,4 +1,4 @@
-"""StRing and the other position methods inside any Llama-family Hugging Face model.
+"""StRing and the other position methods inside Llama-family and 2025-26 Hugging Face models.
 
     import longctx.hf_attention as hfa          # registers longctx_rope, longctx_string, longctx_rerope,
                                                 # longctx_self_extend, longctx_dca (attention + mask)
@@ -11,14 +11,18 @@ transformers' official extension points (`AttentionInterface`, `AttentionMaskInt
 transformers 5.23): every `generate` (DynamicCache, StaticCache, left padding), pipeline,
 lm-eval `hf` run or training script that loads the model with one of these names runs
 longctx's own kernels (model/position_methods: blockwise pure torch on CPU, the varlen
-flash passes on CUDA) with a compact mask and one position plan per forward (kernel.py).
+flash passes on CUDA) with a compact mask and one position plan per layer type per forward
+(kernel.py).
 Parameters are `eval.position_method.<method>.*` with longctx's defaults, resolved against
 the training length L = max_position_embeddings (`training_length=` overrides it), the
-baselines by STRING §4.2's protocol (methods.py). llama, mistral and qwen2 models with a
-static RoPE (default, linear, llama3, yarn) are served; anything the functions cannot
-reproduce exactly is refused in one line (errors.HFAttentionError): a sliding window
-shorter than the sequence, paged / continuous-batching caches, dynamic and longrope RoPE,
-another attention family, padding between tokens, unknown or out-of-range parameters.
+baselines by STRING §4.2's protocol (methods.py). llama, mistral, qwen2, qwen3, smollm3,
+gemma3_text, olmo2, olmo3 and phi3 models with a static RoPE (default, linear, llama3, yarn)
+are served, gpt-oss under `longctx_rope`; the method runs on the full layers that rotate,
+sliding and NoPE layers attend as trained (docs/design.md §8). Anything the functions
+cannot reproduce exactly is refused in one line (errors.HFAttentionError): a window on every
+layer shorter than the sequence, a method narrower than a hybrid's window, paged /
+continuous-batching caches, dynamic and longrope RoPE, soft-capping, another attention
+family, padding between tokens, unknown or out-of-range parameters.
 
 This package is the only part of longctx's library that needs transformers for the
 methods (the `hf` extra); nothing else imports it, so `import longctx` stays free of it.
@@ -133,7 +137,7 @@ def _set_rope(model, parameters: dict) -> None:
 
 
 def apply(model, method: str, *, training_length: int | None = None, **params: Any):
-    """Run `method` in `model` (a transformers llama / mistral / qwen2 model); returns it.
+    """Run `method` in `model` (a transformers model of methods.MODEL_TYPES); returns it.
 
     `params` are longctx's (`eval.position_method.<method>.*`: string shift, shift_ratio,
     local_window, compat; rerope window, log_scale_length; self_extend neighbor_window,
