@@ -196,6 +196,13 @@ def test_olmo3_maps_its_sliding_layers_and_rope_per_layer_type(tmp_path):
     assert config.layer_types == ["sliding", "full"] * 2 and config.sliding_window == 16
     assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (5e5, 1e4, "yarn")
     assert (config.norm_placement, config.qk_norm) == ("post", "projection")
+    # transformers 4.x's form: one rope_theta for both types, rope_scaling on the full layers only.
+    values = json.loads((tmp_path / "config.json").read_text())
+    values.pop("rope_parameters")
+    legacy = {**values, "rope_theta": 5e5, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    config = import_hf(tmp_path).config
+    assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (5e5, 5e5, "yarn")
 
 
 def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):

@@ -26,7 +26,8 @@ FAMILIES: dict[str, Family] = {
 }
 
 REFUSED_TYPES = {
-    "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer)",
+    "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer; longctx.hf_attention runs it "
+    "with longctx_rope)",
     "qwen3_moe": "a mixture of experts (longctx's model has one dense MLP per layer)",
     "qwen2_moe": "a mixture of experts (longctx's model has one dense MLP per layer)",
     "mixtral": "a mixture of experts (longctx's model has one dense MLP per layer)",
