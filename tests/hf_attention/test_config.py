@@ -113,17 +113,18 @@ def test_refusals_name_their_reason():
 
 
 def test_another_attention_family_is_refused():
-    config = transformers.Phi3Config(
+    config = transformers.Gemma2Config(
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=1,
         num_attention_heads=2,
+        head_dim=16,
         max_position_embeddings=128,
         pad_token_id=0,
     )
-    model = transformers.Phi3ForCausalLM(config)
-    refusal(lambda: hfa.apply(model, "string", shift=40, local_window=8), "model_type 'phi3' is not supported")
+    model = transformers.Gemma2ForCausalLM(config)
+    refusal(lambda: hfa.apply(model, "string", shift=40, local_window=8), "model_type 'gemma2' is not supported")
 
 
 def test_inputs_it_cannot_serve_are_refused():

@@ -80,6 +80,31 @@ CASES = {
     # OLMo 2: qk-norm over the projections, norms after the sublayers, head_dim 24, biases.
     "olmo2": ("Olmo2", dict(head_dim=24, attention_bias=True, rope_theta=20000.0, rms_norm_eps=1e-6)),
     "olmo2-tied": ("Olmo2", dict(tie_word_embeddings=True)),
+    # Phi-3/4: fused qkv_proj and gate_up_proj, Phi-4-mini's partial RoPE (0.75 of 16 channels), untied.
+    "phi3": ("Phi3", dict(partial_rotary_factor=0.75, rope_theta=20000.0, tie_word_embeddings=False)),
+    # Phi-3-mini-4k's every-layer window (2,047 of 4,096 there; 16 here), tied.
+    # (no eos: HF's min_new_tokens bans it, longctx's greedy helper does not, and this model picks it)
+    "phi3-sliding": ("Phi3", dict(sliding_window=16, tie_word_embeddings=True, eos_token_id=None)),
+    # OLMo 3: OLMo 2's block with [sliding, full] x 2 (window 16), two RoPE bases, a YaRN-scaled
+    # full RoPE (the long-context checkpoints'), tied, biases.
+    "olmo3": (
+        "Olmo3",
+        dict(
+            sliding_window=16,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500000.0,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                },
+            },
+        ),
+    ),
 }
 
 
@@ -141,10 +166,43 @@ def test_olmo2_maps_post_norms_onto_its_names(tmp_path):
     assert block.attn.q_norm.weight.shape == (4 * 24,)
 
 
-def test_export_refuses_gemma3_in_one_line(tmp_path):
+def test_gemma3_export_refuses_what_its_config_cannot_carry_in_one_line(tmp_path):
     build("gemma3").save_pretrained(tmp_path / "in")
-    with pytest.raises(CheckpointError, match="export-hf does not write gemma3_text models"):
-        export_hf(import_hf(tmp_path / "in"), tmp_path / "out")
+    model = import_hf(tmp_path / "in")
+    model.config.mlp_activation = "silu"
+    with pytest.raises(CheckpointError, match="cannot export model.mlp_activation='silu'") as error:
+        export_hf(model, tmp_path / "out")
+    assert "\n" not in str(error.value)
+
+
+def test_phi3_reads_its_fused_projections_by_rows(tmp_path):
+    hf = build("phi3")
+    hf.save_pretrained(tmp_path)
+    model = import_hf(tmp_path)
+    assert (model.config.rotary_fraction, model.config.partial_rotary) == (0.75, "first")
+    fused = hf.model.layers[1].self_attn.qkv_proj.weight
+    assert torch.equal(model.blocks[1].attn.wk.weight, fused[64:96])
+    assert torch.equal(model.blocks[1].mlp.up.weight, hf.model.layers[1].mlp.gate_up_proj.weight[96:])
+    weights = dict(__import__("safetensors.torch", fromlist=["load_file"]).load_file(tmp_path / "model.safetensors"))
+    weights["model.layers.0.self_attn.qkv_proj.weight"] = weights["model.layers.0.self_attn.qkv_proj.weight"][:-1]
+    __import__("safetensors.torch", fromlist=["save_file"]).save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"qkv_proj.weight has shape \(127, 64\), expected \(128, 64\)"):
+        import_hf(tmp_path)
+
+
+def test_olmo3_maps_its_sliding_layers_and_rope_per_layer_type(tmp_path):
+    build("olmo3").save_pretrained(tmp_path)
+    config = import_hf(tmp_path).config
+    assert config.layer_types == ["sliding", "full"] * 2 and config.sliding_window == 16
+    assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (5e5, 1e4, "yarn")
+    assert (config.norm_placement, config.qk_norm) == ("post", "projection")
+    # transformers 4.x's form: one rope_theta for both types, rope_scaling on the full layers only.
+    values = json.loads((tmp_path / "config.json").read_text())
+    values.pop("rope_parameters")
+    legacy = {**values, "rope_theta": 5e5, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    config = import_hf(tmp_path).config
+    assert (config.rope_base, config.sliding_rope_base, config.rope_scaling.type) == (5e5, 5e5, "yarn")
 
 
 def test_gemma3_maps_its_designs_from_either_config_form(tmp_path):
@@ -182,15 +240,19 @@ def test_gemma3_designs_matter(tmp_path):
         assert undone(lambda m: [setattr(b.mlp, "gelu", False) for b in m.blocks]) > 1e-2
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied"])
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied", "gemma3", "gemma3-scaled"])
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
+    """Gemma 3: sliding layers past their window, two RoPE bases, a linear-scaled full RoPE,
+    untied with biases; the config reads back into the same ModelConfig."""
     hf = build(kind)
     hf.save_pretrained(tmp_path / "in")
-    exported = export_hf(import_hf(tmp_path / "in"), tmp_path / "out")
+    model = import_hf(tmp_path / "in")
+    exported = export_hf(model, tmp_path / "out")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     assert type(reloaded).__name__ == type(hf).__name__
     with torch.no_grad():
         assert (reloaded(ids()).logits - hf(ids()).logits).abs().max() <= TOLERANCE
+    assert import_hf(exported).config == model.config
 
 
 @pytest.mark.parametrize(
@@ -200,6 +262,11 @@ def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
         ("qwen3", {"layer_types": ["full_attention"] * 3 + ["sliding_attention"]}, "use_sliding_window=false"),
         ("qwen3", {"model_type": "qwen3_moe"}, "model_type 'qwen3_moe' is not supported: a mixture of experts"),
         ("qwen3", {"model_type": "gpt_oss"}, "model_type 'gpt_oss' is not supported: a mixture of experts"),
+        (
+            "phi3",
+            {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 6}},
+            "rope_type='longrope' is not supported: transformers' longrope switches short/long factors per forward",
+        ),
     ],
 )
 def test_refusals_name_the_field_in_one_line(tmp_path, kind, fields, message):

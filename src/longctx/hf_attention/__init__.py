@@ -1,4 +1,4 @@
-"""StRing and the other position methods inside any Llama-family Hugging Face model.
+"""StRing and the other position methods inside Llama-family and 2025-26 Hugging Face models.
 
     import longctx.hf_attention as hfa          # registers longctx_rope, longctx_string, longctx_rerope,
                                                 # longctx_self_extend, longctx_dca (attention + mask)
@@ -11,14 +11,18 @@ transformers' official extension points (`AttentionInterface`, `AttentionMaskInt
 transformers 5.23): every `generate` (DynamicCache, StaticCache, left padding), pipeline,
 lm-eval `hf` run or training script that loads the model with one of these names runs
 longctx's own kernels (model/position_methods: blockwise pure torch on CPU, the varlen
-flash passes on CUDA) with a compact mask and one position plan per forward (kernel.py).
+flash passes on CUDA) with a compact mask and one position plan per layer type per forward
+(kernel.py).
 Parameters are `eval.position_method.<method>.*` with longctx's defaults, resolved against
 the training length L = max_position_embeddings (`training_length=` overrides it), the
-baselines by STRING §4.2's protocol (methods.py). llama, mistral and qwen2 models with a
-static RoPE (default, linear, llama3, yarn) are served; anything the functions cannot
-reproduce exactly is refused in one line (errors.HFAttentionError): a sliding window
-shorter than the sequence, paged / continuous-batching caches, dynamic and longrope RoPE,
-another attention family, padding between tokens, unknown or out-of-range parameters.
+baselines by STRING §4.2's protocol (methods.py). llama, mistral, qwen2, qwen3, smollm3,
+gemma3_text, olmo2, olmo3 and phi3 models with a static RoPE (default, linear, llama3, yarn)
+are served, gpt-oss under `longctx_rope`; the method runs on the full layers that rotate,
+sliding and NoPE layers attend as trained (docs/design.md §8). Anything the functions
+cannot reproduce exactly is refused in one line (errors.HFAttentionError): a window on every
+layer shorter than the sequence, a method narrower than a hybrid's window, paged /
+continuous-batching caches, dynamic and longrope RoPE, soft-capping, another attention
+family, padding between tokens, unknown or out-of-range parameters.
 
 This package is the only part of longctx's library that needs transformers for the
 methods (the `hf` extra); nothing else imports it, so `import longctx` stays free of it.
@@ -42,11 +46,16 @@ from longctx.hf_attention.methods import (
     attention_methods,
     attention_name,
     check_model,
+    fail,
+    layer_designs,
     method_for,
     ntk_rope,
+    partial_rotary_factor,
+    per_layer_type,
     resolve,
     rope_parameters,
     training_length_of,
+    with_full_rope,
     yarn_rope,
 )
 
@@ -100,11 +109,14 @@ ATTENTION_NAMES = tuple(attention_name(method) for method in attention_methods()
 
 
 def _rotary_modules(model) -> list[tuple[Any, str, Any]]:
-    """(parent, attribute, module) of every rotary embedding of the model."""
+    """(parent, attribute, module) of every rotary embedding of the model (one RoPE:
+    `inv_freq`; one per layer type, Gemma 3 and OLMo 3: `full_attention_inv_freq`)."""
     found = []
     for parent in model.modules():
         for attribute, child in parent.named_children():
-            if hasattr(child, "inv_freq") and hasattr(child, "rope_type"):
+            if hasattr(child, "rope_type") and (
+                hasattr(child, "inv_freq") or hasattr(child, "full_attention_inv_freq")
+            ):
                 found.append((parent, attribute, child))
     return found
 
@@ -117,14 +129,15 @@ def _set_rope(model, parameters: dict) -> None:
     rotaries = _rotary_modules(model)
     if not rotaries:
         raise HFAttentionError(f"{type(model).__name__} has no rotary embedding module to rebuild")
-    config.rope_parameters = copy.deepcopy(parameters)
+    config.rope_parameters = with_full_rope(config, parameters)
     for parent, attribute, old in rotaries:
-        new = type(old)(config=config).to(old.inv_freq.device)
+        device = next(iter(old.buffers())).device
+        new = type(old)(config=config).to(device)
         setattr(parent, attribute, new)
 
 
 def apply(model, method: str, *, training_length: int | None = None, **params: Any):
-    """Run `method` in `model` (a transformers llama / mistral / qwen2 model); returns it.
+    """Run `method` in `model` (a transformers model of methods.MODEL_TYPES); returns it.
 
     `params` are longctx's (`eval.position_method.<method>.*`: string shift, shift_ratio,
     local_window, compat; rerope window, log_scale_length; self_extend neighbor_window,
@@ -144,7 +157,7 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
     original = getattr(config, ORIGINAL_ROPE_KEY, None)
     own_rope = copy.deepcopy(original) if isinstance(original, dict) else copy.deepcopy(rope_parameters(config))
     probe = copy.copy(config)
-    probe.rope_parameters = own_rope
+    probe.rope_parameters = with_full_rope(config, own_rope)
     check_model(probe, method, length)
     resolved = resolve(method, params, length)
     settings = {"name": method, "training_length": length, "params": resolved}
@@ -159,7 +172,19 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
             # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
             model.generation_config.disable_compile = True
         return model
+    if method == "yarn" and config.model_type == "phi3":
+        raise fail(
+            method, "transformers' Phi-3 config reads rope_type 'yarn' as longrope: use ntk, or an attention method"
+        )
+    shared = [i for i, (window, rotates) in enumerate(layer_designs(config)) if window is not None and rotates]
+    if shared and not per_layer_type(config.rope_parameters):
+        raise fail(
+            method,
+            f"layer {shared[0]} slides and rotates with the full layers' RoPE: {method} would rescale it too "
+            "(longctx's sliding layers rotate unscaled)",
+        )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head_dim = int(head_dim * partial_rotary_factor(config))  # NTK's d: the rotated channels (model/rope.py)
     edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
     _set_rope(model, edited)
     setattr(config, ORIGINAL_ROPE_KEY, own_rope)

@@ -1,18 +1,25 @@
 """The attention and mask functions transformers calls for `longctx_<method>`.
 
-Per forward, transformers calls the mask function once (`create_causal_mask`) and hands
-what it returns to every layer. Ours returns a `CompactMask`: the 2D key validity (None
-when no key is padding), the query offset in the cache and the mask's kind, never a
-[B, 1, Tq, Tk] tensor; the first layer builds the method's `PositionPlan` from it and
-keeps it there for the other layers (`ForwardPlan`), so the plan is built once per forward.
+Per forward, transformers calls the mask function once per layer type (`create_causal_mask`
+for the full layers, `create_sliding_window_causal_mask` for the sliding ones of a hybrid
+model) and hands what it returns to every layer of that type. Ours returns a `CompactMask`:
+the 2D key validity (None when no key is padding), the query offset in the cache, the
+first cache slot the layer's keys start at (`kv_offset`: a sliding cache layer keeps only
+its window), the window and the mask's kind, never a [B, 1, Tq, Tk] tensor. The first
+layer of each design builds its plan from it and keeps it there for the others
+(`ForwardPlan`): one plan per forward for the layers the method runs on (full layers that
+rotate) and one masked-attention layout for the layers it leaves as trained (sliding
+layers, NoPE layers; docs/design.md §8, as longctx's own model does).
 
-Every layer then calls `attention(module, q, k, v, mask, scaling=, position_ids=, ...)`
-with q [B, H, Tq, D] rotated at the queries' positions and k/v [B, Hkv, Tk, D] the whole
-cache (keys rotated at their own positions), and gets longctx's own kernels: the
-PositionMethod's passes (blockwise pure torch on CPU, the varlen flash passes on CUDA in
-fp16/bf16), on relative rotations (methods.py).
+Every layer then calls `attention(module, q, k, v, mask, scaling=, position_ids=,
+sliding_window=, ...)` with q [B, H, Tq, D] rotated at the queries' positions and k/v
+[B, Hkv, Tk, D] the layer's cache (keys rotated at their own positions; on a sliding layer
+slots [kv_offset, kv_offset + Tk)), and gets longctx's own kernels: the PositionMethod's
+passes (blockwise pure torch on CPU, the varlen flash passes on CUDA in fp16/bf16), on
+relative rotations (methods.py), or longctx's masked attention (with the window, and
+gpt-oss-style sinks `s_aux`) on a layer the method leaves as trained.
 
-Keys, positions and documents (`forward_plan`): the queries are the cache slots
+Keys, positions and documents (`key_layout`): the queries are the cache slots
 [q_offset, q_offset + Tq); slots after them (a StaticCache's empty tail) are cut off. A
 cached key's position is the first query's position minus its distance in slots, so the
 valid keys of a row must be one run (left padding for generate, right padding for
@@ -31,7 +38,7 @@ import torch
 from longctx.batch import document_start_index
 from longctx.hf_attention.methods import fail, method_for
 from longctx.model import flash
-from longctx.model.attention import HALF_DTYPES
+from longctx.model.attention import HALF_DTYPES, AttentionMask, build_mask
 from longctx.model.attention import attention as longctx_attention
 from longctx.model.position_methods import PositionMethod, PositionPlan
 
@@ -41,8 +48,7 @@ REFUSED_KWARGS = {
     "read_index": "a paged cache (continuous batching)",
     "block_table": "a paged cache (continuous batching)",
     "softcap": "attention logit soft-capping",
-    "s_aux": "attention sinks",
-    "sinks": "attention sinks",
+    "sinks": "attention sinks passed as `sinks` (gpt-oss passes them as `s_aux`)",
 }
 """Keyword arguments of attention calls that these functions cannot honour."""
 
@@ -59,8 +65,10 @@ class CompactMask:
     kv_offset: int
     kind: str
     """The mask function transformers asked for: 'causal', 'and' (packed or sliding), 'other'."""
-    plans: dict[str, ForwardPlan] = field(default_factory=dict)
-    """The forward's plan, built by the first layer."""
+    window: int | None = None
+    """The sliding window of a `create_sliding_window_causal_mask` mask (its `local_size`)."""
+    plans: dict[tuple[str, str], ForwardPlan] = field(default_factory=dict)
+    """The forward's plans by (method, 'method' | 'trained'), each built by its first layer."""
     ndim = 4
     """transformers reads `ndim` of a mask it is handed back (generate with a StaticCache)."""
 
@@ -97,7 +105,10 @@ def mask_function(name: str):
             kind = "causal"
         elif getattr(mask_function, "__qualname__", "").startswith("and_masks"):
             kind = "and"
-        return CompactMask(padding, int(q_offset), q_length, int(kv_offset), kind)
+        window = kwargs.get("local_size")
+        return CompactMask(
+            padding, int(q_offset), q_length, int(kv_offset), kind, None if window is None else int(window)
+        )
 
     compact_mask.__name__ = compact_mask.__qualname__ = f"longctx_{name}_mask"
     return compact_mask
@@ -105,11 +116,14 @@ def mask_function(name: str):
 
 @dataclass
 class ForwardPlan:
-    """One forward's keys and plan, shared by every layer."""
+    """One forward's keys and plan, shared by the layers of one design."""
 
     end: int
-    """Keys used: cache slots [0, end)."""
-    plan: PositionPlan
+    """Keys used: the first `end` keys the layer is handed."""
+    plan: PositionPlan | None
+    """The method's plan (the layers it runs on), None on a layer left as trained."""
+    mask: AttentionMask | None = None
+    """The masked-attention layout of a layer left as trained."""
 
 
 def backend_for(device: torch.device, dtype: torch.dtype) -> str:
@@ -183,6 +197,55 @@ def forward_plan(
     return ForwardPlan(end, plan)
 
 
+def trained_plan(
+    name: str,
+    mask: CompactMask,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    sliding_window: int | None,
+) -> ForwardPlan:
+    """The layout of a layer the method leaves as trained: causal, document-masked attention
+    over the keys it is handed (cache slots [kv_offset, q_offset + Tq)), within the window
+    on a sliding layer (key j seen by query i iff i - j < W, transformers' convention)."""
+    batch, _, q_len, _ = query.shape
+    end = mask.q_offset + q_len
+    used = end - mask.kv_offset
+    if mask.kv_offset < 0 or key.shape[2] < used:
+        raise fail(
+            name, f"the layer holds {key.shape[2]} keys from slot {mask.kv_offset}, the queries end at slot {end}"
+        )
+    if mask.window is not None and mask.window != sliding_window:
+        raise fail(name, f"a sliding mask of window {mask.window} handed to a layer of window {sliding_window}")
+    if mask.kv_offset and sliding_window is None:
+        raise fail(name, f"a full layer's cache that drops keys (kv_offset={mask.kv_offset}) is not supported")
+    _, documents = key_layout(mask, position_ids, batch, q_len, query.device, name)
+    packed = mask.q_offset == 0 and bool((documents[:, -1] > 0).any()) and mask.padding is None
+    if mask.kind == "other" or (mask.kind == "and" and not packed and mask.window is None):
+        raise fail(name, "a custom mask function (or/and masks, block overlays) is not supported")
+    layout = build_mask(
+        documents[:, mask.kv_offset :],
+        q_len,
+        backend_for(query.device, query.dtype),
+        dtype=query.dtype,
+        window=sliding_window or 0,
+    )
+    return ForwardPlan(used, None, layout)
+
+
+def trained_as_is(module: torch.nn.Module, sliding_window: int | None) -> bool:
+    """A layer the methods leave as trained: a sliding layer of a hybrid model (its type in
+    `layer_types`) or a NoPE layer (`use_rope` false: SmolLM3). A model whose every layer
+    passes a window (Mistral) runs the method on them within the window (forward_plan)."""
+    if not getattr(module, "use_rope", True):
+        return True
+    types = getattr(module.config, "layer_types", None)
+    index = getattr(module, "layer_idx", None)
+    return (
+        sliding_window is not None and types is not None and index is not None and types[index] == "sliding_attention"
+    )
+
+
 def attention_function(name: str):
     """The AttentionInterface function of longctx_<name>."""
 
@@ -211,16 +274,34 @@ def attention_function(name: str):
                 "create_causal_mask (a family whose attention does not follow the standard call), or was given a 4D mask",
             )
         method = method_for(module.config, name)
-        state = attention_mask.plans.get(name)
+        sinks = kwargs.get("s_aux")
+        trained = trained_as_is(module, sliding_window)
+        if trained and sliding_window is not None and sliding_window > method.exact_below:
+            raise fail(
+                name, f"the method changes distances below {method.exact_below}; the window {sliding_window} sees them"
+            )
+        plan_key = (name, "trained" if trained else "method")
+        state = attention_mask.plans.get(plan_key)
         if state is None:
-            state = forward_plan(method, name, attention_mask, query, key, position_ids, sliding_window)
-            attention_mask.plans[name] = state
+            if trained:
+                state = trained_plan(name, attention_mask, query, key, position_ids, sliding_window)
+            else:
+                state = forward_plan(method, name, attention_mask, query, key, position_ids, sliding_window)
+            attention_mask.plans[plan_key] = state
         q = query.transpose(1, 2)
         k = key[:, :, : state.end].transpose(1, 2)
         v = value[:, :, : state.end].transpose(1, 2)
+        scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+        if state.plan is None:  # a layer left as trained: plain masked attention, sinks included
+            return longctx_attention(q, k, v, mask=state.mask, scale=scale, sinks=sinks), None
         if state.plan.mask is not None and method.rotation_free:  # one pass at own positions (rope): no rotation
-            scale = (q.shape[-1] ** -0.5 if scaling is None else scaling) * method.score_multiplier
-            return longctx_attention(q, k, v, mask=state.plan.mask, scale=scale), None
+            return longctx_attention(
+                q, k, v, mask=state.plan.mask, scale=scale * method.score_multiplier, sinks=sinks
+            ), None
+        if sinks is not None:
+            raise fail(
+                name, "attention sinks (s_aux) are not carried by the method's passes: run longctx_rope on this model"
+            )
         return method(q, k, v, state.plan, scale=scaling), None
 
     attention.__name__ = attention.__qualname__ = f"longctx_{name}_attention"

@@ -20,6 +20,7 @@ model's rotary embedding.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -51,9 +52,16 @@ CONFIG_KEY = "longctx_position_method"
 """config attribute holding {"name", "training_length", "params"} of the applied method."""
 ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
 """config attribute holding the model's own rope parameters once ntk/yarn replaced them."""
-MODEL_TYPES = ("llama", "mistral", "qwen2")
-"""Families whose attention rotates every head dimension with the config's RoPE, updates
-the cache, then calls the attention function with q [B,H,Tq,D] and the whole cache."""
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_oss")
+"""Families whose attention rotates q/k with the config's RoPE (every head dimension, or
+Phi-3's first partial_rotary_factor x D; on a NoPE layer, none), updates the cache, then calls the attention function
+with q [B,H,Tq,D] and the layer's cache: the whole cache on a full layer, the kept window
+plus the new keys on a sliding layer (transformers' sliding cache layers). gpt-oss (its
+experts computed by transformers) hands its sinks as `s_aux`: longctx_rope only."""
+FULL_ONLY_TYPES = ("llama", "mistral", "qwen2", "phi3")
+"""Families served with full attention on every layer (their longctx import refuses sliding layers)."""
+FULL = "full_attention"
+SLIDING = "sliding_attention"
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 """Rope types whose frequencies are fixed by the config (static)."""
 
@@ -114,14 +122,52 @@ def training_length_of(config, override: int | None = None) -> int:
     return length
 
 
+def per_layer_type(parameters: object) -> bool:
+    """True for rope parameters keyed by layer type (Gemma 3, OLMo 3: {full_attention, sliding_attention})."""
+    return isinstance(parameters, dict) and isinstance(parameters.get(FULL), dict)
+
+
 def rope_parameters(config) -> dict:
-    """The config's rope parameters (transformers 5's `rope_parameters`), rope_type included."""
+    """The rope parameters of the full-attention layers (transformers 5's `rope_parameters`, or
+    its `full_attention` entry where they are keyed by layer type), rope_type included: the
+    RoPE the position methods run on."""
     parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict) and per_layer_type(parameters):
+        return parameters[FULL]
     if not isinstance(parameters, dict):
         raise HFAttentionError(
-            f"config has rope_parameters={parameters!r}, expected one dict (one RoPE for all layers)"
+            f"config has rope_parameters={parameters!r}, expected a dict (one RoPE, or one per layer type)"
         )
     return parameters
+
+
+def with_full_rope(config, full: dict) -> dict:
+    """The config's rope_parameters with the full-attention layers' replaced by `full` (the
+    sliding layers' entry, where there is one, kept: they attend as trained)."""
+    parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict) and per_layer_type(parameters):
+        return {**copy.deepcopy(parameters), FULL: copy.deepcopy(full)}
+    return copy.deepcopy(full)
+
+
+def layer_designs(config) -> list[tuple[int | None, bool]]:
+    """(window, rotates) of each layer as transformers runs it: window W on a sliding layer
+    (layer_types[i] == sliding_attention with a sliding_window in force; SmolLM3 also needs
+    use_sliding_window), None on a full one; rotates False on a NoPE layer (SmolLM3's
+    no_rope_layers[i] == 0)."""
+    n_layers = config.num_hidden_layers
+    types = getattr(config, "layer_types", None) or [FULL] * n_layers
+    window = getattr(config, "sliding_window", None)
+    if config.model_type == "smollm3" and not getattr(config, "use_sliding_window", False):
+        window = None
+    uses_rope = getattr(config, "no_rope_layers", None) or [1] * n_layers
+    return [(window if kind == SLIDING else None, bool(rope)) for kind, rope in zip(types, uses_rope, strict=True)]
+
+
+def trained_window(config) -> int | None:
+    """The sliding layers' window (the layers a method leaves as trained), None without any."""
+    windows = [window for window, _ in layer_designs(config) if window is not None]
+    return max(windows) if windows else None
 
 
 def check_model(config, method: str, training_length: int) -> None:
@@ -131,8 +177,14 @@ def check_model(config, method: str, training_length: int) -> None:
         raise fail(
             method,
             f"model_type {model_type!r} is not supported: {MODEL_TYPES} call the attention function with "
-            "q/k rotated over every head dimension by the config's RoPE and the whole cache",
+            "q/k rotated over every head dimension by the config's RoPE and the layer's cache",
         )
+    for key, what in (
+        ("attn_logit_softcapping", "attention logit soft-capping"),
+        ("use_bidirectional_attention", "bidirectional attention"),
+    ):
+        if getattr(config, key, None):
+            raise fail(method, f"{key}={getattr(config, key)} is not supported ({what} is not reproduced)")
     rope_type = rope_parameters(config).get("rope_type", "default")
     if rope_type in ("dynamic", "longrope"):
         raise fail(
@@ -141,21 +193,29 @@ def check_model(config, method: str, training_length: int) -> None:
         )
     if rope_type not in ROPE_TYPES:
         raise fail(method, f"rope_type {rope_type!r} is not supported (static rope types: {ROPE_TYPES})")
-    partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
-    if partial not in (None, 1, 1.0):
+    partial = partial_rotary_factor(config)
+    if partial != 1.0 and model_type != "phi3":
         raise fail(method, f"partial_rotary_factor={partial} is not supported (RoPE over every head dimension)")
+    if model_type not in FULL_ONLY_TYPES:
+        return
     if getattr(config, "use_sliding_window", False):
         raise fail(method, "use_sliding_window=true is not supported (full attention only)")
-    sliding = [kind for kind in getattr(config, "layer_types", None) or [] if kind != "full_attention"]
+    sliding = [kind for kind in getattr(config, "layer_types", None) or [] if kind != FULL]
     if sliding:
         raise fail(method, f"layer_types has {sliding[0]!r} layers; full attention only")
     window = getattr(config, "sliding_window", None)
-    if model_type == "mistral" and window is not None and window < training_length:
+    if model_type in ("mistral", "phi3") and window is not None and window < training_length:
         raise fail(
             method,
             f"sliding_window={window} is shorter than the training length {training_length}: "
             "the methods need full attention over the sequence",
         )
+
+
+def partial_rotary_factor(config) -> float:
+    """p of transformers' `partial_rotary_factor` (Phi-3/4: the first p x D channels rotate), 1 = all."""
+    partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    return 1.0 if partial is None else float(partial)
 
 
 def inverse_frequencies(config) -> torch.Tensor:
@@ -164,11 +224,13 @@ def inverse_frequencies(config) -> torch.Tensor:
     parameters = rope_parameters(config)
     rope_type = parameters.get("rope_type", "default")
     if rope_type == "default":
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = int(head_dim * partial_rotary_factor(config))
         return 1.0 / (parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, None)
+    layer_type = {"layer_type": FULL} if per_layer_type(config.rope_parameters) else {}
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](config, None, **layer_type)
     return inv_freq.float()
 
 
@@ -220,6 +282,7 @@ def relative_method(method: PositionMethod, inv_freq: torch.Tensor) -> PositionM
         score_multiplier=method.score_multiplier,
         query_scale=method.query_scale,
         decode_passes=None if method.decode_passes is None else [convert(p) for p in method.decode_passes],
+        exact_below=method.exact_below,
     )
     passes = [*method.passes, *(method.decode_passes or [])]
     converted.rotation_free = all(p.query_positions is own_positions and p.key_positions is None for p in passes)
@@ -252,7 +315,15 @@ def method_for(config, method: str) -> PositionMethod:
     params, stored_length = stored_settings(config, method)
     length = training_length_of(config, stored_length)
     key = json.dumps(
-        [method, params, length, rope_parameters(config), getattr(config, "head_dim", None), config.model_type],
+        [
+            method,
+            params,
+            length,
+            getattr(config, "rope_parameters", None),
+            getattr(config, "head_dim", None),
+            config.model_type,
+            trained_window(config),
+        ],
         sort_keys=True,
         default=str,
     )
@@ -260,23 +331,58 @@ def method_for(config, method: str) -> PositionMethod:
         check_model(config, method, length)
         resolved = resolve(method, params, length)
         inv_freq = inverse_frequencies(config)
-        placeholder = RotaryEmbedding(2 * inv_freq.shape[0], 10000.0, RopeScaling(), length)
-        _BUILT[key] = relative_method(longctx_method(method, resolved, placeholder), inv_freq)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        partial = partial_rotary_factor(config)
+        if partial == 1.0:
+            head_dim = 2 * inv_freq.shape[0]
+        # the builders' checks see the model's partial rotation (ReRoPE's log-n scaling is refused under it)
+        placeholder = RotaryEmbedding(head_dim, 10000.0, RopeScaling(), length, rotary_fraction=partial)
+        own = longctx_method(method, resolved, placeholder)
+        check_window(own, method, trained_window(config))
+        relative = relative_method(own, inv_freq)
+        if config.model_type == "gpt_oss" and not relative.rotation_free:
+            raise fail(
+                method,
+                "gpt-oss's attention sinks are not carried by the method's passes (longctx's model refuses "
+                "them too): run longctx_rope on it",
+            )
+        _BUILT[key] = relative
     return _BUILT[key]
+
+
+def check_window(method: PositionMethod, name: str, window: int | None) -> None:
+    """A method leaves the sliding layers as trained (longctx's model does the same,
+    docs/design.md §8): exact only if it equals RoPE at every distance the window holds
+    (`exact_below`: StRing's S, ReRoPE's window, Self-Extend's neighbour window, DCA's
+    local window; 0 with a score temperature)."""
+    if window is not None and window > method.exact_below:
+        raise fail(
+            name,
+            f"the method changes distances below {method.exact_below}, and the sliding layers' window "
+            f"sliding_window={window} sees them: use parameters whose exact band covers the window",
+        )
 
 
 def ntk_rope(parameters: dict, head_dim: int, factor: float) -> dict:
     """NTK-aware scaling as rope parameters: the default type with base * a^(d/(d-2))
     (longctx's `ntk`, exported the same way by model/hf_config.py)."""
     base = parameters["rope_theta"]
-    return {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
+    edited = {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
+    return _keep_partial(parameters, edited)
+
+
+def _keep_partial(parameters: dict, edited: dict) -> dict:
+    """`edited` with the model's partial_rotary_factor, where it has one (Phi-3/4)."""
+    if parameters.get("partial_rotary_factor") not in (None, 1, 1.0):
+        edited["partial_rotary_factor"] = parameters["partial_rotary_factor"]
+    return edited
 
 
 def yarn_rope(parameters: dict, resolved: dict) -> dict:
     """YaRN as rope parameters (transformers' `yarn`: the same ramp and 0.1 ln(s) + 1)."""
     if not math.isfinite(resolved["factor"]):
         raise fail("yarn", f"factor={resolved['factor']} is not finite")
-    return {
+    edited = {
         "rope_type": "yarn",
         "rope_theta": parameters["rope_theta"],
         "factor": float(resolved["factor"]),
@@ -284,3 +390,4 @@ def yarn_rope(parameters: dict, resolved: dict) -> dict:
         "beta_fast": float(resolved["beta_fast"]),
         "beta_slow": float(resolved["beta_slow"]),
     }
+    return _keep_partial(parameters, edited)

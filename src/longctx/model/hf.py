@@ -129,17 +129,32 @@ def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device:
     config = family.read(hf, str(config_path))
     files = WeightFiles.find(directory)
     model = meta_model(config)
-    wanted = {family.hf_name(name): (name, tuple(t.shape)) for name, t in weights(model).items()}
-    for key, (name, shape) in wanted.items():
+    shapes = {name: tuple(t.shape) for name, t in weights(model).items()}
+    rows = {name: family.rows(name, config) for name in shapes}
+    wanted = {family.hf_name(name): name for name in shapes}
+    for name, shape in shapes.items():
+        key = family.hf_name(name)
         if key not in files.names():
             raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
-        stored = files.shape(key)
-        if stored != shape:
-            raise CheckpointError(f"{files.source(key)}: {key} has shape {stored}, expected {shape}")
+        stored, part = files.shape(key), rows[name]
+        expected = shape if part is None else (_fused_rows(family, key, shapes, rows), *shape[1:])
+        if stored != expected:
+            raise CheckpointError(f"{files.source(key)}: {key} has shape {stored}, expected {expected}")
     ignored = {"lm_head.weight"} if config.tie_embeddings else set()
     unused = [
         k for k in files.names() if k not in wanted and k not in ignored and not k.endswith("rotary_emb.inv_freq")
     ]
     if unused:
         raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
-    return materialize(model, lambda name: files.read(family.hf_name(name)), dtype, device)
+
+    def read(name: str) -> torch.Tensor:
+        tensor = files.read(family.hf_name(name))
+        part = rows[name]
+        return tensor if part is None else tensor[part[0] : part[1]]
+
+    return materialize(model, read, dtype, device)
+
+
+def _fused_rows(family: Family, key: str, shapes: dict, rows: dict) -> int:
+    """The rows a fused HF tensor must have: the last row of the parts read from it."""
+    return max(rows[name][1] for name in shapes if family.hf_name(name) == key and rows[name] is not None)

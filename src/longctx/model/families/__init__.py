@@ -16,15 +16,18 @@ from longctx.model.families.common import Family
 from longctx.model.families.gemma3 import GEMMA3_TEXT
 from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
 from longctx.model.families.olmo2 import OLMO2
+from longctx.model.families.olmo3 import OLMO3
+from longctx.model.families.phi3 import PHI3
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 
 FAMILIES: dict[str, Family] = {
-    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2)
+    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2, OLMO3, PHI3)
 }
 
 REFUSED_TYPES = {
-    "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer)",
+    "gpt_oss": "a mixture of experts (longctx's model has one dense MLP per layer; longctx.hf_attention runs it "
+    "with longctx_rope)",
     "qwen3_moe": "a mixture of experts (longctx's model has one dense MLP per layer)",
     "qwen2_moe": "a mixture of experts (longctx's model has one dense MLP per layer)",
     "mixtral": "a mixture of experts (longctx's model has one dense MLP per layer)",
@@ -32,8 +35,6 @@ REFUSED_TYPES = {
     "llama4_text": "a mixture of experts with chunked attention and interleaved RoPE pairs (out of scope)",
     "gemma3": "a vision-language model: import its text model (model_type gemma3_text)",
     "gemma2": "attention and final logit soft-capping (not reproduced)",
-    "olmo3": "not mapped yet (OLMo 2 plus 3:1 sliding layers)",
-    "phi3": "not mapped yet (fused qkv_proj / gate_up_proj, longrope)",
 }
 """model_types refused by name, with why (anything else: not a known family)."""
 
@@ -50,7 +51,7 @@ def family_for(model_type: object, source: str) -> Family:
 
 
 def family_for_export(config: ModelConfig) -> Family:
-    """The family whose config.json carries `config`'s designs: gemma3_text (not written) for
+    """The family whose config.json carries `config`'s designs: gemma3_text for
     sandwich or offset norms, olmo2 for post-norm blocks, qwen3 for per-head qk-norm,
     smollm3 for NoPE layers, else llama/qwen2 (each refuses, naming the field, what its
     config.json cannot carry)."""

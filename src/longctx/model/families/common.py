@@ -59,6 +59,9 @@ class Family:
     """One line per refusal (field: why), for the docs and `longctx` messages."""
     write: Callable[[ModelConfig], dict] | None = None
     """ModelConfig -> config.json values for export (refusing what it cannot carry); None: not written."""
+    fused: Callable[[str, ModelConfig], tuple[int, int] | None] | None = None
+    """Where layer_names maps several of ours onto one HF tensor (Phi-3's qkv_proj,
+    gate_up_proj): our per-layer name, config -> its rows [start, stop) of that tensor."""
 
     def hf_name(self, name: str) -> str:
         """Our parameter name -> this family's HF name."""
@@ -66,6 +69,12 @@ class Family:
             return TOP_NAMES[name]
         _, layer, rest = name.split(".", 2)  # blocks.{i}.rest
         return f"model.layers.{layer}.{self.layer_names[rest]}"
+
+    def rows(self, name: str, config: ModelConfig) -> tuple[int, int] | None:
+        """Our tensor's rows [start, stop) of its HF tensor when that tensor is fused, else None."""
+        if self.fused is None or name in TOP_NAMES:
+            return None
+        return self.fused(name.split(".", 2)[2], config)
 
 
 def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
@@ -112,7 +121,7 @@ def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu",
 def rope_from_hf(hf: dict, source: str, layer_type: str | None = None) -> tuple[float, RopeScaling]:
     """(base, scaling) of the full layers, or of `layer_type`'s entry where `rope_parameters`
     is keyed by layer type (Gemma 3 in transformers 5)."""
-    if "longctx_rope_scaling" in hf:
+    if "longctx_rope_scaling" in hf and layer_type in (None, "full_attention"):  # longctx's own, full layers
         return float(hf["longctx_rope_base"]), RopeScaling(**hf["longctx_rope_scaling"])
     parameters = hf.get("rope_parameters") or {}
     if layer_type is not None and layer_type in parameters:

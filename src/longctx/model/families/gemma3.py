@@ -14,7 +14,9 @@
 
 Refused: a non-null `attn_logit_softcapping` or `final_logit_softcapping` (Gemma 2's
 soft-capping, null in Gemma 3), `use_bidirectional_attention`, a scaled RoPE on the sliding
-layers. Not written by export.
+layers. Export writes models of exactly these designs as a Gemma3ForCausalLM (transformers
+5's `rope_parameters` per layer type, soft-capping null); anything else of a Gemma block
+(another activation, post-norm blocks, NoPE layers, partial RoPE) is refused naming the field.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
     Family,
     common_fields,
+    common_hf_config,
     layer_types_from_hf,
+    refuse_fields,
     refuse_true,
     rope_from_hf,
+    scaling_to_hf,
 )
 from longctx.model.rope import RopeScaling
 
@@ -99,6 +104,58 @@ def _rope(hf: dict, source: str, layer_type: str) -> tuple[float, RopeScaling]:
     return rope_from_hf(hf, source, layer_type)
 
 
+GEMMA_BLOCK = {
+    "norm_placement": "sandwich",
+    "norm_offset": True,
+    "mlp_activation": "gelu_tanh",
+    "scale_embeddings": True,
+    "qk_norm": "head",
+    "rotary_fraction": 1,
+}
+"""ModelConfig's fields at Gemma 3's values: what a Gemma3ForCausalLM computes."""
+
+
+def write(config: ModelConfig) -> dict:
+    """A Gemma3ForCausalLM: sandwich norms with 1 + weight (weights as stored), GeGLU, scaled
+    embeddings, per-head qk-norm, q.k / sqrt(query_pre_attn_scalar), `layer_types` with the
+    window, RoPE per layer type (full: rope_base + scaling; sliding: sliding_rope_base, unscaled)."""
+    refuse_fields(config, "Gemma 3", GEMMA_BLOCK)
+    if config.nope_indices():
+        raise CheckpointError(
+            "cannot export NoPE layers (model.nope_layers / nope_every) as gemma3_text: every Gemma 3 layer rotates"
+        )
+    if config.attention_bias == "qkv":
+        raise CheckpointError("cannot export model.attention_bias='qkv' as gemma3_text: its attention_bias is q/k/v/o")
+    values = common_hf_config(config, "gemma3_text", "Gemma3ForCausalLM")
+    theta, scaling = scaling_to_hf(config)
+    for key in ("rope_theta", "rope_scaling", "hidden_act"):
+        values.pop(key)
+    kinds = config.layer_kinds()
+    values.update(
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=_scalar(config.query_pre_attn_scalar or config.head_size),
+        layer_types=[f"{kind}_attention" for kind in kinds],
+        sliding_window=config.sliding_window or config.max_position,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", **(scaling or {}), "rope_theta": theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
+        },
+        attention_bias=config.attention_bias == "qkvo",
+        attn_logit_softcapping=None,
+        final_logit_softcapping=None,
+        use_bidirectional_attention=False,
+        bos_token_id=None,  # Gemma3TextConfig's defaults are Gemma's tokenizer's: export_hf writes the run's
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    return values
+
+
+def _scalar(value: float) -> int | float:
+    """An integral query_pre_attn_scalar as an int (Gemma3TextConfig validates it as one)."""
+    return int(value) if float(value).is_integer() else value
+
+
 GEMMA3_TEXT = Family(
     "gemma3_text",
     "Gemma3ForCausalLM",
@@ -110,4 +167,5 @@ GEMMA3_TEXT = Family(
         "hidden_activation other than gelu_pytorch_tanh",
         "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled",
     ),
+    write=write,
 )

@@ -68,7 +68,7 @@ OLMO2 = Family(
     refused=(
         "mlp_bias: longctx's MLP has no biases",
         "hidden_act other than silu",
-        "sliding layer_types (OLMo 3's design; model_type olmo3 is not mapped yet)",
+        "sliding layer_types (OLMo 3's design: model_type olmo3)",
     ),
     write=write,
 )

@@ -1,0 +1,285 @@
+"""longctx.hf_attention on the 2025-26 families (Qwen3, SmolLM3, Gemma 3, OLMo 2 and 3, Phi-3), tiny random
+models from transformers' own config classes (tests/model/test_hf_families.py: GQA 4/2,
+the family's norms with drawn weights, biases, tied and untied embeddings, sliding layers
+with a window of 16 below prompts of 48-64 tokens, SmolLM3's NoPE layers), float64:
+
+- `longctx_rope` equals transformers' `sdpa` (1e-12) and `eager` attention (within eager's
+  float32 softmax, 5e-6);
+- each method equals longctx's own model (import_hf) with that method on the same weights
+  (within transformers' float32 RoPE angles, 5e-6), its change of the logits far larger:
+  the method runs on the full layers that rotate, sliding and NoPE layers attend as trained
+  (docs/design.md §8), and a method whose exact band is narrower than the window is refused;
+- cached `generate` with the cache transformers builds (dynamic, whose sliding layers keep
+  only their window, and static) equals a full forward, and a left-padded batch its rows alone.
+"""
+
+import pytest
+import torch
+
+import longctx.hf_attention as hfa
+from longctx.errors import HFAttentionError
+from longctx.model.hf import import_hf
+from tests.hf_attention.helpers import method_of, own_method
+from tests.model.test_hf_families import build as build_family
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3", "phi3")
+"""tests/model/test_hf_families.CASES: Qwen3 with layers 2-3 sliding (window 16), SmolLM3 with
+NoPE layers 1 and 3 (all full), SmolLM3's default layout with its NoPE layer 3 sliding,
+Gemma 3 [sliding, full] x 2 (window 16, bases 10K / 1M, query_pre_attn_scalar 20), OLMo 2,
+OLMo 3 [sliding, full] x 2 (window 16, a YaRN-scaled full RoPE), Phi-3 with fused projections
+and Phi-4-mini's partial RoPE (the first 12 of 16 channels rotate)."""
+SLIDING = ("qwen3-sliding", "smollm3-sliding", "gemma3", "olmo3")
+PARAMS = {
+    "string": {"shift": 30, "local_window": 5},
+    "rerope": {"window": 20, "log_scale_length": -1},
+    "self_extend": {"neighbor_window": 16, "group_size": 4},
+    "dca": {"chunk_size": 40, "local_window": 16},
+    "string-repo": {"shift": 30, "local_window": 5, "compat": "repo"},
+    "rope-repo": {"repo_score_scale": True},
+    "ntk": {},
+    "yarn": {},
+}
+"""Exact bands >= the window 16 (StRing's S = 30, ReRoPE's window without log scaling,
+Self-Extend's neighbour window, DCA's local window); the repo temperature changes every
+distance, so it runs only on models without sliding layers; ntk and yarn (STRING §4.2's
+protocol against L = 256) rescale the full layers' RoPE only (Gemma 3's full_attention entry),
+refused where sliding layers rotate with the same RoPE (Qwen3's)."""
+TOKENS = 64
+BOUND = 5e-6
+"""transformers' float32 RoPE angles in a float64 model (tests/hf_attention/test_parity.py)."""
+
+
+def tokens(rows: int = 2, length: int = TOKENS, seed: int = 1) -> torch.Tensor:
+    return torch.randint(3, 320, (rows, length), generator=torch.Generator().manual_seed(seed))
+
+
+def build(family: str, implementation: str = "sdpa"):
+    model = build_family(family, pad_token_id=0).double()
+    model.set_attn_implementation(implementation)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None  # every step generates: rows compare token for token
+    return model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(HF model, longctx's model on its weights, sdpa logits, eager logits) per family."""
+    built = {}
+    for family in FAMILIES:
+        model = build(family)
+        directory = tmp_path_factory.mktemp(family)
+        model.save_pretrained(directory)
+        with torch.no_grad():
+            sdpa = model(tokens()).logits
+            model.set_attn_implementation("sdpa")
+            eager = model(tokens()).logits
+            model.set_attn_implementation("sdpa")
+        built[family] = (model, import_hf(directory, dtype=torch.float64).eval(), sdpa, eager)
+    return built
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_longctx_rope_equals_eager(models, family):
+    model, _, sdpa, eager = models[family]
+    hfa.apply(model, "rope")
+    with torch.no_grad():
+        logits = model(tokens()).logits
+    model.set_attn_implementation("sdpa")
+    assert (logits - sdpa).abs().max() <= 1e-12
+    assert (logits - eager).abs().max() <= 5e-6
+
+
+def _own(own, arm: str):
+    import tests.hf_attention.helpers as helpers
+
+    saved = helpers.PARAMS.get(arm)
+    helpers.PARAMS[arm] = PARAMS[arm]
+    try:
+        return own_method(own, arm)
+    finally:
+        helpers.PARAMS[arm] = saved
+
+
+@pytest.mark.parametrize("arm", list(PARAMS))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_method_equals_longctxs_model(models, family, arm):
+    model, own, sdpa, _ = models[family]
+    if family in SLIDING and arm.endswith("-repo"):
+        with pytest.raises(HFAttentionError, match=r"sliding_window=16 sees them") as error:
+            hfa.apply(model, method_of(arm), **PARAMS[arm])
+        assert "\n" not in str(error.value)
+        with pytest.raises(ValueError, match="sliding layers' window"):
+            own(tokens(), position_method=_own(own, arm))
+        return
+    if family == "phi3" and arm == "yarn":
+        with pytest.raises(HFAttentionError, match="reads rope_type 'yarn' as longrope"):
+            hfa.apply(model, arm)
+        return
+    if family == "qwen3-sliding" and arm in ("ntk", "yarn"):
+        with pytest.raises(HFAttentionError, match=r"layer 2 slides and rotates with the full layers' RoPE"):
+            hfa.apply(model, arm)
+        return
+    hfa.apply(model, method_of(arm), **PARAMS[arm])
+    with torch.no_grad():
+        got = model(tokens()).logits
+        expected = own(tokens(), position_method=_own(own, arm))
+    hfa.apply(model, "rope")  # restores the model's own RoPE after ntk / yarn
+    model.set_attn_implementation("sdpa")
+    difference = (got - expected).abs().max().item()
+    effect = (got - sdpa).abs().max().item()
+    assert difference <= BOUND, (arm, difference)
+    assert effect >= 1e3 * difference and effect > 1e-2, (arm, effect, difference)
+
+
+def test_a_method_narrower_than_the_window_is_refused_in_one_line(models):
+    model = models["gemma3"][0]
+    with pytest.raises(HFAttentionError, match=r"longctx_dca: .*below 8.*sliding_window=16") as error:
+        hfa.apply(model, "dca", chunk_size=40, local_window=8)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides", "message"),
+    [
+        ("phi3-sliding", {}, "sliding_window=16 is shorter than the training length 256"),
+        (
+            "phi3",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": 0.75,
+                    "short_factor": [1.0] * 6,
+                    "long_factor": [2.0] * 6,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+            "rope_type 'longrope' is not supported: its frequencies change with the sequence length",
+        ),
+        ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
+    ],
+)
+def test_layouts_and_ropes_not_reproduced_are_refused_in_one_line(family, overrides, message):
+    model = build_family(family, **overrides)
+    with pytest.raises(HFAttentionError, match="") as error:
+        hfa.apply(model, "string", **PARAMS["string"])
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def generate(model, ids, mask=None, new: int = 10, **options):
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=new,
+        do_sample=False,
+        output_scores=True,
+        return_dict_in_generate=True,
+        **options,
+    )
+    return out.sequences, torch.stack(out.scores, dim=1).double()
+
+
+@pytest.mark.parametrize(("family", "arm"), [(f, "string") for f in FAMILIES] + [("gemma3", "dca")])
+def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(models, family, arm):
+    """Prompts of 56 and 40 tokens (past the window 16), 10 new tokens: the dynamic cache's
+    sliding layers keep 15 keys, the static cache's 16; both equal a full forward."""
+    model = hfa.apply(models[family][0], method_of(arm), **PARAMS[arm])
+    rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
+    ids = torch.zeros(2, 56, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for index, row in enumerate(rows):
+        ids[index, 56 - len(row) :], mask[index, 56 - len(row) :] = row, 1
+    sequences, scores = generate(model, ids, mask)
+    with torch.no_grad():
+        full = model(sequences[:1]).logits[0, 55:-1].float().double()
+    # generate hands out float32 scores: the cached steps equal the full forward to float32 rounding
+    assert (scores[0] - full).abs().max() <= 1e-5
+    for index, row in enumerate(rows):
+        alone_sequences, alone_scores = generate(model, row[None])
+        assert torch.equal(sequences[index, 56:], alone_sequences[0, len(row) :])
+        assert (scores[index] - alone_scores[0]).abs().max() <= 1e-5
+    _, static_scores = generate(model, ids, mask, cache_implementation="static")
+    assert (static_scores - scores).abs().max() <= 1e-5
+    model.set_attn_implementation("sdpa")
+
+
+def gpt_oss():
+    """A tiny gpt-oss (4 experts, 2 per token): sinks on every layer, [sliding, full] x 2 with
+    a window of 16, YaRN with truncate false, GQA 4/2, q/k/v/o biases; eager in float64
+    (transformers' gpt-oss has no sdpa)."""
+    import transformers
+
+    config = transformers.GptOssConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        max_position_embeddings=256,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+        initializer_range=0.1,
+        pad_token_id=0,
+        eos_token_id=None,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    config._experts_implementation = "eager"  # grouped_mm has no float64
+    model = transformers.GptOssForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("bias", "sinks")) or "norm" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.5)
+    model = model.double()
+    model.set_attn_implementation("eager")
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def test_gpt_oss_runs_longctx_rope_with_its_sinks_and_refuses_the_methods_in_one_line():
+    """longctx_rope equals eager (float64) with the sinks in every softmax and sliding caches
+    that keep 15 keys; cached generate equals a full forward, padded rows their rows alone;
+    a method that moves positions is refused (the sinks would need its passes' merge)."""
+    model = gpt_oss()
+    with torch.no_grad():
+        eager = model(tokens()).logits
+        model.model.layers[0].self_attn.sinks.zero_()
+        without_sinks = model(tokens()).logits
+    model = gpt_oss()
+    assert (eager - without_sinks).abs().max() > 1e-2  # the sinks matter here
+    hfa.apply(model, "rope")
+    with torch.no_grad():
+        assert (model(tokens()).logits - eager).abs().max() <= 1e-10
+    rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
+    ids = torch.zeros(2, 56, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for index, row in enumerate(rows):
+        ids[index, 56 - len(row) :], mask[index, 56 - len(row) :] = row, 1
+    sequences, scores = generate(model, ids, mask)
+    with torch.no_grad():
+        full = model(sequences[:1]).logits[0, 55:-1].float().double()
+    assert (scores[0] - full).abs().max() <= 1e-5
+    alone_sequences, alone_scores = generate(model, rows[1][None])
+    assert torch.equal(sequences[1, 56:], alone_sequences[0, 40:])
+    assert (scores[1] - alone_scores[0]).abs().max() <= 1e-5
+    _, static_scores = generate(model, ids, mask, cache_implementation="static")
+    assert (static_scores - scores).abs().max() <= 1e-5
+    with pytest.raises(HFAttentionError, match="longctx_string: gpt-oss's attention sinks") as error:
+        hfa.apply(model, "string", **PARAMS["string"])
+    assert "\n" not in str(error.value)
