@@ -99,6 +99,16 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
+def rotate_together(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rotate` of q [B, T, H, D] and k [B, T, Hkv, D] at the same positions as one tensor
+    of H + Hkv heads (one set of operations instead of two); views of it are returned."""
+    heads = q.shape[2]
+    both = rotate(torch.cat([q, k], dim=2), cos, sin)
+    return both[:, :, :heads], both[:, :, heads:]
+
+
 def decode_attention(
     queries: torch.Tensor,
     k: torch.Tensor,
@@ -160,7 +170,7 @@ class DecodeRotary:
     mask: DecodeMask
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rotate(q, self.cos, self.sin), rotate(k, self.cos, self.sin)
+        return rotate_together(q, k, self.cos, self.sin)
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
@@ -197,7 +207,16 @@ class DecodePasses:
     mask: DecodeMask
     score_multiplier: float
 
+    shared: bool = False
+    """The first pass rotates queries at their own positions without a query scale (rope,
+    ntk, yarn, StRing's diagonal): k is rotated with the queries, as one tensor, and
+    takes the first pass's row."""
+
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.shared:
+            heads = q.shape[2]
+            both = rotate(torch.cat([q, k], dim=2), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
+            return both[:, :, :heads], both[:, :1, heads:]
         return rotate(q, self.query_cos, self.query_sin), rotate(k, self.key_cos, self.key_sin)
 
     def attend(

@@ -339,7 +339,8 @@ class PositionMethod(nn.Module):
             cos, sin = cos * factor, sin * factor
         key_cos, key_sin = cos_sin(self.rotary, position_ids, dtype)
         mask = DecodeMask.of(keys.allowed([p.band for p in passes if p.band is not None]), dtype)
-        return DecodePasses(cos, signed_sin(sin), key_cos, signed_sin(key_sin), mask, self.score_multiplier)
+        shared = passes[0].query_positions is own_positions and self.query_scale is None
+        return DecodePasses(cos, signed_sin(sin), key_cos, signed_sin(key_sin), mask, self.score_multiplier, shared)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None
