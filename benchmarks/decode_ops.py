@@ -218,7 +218,9 @@ def main() -> None:
         "rope (method)": build_position_method(arm_config("rope"), config),
         "string": build_position_method(arm_config("string"), config),
     }
-    print(f"torch {torch.__version__}, backend {args.backend}, {args.dtype}, {args.layers} layers, prompt {args.prompt}")
+    print(
+        f"torch {torch.__version__}, backend {args.backend}, {args.dtype}, {args.layers} layers, prompt {args.prompt}"
+    )
     print("| row | ops per step | ops per layer | views per step | syncs per step | syncs |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for name, method in rows.items():

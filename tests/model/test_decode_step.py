@@ -141,3 +141,25 @@ def test_decoding_continues_the_last_document_when_ids_are_left_out():
                 docs = documents[:, t : t + 1] if given else None
                 outputs.append(model(ids[:, t : t + 1], document_ids=docs, kv_cache=cache, position_method=method))
     assert torch.equal(torch.cat(outputs[:4], 1), torch.cat(outputs[4:], 1))
+
+
+def test_the_device_math_of_a_step_equals_the_fused_cpu_kernel():
+    """The path that runs off the CPU (`_attend_math`: GQA folded into the query rows) and
+    the fused CPU kernel give the same output and log-sum-exp for two passes with their
+    own masks, one of which sees no key in row 1 (float32, 1e-5)."""
+    from longctx.model.decode import DecodeMask, _attend_math
+
+    generator = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 8, 2, 16, generator=generator)
+    k, v = (torch.randn(2, 2, 12, 16, generator=generator) for _ in range(2))
+    allowed = torch.zeros(2, 2, 12, dtype=torch.bool)
+    allowed[0, 0, 3:9], allowed[0, 1, :3], allowed[1, 0, 5:12] = True, True, True
+    mask = DecodeMask.of(allowed, torch.float32)
+    fused_out, fused_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=mask.bias, scale=0.25
+    )[:2]
+    out, lse = _attend_math(q, k, v, mask.bias, 0.25)
+    seen = allowed.any(-1)[:, None].expand_as(lse)  # the fused kernel's lse is 0 for a row without keys
+    assert torch.allclose(out[seen], fused_out[seen], atol=1e-5)
+    assert torch.allclose(lse[seen], fused_lse[seen], atol=1e-5)
+    assert (lse[~seen] < -1e30).all()  # weight 0 in the merge

@@ -57,7 +57,9 @@ class DecodeKeys:
         keys = self.key_index if span is None else self.key_index[:span] + (self.index + 1 - span)
         passes = []
         for nearest, farthest in bands:
-            lower = self.document_start if farthest is None else torch.maximum(self.document_start, self.index - farthest)
+            lower = (
+                self.document_start if farthest is None else torch.maximum(self.document_start, self.index - farthest)
+            )
             seen = keys >= lower[:, None]
             passes.append(seen & (keys <= self.index - nearest) if nearest or span is None else seen)
         return torch.stack(passes, dim=1) if len(passes) > 1 else passes[0][:, None]
@@ -119,7 +121,7 @@ def decode_attention(
 ) -> torch.Tensor:
     """queries [B, P, H, D] (pass p's rotated query of each row), k/v [B, Tk, Hkv, D] ->
     [B, 1, H, D]: the softmax over the union of the passes' keys (module docstring)."""
-    batch, passes, heads, dim = queries.shape
+    passes, heads = queries.shape[1:3]
     q4, k4, v4 = queries.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if sinks is not None:
         if passes != 1:

@@ -18,6 +18,9 @@ The design (docs/design.md §8, "The KV cache"):
   memory stops growing with the prompt: a Gemma-3-like 5:1 model decoding at 32K holds one
   sixth of an all-full cache plus 5 windows. Reading and keeping are fixed-shape once the
   window is full (W keys read per decoding step), what CUDA-graph capture needs.
+- A decoding step (`fixed_reads`, model/decode.py) writes at `end`, the length kept on
+  the device, and reads the whole buffer; `document_start` [B] holds where each row's
+  current document starts, so the step's masks need no host sync.
 - Keys are cached rotated, except on full layers under position methods that rotate keys
   at rewritten positions (ReRoPE, Self-Extend, DCA), which cache them un-rotated; sliding
   and NoPE layers never run a position method, so theirs are always as the layer made them.

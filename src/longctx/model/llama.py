@@ -39,9 +39,9 @@ from torch.utils.checkpoint import checkpoint
 
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
+from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.kv_cache import KVCache
 from longctx.model.loss import chunked_cross_entropy
-from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
 from longctx.model.temperature import temperature_factor
 
