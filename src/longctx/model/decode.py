@@ -148,16 +148,18 @@ def decode_attention(
 
 def _attend_math(q, k, v, bias, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """q [B, H, P, D] over k/v [B, Hkv, Tk, D] with bias [B, 1, P, Tk], GQA without copies
-    (the group folded into the query rows): out [B, H, P, D] and lse [B, H, P], fp32."""
+    (the group folded into the query rows); k and v are read in their own dtype (the
+    matmuls accumulate in fp32), scores, softmax and lse in fp32, as transformers' eager
+    attention: out [B, H, P, D] in v's dtype and lse [B, H, P] fp32."""
     batch, heads, passes, dim = q.shape
     kv_heads = k.shape[1]
     compute = wide(q.dtype)
-    grouped = q.reshape(batch, kv_heads, heads // kv_heads * passes, dim).to(compute)
-    scores = torch.matmul(grouped, k.to(compute).transpose(2, 3)) * scale
+    grouped = q.reshape(batch, kv_heads, heads // kv_heads * passes, dim)
+    scores = torch.matmul(grouped, k.transpose(2, 3)).to(compute) * scale
     scores = scores.view(batch, kv_heads, heads // kv_heads, passes, -1) + bias[:, :, None].to(compute)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-    weights = torch.exp(scores - lse).flatten(2, 3)
-    out = torch.matmul(weights, v.to(compute)).view(batch, heads, passes, dim)
+    weights = torch.exp(scores - lse).flatten(2, 3).to(v.dtype)
+    out = torch.matmul(weights, v).view(batch, heads, passes, dim)
     return out, lse.view(batch, heads, passes)
 
 
