@@ -19,8 +19,11 @@ once per step and every layer reads:
 - `decode_attention`: every pass in one kernel call, the queries of the P passes as P
   query rows with their own masks (a query's softmax over the union of its passes is the
   merge of each pass's softmax by log-sum-exp, STRING Algorithm 2: weights softmax(lse)
-  over the passes, one matmul). GQA is read natively: the CPU kernel and sdpa take fewer
-  key/value heads.
+  over the passes, one matmul). GQA is read natively, k/v never copied per query head:
+  on CPU torch's fused kernel takes fewer key/value heads; elsewhere `_attend_math` folds
+  each key/value head's query group into its query rows (sdpa with a mask and fewer k/v
+  heads would run its math kernel, which expands k/v). On CUDA the varlen kernel with
+  `seqused_k` (torch 2.14) and CUDA-graph capture are the next steps, to be measured there.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from longctx.model.rope import rotation_dtype
 from longctx.model.sinks import dense_with_sinks
@@ -121,25 +123,20 @@ def decode_attention(
 ) -> torch.Tensor:
     """queries [B, P, H, D] (pass p's rotated query of each row), k/v [B, Tk, Hkv, D] ->
     [B, 1, H, D]: the softmax over the union of the passes' keys (module docstring)."""
-    passes, heads = queries.shape[1:3]
+    passes = queries.shape[1]
     q4, k4, v4 = queries.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     if sinks is not None:
         if passes != 1:
             raise ValueError("attention sinks take one pass")
         return dense_with_sinks(q4, k4, v4, mask.allowed[:, None], scale, sinks).transpose(1, 2)
-    if passes == 1 and queries.device.type != "cpu":
-        out = F.scaled_dot_product_attention(
-            q4, k4, v4, attn_mask=mask.allowed[:, None], scale=scale, enable_gqa=heads != k.shape[2]
-        )
-        return out.transpose(1, 2)
     if queries.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, False, attn_mask=mask.bias, scale=scale
         )
-        if passes == 1:
-            return out.transpose(1, 2)
-    else:
+    else:  # sdpa with a mask and fewer k/v heads falls back to its math kernel, which copies k/v per head
         out, lse = _attend_math(q4, k4, v4, mask.bias, scale)
+    if passes == 1:
+        return out.transpose(1, 2).to(queries.dtype)
     compute = wide(queries.dtype)
     weights = torch.softmax(lse.to(compute), dim=-1)[:, :, None]  # [B, H, 1, P]
     merged = torch.matmul(weights, out.to(compute))  # [B, H, 1, D]
