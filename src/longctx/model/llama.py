@@ -316,8 +316,9 @@ class Llama(nn.Module):
         length, which spares the `flash` backend a device read (attention.build_mask).
 
         With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
-        keeps the uncompiled call as `_call_impl`): the cache's key length changes every
-        token, and each new length would be a recompilation of every block.
+        keeps the uncompiled call as `_call_impl`): a prefill's key length changes every
+        chunk. A decoding step (one token per row) reads fixed shapes without host syncs
+        (model/decode.py); compiling and graph-capturing it is measured on a GPU.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
