@@ -18,6 +18,9 @@ The design (docs/design.md §8, "The KV cache"):
   memory stops growing with the prompt: a Gemma-3-like 5:1 model decoding at 32K holds one
   sixth of an all-full cache plus 5 windows. Reading and keeping are fixed-shape once the
   window is full (W keys read per decoding step), what CUDA-graph capture needs.
+- A decoding step (`fixed_reads`, model/decode.py) writes at `end`, the length kept on
+  the device, and reads the whole buffer; `document_start` [B] holds where each row's
+  current document starts, so the step's masks need no host sync.
 - Keys are cached rotated, except on full layers under position methods that rotate keys
   at rewritten positions (ReRoPE, Self-Extend, DCA), which cache them un-rotated; sliding
   and NoPE layers never run a position method, so theirs are always as the layer made them.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from longctx.batch import document_start_index
 from longctx.config.model import ModelConfig
 
 __all__ = ["KVCache"]
@@ -62,8 +66,42 @@ class KVCache:
         self.document_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
         self.position_ids = torch.zeros(batch_size, max_len, dtype=torch.long, device=device)
         self.next_position = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.length = 0
+        self.document_start = torch.zeros(batch_size, dtype=torch.long, device=device)
+        """[B] key index where each row's current (last) document starts: a decoding step's
+        first visible key, kept on the device so that no step reads document ids back."""
+        self.end = torch.zeros(1, dtype=torch.long, device=device)
+        """[1] `length` on the device: where a decoding step writes, what its masks compare to."""
+        self.key_index = torch.arange(max_len, device=device)
+        """[max_len] 0..max_len-1, shared by every step's masks."""
+        self.fixed_reads = False
+        """Set per forward by the model: full layers write at `end` and return their whole
+        buffer (a decoding step, model/decode.py), else the slice [0, length + T)."""
+        self._length = 0
         self.max_len = max_len
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far (host int; `end` holds it on the device)."""
+        return self._length
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self._length = value
+        self.end.fill_(value)
+
+    def update_document_start(self, document_ids: torch.Tensor | None) -> None:
+        """Before writing T new positions of `document_ids` [B, T] (None: they continue each
+        row's last document): the start of each row's last document afterwards, from
+        device tensors only. It stays where the new tokens continue the cached last
+        document, else it is the first new index of the new tokens' last document."""
+        if document_ids is None:
+            return
+        within = document_start_index(document_ids)[:, -1]
+        start = within + self.length
+        if self.length:
+            continues = (within == 0) & (document_ids[:, 0] == self.document_ids[:, self.length - 1])
+            start = torch.where(continues, self.document_start, start)
+        self.document_start = start
 
     @property
     def nbytes(self) -> int:
@@ -90,6 +128,10 @@ class KVCache:
         if layer in self._sliding:
             return self._store_window(slot, k, v)
         assert self.keys is not None and self.values is not None
+        if self.fixed_reads:
+            self.keys[slot].index_copy_(1, self.end, k)
+            self.values[slot].index_copy_(1, self.end, v)
+            return self.keys[slot], self.values[slot]
         end = self.length + k.shape[1]
         self.keys[slot, :, self.length : end] = k
         self.values[slot, :, self.length : end] = v

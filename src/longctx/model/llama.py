@@ -39,9 +39,10 @@ from torch.utils.checkpoint import checkpoint
 
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
+from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.kv_cache import KVCache
 from longctx.model.loss import chunked_cross_entropy
-from longctx.model.rope import RotaryEmbedding, apply_rotary
+from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
 from longctx.model.temperature import temperature_factor
 
 __all__ = ["KVCache", "Llama"]
@@ -58,7 +59,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+        x32 = x.to(rotation_dtype(x.dtype))
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.offset:
             return (normed * (1.0 + self.weight.to(normed.dtype))).to(x.dtype)
@@ -178,6 +179,7 @@ class Attention(nn.Module):
 
     def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
         batch, seq, _ = x.shape
+        x = x.reshape(batch * seq, -1)  # 2-D projections: one matmul each, no reshape of the output
         q, k = self.wq(x), self.wk(x)
         if self.qk_norm == "projection":  # in q's dtype: an fp32 weight under autocast would widen it
             q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
@@ -192,7 +194,7 @@ class Attention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
         out = positions.attend(q, k, v, self.sinks)
-        return self.wo(out.reshape(batch, seq, -1))
+        return self.wo(out.reshape(batch * seq, -1)).view(batch, seq, -1)
 
 
 class FeedForward(nn.Module):
@@ -206,8 +208,10 @@ class FeedForward(nn.Module):
         self.gelu = config.mlp_activation == "gelu_tanh"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate = self.gate(x)
-        return self.down((F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)) * self.up(x))
+        flat = x.reshape(-1, x.shape[-1])  # 2-D matmuls, as in Attention
+        gate = self.gate(flat)
+        out = self.down((F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)) * self.up(flat))
+        return out.view(*x.shape[:-1], -1)
 
 
 class Block(nn.Module):
@@ -312,17 +316,21 @@ class Llama(nn.Module):
         length, which spares the `flash` backend a device read (attention.build_mask).
 
         With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
-        keeps the uncompiled call as `_call_impl`): the cache's key length changes every
-        token, and each new length would be a recompilation of every block.
+        keeps the uncompiled call as `_call_impl`): a prefill's key length changes every
+        chunk. A decoding step (one token per row) reads fixed shapes without host syncs
+        (model/decode.py); compiling and graph-capturing it is measured on a GPU.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
         backend = attention_backend or self.config.attention_backend
         if self.config.attention_sinks and backend == "xformers":
             raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
-        if position_ids is None:
+        if position_ids is None and kv_cache is not None and seq == 1:
+            position_ids = kv_cache.next_position[:, None]
+        elif position_ids is None:
             start = kv_cache.next_position[:, None] if kv_cache is not None else 0
             position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
+        new_documents = document_ids
         if document_ids is None:
             document_ids = (
                 kv_cache.document_ids[:, kv_cache.length - 1 : kv_cache.length].expand(batch, seq)
@@ -332,14 +340,22 @@ class Llama(nn.Module):
         for name, tensor in (("position_ids", position_ids), ("document_ids", document_ids)):
             if tensor.shape != input_ids.shape:
                 raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
+        decode = None
         if kv_cache is not None:
             if kv_cache.length + seq > kv_cache.max_len:
                 raise ValueError(f"KV cache holds {kv_cache.max_len} positions; {kv_cache.length} used + {seq} new")
+            kv_cache.update_document_start(new_documents)
             new = slice(kv_cache.length, kv_cache.length + seq)
             kv_cache.document_ids[:, new] = document_ids
             kv_cache.position_ids[:, new] = position_ids
             key_document_ids = kv_cache.document_ids[:, : new.stop]
             key_position_ids = kv_cache.position_ids[:, : new.stop]
+            kv_cache.fixed_reads = seq == 1 and (
+                position_method is None or getattr(position_method, "fixed_shape_decoding", False)
+            )
+            if kv_cache.fixed_reads:  # a decoding step (model/decode.py): no host sync, fixed-shape reads
+                held = kv_cache.window_span(1)
+                decode = DecodeKeys(kv_cache.end, kv_cache.document_start, kv_cache.key_index, held)
         else:
             key_document_ids, key_position_ids = document_ids, position_ids
 
@@ -347,7 +363,9 @@ class Llama(nn.Module):
         if self.config.scale_embeddings:  # the factor in fp32, then the embedding dtype (transformers' Gemma)
             x = x * torch.tensor(self.config.d_model**0.5).to(x.dtype)
         dtype = compute_dtype(x.dtype, device)
-        layouts = _Layouts(self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen)
+        layouts = _Layouts(
+            self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen, decode
+        )
         if position_method is not None:
             _check_method_on_layers(position_method, self.layer_specs, self.config)
         built: dict[LayerSpec, Positions] = {}
@@ -386,15 +404,20 @@ class _Layouts:
     backend: str
     dtype: torch.dtype
     max_seqlen: int | None
+    decode: DecodeKeys | None = None
+    """Set in a decoding step: every layer reads model/decode.py's fixed-shape plan."""
 
     def __post_init__(self) -> None:
         self.masks: dict[int, AttentionMask] = {}
+        self.decode_masks: dict[int, DecodeMask] = {}
         self.angles: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def positions(self, spec: LayerSpec, method: PositionsProvider | None, kv_cache: KVCache | None) -> Positions:
         """The Positions of layers of design `spec`. A position method runs on the full
         layers that rotate; sliding layers (within the method's exact band: checked) and
         NoPE layers attend as they were trained (docs/design.md §8)."""
+        if self.decode is not None:
+            return self.decode_positions(spec, method)
         if method is not None and spec.rope and spec.kind == "full":
             return method.prepare(
                 self.position_ids,
@@ -411,6 +434,24 @@ class _Layouts:
             rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
             self.angles[spec.kind] = rope(self.position_ids, self.dtype)
         return RotaryPositions(*self.angles[spec.kind], mask)
+
+    def decode_positions(self, spec: LayerSpec, method: PositionsProvider | None) -> Positions:
+        """`positions` in a decoding step: cos/sin and masks once per step for all layers."""
+        assert self.decode is not None
+        if method is not None and spec.rope and spec.kind == "full":
+            return method.prepare_decode(self.position_ids, self.decode, self.dtype)  # type: ignore[attr-defined]
+        if spec.window not in self.decode_masks:
+            span = self.decode.held if spec.window else None
+            allowed = self.decode.allowed([(0, None)], span)
+            self.decode_masks[spec.window] = DecodeMask.of(allowed, self.dtype)
+        mask = self.decode_masks[spec.window]
+        if not spec.rope:
+            return DecodeUnrotated(mask)
+        if spec.kind not in self.angles:
+            rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
+            cos, sin = rope(self.position_ids, self.dtype)
+            self.angles[spec.kind] = cos, signed_sin(sin)
+        return DecodeRotary(*self.angles[spec.kind], mask)
 
     def tempered(self, positions: Positions, spec: LayerSpec) -> Positions:
         """`positions` with the model's attention temperature where it applies to `spec`

@@ -231,7 +231,18 @@ def rotation_dtype(dtype: torch.dtype) -> torch.dtype:
     back to their own dtype (as Hugging Face Llama does), so under autocast (q/k/v from
     bf16 matmuls) and bf16-true alike every attention kernel receives q, k and v in one
     dtype; bf16 x fp32 cos/sin would otherwise promote q/k to fp32 next to a bf16 v."""
-    return torch.promote_types(dtype, torch.float32)
+    wide = _ROTATION_DTYPES.get(dtype)
+    return torch.promote_types(dtype, torch.float32) if wide is None else wide
+
+
+_ROTATION_DTYPES = {
+    torch.bfloat16: torch.float32,
+    torch.float16: torch.float32,
+    torch.float32: torch.float32,
+    torch.float64: torch.float64,
+}
+"""`rotation_dtype` of the common dtypes without a dispatched `promote_types` (an aten
+call per use, a measurable share of a decoding step: docs/benchmarks.md)."""
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -68,6 +68,7 @@ from torch import nn
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
+from longctx.model.decode import DecodeKeys, DecodeMask, DecodePasses, signed_sin
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
@@ -100,10 +101,13 @@ class MethodPositions:
     plan: PositionPlan
     position_ids: torch.Tensor
     """[B, Tq] positions of this forward's tokens."""
+    key_rotation: tuple[torch.Tensor, torch.Tensor] | None = None
+    """cos/sin of the new keys at their own positions, computed once for every layer; None
+    when the cache holds un-rotated keys."""
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.method.caches_rotated_keys:
-            k = self.method.rotate_keys(k, self.position_ids)
+        if self.key_rotation is not None:
+            k = apply_rotary(k, *self.key_rotation)
         return q, k
 
     def attend(
@@ -312,7 +316,31 @@ class PositionMethod(nn.Module):
             backend=backend,
             dtype=dtype,
         )
-        return MethodPositions(self, plan, position_ids)
+        rotation = cos_sin(self.rotary, position_ids, dtype) if self.caches_rotated_keys else None
+        return MethodPositions(self, plan, position_ids, rotation)
+
+    @property
+    def fixed_shape_decoding(self) -> bool:
+        """Whether a decoding step runs as `prepare_decode` (model/decode.py): keys cached
+        rotated and every pass a distance band. ReRoPE, Self-Extend and DCA rotate keys at
+        rewritten positions or cover chunks: they take the general plan."""
+        return self.caches_rotated_keys and all(p.band is not None for p in self.passes_for(1))
+
+    def prepare_decode(self, position_ids: torch.Tensor, keys: DecodeKeys, dtype: torch.dtype) -> DecodePasses:
+        """A decoding step's positions (one query per row at `position_ids` [B, 1]), built
+        once for every layer from device tensors only: each pass's query rotation, the new
+        key's rotation, and the passes' masks over the fixed-shape read of the cache."""
+        passes = self.passes_for(1)
+        at = position_ids[:, 0]
+        query_at = torch.stack([p.query_positions(at) for p in passes], dim=1)  # [B, P]
+        cos, sin = cos_sin(self.rotary, query_at, dtype)
+        if self.query_scale is not None:
+            factor = self.query_scale(position_ids).to(cos.dtype)[..., None]
+            cos, sin = cos * factor, sin * factor
+        key_cos, key_sin = cos_sin(self.rotary, position_ids, dtype)
+        mask = DecodeMask.of(keys.allowed([p.band for p in passes if p.band is not None]), dtype)
+        shared = passes[0].query_positions is own_positions and self.query_scale is None
+        return DecodePasses(cos, signed_sin(sin), key_cos, signed_sin(key_sin), mask, self.score_multiplier, shared)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None
