@@ -199,6 +199,11 @@ def convert_gguf(file: str | Path, out_dir: str | Path, sha256: str | None = Non
         raise FileNotFoundError(f"GGUF file {file} does not exist")
     if sha256 is not None:
         check_sha256(file, sha256)
+    architecture = gguf_architecture(file)
+    if architecture not in CONVERTIBLE:
+        raise CheckpointError(
+            f"{file}: GGUF architecture {architecture!r} is not supported; convert-gguf writes {sorted(CONVERTIBLE)}"
+        )
     try:
         import gguf  # noqa: F401  (transformers' GGUF loader needs it)
         import torch
@@ -206,11 +211,6 @@ def convert_gguf(file: str | Path, out_dir: str | Path, sha256: str | None = Non
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as error:
         raise LongctxError(f"convert-gguf needs {GGUF_PACKAGES}: {error}") from None
-    architecture = gguf_architecture(file)
-    if architecture not in CONVERTIBLE:
-        raise CheckpointError(
-            f"{file}: GGUF architecture {architecture!r} is not supported; convert-gguf writes {sorted(CONVERTIBLE)}"
-        )
     try:
         loaded = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
