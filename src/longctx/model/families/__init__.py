@@ -1,7 +1,7 @@
 """The model-family registry (docs/design.md §14): one module per Hugging Face `model_type`,
 each a `Family` (families/common.py) saying how its config.json maps onto ModelConfig, its
 weight names, what is refused and why, and whether export writes it. `import_hf` and
-`export-hf` (model/hf.py, model/hf_config.py) read it; `convert-gguf` writes llama only.
+`export-hf` (model/hf.py, model/hf_config.py) read it; `convert-gguf` writes llama and gemma3 GGUFs.
 
     family = family_for(hf["model_type"], "config.json")   # or a one-line CheckpointError
     config = family.read(hf, "config.json");  family.hf_name("blocks.0.attn.wq.weight")
