@@ -77,7 +77,9 @@ def test_eval_suite_skips_a_ruler_length_with_a_line(ruler_ctx, tmp_path, capsys
 def test_effective_length_search_skips_a_ruler_length(ruler_ctx):
     def run_length(length):
         make_sample(ruler_ctx, "niah_single_1", length, 0)  # raises below RULER's template
-        return CellResult(Cell("m", "rope", "ruler-niah_single_1", length), [{"score": 1.0}], {"score": 1.0, "count": 1})
+        return CellResult(
+            Cell("m", "rope", "ruler-niah_single_1", length), [{"score": 1.0}], {"score": 1.0, "count": 1}
+        )
 
     result = search_effective_length(run_length, NiahConfig(lengths=[64, 512]))
     assert result.skipped_lengths == [64] and result.effective_length == 512

@@ -118,7 +118,9 @@ def format_markdown(table: dict[str, Any]) -> str:
                 lines.append("category columns: the mean of the category's tasks (HELMET's category averages)")
             lines += ["", f"n = {', '.join(map(str, sorted(n)))} samples per task; [95% interval]", ""]
     for skip in table.get("skipped", []):
-        lines.append(f"skipped: {skip['task']} at {skip['length']} ({skip['model']}, {skip['method']}): {skip['reason']}")
+        lines.append(
+            f"skipped: {skip['task']} at {skip['length']} ({skip['model']}, {skip['method']}): {skip['reason']}"
+        )
     if table.get("skipped"):
         lines.append("")
     for model, methods in table["summary"].items():
