@@ -23,11 +23,24 @@ from typing import Any
 from longctx.config import ExperimentConfig
 from longctx.eval.generation import Generation
 from longctx.eval.helmet.data import HelmetData
-from longctx.eval.helmet.generator import SYSTEM_TEMPLATES, TASKS, HelmetError, fit_context
+from longctx.eval.helmet.generator import LONG_KINDS, SYSTEM_TEMPLATES, TASKS, HelmetError, fit_context
+from longctx.eval.helmet.longdoc import truncate_document
 from longctx.eval.helmet.scoring import sample_score
+from longctx.eval.helmet.templates import CONTEXT_RESERVE
 from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, prompt_frame
 from longctx.eval.registry import owner_of
 from longctx.eval.task import Sample, Task, stop_at_eos
+
+
+def _golds(references: Any) -> tuple[str, ...]:
+    """The sample's references as strings: golds, msmarco's "doc:label", ALCE's short answers."""
+    if isinstance(references, str):
+        return (references,)
+    if isinstance(references, dict):  # ALCE
+        if "qa_pairs" in references:
+            return tuple(a for pair in references["qa_pairs"] for a in pair["short_answers"])
+        return tuple(a for answers in references["answers"] for a in answers)
+    return tuple(r if isinstance(r, str) else ":".join(r) for r in references)
 
 
 def _output(task: str, text: str, chat: bool) -> str:
@@ -56,6 +69,12 @@ class HelmetTask(Task):
         samples = []
         for index in range(count):
             fields, references = data.sample_fields(self.task, length, index)
+            document_cut = False
+            if self.info.kind in CONTEXT_RESERVE:  # HELMET's truncate_llama2, before the prompt's own rule
+                limit = length - CONTEXT_RESERVE[self.info.kind]
+                fields["context"], document_cut = truncate_document(
+                    fields["context"], limit, tokenizer.encode, tokenizer.decode
+                )
             ids, cut = fit_context(
                 self.info.kind, fields, self.chat, budget, tokenizer.encode, tokenizer.decode, self.name
             )
@@ -65,8 +84,9 @@ class HelmetTask(Task):
                     prompt_ids=(*frame.head, *ids, *frame.tail),
                     max_new_tokens=self.info.generation_length,
                     stop=stop,
-                    references=tuple(r if isinstance(r, str) else ":".join(r) for r in references),
-                    metadata={"references": references, "truncated": cut},
+                    references=_golds(references),
+                    metadata={"references": references, "truncated": cut, "document_cut": document_cut}
+                    | ({"question": fields["question"]} if self.info.kind in LONG_KINDS else {}),
                 )
             )
         return samples
@@ -78,7 +98,11 @@ class HelmetTask(Task):
 
     def details(self, sample: Sample, generation: Generation) -> dict[str, Any]:
         output = _output(self.task, generation.text or "", self.chat)
-        return {"pred": output, "outputs": sample.metadata["references"], "truncated": sample.metadata["truncated"]}
+        references = sample.metadata["references"]
+        record = {"pred": output, "outputs": [references] if isinstance(references, dict) else references}
+        if "question" in sample.metadata:  # long-document tasks: the judge reads it
+            record["question"] = sample.metadata["question"]
+        return {**record, "truncated": sample.metadata["truncated"]}
 
     def settings(self) -> dict[str, Any]:
         return {
