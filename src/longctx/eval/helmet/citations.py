@@ -92,7 +92,7 @@ def citation_scores(rows: Sequence[dict[str, Any]], nli: NLI | None, qampari: bo
     """citation_rec and citation_prec (0-100) over rows {output, question, docs}."""
     if nli is None:
         raise HelmetError(NLI_REFUSAL)
-    from longctx.eval.ruler.sources import punkt_english
+    from longctx.eval.sentences import punkt_english
 
     split = punkt_english().tokenize
     scored = [row_citations(r["output"], r["question"], r["docs"], nli, qampari, split) for r in rows]
