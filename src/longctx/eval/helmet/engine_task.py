@@ -131,9 +131,13 @@ class RecallTask(Task):
         self.name = f"helmet-{task}"
 
     def samples(self, seed: int, length: int, count: int, tokenizer: TextTokenizer) -> list[Sample]:
+        """The inner task's samples with HELMET's generation length, prompt + generation <=
+        length (model_utils.tokenize's rule): NIAH's JSON KV prompt fills the length it is
+        given, so it is asked for the length less the generation; RULER's leave room already."""
+        inner_length = length - self.info.generation_length if self.info.kind == "json_kv" else length
         return [
             dataclasses.replace(s, max_new_tokens=self.info.generation_length)
-            for s in self.inner.samples(seed, length, count, tokenizer)
+            for s in self.inner.samples(seed, inner_length, count, tokenizer)
         ]
 
     def score(self, sample: Sample, generation: Generation) -> float:
