@@ -1,5 +1,5 @@
-"""HELMET in the benchmark registry (eval/registry.py): its recall, RAG, re-ranking and
-many-shot ICL tasks in those categories; recall by default, every task once
+"""HELMET in the benchmark registry (eval/registry.py): its recall, RAG, re-ranking,
+many-shot ICL, long-document QA, summarization and citation tasks in those categories; recall by default, every task once
 eval.benchmarks.helmet_dir names HELMET's data; the category means in the suite's table
 (HELMET reports category averages); `eval-score` reads HELMET's own output files (its
 eval.py's JSON, `data` rows with `output`, `answer` and, for MS MARCO, `qrel`) and longctx's
@@ -155,7 +155,7 @@ def _alce_scores(
 SPEC = register_benchmark(
     BenchmarkSpec(
         "helmet",
-        "HELMET's recall, RAG, re-ranking and many-shot ICL at controlled lengths (Yen et al. 2025, ICLR)",
+        "HELMET's recall, RAG, re-ranking, ICL, long-doc QA, summarization, citations (Yen et al. 2025, ICLR)",
         tasks={task: info.category for task, info in TASKS.items()},
         build=engine_tasks,
         defaults=default_tasks,

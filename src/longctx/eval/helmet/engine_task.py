@@ -1,6 +1,7 @@
 """HELMET's tasks as tasks of the evaluation engine (eval/task.py), `helmet-<task>`.
 
-`HelmetTask` (RAG, re-ranking, ICL): sample i of (task, length) is the prompt of row i of
+`HelmetTask` (RAG, re-ranking, ICL, long-document QA, summarization, citations; the long
+documents first cut to HELMET's length, eval/helmet/longdoc.py): sample i of (task, length) is the prompt of row i of
 HELMET's file for that length (eval/helmet/data.py, eval/helmet/generator.py) in the model's
 tokenizer and chat frame, decoded greedily for the config's generation length, stopping at
 EOS and, where the config sets stop_new_line, at the first newline; scored by HELMET's
