@@ -139,5 +139,7 @@ def test_engine_samples_fit_and_missing_files_name_the_task(tokenizer, tmp_path)
 def test_a_row_without_a_field_names_the_file_and_the_task(tmp_path):
     (tmp_path / "alce").mkdir()
     (tmp_path / "alce" / "qampari_eval_gtr_top2000.json").write_text(json.dumps([{"question": "q", "docs": []}]))
-    with pytest.raises(HelmetError, match=r"alce_qampari: a row of alce/qampari_eval_gtr_top2000.json has no 'answers'"):
+    with pytest.raises(
+        HelmetError, match=r"alce_qampari: a row of alce/qampari_eval_gtr_top2000.json has no 'answers'"
+    ):
         HelmetData(str(tmp_path)).sample_fields("alce_qampari", 8192, 0)
