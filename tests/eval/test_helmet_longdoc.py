@@ -143,3 +143,25 @@ def test_a_row_without_a_field_names_the_file_and_the_task(tmp_path):
         HelmetError, match=r"alce_qampari: a row of alce/qampari_eval_gtr_top2000.json has no 'answers'"
     ):
         HelmetData(str(tmp_path)).sample_fields("alce_qampari", 8192, 0)
+
+
+@pytest.mark.slow  # decoding on CPU: 2 tasks x 2 samples at 2048 tokens
+def test_eval_suite_long_document_cells_score_as_eval_score_does(tmp_path, capsys):
+    from longctx.cli import main
+    from longctx.config.model import ModelConfig
+    from longctx.model.checkpoint import save_model
+    from longctx.model.llama import Llama
+
+    checkpoint = tmp_path / "m.safetensors"
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=2048)), checkpoint)
+    out = tmp_path / "out" / "helmet.md"
+    sets = ["eval.benchmarks.samples_per_length=2", "log.wandb_mode=disabled", f"eval.benchmarks.helmet_dir={DATA}"]
+    args = ["eval-suite", str(checkpoint), "--suite", "helmet", "--tasks", "infbench_choice,alce_qampari"]
+    assert main([*args, "--lengths", "2048", *sets, "--out", str(out), "--quiet"]) == 0
+    table = json.loads(out.with_suffix(".json").read_text())
+    assert table["categories"] == {"longqa": ["infbench_choice"], "cite": ["alce_qampari"]}
+    cell = tmp_path / "out" / "cells" / "m.safetensors" / "rope" / "helmet-infbench_choice" / "L2048"
+    capsys.readouterr()
+    assert main(["eval-score", "--task", "helmet_infbench_choice", str(cell / "samples.jsonl")]) == 0
+    summary = json.loads((cell / "summary.json").read_text())
+    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100 * summary["score"])
