@@ -12,7 +12,7 @@ import pytest
 from longctx.cli import main
 from longctx.eval.helmet import HelmetError
 from longctx.eval.helmet.citations import citation_scores, load_nli, row_citations
-from longctx.eval.helmet.judge import judge_prompt, judged_score
+from longctx.eval.helmet.judge import judge_prompt, judge_scores, judged_score
 from longctx.eval.helmet.scoring import choice_correct, post_processed, qampari_scores, rouge, str_em
 
 pytest.importorskip("rouge_score")
@@ -118,6 +118,10 @@ def test_judge_formula_with_a_fake_judge():
     replies = iter(['reasoning {"fluency": 1, "correctness": 3}', '{"fluency": 0, "correctness": 2}', "no json"])
     result = judged_score([("q", ["a"], "o")] * 3, lambda prompt: next(replies))
     assert result == {"judge_score": pytest.approx(100 / 3 * 1.5), "judged": 2}  # (3 + 0) / 2 rows judged
+    with pytest.raises(HelmetError, match="key-point recall and precision"):  # the summaries' judge: refused
+        judge_scores("infbench_sum", [("q", ["a"], "o")], "/models/judge")
+    with pytest.raises(HelmetError, match="--judge /nonexistent: not a model directory"):
+        judge_scores("narrativeqa", [("q", ["a"], "o")], "/nonexistent")
 
 
 def _helmet_file(tmp_path, name, rows):
