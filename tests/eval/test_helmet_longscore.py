@@ -170,3 +170,31 @@ def test_eval_score_alce_refuses_without_nli_and_scores_with_one(tmp_path, capsy
     printed = json.loads(capsys.readouterr().out)
     assert printed["str_em"] == 50.0 and printed["score"] == 50.0
     assert printed["citation_rec"] == pytest.approx(200 / 3) and printed["citation_prec"] == pytest.approx(200 / 3)
+
+
+def test_eval_score_summaries_parse_after_their_own_prefix(tmp_path, capsys):
+    rows = [{"output": "Summary: the keeper tends the light\nend", "answer": "The keeper tends the light."}]
+    # Multi-LexSum parses after "Summary:": "the keeper tends the light", ROUGE-L 1. InfiniteBench
+    # Sum parses after "Answer:" (none: the first line, 6 tokens, LCS 5): 10/11; whole output 10/12
+    assert main(["eval-score", "--task", "helmet_multi_lexsum", _helmet_file(tmp_path, "lex", rows)]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == 100.0
+    assert main(["eval-score", "--task", "helmet_infbench_sum", _helmet_file(tmp_path, "sum", rows)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["score"] == pytest.approx(100 * 10 / 11, abs=1e-4) and printed["judge"].startswith("not run")
+
+
+def test_eval_score_qampari_with_a_fake_nli(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("punkt")
+    from longctx.eval.helmet import citations
+
+    docs = [{"title": "x", "text": "about A"}, {"title": "y", "text": "about B"}]
+    rows = [{"question": "Which books?", "output": "Book A [1], Book C [2]", "answers": [["Book A"], ["Book B"]]}]
+    rows[0]["docs"] = docs
+    # answers "book" ("a" is an article) and "book c": one gold set of two hit, one answer of two right;
+    # claims "Which books? Book A" (doc 1 entails) and "Which books? Book C" (doc 2 does not)
+    monkeypatch.setattr(citations, "load_nli", lambda path: lambda p, h: "Book A" in h and "about A" in p)
+    path = _helmet_file(tmp_path, "alce_qampari", rows)
+    assert main(["eval-score", "--task", "helmet_alce_qampari", path, "--nli", str(tmp_path)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["score"] == printed["qampari_rec_top5"] == printed["qampari_prec"] == 50.0
+    assert printed["citation_rec"] == printed["citation_prec"] == 50.0

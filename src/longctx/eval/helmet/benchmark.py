@@ -93,9 +93,9 @@ def score_file(
         return _alce_scores(task, predictions, references, options.get("nli", ""), score)
     if kind not in ("narrativeqa", "infbench_qa", "infbench_sum", "multi_lexsum"):
         return score
-    from longctx.eval.helmet.scoring import post_processed
+    from longctx.eval.helmet.scoring import parse_prefix, post_processed
 
-    rows = [post_processed(p, r) for p, r in zip(predictions, references, strict=True)]
+    rows = [post_processed(p, r, parse_prefix(kind)) for p, r in zip(predictions, references, strict=True)]
     result: dict[str, Any] = {"score": score}
     result |= {k: round(100 * sum(m[k] for m in rows) / len(rows), 4) for k in _NGRAM}
     if task in JUDGED:

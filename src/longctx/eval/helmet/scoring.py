@@ -114,6 +114,13 @@ def all_metrics(prediction: str, answers: str | Sequence) -> dict[str, float]:
     return {**qa_metrics(prediction, golds), **{k: max(s[k] for s in scores) for k in scores[0]}}
 
 
+def parse_prefix(kind: str) -> str:
+    """The prefix HELMET's post-processing parses after: Multi-LexSum's own post_process
+    parses after "Summary:", default_post_process (every other task, InfiniteBench Sum too)
+    after "Answer:"."""
+    return "Summary:" if kind == "multi_lexsum" else "Answer:"
+
+
 def post_processed(output: str, answers: str | Sequence, prefix: str = "Answer:") -> dict[str, float]:
     """default_post_process: each metric the max over the output and its parsed answer."""
     whole, parsed = all_metrics(output, answers), all_metrics(parse_output(output, prefix), answers)
@@ -219,7 +226,7 @@ def sample_score(task: str, output: str, references: Any) -> float:
     if kind == "infbench_choice":
         return choice_correct(output, [str(r) for r in references])
     if kind in ("narrativeqa", "infbench_qa", "infbench_sum", "multi_lexsum"):
-        return post_processed(output, references)["rougeL_f1"]
+        return post_processed(output, references, parse_prefix(kind))["rougeL_f1"]
     if kind == "alce":
         item = references[0] if isinstance(references, list | tuple) else references
         if "qa_pairs" in item:
