@@ -219,6 +219,8 @@ OPTIONAL_PACKAGE_IMPORTERS = {
         "longctx.hf_attention.methods",
         "longctx.gpu_checks",  # the hf attention check, imported inside its function
         "longctx.model.gguf",  # convert-gguf: transformers' GGUF reader, imported inside its function
+        "longctx.eval.helmet.citations",  # HELMET's ALCE NLI model, loaded by path inside load_nli
+        "longctx.eval.helmet.judge",  # the local judge model, loaded by path inside load_judge
     },
 }
 """Packages of an extra (`longctx[lm-eval]`, `longctx[hf]`) and the only modules that may

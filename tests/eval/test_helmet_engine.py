@@ -116,3 +116,12 @@ def test_eval_suite_helmet_on_a_tiny_model(tmp_path, capsys):
     assert main(["eval-score", "--task", "helmet_nq", str(cell / "samples.jsonl")]) == 0
     summary = json.loads((cell / "summary.json").read_text())
     assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100 * summary["score"])
+
+
+@pytest.mark.parametrize("task", ["json_kv", "ruler_niah_mk_2"])
+def test_recall_prompts_leave_room_for_helmets_generation(task, config, tokenizer, haystack):
+    pytest.importorskip("wonderwords")
+    (engine,) = suite_tasks("helmet", [task], config, haystack)
+    (sample,) = engine.samples(0, 1024, 1, tokenizer)
+    assert sample.max_new_tokens == {"json_kv": 100, "ruler_niah_mk_2": 50}[task]
+    assert 1024 - 130 < len(sample.prompt_ids) + sample.max_new_tokens <= 1024

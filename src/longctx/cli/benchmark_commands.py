@@ -66,8 +66,10 @@ def cmd_eval_score(args: argparse.Namespace) -> int:
     spec, task = scored_task(args.task)
     assert spec.score_file is not None  # scored_task returns only benchmarks that score files
     predictions, references = (spec.read_file or read_predictions)(args.predictions)
-    score = spec.score_file(task, predictions, references, {"compat": args.compat})
-    print(json.dumps({"task": task, "score": score, "n": len(predictions)}))
+    options = {"compat": args.compat, "nli": args.nli, "judge": args.judge, "path": args.predictions}
+    score = spec.score_file(task, predictions, references, options)
+    scores = score if isinstance(score, dict) else {"score": score}
+    print(json.dumps({"task": task, **scores, "n": len(predictions)}))
     return 0
 
 
@@ -166,6 +168,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="string",
         choices=("string", "infinitebench"),
         help="math_find: STRING's int(float(x)) (default) or InfiniteBench's int(x)",
+    )
+    score.add_argument(
+        "--nli",
+        default="",
+        help="HELMET's ALCE tasks: a local NLI model directory for citation recall/precision "
+        "(HELMET: google/t5_xxl_true_nli_mixture); they are refused without one",
+    )
+    score.add_argument(
+        "--judge",
+        default="",
+        help="HELMET's NarrativeQA: a local chat model directory judging the answers by HELMET's GPT-4o prompt "
+        "(a deviation: HELMET uses GPT-4o); the n-gram metrics are reported beside it",
     )
     score.set_defaults(run=cmd_eval_score)
     listing = commands.add_parser("benchmarks", help="the registered benchmarks, their categories and tasks")

@@ -53,9 +53,9 @@ TaskBuilder = Callable[[list[str], "ExperimentConfig", Any], list["Task"]]
 loaded for eval.niah or None) -> the engine tasks, one per name."""
 FileReader = Callable[[str], tuple[list[str], list[list]]]
 """(path) -> (predictions, references per prediction): a benchmark's own output format."""
-FileScorer = Callable[[str, list[str], list[list], Mapping[str, str]], float]
-"""(task, predictions, references per prediction, options such as eval-score's `compat`)
--> the task's score, 0-100."""
+FileScorer = Callable[[str, list[str], list[list], Mapping[str, str]], "float | dict[str, Any]"]
+"""(task, predictions, references per prediction, options such as eval-score's `compat`,
+`nli`, `judge`) -> the task's score, 0-100, or {"score": ..., other metrics beside it}."""
 NAME = re.compile(r"[a-z0-9_]+")
 """A benchmark's name: engine task names are `<name>-<task>`, split at the first '-'."""
 

@@ -19,13 +19,15 @@ W&B (offline unless a key is configured).
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cell_progress import CellProgress
-from longctx.eval.cells import CellResult, Decoding, Grid, run_grid
+from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
+from longctx.eval.errors import PromptTooShortError
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.registry import benchmark_spec
 from longctx.eval.stats import averages
@@ -51,14 +53,16 @@ def _interval(result: CellResult) -> tuple[float, float]:
     return 100 * max(0.0, mean - half), 100 * min(1.0, mean + half)
 
 
-def assemble(results: list[CellResult], suite: str) -> dict[str, Any]:
+def assemble(results: list[CellResult], suite: str, skipped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """{"suite", "mean_name", "lengths": {length: {column: {method: {task: entry, "mean": x}}}},
-    "summary": {column: {method: {...}}}}; a column is a model."""
+    "summary": {column: {method: {...}}}, "skipped": [{model, method, task, length, reason}]};
+    a column is a model."""
     spec = benchmark_spec(suite)
     tasks = list(dict.fromkeys(r.cell.task for r in results))
     short = [spec.column(t) for t in tasks]
     mean_name = spec.mean_name(short) if spec.mean_name else f"{suite} mean ({len(tasks)} tasks)"
     table: dict[str, Any] = {"suite": suite, "tasks": short, "mean_name": mean_name, "lengths": {}, "summary": {}}
+    table["skipped"] = list(skipped or [])
     if spec.category_means:
         ran = {spec.column(t): spec.tasks.get(spec.owner_task(t), "") for t in tasks}
         table["categories"] = {c: [t for t in short if ran[t] == c] for c in dict.fromkeys(ran.values()) if c}
@@ -113,6 +117,12 @@ def format_markdown(table: dict[str, Any]) -> str:
             if categories:
                 lines.append("category columns: the mean of the category's tasks (HELMET's category averages)")
             lines += ["", f"n = {', '.join(map(str, sorted(n)))} samples per task; [95% interval]", ""]
+    for skip in table.get("skipped", []):
+        lines.append(
+            f"skipped: {skip['task']} at {skip['length']} ({skip['model']}, {skip['method']}): {skip['reason']}"
+        )
+    if table.get("skipped"):
+        lines.append("")
     for model, methods in table["summary"].items():
         lengths = sorted({length for s in methods.values() for length in s["by_length"]})
         extra = " | effective length" if any("effective_length" in s for s in methods.values()) else ""
@@ -150,8 +160,25 @@ def run_suite(
         batch_tokens=config.eval.niah.batch_tokens, prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens
     )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
-    results = run_grid(grid, tokenizer, cells_dir, decoding, progress)
-    return assemble(results, suite), results
+    skipped: list[dict[str, Any]] = []
+    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skipper(skipped))
+    return assemble(results, suite, skipped), results
+
+
+def _skipper(skipped: list[dict[str, Any]]):
+    """run_grid's on_error: a (task, length) whose prompt cannot fit the length
+    (PromptTooShortError, any benchmark) is left out of the table with a line on stderr and
+    an entry in the table's "skipped"; any other error stops the suite."""
+
+    def on_error(cell: Cell, error: Exception) -> bool:
+        if not isinstance(error, PromptTooShortError):
+            return False
+        skip = {"model": cell.model, "method": cell.method, "task": cell.task, "length": cell.length}
+        skipped.append({**skip, "reason": str(error)})
+        print(f"skipped {cell.task} at length {cell.length} ({cell.model}, {cell.method}): {error}", file=sys.stderr)
+        return True
+
+    return on_error
 
 
 def log_suite(config: ExperimentConfig, table: dict[str, Any], results: list[CellResult], out_dir) -> None:

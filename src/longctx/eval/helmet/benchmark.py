@@ -1,5 +1,5 @@
-"""HELMET in the benchmark registry (eval/registry.py): its recall, RAG, re-ranking and
-many-shot ICL tasks in those categories; recall by default, every task once
+"""HELMET in the benchmark registry (eval/registry.py): its recall, RAG, re-ranking,
+many-shot ICL, long-document QA, summarization and citation tasks in those categories; recall by default, every task once
 eval.benchmarks.helmet_dir names HELMET's data; the category means in the suite's table
 (HELMET reports category averages); `eval-score` reads HELMET's own output files (its
 eval.py's JSON, `data` rows with `output`, `answer` and, for MS MARCO, `qrel`) and longctx's
@@ -50,8 +50,14 @@ def read_file(path: str | Path) -> tuple[list[str], list[list]]:
         return read_predictions(path)
     if not isinstance(document, dict) or "data" not in document:
         return read_predictions(path)
-    outputs, references = [], []
+    outputs: list[str] = []
+    references: list[list] = []
     for number, row in enumerate(document["data"]):
+        if "docs" in row and ("qa_pairs" in row or "answers" in row):  # ALCE: question, docs and golds
+            keep = ("question", "docs", "qa_pairs") if "qa_pairs" in row else ("question", "docs", "answers")
+            outputs.append(row.get("output", ""))
+            references.append([{k: row[k] for k in keep if k in row}])
+            continue
         if "output" not in row or not ("qrel" in row or "answer" in row):
             raise DataError(f"{path}: data[{number}] has no 'output' and 'answer' (or 'qrel') (HELMET's output file)")
         outputs.append(row["output"])
@@ -62,15 +68,94 @@ def read_file(path: str | Path) -> tuple[list[str], list[list]]:
     return outputs, references
 
 
-def score_file(task: str, predictions: list[str], references: list[list], options: Mapping[str, str]) -> float:
-    """HELMET's reported metric, 0-100, on outputs as HELMET writes them (system template first)."""
-    return round(task_score(task, predictions, references), 4)
+_NGRAM = (
+    "exact_match",
+    "f1",
+    "substring_exact_match",
+    "rougeL_f1",
+    "rougeL_recall",
+    "rougeLsum_f1",
+    "rougeLsum_recall",
+)
+JUDGED = ("narrativeqa", "infbench_sum", "multi_lexsum")
+"""The tasks HELMET reports by GPT-4o's judgement (gpt-4-score, gpt-4-f1)."""
+
+
+def score_file(
+    task: str, predictions: list[str], references: list[list], options: Mapping[str, str]
+) -> float | dict[str, Any]:
+    """HELMET's reported metric, 0-100, on outputs as HELMET writes them (system template
+    first); for long-document QA and summarization every n-gram metric beside it, for ALCE
+    its metrics with citation recall and precision (options["nli"]: the NLI model's path)."""
+    score = round(task_score(task, predictions, references), 4)
+    kind = TASKS[task].kind
+    if kind == "alce":
+        return _alce_scores(task, predictions, references, options.get("nli", ""), score)
+    if kind not in ("narrativeqa", "infbench_qa", "infbench_sum", "multi_lexsum"):
+        return score
+    from longctx.eval.helmet.scoring import parse_prefix, post_processed
+
+    rows = [post_processed(p, r, parse_prefix(kind)) for p, r in zip(predictions, references, strict=True)]
+    result: dict[str, Any] = {"score": score}
+    result |= {k: round(100 * sum(m[k] for m in rows) / len(rows), 4) for k in _NGRAM}
+    if task in JUDGED:
+        result["judge"] = _judge(task, predictions, references, options)
+    return result
+
+
+def _judge(task: str, predictions: list[str], references: list[list], options: Mapping[str, str]) -> Any:
+    """HELMET's GPT-4o judgement replaced by a local model (docs/helmet.md: deviations); the
+    questions are read from the prediction file (HELMET's rows and longctx's cells hold them)."""
+    path = options.get("judge", "")
+    if not path:
+        return "not run: --judge PATH names a local judge model (HELMET: GPT-4o); the n-gram metrics stand alone"
+    from longctx.eval.helmet.judge import judge_scores
+
+    questions = _questions(options.get("path", ""), len(predictions))
+    golds = [[str(a) for a in r] for r in references]
+    return judge_scores(task, list(zip(questions, golds, predictions, strict=True)), path)
+
+
+def _questions(path: str, count: int) -> list[str]:
+    text = Path(path).read_text(encoding="utf-8") if path else ""
+    try:
+        rows = json.loads(text)["data"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    questions = [row.get("question") for row in rows if isinstance(row, dict)]
+    if len(questions) != count or any(not isinstance(q, str) for q in questions):
+        raise DataError(f"{path}: the judge needs each row's 'question' ({count} rows)")
+    return [str(q) for q in questions]
+
+
+def _alce_scores(
+    task: str, predictions: list[str], references: list[list], nli_path: str, score: float
+) -> dict[str, Any]:
+    from longctx.eval.helmet.citations import citation_scores, load_nli
+    from longctx.eval.helmet.scoring import qampari_scores, str_em
+
+    nli = load_nli(nli_path)  # one-line refusal without a path
+    items = [r[0] if isinstance(r, list) else r for r in references]
+    qampari = "answers" in items[0]
+    result: dict[str, Any] = {"score": score}
+    if qampari:
+        rows = [qampari_scores(p, item["answers"]) for p, item in zip(predictions, items, strict=True)]
+        result |= {f"qampari_{k}": round(100 * sum(r[k] for r in rows) / len(rows), 4) for k in rows[0]}
+    else:
+        result["str_em"] = round(
+            100 * sum(str_em(p, i["qa_pairs"]) for p, i in zip(predictions, items, strict=True)) / len(items), 4
+        )
+    rows_in = [
+        {"output": p, "question": i["question"], "docs": i["docs"]} for p, i in zip(predictions, items, strict=True)
+    ]
+    result |= {k: round(v, 4) for k, v in citation_scores(rows_in, nli, qampari).items()}
+    return result
 
 
 SPEC = register_benchmark(
     BenchmarkSpec(
         "helmet",
-        "HELMET's recall, RAG, re-ranking and many-shot ICL at controlled lengths (Yen et al. 2025, ICLR)",
+        "HELMET's recall, RAG, re-ranking, ICL, long-doc QA, summarization, citations (Yen et al. 2025, ICLR)",
         tasks={task: info.category for task, info in TASKS.items()},
         build=engine_tasks,
         defaults=default_tasks,

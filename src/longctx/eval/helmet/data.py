@@ -8,6 +8,8 @@ and each sample's prompt fields.
     msmarco/test_reranking_data_k10_dep3.jsonl        re-ranking demonstrations
     icl/<set>/<split>.jsonl                           the Hugging Face data set HELMET loads, one row
                                                       a line in its order (Dataset.to_json), its fields
+    narrativeqa/, infbench/, multi_lexsum/, alce/, prompts/   long-document QA, summarization and
+                                                      citations (eval/helmet/longdoc.py)
 
 Sample i of (task, length) is row i of the test file in its order (HELMET draws
 max_test_samples rows with Python's global random state; longctx takes the file's order, so
@@ -24,6 +26,7 @@ from typing import Any
 
 from longctx.errors import ConfigError
 from longctx.eval.helmet.generator import (
+    LONG_KINDS,
     POPQA_THRESHOLD,
     RAG_SHOTS,
     RERANK_SHOTS,
@@ -89,9 +92,13 @@ class HelmetData:
             train, test = list(self._rows(info.files[0], task)), list(self._rows(info.files[1], task))
         return train, icl_test_rows(test, info)
 
-    def sample_fields(self, task: str, length: int, index: int) -> tuple[dict[str, Any], list]:
-        """(the prompt's fields, the references): golds, or for msmarco [doc id, label] pairs."""
+    def sample_fields(self, task: str, length: int, index: int) -> tuple[dict[str, Any], Any]:
+        """(the prompt's fields, the references): golds, for msmarco [doc id, label] pairs, for
+        ALCE {question, docs, qa_pairs | answers} (eval/helmet/longdoc.py)."""
         info = TASKS[task]
+        if info.kind in LONG_KINDS:
+            rows, tests = _cached_long(self, task)
+            return rows.fields(_indexed(tests, index, task, info.files[0]), sized(info, length))
         if info.kind == "icl":
             train, tests = _cached_icl(self, task)
             row = _indexed(tests, index, task, info.files[-1])
@@ -126,4 +133,14 @@ def _cached_icl(data: HelmetData, task: str) -> tuple[list[dict[str, Any]], list
     key = (str(data.root), task)
     if key not in _CACHE:
         _CACHE[key] = data._icl(task)
+    return _CACHE[key]
+
+
+def _cached_long(data: HelmetData, task: str) -> tuple[Any, list[dict[str, Any]]]:
+    from longctx.eval.helmet.longdoc import LongDocRows
+
+    key = (str(data.root), task)
+    if key not in _CACHE:
+        rows = LongDocRows(data.root, task, TASKS[task].files)
+        _CACHE[key] = (rows, rows.tests())
     return _CACHE[key]

