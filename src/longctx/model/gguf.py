@@ -150,7 +150,7 @@ _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 1
 def gguf_architecture(file: Path) -> str:
     """`general.architecture` of a GGUF file, read from its header alone (the metadata before
     the tensors: magic "GGUF", version, tensor and key counts, then key/type/value entries;
-    the GGUF spec in ggml's docs/gguf.md): the gguf package's reader maps every tensor first."""
+    the GGUF specification in the ggml repository): the gguf package's reader maps every tensor first."""
     import struct
 
     def number(handle, fmt: str) -> int:
