@@ -50,6 +50,7 @@ SEED = 0
 SYNC_OPS = ("_local_scalar_dense", "nonzero")
 TRAINING_LENGTH = 512
 _HOST_LIST = torch.Tensor.tolist
+_RMS_NORM = torch.nn.functional.rms_norm
 """The kernel stand-in's own reads (inside the opaque op, not the step's) go through this."""
 
 
@@ -146,6 +147,24 @@ def varlen_attn(
     return (out, lse) if return_aux is not None else out
 
 
+@torch.library.custom_op("decode_ops_bench::rms_norm", mutates_args=())
+def _rms_norm_kernel(x: torch.Tensor, dim: int, eps: float | None) -> torch.Tensor:
+    """torch's `rms_norm` without weight, as one operation: CUDA runs it as one kernel
+    (`aten::_fused_rms_norm`); on CPU torch decomposes it."""
+    return _RMS_NORM(x, (dim,), None, eps)
+
+
+@_rms_norm_kernel.register_fake
+def _(x, dim, eps):
+    return torch.empty_like(x)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """`torch.nn.functional.rms_norm` as CUDA dispatches it: one fused kernel."""
+    out = _rms_norm_kernel(x, normalized_shape[-1], eps)
+    return out if weight is None else out * weight
+
+
 class StepCounter(TorchDispatchMode):
     """Non-view aten operations and host syncs (module docstring)."""
 
@@ -203,6 +222,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     parser.add_argument("--prompt", type=int, default=768)
     parser.add_argument("--layers", type=int, default=22)
+    parser.add_argument("--unfused", action="store_true", help="without Llama.fuse_projections_ (separate q/k/v, gate/up)")
     parser.add_argument("--detail", action="store_true", help="list every operation with its count")
     args = parser.parse_args()
     if args.backend == "flash":
@@ -210,9 +230,12 @@ def main() -> None:
 
         sys.modules["flash_attn"] = None  # type: ignore[assignment]  # torch's kernel, not flash-attn's
         varlen_module.varlen_attn = varlen_attn  # type: ignore[assignment]
+        torch.nn.functional.rms_norm = rms_norm  # type: ignore[assignment]
     torch.manual_seed(SEED)
     config = bench_config(args.layers)
     model = Llama(config).to(getattr(torch, args.dtype)).eval()
+    if not args.unfused:
+        model.fuse_projections_()
     rows = {
         "rope": None,
         "rope (method)": build_position_method(arm_config("rope"), config),

@@ -120,7 +120,7 @@ def load_table_models(checkpoints: list[str], cfg) -> dict:
     models = {}
     for path in checkpoints:
         name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
-        models[name] = with_eval_temperature(load_model(path).to(evaluation_device(cfg)), cfg.eval)
+        models[name] = with_eval_temperature(load_model(path).to(evaluation_device(cfg)), cfg.eval).fuse_projections_()
     return models
 
 

@@ -31,7 +31,7 @@ def cmd_niah(args: argparse.Namespace) -> int:
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
-    model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval)
+    model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval).fuse_projections_()
     out_dir = args.out or cfg.eval.out_dir
     with CellProgress() as progress:
         result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")

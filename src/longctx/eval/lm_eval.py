@@ -114,7 +114,7 @@ class LongctxLM(TemplateLM):
                 torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
         settings = load(overrides=position_method_overrides(position_method, method_params)).eval.position_method
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model = load_model(pretrained, dtype=DTYPES[dtype], device=self._device).eval()
+        self.model = load_model(pretrained, dtype=DTYPES[dtype], device=self._device).eval().fuse_projections_()
         self.tokenizer: Tokenizer = tokenizer_for_model(pretrained, override=tokenizer)
         self.position_method = build_position_method(settings, self.model.config)
         self.batch_size = min(int(batch_size), max_batch_size or int(batch_size))

@@ -103,13 +103,29 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
+def joined(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q [B, T, H, D] and k [B, T, Hkv, D] as one tensor of H + Hkv heads: a view when k's
+    heads follow q's in memory with the same strides (the column blocks of one fused q/k/v
+    matmul, model/layers.py), else a copy."""
+    heads = q.shape[2]
+    if (
+        q.shape[:2] == k.shape[:2]
+        and all(a == b or size == 1 for a, b, size in zip(q.stride(), k.stride(), q.shape, strict=True))
+        and q.dtype == k.dtype
+        and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()
+        and k.data_ptr() == q.data_ptr() + heads * q.stride(2) * q.element_size()
+    ):
+        return q.as_strided((*q.shape[:2], heads + k.shape[2], q.shape[3]), q.stride())
+    return torch.cat([q, k], dim=2)
+
+
 def rotate_together(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`rotate` of q [B, T, H, D] and k [B, T, Hkv, D] at the same positions as one tensor
     of H + Hkv heads (one set of operations instead of two); views of it are returned."""
     heads = q.shape[2]
-    both = rotate(torch.cat([q, k], dim=2), cos, sin)
+    both = rotate(joined(q, k), cos, sin)
     return both[:, :, :heads], both[:, :, heads:]
 
 
@@ -138,8 +154,10 @@ def decode_attention(
     if passes == 1:
         return out.transpose(1, 2).to(queries.dtype)
     compute = wide(queries.dtype)
-    weights = torch.softmax(lse.to(compute), dim=-1)[:, :, None]  # [B, H, 1, P]
-    merged = torch.matmul(weights, out.to(compute))  # [B, H, 1, D]
+    weights = torch.softmax(lse.to(compute), dim=-1)[..., None]  # [B, H, P, 1]
+    # out [B, H, P, D] in the activations' dtype: the product promotes it to the merge
+    # dtype in the same operation, and a sum over P (not a matmul) reads it in any layout
+    merged = (weights * out).sum(dim=2, keepdim=True)  # [B, H, 1, D]
     return merged.transpose(1, 2).to(queries.dtype)
 
 
@@ -216,7 +234,7 @@ class DecodePasses:
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.shared:
             heads = q.shape[2]
-            both = rotate(torch.cat([q, k], dim=2), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
+            both = rotate(joined(q, k), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
             return both[:, :, :heads], both[:, :1, heads:]
         return rotate(q, self.query_cos, self.query_sin), rotate(k, self.key_cos, self.key_sin)
 

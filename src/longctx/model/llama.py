@@ -30,7 +30,6 @@ Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, stri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -41,61 +40,13 @@ from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
 from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.kv_cache import KVCache
+from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weights, linear_into
 from longctx.model.loss import chunked_cross_entropy
-from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
+from longctx.model.positions import Positions, PositionsProvider
+from longctx.model.rope import RotaryEmbedding, apply_rotary
 from longctx.model.temperature import temperature_factor
 
-__all__ = ["KVCache", "Llama"]
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (Zhang & Sennrich, 2019); in
-    fp64 for fp64 inputs (the float64 references of the tests compare exactly). With
-    `offset` (Gemma): times 1 + weight, in fp32 before the cast back, as transformers' Gemma."""
-
-    def __init__(self, dim: int, eps: float, offset: bool = False):
-        super().__init__()
-        self.eps, self.offset = eps, offset
-        self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.to(rotation_dtype(x.dtype))
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.offset:
-            return (normed * (1.0 + self.weight.to(normed.dtype))).to(x.dtype)
-        return self.weight * normed.to(x.dtype)
-
-
-class Positions(Protocol):
-    """How one forward pass places tokens: built once per forward, used by every layer.
-    `rotate` runs on a layer's fresh q [B, Tq, H, D] and k [B, Tq, Hkv, D] before k enters
-    the KV cache; `attend` maps q and all keys/values [B, Tk, Hkv, D] to [B, Tq, H, D]."""
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor: ...
-
-
-class PositionsProvider(Protocol):
-    """An alternative to plain RoPE that the model accepts as `position_method` (the
-    evaluation-time methods of model/position_methods/ implement it; this module never
-    imports them). Keys of one KV cache must all come from the same provider."""
-
-    def prepare(
-        self,
-        position_ids: torch.Tensor,
-        key_position_ids: torch.Tensor,
-        key_document_ids: torch.Tensor,
-        q_len: int,
-        *,
-        backend: str,
-        dtype: torch.dtype,
-    ) -> Positions:
-        """Per-forward state for queries at position_ids [B, Tq] over all keys (cached +
-        new) at key_position_ids / key_document_ids [B, Tk]; dtype: the activations'."""
-        ...
+__all__ = ["KVCache", "Llama", "RMSNorm"]
 
 
 @dataclass
@@ -176,16 +127,27 @@ class Attention(nn.Module):
         self.query_scale = (self.head_dim / scalar) ** 0.5 if scalar else 1.0
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if config.attention_sinks else None
         """gpt-oss's sink logit per query head (model/sinks.py); None without sinks."""
+        self.fused: FusedWeights | None = None
+        """q, k and v in one buffer (model/layers.py); None until fused."""
 
-    def forward(self, x, positions: Positions, layer: int, kv_cache: KVCache | None) -> torch.Tensor:
+    def forward(
+        self, x, positions: Positions, layer: int, kv_cache: KVCache | None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`residual` (see `Block`): residual + the output, added inside the last matmul."""
         batch, seq, _ = x.shape
         x = x.reshape(batch * seq, -1)  # 2-D projections: one matmul each, no reshape of the output
-        q, k = self.wq(x), self.wk(x)
+        joint = joint_weights(self.fused, (self.wq, self.wk, self.wv))
+        if joint is not None:  # q, k, v: column blocks (views) of one matmul; rotate_together reads q and k as one
+            q, k, v = F.linear(x, *joint).split(
+                [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1
+            )
+        else:
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
         if self.qk_norm == "projection":  # in q's dtype: an fp32 weight under autocast would widen it
             q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
         q = q.view(batch, seq, self.n_heads, self.head_dim)
         k = k.view(batch, seq, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
+        v = v.view(batch, seq, self.n_kv_heads, self.head_dim)
         if self.qk_norm == "head":
             q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
         if self.query_scale != 1.0:
@@ -193,25 +155,13 @@ class Attention(nn.Module):
         q, k = positions.rotate(q, k)
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
-        out = positions.attend(q, k, v, self.sinks)
-        return self.wo(out.reshape(batch * seq, -1)).view(batch, seq, -1)
+        out = positions.attend(q, k, v, self.sinks).reshape(batch * seq, -1)
+        if residual is not None:
+            return linear_into(residual.reshape(batch * seq, -1), out, self.wo).view(batch, seq, -1)
+        return self.wo(out).view(batch, seq, -1)
 
-
-class FeedForward(nn.Module):
-    """SwiGLU (Shazeer, 2020): down(silu(gate(x)) * up(x)); GeGLU with `gelu_tanh` (Gemma)."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.gate = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.up = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.down = nn.Linear(config.d_ff, config.d_model, bias=False)
-        self.gelu = config.mlp_activation == "gelu_tanh"
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])  # 2-D matmuls, as in Attention
-        gate = self.gate(flat)
-        out = self.down((F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)) * self.up(flat))
-        return out.view(*x.shape[:-1], -1)
+    def fuse_(self) -> None:
+        self.fused = FusedWeights.fuse_((self.wq, self.wk, self.wv))
 
 
 class Block(nn.Module):
@@ -231,10 +181,26 @@ class Block(nn.Module):
         self.attn = Attention(config)
         self.mlp_norm, self.mlp_post_norm = norm(placement != "post"), norm(placement != "pre")
         self.mlp = FeedForward(config)
+        self.pre_only = placement == "pre" and config.attention_bias != "qkvo"
 
     def forward(self, x, positions: Positions, kv_cache: KVCache | None = None) -> torch.Tensor:
+        if self.residual_in_matmul(x):
+            x = self.attn(self.attn_norm(x), positions, self.layer, kv_cache, residual=x)
+            return self.mlp(self.mlp_norm(x), residual=x)
         x = x + self.attn_post_norm(self.attn(self.attn_norm(x), positions, self.layer, kv_cache))
         return x + self.mlp_post_norm(self.mlp(self.mlp_norm(x)))
+
+    def residual_in_matmul(self, x: torch.Tensor) -> bool:
+        """Inference, pre-norms only, no autocast (it would round the residual stream to
+        bf16): each residual add joins its sublayer's last matmul (one addmm, rounded once).
+        Not when a forward hook watches a sublayer: it sees the sublayer's own output."""
+        return (
+            self.pre_only
+            and not (self.attn._forward_hooks or self.mlp._forward_hooks or nn.modules.module._global_forward_hooks)
+            and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled(x.device.type)
+            and x.dtype == self.attn.wo.weight.dtype
+        )
 
 
 class Llama(nn.Module):
@@ -285,6 +251,15 @@ class Llama(nn.Module):
                 nn.init.constant_(module.weight, 0.0 if module.offset else 1.0)
             if isinstance(module, Attention) and module.sinks is not None:  # as transformers' gpt-oss
                 nn.init.normal_(module.sinks, std=self.config.init_std)
+
+    def fuse_projections_(self) -> Llama:
+        """Inference layout: each attention's q/k/v and each MLP's gate/up weights as one
+        buffer, so a forward without gradients runs one matmul per group (model/layers.py).
+        Call after the last `.to()`; the Parameters, their names and values are unchanged."""
+        for module in self.modules():
+            if isinstance(module, (Attention, FeedForward)):
+                module.fuse_()
+        return self
 
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
         return KVCache(self.config, batch_size, max_len, device=self.tok_embeddings.weight.device)
