@@ -25,18 +25,27 @@ from collections.abc import Callable
 MIB = 2**20
 
 
-def _proc_status_bytes(field: str) -> int:
+def status_bytes(field: str) -> int:
+    """A /proc/self/status memory field (VmRSS, VmHWM) in bytes."""
     with open("/proc/self/status") as status:
-        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE).group(1)) * 1024
+        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
+        assert match is not None, field
+        return int(match.group(1)) * 1024
+
+
+def reset_peak() -> int:
+    """Reset VmHWM to the current VmRSS (`/proc/self/clear_refs` = 5); returns that VmRSS."""
+    baseline = status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+    return baseline
 
 
 def _peak_extra_bytes_here(prepare: Callable[..., Callable[[], object]], args: tuple) -> int:
     operation = prepare(*args)
-    baseline = _proc_status_bytes("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # reset VmHWM to the current VmRSS
+    baseline = reset_peak()
     operation()
-    return _proc_status_bytes("VmHWM") - baseline
+    return status_bytes("VmHWM") - baseline
 
 
 def peak_extra_mib(prepare: Callable[..., Callable[[], object]], *args) -> float:

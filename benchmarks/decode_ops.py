@@ -222,7 +222,9 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     parser.add_argument("--prompt", type=int, default=768)
     parser.add_argument("--layers", type=int, default=22)
-    parser.add_argument("--unfused", action="store_true", help="without Llama.fuse_projections_ (separate q/k/v, gate/up)")
+    parser.add_argument(
+        "--unfused", action="store_true", help="without Llama.fuse_projections_ (separate q/k/v, gate/up)"
+    )
     parser.add_argument("--detail", action="store_true", help="list every operation with its count")
     args = parser.parse_args()
     if args.backend == "flash":

@@ -31,30 +31,16 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import time
 from pathlib import Path
 
 import report
+from cpu_memory import reset_peak, status_bytes
 
 MIB = 2**20
 DEFAULT_MODEL = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")) / "hf/smollm2-135m-instruct"
 ARMS = ("hf sdpa", "hf longctx_string", "longctx string")
 TINY_ARMS = ("sdpa", "longctx_string", "longctx_rope")
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
-        assert match is not None
-        return int(match.group(1)) * 1024
-
-
-def _reset_peak() -> int:
-    baseline = _status_bytes("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return baseline
 
 
 def prompt_ids(vocab_size: int, length: int, seed: int) -> list[int]:
@@ -124,7 +110,7 @@ def _run_arm(arm: str, model_dir: str, length: int, prompts: int, new_tokens: in
             return list(generation.token_ids)
 
     run(prompt_ids(vocab, 64, seed=99), 2)  # warm-up: kernels, thread pools
-    baseline = _reset_peak()
+    baseline = reset_peak()
     prefill, decode, total, outputs = [], [], [], []
     for seed in range(prompts):
         timer.times.clear()
@@ -133,7 +119,7 @@ def _run_arm(arm: str, model_dir: str, length: int, prompts: int, new_tokens: in
         total.append(time.perf_counter() - start)
         prefill.append(timer.times[0])
         decode.append(sum(timer.times[1:]) / max(len(timer.times) - 1, 1))
-    peak = _status_bytes("VmHWM")
+    peak = status_bytes("VmHWM")
     return {
         "prefill": sum(prefill) / prompts,
         "decode": sum(decode) / prompts,
@@ -169,11 +155,11 @@ def _run_tiny(arm: str, length: int, threads: int) -> dict:
     with torch.no_grad():
         model(torch.randint(0, 384, (1, 64)), logits_to_keep=1)
         ids = torch.randint(0, 384, (1, length))
-        baseline = _reset_peak()
+        baseline = reset_peak()
         start = time.perf_counter()
         model(ids, logits_to_keep=1)
         seconds = time.perf_counter() - start
-    peak = _status_bytes("VmHWM")
+    peak = status_bytes("VmHWM")
     return {"seconds": seconds, "peak": peak / MIB, "extra": (peak - baseline) / MIB}
 
 

@@ -25,29 +25,15 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import time
 from pathlib import Path
 
 import report
+from cpu_memory import reset_peak, status_bytes
 
 MIB = 2**20
 DEFAULT_MODEL = Path(os.environ.get("LONGCTX_CACHE", Path.home() / ".cache" / "longctx")) / "hf/gemma3-270m"
 ARMS = ("hf sdpa", "longctx")
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
-        assert match is not None
-        return int(match.group(1)) * 1024
-
-
-def _reset_peak() -> int:
-    baseline = _status_bytes("VmRSS")
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-    return baseline
 
 
 def prompt_ids(bos: int, length: int, seed: int) -> list[int]:
@@ -111,12 +97,12 @@ def _run_arm(arm: str, model_dir: str, length: int, new_tokens: int, threads: in
     timer = _Timer(model)
     with torch.no_grad():
         run(prompt_ids(bos, 64, seed=99), 2)  # warm-up: kernels, thread pools
-        baseline = _reset_peak()
+        baseline = reset_peak()
         timer.times.clear()
         start = time.perf_counter()
         outputs = run(prompt_ids(bos, length - new_tokens, seed=0), new_tokens)
         total = time.perf_counter() - start
-    peak = _status_bytes("VmHWM")
+    peak = status_bytes("VmHWM")
     decode = timer.times[1:]
     return {
         "prefill": timer.times[0],

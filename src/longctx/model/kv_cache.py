@@ -89,19 +89,65 @@ class KVCache:
         self._length = value
         self.end.fill_(value)
 
+    def continued_documents(self, batch: int, seq: int) -> torch.Tensor:
+        """[B, T] document ids of T new tokens that continue each row's last document (0
+        for an empty cache); a decoding step reads the last one at `end` - 1 on the device."""
+        if self.length == 0:
+            return torch.zeros(batch, seq, dtype=torch.long, device=self.document_ids.device)
+        if self.fixed_reads:
+            return self.document_ids.index_select(1, self.end - 1)
+        return self.document_ids[:, self.length - 1 : self.length].expand(batch, seq)
+
+    def write_ids(
+        self, new_documents: torch.Tensor | None, document_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Record T new positions' document and position ids [B, T] (`new_documents`: as the
+        caller gave them, None when they continue each row's last document); return every
+        key's ids so far, [B, length + T]. A decoding step writes at `end` (device), so
+        that it can be replayed as a CUDA graph (model/decode_graph.py)."""
+        seq = document_ids.shape[1]
+        if self.length + seq > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} positions; {self.length} used + {seq} new")
+        self.update_document_start(new_documents)
+        stop = self.length + seq
+        if self.fixed_reads:
+            self.document_ids.index_copy_(1, self.end, document_ids)
+            self.position_ids.index_copy_(1, self.end, position_ids)
+        else:
+            self.document_ids[:, self.length : stop] = document_ids
+            self.position_ids[:, self.length : stop] = position_ids
+        return self.document_ids[:, :stop], self.position_ids[:, :stop]
+
+    def advance(self, position_ids: torch.Tensor) -> None:
+        """After a forward of position_ids [B, T]: T more positions cached, each row's next
+        position after its last. In place on the device (a replayed graph repeats it)."""
+        self._length += position_ids.shape[1]
+        if self.fixed_reads:
+            self.end.add_(position_ids.shape[1])
+        else:
+            self.end.fill_(self._length)
+        self.next_position.copy_(position_ids[:, -1] + 1)
+
+    def advance_host(self, tokens: int) -> None:
+        """The host's count after a replayed step (model/decode_graph.py), whose recorded
+        kernels already advanced the device's."""
+        self._length += tokens
+
     def update_document_start(self, document_ids: torch.Tensor | None) -> None:
         """Before writing T new positions of `document_ids` [B, T] (None: they continue each
         row's last document): the start of each row's last document afterwards, from
-        device tensors only. It stays where the new tokens continue the cached last
-        document, else it is the first new index of the new tokens' last document."""
+        device tensors only (`end`, not the host length, so a replayed step stays right).
+        It stays where the new tokens continue the cached last document, else it is the
+        first new index of the new tokens' last document."""
         if document_ids is None:
             return
         within = document_start_index(document_ids)[:, -1]
-        start = within + self.length
+        start = within + self.end
         if self.length:
-            continues = (within == 0) & (document_ids[:, 0] == self.document_ids[:, self.length - 1])
+            last = self.document_ids.index_select(1, self.end - 1)[:, 0]
+            continues = (within == 0) & (document_ids[:, 0] == last)
             start = torch.where(continues, self.document_start, start)
-        self.document_start = start
+        self.document_start.copy_(start)
 
     @property
     def nbytes(self) -> int:

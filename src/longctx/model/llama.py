@@ -306,28 +306,20 @@ class Llama(nn.Module):
             start = kv_cache.next_position[:, None] if kv_cache is not None else 0
             position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
         new_documents = document_ids
-        if document_ids is None:
-            document_ids = (
-                kv_cache.document_ids[:, kv_cache.length - 1 : kv_cache.length].expand(batch, seq)
-                if kv_cache is not None and kv_cache.length > 0
-                else torch.zeros(batch, seq, dtype=torch.long, device=device)
+        if kv_cache is not None:
+            kv_cache.fixed_reads = seq == 1 and (
+                position_method is None or getattr(position_method, "fixed_shape_decoding", False)
             )
+            if document_ids is None:
+                document_ids = kv_cache.continued_documents(batch, seq)
+        elif document_ids is None:
+            document_ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
         for name, tensor in (("position_ids", position_ids), ("document_ids", document_ids)):
             if tensor.shape != input_ids.shape:
                 raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
         decode = None
         if kv_cache is not None:
-            if kv_cache.length + seq > kv_cache.max_len:
-                raise ValueError(f"KV cache holds {kv_cache.max_len} positions; {kv_cache.length} used + {seq} new")
-            kv_cache.update_document_start(new_documents)
-            new = slice(kv_cache.length, kv_cache.length + seq)
-            kv_cache.document_ids[:, new] = document_ids
-            kv_cache.position_ids[:, new] = position_ids
-            key_document_ids = kv_cache.document_ids[:, : new.stop]
-            key_position_ids = kv_cache.position_ids[:, : new.stop]
-            kv_cache.fixed_reads = seq == 1 and (
-                position_method is None or getattr(position_method, "fixed_shape_decoding", False)
-            )
+            key_document_ids, key_position_ids = kv_cache.write_ids(new_documents, document_ids, position_ids)
             if kv_cache.fixed_reads:  # a decoding step (model/decode.py): no host sync, fixed-shape reads
                 held = kv_cache.window_span(1)
                 decode = DecodeKeys(kv_cache.end, kv_cache.document_start, kv_cache.key_index, held)
@@ -362,8 +354,7 @@ class Llama(nn.Module):
             x = x[:, -1:]
         logits = self.output(self.norm(x))
         if kv_cache is not None:
-            kv_cache.length += seq
-            kv_cache.next_position = position_ids[:, -1] + 1
+            kv_cache.advance(position_ids)
         return logits
 
 
