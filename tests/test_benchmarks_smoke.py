@@ -17,6 +17,7 @@ SCRIPTS = {
     "position_methods.py": ["positions_debug"],
     "niah.py": ["niah_search"],
     "designs.py": ["designs"],
+    "decode_gpu.py": ["decode_gpu"],
 }
 
 

@@ -19,6 +19,7 @@ ISSUE_ORDER = [
     "gpu-check",
     "test-gpu",
     "speed-decode",
+    "speed-niah-profiles",
     "speed-training",
     "speed-fa4",
     "designs",

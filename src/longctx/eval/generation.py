@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
+from longctx.model.decode_graph import DecodeGraph, recordable
 from longctx.model.decoding import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
@@ -113,6 +114,13 @@ def _generate_batch(
     cache = model.new_kv_cache(rows, width + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
     logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
+    # Steps recorded once and replayed as a CUDA graph on a GPU (eager on CPU), where the
+    # method has a fixed-shape decoding step (model/decode_graph.py)
+    graph = (
+        DecodeGraph(model, cache, position_method, attention_backend=attention_backend)
+        if recordable(position_method)
+        else None
+    )
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
     for step in range(max_new_tokens):
@@ -128,7 +136,7 @@ def _generate_batch(
                 stopped_by[row] = "stop_string"
         if step + 1 == max_new_tokens or all(reason is not None for reason in stopped_by):
             break
-        logits = model(next_tokens[:, None], **options)
+        logits = graph.step(next_tokens[:, None]) if graph else model(next_tokens[:, None], **options)
     generations = []
     for row_tokens, reason in zip(tokens, stopped_by, strict=True):
         text = None

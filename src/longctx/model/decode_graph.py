@@ -46,9 +46,14 @@ class Recorder(Protocol):
 
 
 def cuda_graph(step: Recorded) -> tuple[Recorded, bool]:
-    """`step` captured as a CUDA graph (capture records without running it)."""
+    """`step` captured as a CUDA graph (capture records without running it). Under
+    autocast the capture runs without autocast's weight cache (torch's CUDA-graph rule: a
+    cached cast made during capture would be freed under the graph), so the recorded
+    step casts the weights itself."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    autocast = torch.is_autocast_enabled("cuda")
+    precision = torch.get_autocast_dtype("cuda")
+    with torch.autocast("cuda", dtype=precision, enabled=autocast, cache_enabled=False), torch.cuda.graph(graph):
         out = step()
 
     def replay() -> torch.Tensor:
@@ -56,6 +61,11 @@ def cuda_graph(step: Recorded) -> tuple[Recorded, bool]:
         return out
 
     return replay, False
+
+
+def recordable(position_method: PositionsProvider | None) -> bool:
+    """Whether decoding under `position_method` has a fixed-shape step (model/decode.py)."""
+    return position_method is None or bool(getattr(position_method, "fixed_shape_decoding", False))
 
 
 class DecodeGraph:
@@ -67,14 +77,16 @@ class DecodeGraph:
         cache: KVCache,
         position_method: PositionsProvider | None = None,
         *,
+        attention_backend: str | None = None,
         record: Recorder | str | None = "auto",
     ):
-        if position_method is not None and not getattr(position_method, "fixed_shape_decoding", False):
+        if not recordable(position_method):
             name = getattr(position_method, "name", type(position_method).__name__)
             raise ValueError(f"position method {name!r} has no fixed-shape decoding step to record; run it eagerly")
         if cache.length == 0:
             raise ValueError("record decoding after the prefill: the KV cache is empty")
         self.model, self.cache, self.position_method = model, cache, position_method
+        self.attention_backend = attention_backend
         device = cache.document_ids.device
         if record == "auto":
             record = cuda_graph if device.type == "cuda" else None
@@ -103,7 +115,12 @@ class DecodeGraph:
         return replay() if not ran else self._last
 
     def _forward(self) -> torch.Tensor:
-        self._last = self.model(self.ids, kv_cache=self.cache, position_method=self.position_method)
+        self._last = self.model(
+            self.ids,
+            kv_cache=self.cache,
+            position_method=self.position_method,
+            attention_backend=self.attention_backend,
+        )
         return self._last
 
     def _window_full(self) -> bool:
