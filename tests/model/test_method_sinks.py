@@ -2,8 +2,10 @@
 float64 reference of each paper's P' with the sink as one more column of logit s_h and
 value 0 in every row's softmax (tests/model/helpers.dense_reference): the sink joins the
 softmax over the union of the passes' keys once, however many passes the method runs.
-Prefill on the pure-torch kernels and on the varlen layout (through flash-attn's documented
-semantics), one-token decoding, gradients of q, k, v and the sinks themselves.
+Prefill on the pure-torch kernels and on the varlen layout (through a stand-in of torch's
+varlen kernel, tests/model/varlen_stand_in.py), one-token decoding, gradients of q, k, v and
+the sinks themselves; bf16 on the varlen layout (the stand-in here, the installed kernel on
+CUDA under the `gpu` marker) within bf16 rounding of the float64 reference.
 """
 
 import math
@@ -158,16 +160,51 @@ def test_sinks_of_the_wrong_shape_are_refused_in_one_line():
     assert "\n" not in str(error.value)
 
 
+def bf16_errors(name: str, device: torch.device) -> list[float]:
+    """Relative L2 errors of the flash path in bf16 against the float64 reference with the sink
+    column: prefill, then one-token decoding steps (the first of the second document included)."""
+    positions, docs = two_rows([19, 1, 16], 36)
+    q, k, v = random_qkv(2, 36, 36)
+    expected = reference(name, q, k, v, positions, docs, sinks())
+    method = cases()[name][0].to(device)
+    q, k, v = (t.to(device, torch.bfloat16) for t in (q, k, v))
+    positions, docs = positions.to(device), docs.to(device)
+    sink = sinks().to(device, torch.bfloat16)
+    rotated = method.caches_rotated_keys
+    cache = method.rotate_keys(k, positions) if rotated else k
+    with torch.no_grad():
+        got = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash", sinks=sink)
+        assert got.dtype == torch.bfloat16
+        errors = [relative_error(got, expected)]
+        for t in (0, 9, 10, 35):
+            step = method.attend(
+                q[:, t : t + 1],
+                cache[:, : t + 1],
+                v[:, : t + 1],
+                position_ids=positions[:, : t + 1],
+                document_ids=docs[:, : t + 1],
+                keys_rotated=rotated,
+                backend="flash",
+                sinks=sink,
+            )
+            errors.append(relative_error(step[:, 0], expected[:, t]))
+    return errors
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got.double().cpu() - expected).norm() / expected.norm()).item()
+
+
+@pytest.mark.parametrize("name", ["string", "rerope", "self_extend", "dca"])
+def test_flash_layout_with_bf16_sinks_stays_within_bf16_rounding(name, monkeypatch):
+    """On CPU through the stand-in of torch's varlen kernel: sinks, q, k, v in bf16."""
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    assert max(bf16_errors(name, torch.device("cpu"))) < 3e-2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["string", "rerope", "self_extend", "dca"])
-def test_flash_path_with_sinks_matches_the_torch_path(name):
-    pytest.importorskip("flash_attn")
-    method = cases()[name][0].cuda()
-    positions, docs = (t.cuda() for t in two_rows([19, 1, 16], 36))
-    q, k, v = (t.cuda() for t in random_qkv(2, 36, 36, dtype=torch.bfloat16))
-    sink = sinks().cuda()
-    flash = method.attend(q, k, v, position_ids=positions, document_ids=docs, backend="flash", sinks=sink.bfloat16())
-    reference = method.attend(
-        q.float(), k.float(), v.float(), position_ids=positions, document_ids=docs, backend="sdpa", sinks=sink.float()
-    )
-    torch.testing.assert_close(flash.float(), reference, atol=2e-2, rtol=0)
+def test_flash_path_with_sinks_in_bf16_matches_the_reference(name):
+    """The installed varlen kernel on CUDA in bf16: relative L2 below 3e-2 (tests/model/
+    test_flash.py's bound for the band passes in bf16)."""
+    assert max(bf16_errors(name, torch.device("cuda"))) < 3e-2
