@@ -214,3 +214,22 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
         assert (scores[index] - alone_scores[0]).abs().max() <= 1e-5
     _, static_scores = generate(model, ids, mask, cache_implementation="static")
     assert (static_scores - scores).abs().max() <= 1e-5
+
+
+def test_gpt_oss_20bs_geometry_runs_the_methods_at_their_defaults_but_rerope_with_log_scaling():
+    """transformers' default GptOssConfig is gpt-oss-20b's (L = 131,072, window 128, YaRN x32
+    from 4,096): StRing's S = L/3 and the baselines' protocol bands cover the window; ReRoPE's
+    log-n scaling (on by default) changes every distance and is refused until switched off."""
+    import transformers
+
+    from longctx.hf_attention.methods import CONFIG_KEY, method_for
+
+    config = transformers.GptOssConfig()
+    assert (config.max_position_embeddings, config.sliding_window) == (131072, 128)
+    exact = {method: method_for(config, method).exact_below for method in ("string", "self_extend", "dca")}
+    assert exact == {"string": 43691, "self_extend": 21844, "dca": 10922}
+    with pytest.raises(HFAttentionError, match=r"longctx_rerope: .*below 0.*sliding_window=128") as error:
+        method_for(config, "rerope")
+    assert "\n" not in str(error.value)
+    setattr(config, CONFIG_KEY, {"name": "rerope", "training_length": 131072, "params": {"log_scale_length": -1}})
+    assert method_for(config, "rerope").exact_below == 10922
