@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model real-model-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -50,6 +50,13 @@ real-model: $(STAMP)
 REAL_MODEL_GEMMA3 ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/hf/gemma3-270m
 real-model-gemma3: $(STAMP)
 	test -f $(REAL_MODEL_GEMMA3)/config.json || $(BIN)/longctx convert-gguf gemma3-270m $(REAL_MODEL_GEMMA3)
+
+# The same GGUF in 8 parts of at most 32 MiB, one per setup call of the GPU step checkpoints-2025
+# (scripts/device/gpu_steps.toml; `gpu_next.py plan` checks each call's carry against 64 MiB).
+GEMMA3_GGUF ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/gemma3-270m/gemma-3-270m-q4_k_m.gguf
+gguf-parts-gemma3: real-model-gemma3
+	test -f runs/gguf_parts_gemma3/part-007-of-008 || \
+		$(BIN)/python -m longctx_replication.gguf_parts split $(GEMMA3_GGUF) runs/gguf_parts_gemma3 --part-mib 32
 
 # CPU smoke of the table at the 8K training length, with a bar per cell and a line per finished
 # cell: rope and string-repo, 2 tests each, the prompt prefilled whole (on 2 CPU cores the chunked

@@ -38,7 +38,7 @@ def test_the_checklist_is_in_order_and_each_ready_step_names_scripts_that_exist(
     for step in steps:
         assert step.limit_s + gpu_next.CALL_MARGIN_S <= 600, step.id
         if step.ready:
-            for script in [word for word in step.command.split() if word.endswith(".py")]:
+            for script in [word for word in step.command.split() if word.endswith((".py", ".yaml"))]:
                 assert (ROOT / script).exists(), f"{step.id}: {script}"
         else:
             assert step.waits, step.id
@@ -59,6 +59,10 @@ def write_steps(path: Path, body: str) -> Path:
         ),
         ('[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = "x"\nlimit_s = 541\nready = true\n', "limit_s 541"),
         ('[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = ""\nlimit_s = 1\nready = true\n', "no command"),
+        (
+            '[[step]]\nid = "a"\nwhat = ""\ncarry = []\ncommand = "x"\nlimit_s = 1\nready = true\nsetup = ["cp a b"]\n',
+            r"step a: setup call 1 does not start with `carry \[paths\]:`",
+        ),
     ],
 )
 def test_a_bad_checklist_names_the_step_and_key(tmp_path, body, message):
@@ -177,3 +181,36 @@ def test_run_may_name_a_later_step_and_refuses_one_not_ready(checkout):
         gpu_next.run(steps, root / "other", waiting)
     with pytest.raises(SystemExit, match="no step 'nope'"):
         gpu_next.run(steps, root / "other", "nope")
+
+
+def test_plan_names_a_setup_call_that_lacks_its_part_or_carries_more_than_a_call_takes(tmp_path, monkeypatch):
+    """Each setup call's `carry [paths]` must be here, and every call (setup calls and the
+    step's own) must fit MAX_CALL_MIB with the working tree (here: none, not a git checkout)."""
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 1)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "part-000-of-002").write_bytes(b"x" * (2 * 2**20))
+    (tmp_path / "small").write_bytes(b"x")
+    setup = [
+        "carry ['parts/part-000-of-002']: cp parts/part-000-of-002 /tmp/",
+        "carry ['parts/part-001-of-002', 'small']: cp parts/part-001-of-002 /tmp/",
+    ]
+    step = gpu_next.Step("x", "", ["small"], "true", 10, True, setup=setup)
+    assert gpu_next.setup_carries(step) == [["parts/part-000-of-002"], ["parts/part-001-of-002", "small"]]
+    assert gpu_next.carry_problems(step) == [
+        "setup call 1 takes 2.0 MiB with the working tree, over the 1 MiB of a call",
+        "parts/part-001-of-002 (setup call 2) is not here",
+    ]
+
+
+def test_the_gemma3_steps_setup_calls_send_every_part_once_and_join_them_last():
+    """checkpoints-2025: eight parts of the GGUF, one per call; the last call, which carries the
+    wheels it installs, joins them with the hash and converts; the step sources the RULER set
+    its niah_single_2 haystack needs (punkt)."""
+    step = next(step for step in gpu_next.load_steps() if step.id == "checkpoints-2025")
+    carries = gpu_next.setup_carries(step)
+    parts = [path for carry in carries for path in carry if "gguf_parts_gemma3" in path]
+    assert parts == [f"runs/gguf_parts_gemma3/part-{k:03d}-of-008" for k in range(8)]
+    assert ".device" in carries[-1] and "source .device/env.sh" in step.setup[-1]
+    assert "gguf_parts join" in step.setup[-1] and "convert-gguf" in step.setup[-1]
+    assert ".device-ruler" in step.carry and "source .device-ruler/env.sh" in step.command

@@ -24,6 +24,7 @@ themselves, so the GPU machine (no .git there) picks the same step as `plan` her
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import hashlib
 import json
@@ -46,6 +47,11 @@ MAX_LIMIT_S = 540
 """A device call runs at most 10 minutes; 9 leave room for start-up and the transfers."""
 MAX_FILE_MIB = 16
 """The largest file that comes back from a device call."""
+MAX_CALL_MIB = 64
+"""What one device call takes along: the working tree (tracked and untracked files git does
+not ignore) and its carried paths together."""
+SETUP_CARRY = re.compile(r"carry (\[[^\]]*\]):")
+"""A setup call is written `carry [paths]: command`."""
 CALL_MARGIN_S = 60
 """What `plan` adds to a step's limit for the call's timeout (packing, the summary)."""
 STEP_KEYS = {"id", "what", "carry", "command", "limit_s", "ready", "waits", "repeat", "resume", "resume_step"}
@@ -84,6 +90,7 @@ def load_steps(path: Path = STEPS) -> list[Step]:
             raise ValueError(f"{path}: step {step.id}: limit_s {step.limit_s} > {MAX_LIMIT_S} (one call's budget)")
         if step.ready and not step.command:
             raise ValueError(f"{path}: step {step.id} is ready but has no command")
+        setup_carries(step)  # each setup call names its carry list
         steps.append(step)
     return steps
 
@@ -159,8 +166,51 @@ def plan(steps: list[Step]) -> int:
     return 1 if problems else 0
 
 
+def setup_carries(step: Step) -> list[list[str]]:
+    """The carry list of each of the step's setup calls (`carry ['a', 'b']: command`)."""
+    carries = []
+    for index, line in enumerate(step.setup, 1):
+        match = SETUP_CARRY.match(line)
+        if match is None:
+            raise ValueError(f"step {step.id}: setup call {index} does not start with `carry [paths]:`")
+        carries.append([str(path) for path in ast.literal_eval(match.group(1))])
+    return carries
+
+
+def size_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def tree_bytes() -> int:
+    """The working tree a device call copies (git's tracked and untracked-not-ignored files);
+    0 outside a git checkout."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPOSITORY, capture_output=True)
+    if listed.returncode != 0:
+        return 0
+    return sum(size_bytes(REPOSITORY / name) for name in listed.stdout.decode().split("\0") if name)
+
+
+def call_problems(step: Step) -> list[str]:
+    """Each setup call's carried paths present here, and every call (the setup calls and the
+    step's own) within MAX_CALL_MIB with the working tree."""
+    problems = []
+    tree = tree_bytes()
+    calls = [(f"setup call {index}", carry) for index, carry in enumerate(setup_carries(step), 1)]
+    for name, carry in [*calls, ("the step's call", step.carry)]:
+        missing = [path for path in carry if not (REPOSITORY / path).exists()]
+        if name != "the step's call":
+            problems += [f"{path} ({name}) is not here" for path in missing]
+        mib = (tree + sum(size_bytes(REPOSITORY / path) for path in carry)) / 2**20
+        if mib > MAX_CALL_MIB:
+            problems.append(f"{name} takes {mib:.1f} MiB with the working tree, over the {MAX_CALL_MIB} MiB of a call")
+    return problems
+
+
 def carry_problems(step: Step) -> list[str]:
-    """A carried folder missing here or a staged set whose lock has a gap."""
+    """A carried folder missing here, a staged set whose lock has a gap, or a call (setup
+    calls included) that lacks its carried paths or takes more than MAX_CALL_MIB."""
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:  # run as a script it is there; imported by the tests it may not be
         sys.path.insert(0, here)
@@ -181,7 +231,7 @@ def carry_problems(step: Step) -> list[str]:
             problems.append(f"{path}/whl differs from staging/{name}.lock.json: run its make target again")
         gaps = staging.unmet(locked, image, sets[name].allow, sets[name].no_deps)
         problems += [f"{name}: {gap}" for gap in gaps]
-    return problems
+    return problems + call_problems(step)
 
 
 def device_facts() -> dict[str, str]:

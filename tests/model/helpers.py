@@ -39,9 +39,12 @@ def rotate(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     return torch.cat([x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()], dim=-1)
 
 
-def dense_reference(q, k, v, position_ids, document_ids, relative, frequencies, *, score_factor=1.0, query_factor=None):
+def dense_reference(
+    q, k, v, position_ids, document_ids, relative, frequencies, *, score_factor=1.0, query_factor=None, sinks=None
+):
     """softmax over every (key n, relative position r in relative(m, n)) of the query's
-    document with n <= m, score = <q rotated by r, k> * score_factor / sqrt(d). float64."""
+    document with n <= m, score = <q rotated by r, k> * score_factor / sqrt(d). float64.
+    sinks [H]: one more column of logit s_h and value 0 in every row's softmax (gpt-oss)."""
     q, k, v = q.double(), k.double(), v.double()
     batch, q_len, heads, dim = q.shape
     kv_len, kv_heads = k.shape[1], k.shape[2]
@@ -66,7 +69,10 @@ def dense_reference(q, k, v, position_ids, document_ids, relative, frequencies, 
     rotated = rotate(scaled[:, :, None, None], angles[:, :, :, :, None, :])  # [B, Tq, Tk, E, H, D]
     scores = (rotated * k[:, None, :, None]).sum(-1) * score_factor / math.sqrt(dim)  # [B, Tq, Tk, E, H]
     scores = scores.masked_fill(~valid[..., None], -math.inf).flatten(2, 3)  # [B, Tq, Tk*E, H]
-    weights = scores.softmax(2).view(batch, q_len, kv_len, entries, heads).sum(3)
+    if sinks is not None:
+        sink = sinks.double().view(1, 1, 1, heads).expand(batch, q_len, 1, heads)
+        scores = torch.cat([scores, sink], dim=2)
+    weights = scores.softmax(2)[:, :, : kv_len * entries].reshape(batch, q_len, kv_len, entries, heads).sum(3)
     return torch.einsum("bqkh,bkhd->bqhd", weights, v)
 
 

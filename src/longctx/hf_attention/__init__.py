@@ -16,9 +16,10 @@ flash passes on CUDA) with a compact mask and one position plan per layer type p
 Parameters are `eval.position_method.<method>.*` with longctx's defaults, resolved against
 the training length L = max_position_embeddings (`training_length=` overrides it), the
 baselines by STRING §4.2's protocol (methods.py). llama, mistral, qwen2, qwen3, smollm3,
-gemma3_text, olmo2, olmo3 and phi3 models with a static RoPE (default, linear, llama3, yarn)
-are served, gpt-oss under `longctx_rope`; the method runs on the full layers that rotate,
-sliding and NoPE layers attend as trained (docs/design.md §8). Anything the functions
+gemma3_text, olmo2, olmo3, phi3 and gpt_oss models with a static RoPE (default, linear,
+llama3, yarn) are served (gpt-oss's sinks join each softmax once, the merged passes' too);
+the method runs on the full layers that rotate, sliding and NoPE layers attend as trained
+(docs/design.md §8). Anything the functions
 cannot reproduce exactly is refused in one line (errors.HFAttentionError): a window on every
 layer shorter than the sequence, a method narrower than a hybrid's window, paged /
 continuous-batching caches, dynamic and longrope RoPE, soft-capping, another attention

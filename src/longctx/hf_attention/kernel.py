@@ -16,8 +16,11 @@ sliding_window=, ...)` with q [B, H, Tq, D] rotated at the queries' positions an
 [B, Hkv, Tk, D] the layer's cache (keys rotated at their own positions; on a sliding layer
 slots [kv_offset, kv_offset + Tk)), and gets longctx's own kernels: the PositionMethod's
 passes (blockwise pure torch on CPU, the varlen flash passes on CUDA in fp16/bf16), on
-relative rotations (methods.py), or longctx's masked attention (with the window, and
-gpt-oss-style sinks `s_aux`) on a layer the method leaves as trained.
+relative rotations (methods.py), or longctx's masked attention (with the window) on a layer
+the method leaves as trained. gpt-oss hands its sinks as `s_aux` [H]: one logit per query
+head in the denominator of every softmax, added once to the union of a method's passes
+(out * sigmoid(lse - s_h) with the passes' merged log-sum-exp, PositionMethod.forward), as
+if it were one more key of logit s_h and value 0.
 
 Keys, positions and documents (`key_layout`): the queries are the cache slots
 [q_offset, q_offset + Tq); slots after them (a StaticCache's empty tail) are cut off. A
@@ -298,11 +301,7 @@ def attention_function(name: str):
             return longctx_attention(
                 q, k, v, mask=state.plan.mask, scale=scale * method.score_multiplier, sinks=sinks
             ), None
-        if sinks is not None:
-            raise fail(
-                name, "attention sinks (s_aux) are not carried by the method's passes: run longctx_rope on this model"
-            )
-        return method(q, k, v, state.plan, scale=scaling), None
+        return method(q, k, v, state.plan, scale=scaling, sinks=sinks), None
 
     attention.__name__ = attention.__qualname__ = f"longctx_{name}_attention"
     return attention

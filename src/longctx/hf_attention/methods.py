@@ -57,7 +57,8 @@ MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "
 Phi-3's first partial_rotary_factor x D; on a NoPE layer, none), updates the cache, then calls the attention function
 with q [B,H,Tq,D] and the layer's cache: the whole cache on a full layer, the kept window
 plus the new keys on a sliding layer (transformers' sliding cache layers). gpt-oss (its
-experts computed by transformers) hands its sinks as `s_aux`: longctx_rope only."""
+experts computed by transformers) hands its sinks as `s_aux`, one logit per head that joins
+each softmax once (kernel.py)."""
 FULL_ONLY_TYPES = ("llama", "mistral", "qwen2", "phi3")
 """Families served with full attention on every layer (their longctx import refuses sliding layers)."""
 FULL = "full_attention"
@@ -339,14 +340,7 @@ def method_for(config, method: str) -> PositionMethod:
         placeholder = RotaryEmbedding(head_dim, 10000.0, RopeScaling(), length, rotary_fraction=partial)
         own = longctx_method(method, resolved, placeholder)
         check_window(own, method, trained_window(config))
-        relative = relative_method(own, inv_freq)
-        if config.model_type == "gpt_oss" and not relative.rotation_free:
-            raise fail(
-                method,
-                "gpt-oss's attention sinks are not carried by the method's passes (longctx's model refuses "
-                "them too): run longctx_rope on it",
-            )
-        _BUILT[key] = relative
+        _BUILT[key] = relative_method(own, inv_freq)
     return _BUILT[key]
 
 

@@ -11,7 +11,10 @@ log-sum-exp its kernel returns, so no score matrix is built:
 - `varlen`: each kernel call through `sdpa_with_sinks` (CPU: torch's fused flash kernel,
   which returns the lse; elsewhere explicit math);
 - `flash`: the varlen kernel's lse (`flash_with_sinks`);
-- `flex`: flex_attention's lse (`return_aux`).
+- `flex`: flex_attention's lse (`return_aux`);
+- a multi-pass position method (StRing, ReRoPE, Self-Extend, DCA): the lse of its passes'
+  merged softmax, so the sink counts once in the union of the passes' keys
+  (PositionMethod.forward).
 
 Gradients: the fused CPU kernel and torch's varlen kernel drop the gradient of the lse
 (their backward ignores grad_lse), which the sink factor needs. `lse_with_gradient` adds it

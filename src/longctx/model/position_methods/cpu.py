@@ -25,6 +25,7 @@ from longctx.batch import document_segments
 from longctx.model.position_methods.plan import UNBOUNDED, PassPlan, PositionPlan
 from longctx.model.position_methods.plan import merge as _merge
 from longctx.model.rope import apply_rotary
+from longctx.model.sinks import apply_sinks
 
 MIN_BULK_FRACTION = 0.5
 """A query block attends its common keys unmasked in a call of their own only when they are
@@ -123,14 +124,22 @@ def _widen(start: int, end: int, kv_len: int, *, down: bool = True, up: bool = T
     return start - below, end + above
 
 
-def torch_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
+def torch_passes(
+    queries: list[torch.Tensor],
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: PositionPlan,
+    scale: float,
+    sinks: torch.Tensor | None = None,
+):
     """Attention output [B, Tq, H, D] of a multi-pass plan from each pass's rotated
     queries [B, Tq, H, D] and the keys (rotated by each pass's key rotation here unless
-    the plan says they arrive rotated)."""
+    the plan says they arrive rotated). `sinks` [H]: applied once to the merged softmax
+    (out * sigmoid(lse - s_h), model/sinks.py)."""
     if plan.q_len == 1:
-        return _decode_passes(queries, k, v, plan, scale)
+        return _decode_passes(queries, k, v, plan, scale, sinks)
     keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-    return _torch_passes(queries, keys, v, plan, scale)
+    return _torch_passes(queries, keys, v, plan, scale, sinks)
 
 
 class _Document(NamedTuple):
@@ -155,9 +164,15 @@ def _documents(document_ids: torch.Tensor, q_len: int) -> list[_Document]:
 
 
 def _torch_passes(
-    queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float
+    queries: list[torch.Tensor],
+    keys: list[torch.Tensor],
+    v: torch.Tensor,
+    plan: PositionPlan,
+    scale: float,
+    sinks: torch.Tensor | None,
 ):
-    """Every pass's output and log-sum-exp over all queries, then one merge across passes."""
+    """Every pass's output and log-sum-exp over all queries, then one merge across passes
+    (and the sinks on the merged softmax)."""
     parts = []
     for pass_plan, query in zip(plan.passes, queries, strict=True):
         key = keys[pass_plan.key_rotation]
@@ -165,7 +180,13 @@ def _torch_passes(
             parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
         else:
             parts.append(_block_pass(query, key, v, pass_plan, plan.layout.block_size, scale))
-    return _merge(parts)[0].to(v.dtype)
+    return _with_sinks(_merge(parts), sinks).to(v.dtype)
+
+
+def _with_sinks(merged: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None) -> torch.Tensor:
+    """The merged output [..., H, D] with the sink logits in its softmax's denominator."""
+    out, lse = merged
+    return out if sinks is None else apply_sinks(out, lse, sinks, head_dim=lse.dim() - 1)
 
 
 def _band_pass(q, k, v, band: tuple[int, int | None], documents: list[_Document], scale: float):
@@ -299,7 +320,14 @@ def _block_pass(q, k, v, pass_plan: PassPlan, block_size: int, scale: float):
     return out, lse
 
 
-def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float):
+def _decode_passes(
+    queries: list[torch.Tensor],
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: PositionPlan,
+    scale: float,
+    sinks: torch.Tensor | None = None,
+):
     """One query per row: each pass covers one contiguous key range, so a row takes one
     kernel call per pass over exactly that range, merged as everywhere else. Keys are
     rotated only in the ranges a pass reads (ReRoPE's window, say, rather than the whole
@@ -319,7 +347,7 @@ def _decode_passes(queries: list[torch.Tensor], k: torch.Tensor, v: torch.Tensor
             if rotation is not None:
                 keys = apply_rotary(keys, *(t[b : b + 1, start : last + 1] for t in rotation))
             parts.append(_kernel(query[b : b + 1], keys, v[b : b + 1, start : last + 1], scale))
-        out[b] = _merge(parts)[0][0].to(v.dtype)
+        out[b] = _with_sinks(_merge(parts), sinks)[0].to(v.dtype)
     return out
 
 

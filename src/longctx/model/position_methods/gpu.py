@@ -55,6 +55,7 @@ import torch
 from longctx.batch import document_segments
 from longctx.model.flash import VarlenKernel, kv_repeats, resolve_kernel, varlen_flash
 from longctx.model.position_methods.plan import PositionPlan
+from longctx.model.sinks import apply_sinks
 
 KEYS_PER_CALL = 1 << 21
 """Most gathered keys per kernel call of a chunk pass (DCA's earlier-chunks relation)."""
@@ -237,10 +238,16 @@ def _indices(ranges: list[tuple[int, int]], device) -> torch.Tensor:
 
 
 def varlen_passes(
-    queries: list[torch.Tensor], keys: list[torch.Tensor], v: torch.Tensor, plan: PositionPlan, scale: float
+    queries: list[torch.Tensor],
+    keys: list[torch.Tensor],
+    v: torch.Tensor,
+    plan: PositionPlan,
+    scale: float,
+    sinks: torch.Tensor | None = None,
 ):
     """Attention output [B, Tq, H, D] of a band/chunk-pass plan: the passes' kernel calls,
-    merged into one accumulator as they come (module docstring)."""
+    merged into one accumulator as they come (module docstring); `sinks` [H] join the
+    merged softmax once (out * sigmoid(lse - s_h), model/sinks.py)."""
     layout: VarlenLayout = plan.layout
     batch, q_len, heads, dim = queries[0].shape
     kv_heads = v.shape[2]
@@ -295,7 +302,8 @@ def varlen_passes(
             merged = _merge_into(merged, call_out, call_lse, call.queries, batch * q_len, recording)
     if merged is None:
         return v.new_zeros(batch, q_len, heads, dim)
-    return merged[0].view(batch, q_len, heads, dim)
+    out = merged[0] if sinks is None else apply_sinks(merged[0], merged[1].t(), sinks, head_dim=1)
+    return out.view(batch, q_len, heads, dim)
 
 
 def _merge_into(

@@ -343,11 +343,25 @@ class PositionMethod(nn.Module):
         return DecodePasses(cos, signed_sin(sin), key_cos, signed_sin(key_sin), mask, self.score_multiplier, shared)
 
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan, scale: float | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        plan: PositionPlan,
+        scale: float | None = None,
+        sinks: torch.Tensor | None = None,
     ):
         """Attention output [B, Tq, H, D] from un-rotated q (and k unless the plan says rotated).
-        Rotations run in `rotation_dtype(q.dtype)`; every kernel gets q/k/v in q's dtype."""
+        Rotations run in `rotation_dtype(q.dtype)`; every kernel gets q/k/v in q's dtype.
+        `sinks` [H] (gpt-oss): one logit per query head that joins the softmax over the union
+        of the passes' keys once, as a key of value 0: out = out_merged * sigmoid(lse_merged
+        - s_h) with the merged log-sum-exp (model/sinks.py), so a multi-pass method counts it
+        once, not once per pass."""
         check_inputs(q, k, v, plan)
+        if sinks is not None and sinks.shape != (q.shape[2],):
+            raise ValueError(
+                f"sinks must hold one logit per query head, shape ({q.shape[2]},), got {tuple(sinks.shape)}"
+            )
         scale = (q.shape[-1] ** -0.5 if scale is None else scale) * self.score_multiplier
         dtype = q.dtype
         if plan.mask is not None:
@@ -355,12 +369,12 @@ class PositionMethod(nn.Module):
             rotation = plan.key_rotations[0]  # None: the keys arrive rotated
             keys = k if rotation is None else apply_rotary(k, *rotation)
             query = apply_rotary(q.to(rotation_dtype(dtype)), only.query_cos, only.query_sin).to(dtype)
-            return attention(query, keys, v, mask=plan.mask, scale=scale)
+            return attention(query, keys, v, mask=plan.mask, scale=scale, sinks=sinks)
         queries = rotated_queries(q, plan.passes)
         if plan.backend == "flash":
             rotated = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-            return varlen_passes(queries, rotated, v, plan, scale)
-        return torch_passes(queries, k, v, plan, scale)
+            return varlen_passes(queries, rotated, v, plan, scale, sinks)
+        return torch_passes(queries, k, v, plan, scale, sinks)
 
     def attend(
         self,
@@ -374,6 +388,7 @@ class PositionMethod(nn.Module):
         backend: str = "auto",
         scale: float | None = None,
         block_size: int = DEFAULT_BLOCK_SIZE,
+        sinks: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`plan` + `forward` in one call; position_ids default to 0..Tk-1 in every row."""
         if position_ids is None:
@@ -387,7 +402,7 @@ class PositionMethod(nn.Module):
             block_size=block_size,
             dtype=q.dtype,
         )
-        return self(q, k, v, plan, scale=scale)
+        return self(q, k, v, plan, scale=scale, sinks=sinks)
 
 
 def build_position_method(
