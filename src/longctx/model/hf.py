@@ -65,9 +65,16 @@ def export_hf(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
+    fused: dict[str, list[tuple[int, torch.Tensor]]] = {}
     for name, tensor in weights(model).items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
-        tensors[family.hf_name(name)] = tensor
+        part = family.rows(name, model.config)
+        if part is None:
+            tensors[family.hf_name(name)] = tensor
+        else:  # Phi-3's qkv_proj / gate_up_proj: our tensors stacked by their rows
+            fused.setdefault(family.hf_name(name), []).append((part[0], tensor))
+    for key, parts in fused.items():
+        tensors[key] = torch.cat([tensor for _, tensor in sorted(parts, key=lambda part: part[0])])
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:
