@@ -36,6 +36,14 @@ batch has stopped. Stop strings need `decode`.
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
 once; `longctx.model.decoding.prefill`): chunk c attends the cached keys of chunks
 0..c-1 and causally itself, so the logits do not depend on the chunk size.
+
+A `longrope` model (Phi-3; model/rope.py) rotates a forward by its long factors iff the
+batch's largest position + 1 exceeds L_orig, so cached keys written below L_orig carry the
+short rotation. transformers' Phi-3 `generate` (`prepare_inputs_for_generation`) drops its
+cache when the sequence first reaches L_orig + 1 tokens and re-runs it whole, long; so does
+this decoder (one unchunked prefill of the tokens so far at that step): the cached
+continuation then equals a full forward at every step, as in transformers. A chunked
+prefill whose chunks would straddle L_orig is refused (its first chunks would rotate short).
 """
 
 from __future__ import annotations
@@ -110,6 +118,12 @@ def _generate_batch(
     device = model.tok_embeddings.weight.device
     ids, positions, documents = _padded_batch(prompts, device)
     rows, width = ids.shape
+    switch = _longrope_switch(model)
+    if switch is not None and 0 < prefill_chunk_tokens < width and width > switch:
+        raise ValueError(
+            f"prefill_chunk_tokens={prefill_chunk_tokens} with longrope: chunks below original_max_position={switch} "
+            f"would rotate by the short factors, the whole {width}-token prompt by the long (use 0)"
+        )
     cache = model.new_kv_cache(rows, width + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
     logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
@@ -128,6 +142,14 @@ def _generate_batch(
                 stopped_by[row] = "stop_string"
         if step + 1 == max_new_tokens or all(reason is not None for reason in stopped_by):
             break
+        if switch is not None:
+            ids = torch.cat([ids, next_tokens[:, None]], dim=1)
+            positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+            documents = torch.cat([documents, documents[:, -1:]], dim=1)
+        if switch is not None and ids.shape[1] == switch + 1 and width <= switch:  # module docstring
+            options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
+            logits = prefill(model, ids, positions, documents, 0, options)
+            continue
         logits = model(next_tokens[:, None], **options)
     generations = []
     for row_tokens, reason in zip(tokens, stopped_by, strict=True):
@@ -138,6 +160,14 @@ def _generate_batch(
             text = text if cut < 0 else text[:cut]
         generations.append(Generation(row_tokens, text, reason or "length"))
     return generations
+
+
+def _longrope_switch(model: Llama) -> int | None:
+    """L_orig of a longrope model (the largest position + 1 up to which it rotates short), else None."""
+    scaling = model.config.rope_scaling
+    if scaling.type != "longrope":
+        return None
+    return scaling.original_max_position or model.config.max_position
 
 
 def generate(

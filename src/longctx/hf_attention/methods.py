@@ -339,6 +339,8 @@ def method_for(config, method: str) -> PositionMethod:
     if key not in _BUILT:
         check_model(config, method, length)
         resolved = resolve(method, params, length)
+        if rope_parameters(config).get("rope_type") == "longrope" and resolved.get("repo_score_scale"):
+            raise fail(method, "rope_type 'longrope' runs plain longctx_rope only (repo_score_scale is a method)")
         inv_freq = inverse_frequencies(config)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         partial = partial_rotary_factor(config)

@@ -25,9 +25,11 @@ SkipAlign/PoSE skips, StRing's shifted query ids all reuse it):
              L_orig, theta_i / long_factor[i] in one past it (one set for the whole
              forward, chosen on the device without a host sync); cos/sin times
              sqrt(1 + ln(factor) / ln(L_orig)) in both (`attention_factor` if set; 1 for
-             factor 1). Keys enter the KV cache rotated, so in cached generation that
-             crosses L_orig the earlier keys keep the short rotation and later ones get the
-             long: transformers' Phi-3 does exactly this, and so does longctx.
+             factor 1). Keys enter the KV cache rotated, so cached forwards that cross
+             L_orig leave the earlier keys with the short rotation and give later ones the
+             long, as transformers' Phi-3 forward with a cache does; its `generate`, and
+             longctx's (eval/generation.py), re-run the sequence whole when it first
+             reaches L_orig + 1 tokens.
 
 On top of any scaling, `position_scale` s multiplies every theta_i (model.rope_position_scale):
 the angle at distance i becomes i * s * theta_i, so a window of L tokens has the angles of
