@@ -285,11 +285,6 @@ def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
             {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 6}},
             "rope_type='longrope': long_factor must be 6 factors > 0 (one per rotated pair)",
         ),
-        (
-            "phi3",
-            {"rope_scaling": {"type": "su", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}},
-            "rope_type='su' without original_max_position_embeddings in its rope dict",
-        ),
     ],
 )
 def test_refusals_name_the_field_in_one_line(tmp_path, kind, fields, message):

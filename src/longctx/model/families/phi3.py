@@ -9,7 +9,7 @@ layer: Phi-3-mini-4k's 2,047).
 `longrope` (Phi-3-128k, Phi-3.5, Phi-4-mini; "yarn" and "su" are transformers' older names
 for it) as transformers reads it (`Phi3Config`, `_compute_longrope_parameters`):
 L_orig = the top-level `original_max_position_embeddings` (Phi3Config's default 4,096;
-under "su" the rope dict's own), factor = the dict's `factor` or max_position_embeddings /
+transformers overwrites the rope dict's with it under every name), factor = the dict's `factor` or max_position_embeddings /
 L_orig, and cos/sin times `attention_factor` or sqrt(1 + ln(factor) / ln(L_orig)); a forward
 rotates by theta_i / long_factor[i] iff its largest position + 1 > L_orig, else by
 short_factor (model/rope.py, which also says why cached generation across L_orig matches).
@@ -87,12 +87,7 @@ def read(hf: dict, source: str) -> ModelConfig:
 def longrope_from_hf(hf: dict, parameters: dict, kind: str, pairs: int, source: str) -> RopeScaling:
     """longrope's RopeScaling by transformers' rules (module docstring), attention factor resolved."""
     where = f"{source}: rope_type={kind!r}"
-    if kind == "su":  # not among the names transformers' standardisation gives the top-level length
-        if "original_max_position_embeddings" not in parameters:
-            raise CheckpointError(f"{where} without original_max_position_embeddings in its rope dict")
-        original = int(parameters["original_max_position_embeddings"])
-    else:
-        original = int(hf.get("original_max_position_embeddings", ORIGINAL_DEFAULT))
+    original = int(hf.get("original_max_position_embeddings", ORIGINAL_DEFAULT))  # never the rope dict's
     factors = {}
     for name in ("short_factor", "long_factor"):
         values = parameters.get(name)
@@ -183,7 +178,7 @@ PHI3 = Family(
     fused=fused,
     refused=(
         "hidden_act other than silu",
-        "rope_type 'su' without original_max_position_embeddings in its rope dict (transformers cannot load it)",
+        "longrope without short_factor / long_factor of one factor > 0 per rotated pair",
     ),
     write=write,
 )
