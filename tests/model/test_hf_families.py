@@ -257,7 +257,18 @@ def test_gemma3_designs_matter(tmp_path):
 
 @pytest.mark.parametrize(
     "kind",
-    ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied", "gemma3", "gemma3-scaled", "olmo3", "phi3", "phi3-sliding"],
+    [
+        "qwen3",
+        "qwen3-tied",
+        "smollm3",
+        "olmo2",
+        "olmo2-tied",
+        "gemma3",
+        "gemma3-scaled",
+        "olmo3",
+        "phi3",
+        "phi3-sliding",
+    ],
 )
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
     """Gemma 3: sliding layers past their window, two RoPE bases, a linear-scaled full RoPE,

@@ -52,7 +52,9 @@ def test_import_reads_the_factors_the_length_and_the_attention_factor(pair):
     scaling = ours.config.rope_scaling
     assert (scaling.type, scaling.original_max_position, scaling.factor) == ("longrope", ORIGINAL, 8.0)
     assert scaling.short_factor == [1.0, 1.25, 1.5, 2.0, 3.0, 4.0] and scaling.long_factor[-1] == 48.0
-    assert scaling.attention_factor == pytest.approx((1 + torch.log(torch.tensor(8.0)) / torch.log(torch.tensor(32.0))).sqrt().item())
+    assert scaling.attention_factor == pytest.approx(
+        (1 + torch.log(torch.tensor(8.0)) / torch.log(torch.tensor(32.0))).sqrt().item()
+    )
     assert (ours.config.rotary_fraction, ours.rope.rotary_dim) == (0.75, 12)
 
 
@@ -178,7 +180,7 @@ def test_refusals_name_the_field_in_one_line(pair, tmp_path, fields, message):
 def test_su_and_yarn_are_read_as_longrope_as_transformers_reads_them(pair, tmp_path, kind):
     """transformers' older names in 4.x's `rope_scaling`: both take the top-level
     original_max_position_embeddings (32), not the rope dict's (40 here), in both models."""
-    hf, directory, _ = pair
+    _, directory, _ = pair
     values = json.loads((directory / "config.json").read_text())
     rope = {key: value for key, value in values.pop("rope_parameters").items() if key != "rope_type"}
     rope = {**rope, "type": kind, "original_max_position_embeddings": 40}
@@ -200,7 +202,9 @@ def test_position_methods_on_longrope_are_refused_in_one_line(pair):
 
 
 def test_model_config_checks_the_factors_per_rotated_pair():
-    scaling = RopeScaling("longrope", factor=2.0, original_max_position=64, short_factor=[1.0] * 3, long_factor=[2.0] * 4)
+    scaling = RopeScaling(
+        "longrope", factor=2.0, original_max_position=64, short_factor=[1.0] * 3, long_factor=[2.0] * 4
+    )
     with pytest.raises(ConfigError, match="short_factor.*longrope needs 4 factors"):
         ModelConfig.from_preset("debug", rope_scaling=scaling, head_dim=8, n_heads=8)
     with pytest.raises(ConfigError, match="is longrope's, not yarn's"):

@@ -352,7 +352,9 @@ class ModelConfig:
         for name in ("short_factor", "long_factor"):
             values = getattr(scaling, name)
             if scaling.type == "longrope" and (len(values) != pairs or not all(v > 0 for v in values)):
-                raise ConfigError(f"model.rope_scaling.{name}", f"longrope needs {pairs} factors > 0 (one per rotated pair)")
+                raise ConfigError(
+                    f"model.rope_scaling.{name}", f"longrope needs {pairs} factors > 0 (one per rotated pair)"
+                )
             if scaling.type != "longrope" and values:
                 raise ConfigError(f"model.rope_scaling.{name}", f"is longrope's, not {scaling.type}'s")
         if scaling.type == "yarn" and scaling.beta_fast <= scaling.beta_slow:

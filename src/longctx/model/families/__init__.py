@@ -17,7 +17,8 @@ from longctx.model.families.gemma3 import GEMMA3_TEXT
 from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
 from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.olmo3 import OLMO3
-from longctx.model.families.phi3 import PHI3, exports as phi3_exports
+from longctx.model.families.phi3 import PHI3
+from longctx.model.families.phi3 import exports as phi3_exports
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 

@@ -65,8 +65,12 @@ def write(config: ModelConfig) -> dict:
     """An Olmo3ForCausalLM: OLMo 2's block, `layer_types` with the window, RoPE per layer type
     (full: rope_base + scaling; sliding: sliding_rope_base, unscaled)."""
     if config.nope_indices():
-        raise CheckpointError("cannot export NoPE layers (model.nope_layers / nope_every) as olmo3: every layer rotates")
-    refuse_fields(config, "OLMo 3", {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1})
+        raise CheckpointError(
+            "cannot export NoPE layers (model.nope_layers / nope_every) as olmo3: every layer rotates"
+        )
+    refuse_fields(
+        config, "OLMo 3", {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
+    )
     if config.attention_bias == "qkv":
         raise CheckpointError("cannot export model.attention_bias='qkv' as olmo3: its attention_bias is q/k/v/o")
     values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM")

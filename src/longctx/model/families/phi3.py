@@ -88,15 +88,16 @@ def longrope_from_hf(hf: dict, parameters: dict, kind: str, pairs: int, source: 
     """longrope's RopeScaling by transformers' rules (module docstring), attention factor resolved."""
     where = f"{source}: rope_type={kind!r}"
     original = int(hf.get("original_max_position_embeddings", ORIGINAL_DEFAULT))  # never the rope dict's
-    factors = {}
-    for name in ("short_factor", "long_factor"):
-        values = parameters.get(name)
-        if not isinstance(values, list) or len(values) != pairs or not all(float(v) > 0 for v in values):
-            raise CheckpointError(f"{where}: {name} must be {pairs} factors > 0 (one per rotated pair)")
-        factors[name] = [float(v) for v in values]
+    short, long = (
+        _factors(parameters.get(name), pairs, f"{where}: {name}") for name in ("short_factor", "long_factor")
+    )
     factor = parameters.get("factor") or hf.get("max_position_embeddings", 4096) / original
     scaling = RopeScaling(
-        "longrope", factor=max(float(factor), 1.0), original_max_position=original, **factors
+        "longrope",
+        factor=max(float(factor), 1.0),
+        original_max_position=original,
+        short_factor=short,
+        long_factor=long,
     )
     attention = parameters.get("attention_factor")
     resolved = float(attention) if attention is not None else longrope_attention_factor(scaling, original)
@@ -104,6 +105,15 @@ def longrope_from_hf(hf: dict, parameters: dict, kind: str, pairs: int, source: 
         raise CheckpointError(f"{where}: attention_factor={attention} must be > 0")
     scaling.attention_factor = resolved
     return scaling
+
+
+def _factors(values: object, pairs: int, where: str) -> list[float]:
+    """One number > 0 per rotated pair, or a one-line refusal naming the field."""
+    if not isinstance(values, list) or len(values) != pairs:
+        raise CheckpointError(f"{where} must be {pairs} factors > 0 (one per rotated pair)")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+        raise CheckpointError(f"{where} must be {pairs} factors > 0 (one per rotated pair)")
+    return [float(v) for v in values]
 
 
 def write(config: ModelConfig) -> dict:
