@@ -9,7 +9,8 @@ long factors (tests/model/test_hf_families.CASES["phi3-longrope"]).
 - a cached forward that crosses L_orig keeps the earlier keys' short rotation as
   transformers' forward with a DynamicCache does (step by step, 1e-5), far from a full
   forward; `generate` re-runs the sequence at L_orig + 1 tokens as transformers' Phi-3
-  `generate` does: its tokens and scores equal transformers' (dynamic and static caches);
+  `generate` does: its tokens and scores equal transformers' (dynamic and static caches),
+  with the prompt prefilled whole or in chunks;
 - export writes a Phi3ForCausalLM transformers reloads with equal logits on both sides
   of the switch, and import reads it back into the same ModelConfig;
 - what is not reproduced is refused in one line.
@@ -129,14 +130,15 @@ def test_generate_across_the_switch_equals_transformers_generate(pair, cache):
     assert (torch.stack(out.scores, dim=1).double() - full).abs().max() <= TOLERANCE
 
 
-def test_generate_refuses_a_chunked_prefill_across_the_switch_in_one_line(pair):
-    _, _, ours = pair
-    with pytest.raises(ValueError, match="prefill_chunk_tokens=16 with longrope") as error:
-        generate(ours, ids(40).tolist(), max_new_tokens=2, prefill_chunk_tokens=16)
-    assert "\n" not in str(error.value)
-    chunked = generate(ours, ids(24).tolist(), max_new_tokens=12, prefill_chunk_tokens=8)
-    whole = generate(ours, ids(24).tolist(), max_new_tokens=12)
-    assert [g.token_ids for g in chunked] == [g.token_ids for g in whole]  # below the switch: allowed
+@pytest.mark.parametrize("length", [24, 40])
+def test_a_chunked_prefill_equals_one_forward_on_either_side_of_the_switch(pair, length):
+    """Chunks of 8: below L_orig all short; past it all long (as the whole prompt), also in
+    the re-run at 33 tokens; the tokens equal transformers' generate."""
+    hf, _, ours = pair
+    prompt = ids(length)
+    chunked = generate(ours, prompt.tolist(), max_new_tokens=16, prefill_chunk_tokens=8)
+    expected = hf.generate(prompt, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    assert torch.equal(torch.tensor([g.token_ids for g in chunked]), expected[:, length:])
 
 
 @pytest.mark.parametrize("length", [24, 48])

@@ -41,14 +41,15 @@ A `longrope` model (Phi-3; model/rope.py) rotates a forward by its long factors 
 batch's largest position + 1 exceeds L_orig, so cached keys written below L_orig carry the
 short rotation. transformers' Phi-3 `generate` (`prepare_inputs_for_generation`) drops its
 cache when the sequence first reaches L_orig + 1 tokens and re-runs it whole, long; so does
-this decoder (one unchunked prefill of the tokens so far at that step): the cached
-continuation then equals a full forward at every step, as in transformers. A chunked
-prefill whose chunks would straddle L_orig is refused (its first chunks would rotate short).
+this decoder (a prefill of the tokens so far at that step): the cached continuation then
+equals a full forward at every step, as in transformers. A chunked prefill of a prompt past
+L_orig rotates every chunk long (`rope.longrope_forced`), as one forward over it would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,7 @@ import torch
 from longctx.model.decoding import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
+from longctx.model.rope import longrope_forced
 
 STOPPED_BY = ("eos", "stop_string", "length")
 PADDING_DOCUMENT, PROMPT_DOCUMENT = 0, 1
@@ -119,14 +121,10 @@ def _generate_batch(
     ids, positions, documents = _padded_batch(prompts, device)
     rows, width = ids.shape
     switch = _longrope_switch(model)
-    if switch is not None and 0 < prefill_chunk_tokens < width and width > switch:
-        raise ValueError(
-            f"prefill_chunk_tokens={prefill_chunk_tokens} with longrope: chunks below original_max_position={switch} "
-            f"would rotate by the short factors, the whole {width}-token prompt by the long (use 0)"
-        )
     cache = model.new_kv_cache(rows, width + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
+    with longrope_forced(model, True) if switch is not None and width > switch else nullcontext():
+        logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
     for step in range(max_new_tokens):
@@ -148,7 +146,8 @@ def _generate_batch(
             documents = torch.cat([documents, documents[:, -1:]], dim=1)
         if switch is not None and ids.shape[1] == switch + 1 and width <= switch:  # module docstring
             options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
-            logits = prefill(model, ids, positions, documents, 0, options)
+            with longrope_forced(model, True):
+                logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
             continue
         logits = model(next_tokens[:, None], **options)
     generations = []

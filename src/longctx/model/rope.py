@@ -62,6 +62,8 @@ Partial rotation (model.rotary_fraction p < 1, model.partial_rotary), D = head_d
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -73,6 +75,7 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
     "inverse_frequencies",
+    "longrope_forced",
     "rotary_frequencies",
     "rotate_half",
     "rotation_dtype",
@@ -237,6 +240,8 @@ class RotaryEmbedding(torch.nn.Module):
         self.register_buffer("inv_freq", self.exact_frequencies(), persistent=False)
         long = self.exact_frequencies(long=True) if scaling.type == "longrope" else None
         self.register_buffer("long_inv_freq", long, persistent=False)
+        self.forced_long: bool | None = None
+        """longrope: the set every forward uses while `longrope_forced` holds it; None = by position."""
 
     @property
     def partial(self) -> dict:
@@ -267,6 +272,8 @@ class RotaryEmbedding(torch.nn.Module):
         forward, every row: transformers' rule), chosen by `torch.where` (no host sync)."""
         if self.long_inv_freq is None or position_ids.numel() == 0:
             return self.inv_freq
+        if self.forced_long is not None:
+            return self.long_inv_freq if self.forced_long else self.inv_freq
         original = self.scaling.original_max_position or self.max_position
         past = position_ids.max().to(self.inv_freq.device) + 1 > original
         return torch.where(past, self.long_inv_freq, self.inv_freq)
@@ -287,6 +294,21 @@ class RotaryEmbedding(torch.nn.Module):
         angles = position_ids.to(compute)[..., None] * self.frequencies(position_ids).to(position_ids.device, compute)
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+
+
+@contextmanager
+def longrope_forced(model: torch.nn.Module, long: bool) -> Iterator[None]:
+    """Every longrope RotaryEmbedding of `model` rotates by the long (or short) set inside the
+    block, whatever a forward's positions: a prompt prefilled in chunks then rotates as one
+    forward over the whole prompt would (the first chunks alone would choose short)."""
+    rotaries = [m for m in model.modules() if isinstance(m, RotaryEmbedding) and m.long_inv_freq is not None]
+    for rotary in rotaries:
+        rotary.forced_long = long
+    try:
+        yield
+    finally:
+        for rotary in rotaries:
+            rotary.forced_long = None
 
 
 def rotation_dtype(dtype: torch.dtype) -> torch.dtype:
