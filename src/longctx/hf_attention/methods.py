@@ -173,7 +173,13 @@ def trained_window(config) -> int | None:
 
 
 def check_model(config, method: str, training_length: int) -> None:
-    """Refuse, in one line, a model whose attention the functions cannot reproduce exactly."""
+    """Refuse, in one line, a model whose attention the functions cannot reproduce exactly.
+
+    `longrope` runs plain `longctx_rope` only: the methods rotate by relative angles with one
+    set of frequencies (`relative_method`), but longrope's set changes with each forward's
+    largest position, and a cache that crossed the switch in a raw cached forward holds keys
+    of both sets, so no rewritten distance would be exact; ntk / yarn would drop its factors.
+    longctx's own model refuses the methods on longrope for the same reason."""
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPES:
         raise fail(
