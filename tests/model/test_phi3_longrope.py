@@ -59,6 +59,22 @@ def test_import_reads_the_factors_the_length_and_the_attention_factor(pair):
     assert (ours.config.rotary_fraction, ours.rope.rotary_dim) == (0.75, 12)
 
 
+def test_both_frequency_sets_and_the_factor_are_transformers(pair):
+    """theta_i / short_factor and theta_i / long_factor (float32, within one rounding of
+    transformers' float32 arithmetic) and the cos/sin factor; a bf16 cast keeps both sets."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf, directory, ours = pair
+    short, factor = ROPE_INIT_FUNCTIONS["longrope"](hf.config, None)
+    long, _ = ROPE_INIT_FUNCTIONS["longrope"](hf.config, None, seq_len=ORIGINAL + 1)
+    assert torch.allclose(ours.rope.inv_freq, short, rtol=2e-7, atol=0)
+    assert torch.allclose(ours.rope.long_inv_freq, long, rtol=2e-7, atol=0)
+    assert (long - short).abs().max() > 1e-2 and ours.rope.attention_factor == pytest.approx(factor, rel=1e-12)
+    cast = import_hf(directory).to(torch.bfloat16)
+    assert torch.equal(cast.rope.long_inv_freq, ours.rope.long_inv_freq.float())
+    assert cast.rope.long_inv_freq.dtype == torch.float32
+
+
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("length", [24, ORIGINAL, ORIGINAL + 1, 48])
 def test_import_equals_transformers_on_both_sides_of_the_switch(pair, implementation, length):
