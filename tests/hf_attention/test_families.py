@@ -24,12 +24,14 @@ from tests.model.test_hf_families import build as build_family
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3", "phi3")
+FAMILIES = ("qwen3-sliding", "smollm3", "smollm3-sliding", "gemma3", "olmo2", "olmo3", "phi3", "phi3-longrope")
 """tests/model/test_hf_families.CASES: Qwen3 with layers 2-3 sliding (window 16), SmolLM3 with
 NoPE layers 1 and 3 (all full), SmolLM3's default layout with its NoPE layer 3 sliding,
 Gemma 3 [sliding, full] x 2 (window 16, bases 10K / 1M, query_pre_attn_scalar 20), OLMo 2,
 OLMo 3 [sliding, full] x 2 (window 16, a YaRN-scaled full RoPE), Phi-3 with fused projections
-and Phi-4-mini's partial RoPE (the first 12 of 16 channels rotate)."""
+and Phi-4-mini's partial RoPE (the first 12 of 16 channels rotate), and with longrope on it
+(short factors up to 32 positions, long past them): longctx_rope only, every other method
+refused in one line (hf_attention/methods.check_model says why)."""
 SLIDING = ("qwen3-sliding", "smollm3-sliding", "gemma3", "olmo3")
 PARAMS = {
     "string": {"shift": 30, "local_window": 5},
@@ -73,7 +75,7 @@ def models(tmp_path_factory):
         model.save_pretrained(directory)
         with torch.no_grad():
             sdpa = model(tokens()).logits
-            model.set_attn_implementation("sdpa")
+            model.set_attn_implementation("eager")
             eager = model(tokens()).logits
             model.set_attn_implementation("sdpa")
         built[family] = (model, import_hf(directory, dtype=torch.float64).eval(), sdpa, eager)
@@ -112,6 +114,13 @@ def test_each_method_equals_longctxs_model(models, family, arm):
         assert "\n" not in str(error.value)
         with pytest.raises(ValueError, match="sliding layers' window"):
             own(tokens(), position_method=_own(own, arm))
+        return
+    if family == "phi3-longrope":
+        with pytest.raises(HFAttentionError, match=r"rope_type 'longrope' runs (under|plain) longctx_rope") as error:
+            hfa.apply(model, method_of(arm), **PARAMS[arm])
+        assert "\n" not in str(error.value)
+        with pytest.raises(ValueError, match="not supported on longrope RoPE"):
+            _own(own, arm)
         return
     if family == "phi3" and arm == "yarn":
         with pytest.raises(HFAttentionError, match="reads rope_type 'yarn' as longrope"):
@@ -156,7 +165,7 @@ def test_a_method_narrower_than_the_window_is_refused_in_one_line(models):
                     "original_max_position_embeddings": 64,
                 }
             },
-            "rope_type 'longrope' is not supported: its frequencies change with the sequence length",
+            "rope_type 'longrope' runs under longctx_rope only: its frequencies switch with the forward's largest",
         ),
         ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0 is not supported"),
     ],
@@ -181,11 +190,14 @@ def generate(model, ids, mask=None, new: int = 10, **options):
     return out.sequences, torch.stack(out.scores, dim=1).double()
 
 
-@pytest.mark.parametrize(("family", "arm"), [(f, "string") for f in FAMILIES] + [("gemma3", "dca")])
+@pytest.mark.parametrize(
+    ("family", "arm"),
+    [(f, "string") for f in FAMILIES if f != "phi3-longrope"] + [("gemma3", "dca"), ("phi3-longrope", "rope")],
+)
 def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(models, family, arm):
     """Prompts of 56 and 40 tokens (past the window 16), 10 new tokens: the dynamic cache's
     sliding layers keep 15 keys, the static cache's 16; both equal a full forward."""
-    model = hfa.apply(models[family][0], method_of(arm), **PARAMS[arm])
+    model = hfa.apply(models[family][0], method_of(arm), **PARAMS.get(arm, {}))
     rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
     ids = torch.zeros(2, 56, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -203,3 +215,22 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
     _, static_scores = generate(model, ids, mask, cache_implementation="static")
     assert (static_scores - scores).abs().max() <= 1e-5
     model.set_attn_implementation("sdpa")
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_longrope_generate_across_the_switch_equals_eager_and_longctxs_generate(models, cache):
+    """Prompts of 20 tokens, 24 new: transformers re-runs the sequence at 33 tokens (its
+    Phi-3 `generate`), so longctx_rope's scores equal eager's and longctx's own generate
+    (eval/generation.py, which re-runs it too) gives the same tokens."""
+    from longctx.eval.generation import generate as longctx_generate
+
+    model, own, _, _ = models["phi3-longrope"]
+    prompt = tokens(length=20)
+    model.set_attn_implementation("eager")
+    expected, eager = generate(model, prompt, new=24, cache_implementation=cache)
+    hfa.apply(model, "rope")
+    sequences, scores = generate(model, prompt, new=24, cache_implementation=cache)
+    model.set_attn_implementation("sdpa")
+    assert torch.equal(sequences, expected) and (scores - eager).abs().max() <= 1e-5
+    ours = longctx_generate(own, prompt.tolist(), max_new_tokens=24, batch_size=2)
+    assert torch.equal(torch.tensor([g.token_ids for g in ours]), sequences[:, 20:])

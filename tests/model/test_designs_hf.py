@@ -140,9 +140,11 @@ def test_llama_with_a_decoupled_head_dim_exports_and_imports(tmp_path):
 
 @pytest.mark.parametrize("field,value", [("qk_norm", "projection"), ("rotary_fraction", 0.5)])
 def test_export_refuses_what_the_llama_config_cannot_carry(tmp_path, field, value):
+    """p-rope has no config.json field (`first` partial rotation exports as phi3)."""
     from longctx.errors import CheckpointError
 
-    model = Llama(ModelConfig.from_preset("debug", **{field: value}))
+    extra = {"partial_rotary": "p-rope"} if field == "rotary_fraction" else {}
+    model = Llama(ModelConfig.from_preset("debug", **{field: value}, **extra))
     with pytest.raises(CheckpointError, match=f"^cannot export model.{field}="):
         export_hf(model, tmp_path)
 

@@ -85,6 +85,21 @@ CASES = {
     # Phi-3-mini-4k's every-layer window (2,047 of 4,096 there; 16 here), tied.
     # (no eos: HF's min_new_tokens bans it, longctx's greedy helper does not, and this model picks it)
     "phi3-sliding": ("Phi3", dict(sliding_window=16, tie_word_embeddings=True, eos_token_id=None)),
+    # Phi-3.5 / Phi-4-mini's longrope on Phi-4-mini's partial RoPE (6 rotated pairs): the short
+    # factors up to 32 positions, the long ones past them (prompts of 48; generation from 20 crosses).
+    "phi3-longrope": (
+        "Phi3",
+        dict(
+            partial_rotary_factor=0.75,
+            original_max_position_embeddings=32,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "short_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.0],
+                "long_factor": [1.5, 3.0, 6.0, 12.0, 24.0, 48.0],
+            },
+        ),
+    ),
     # OLMo 3: OLMo 2's block with [sliding, full] x 2 (window 16), two RoPE bases, a YaRN-scaled
     # full RoPE (the long-context checkpoints'), tied, biases.
     "olmo3": (
@@ -240,7 +255,21 @@ def test_gemma3_designs_matter(tmp_path):
         assert undone(lambda m: [setattr(b.mlp, "gelu", False) for b in m.blocks]) > 1e-2
 
 
-@pytest.mark.parametrize("kind", ["qwen3", "qwen3-tied", "smollm3", "olmo2", "olmo2-tied", "gemma3", "gemma3-scaled"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "qwen3",
+        "qwen3-tied",
+        "smollm3",
+        "olmo2",
+        "olmo2-tied",
+        "gemma3",
+        "gemma3-scaled",
+        "olmo3",
+        "phi3",
+        "phi3-sliding",
+    ],
+)
 def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
     """Gemma 3: sliding layers past their window, two RoPE bases, a linear-scaled full RoPE,
     untied with biases; the config reads back into the same ModelConfig."""
@@ -265,7 +294,7 @@ def test_export_reloads_in_transformers_with_equal_logits(tmp_path, kind):
         (
             "phi3",
             {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 6}},
-            "rope_type='longrope' is not supported: transformers' longrope switches short/long factors per forward",
+            "rope_type='longrope': long_factor must be 6 factors > 0 (one per rotated pair)",
         ),
     ],
 )

@@ -18,7 +18,7 @@ from longctx.errors import ConfigError
 ATTENTION_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
 """Names accepted by `model.attention_backend` (see model/attention.py for each)."""
 
-ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3")
+ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3", "longrope")
 
 LAYER_TYPES = ("full", "sliding")
 """Values of `model.layer_types`: a layer attends every earlier key of its document (`full`)
@@ -67,21 +67,26 @@ class RopeScaling:
     """How RoPE frequencies are rescaled for a context longer than pretraining."""
 
     type: str = "none"
-    """One of none | linear | ntk | yarn | llama3."""
+    """One of none | linear | ntk | yarn | llama3 | longrope."""
     factor: float = 1.0
     """Extension factor: target context / original context."""
     original_max_position: int = 0
-    """Context length the base model was trained at (yarn, llama3). 0 = model.max_position."""
+    """Context length the base model was trained at (yarn, llama3, longrope). 0 = model.max_position."""
     beta_fast: float = 32.0
     """YaRN: rotations over the original context above which a dimension extrapolates."""
     beta_slow: float = 1.0
     """YaRN: rotations over the original context below which a dimension interpolates."""
     attention_factor: float = 0.0
-    """YaRN: cos/sin multiplier. 0 = the paper's 0.1 * ln(factor) + 1."""
+    """YaRN, longrope: cos/sin multiplier. 0 = YaRN's 0.1 * ln(factor) + 1; longrope's
+    sqrt(1 + ln(factor) / ln(original_max_position)) (1 for factor 1)."""
     low_freq_factor: float = 1.0
     """llama3: wavelengths above original_max_position / low_freq_factor are interpolated."""
     high_freq_factor: float = 4.0
     """llama3: wavelengths below original_max_position / high_freq_factor are kept."""
+    short_factor: list[float] = field(default_factory=list)
+    """longrope (Phi-3): theta_i / short_factor[i] in a forward whose positions all lie below
+    original_max_position; long_factor[i] in one that reaches past it (model/rope.py)."""
+    long_factor: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -343,6 +348,15 @@ class ModelConfig:
                 "model.rope_scaling.high_freq_factor",
                 f"{scaling.high_freq_factor} must exceed low_freq_factor={scaling.low_freq_factor}",
             )
+        pairs = (int(self.rotary_fraction * self.head_size) if self.partial_rotary == "first" else self.head_size) // 2
+        for name in ("short_factor", "long_factor"):
+            values = getattr(scaling, name)
+            if scaling.type == "longrope" and (len(values) != pairs or not all(v > 0 for v in values)):
+                raise ConfigError(
+                    f"model.rope_scaling.{name}", f"longrope needs {pairs} factors > 0 (one per rotated pair)"
+                )
+            if scaling.type != "longrope" and values:
+                raise ConfigError(f"model.rope_scaling.{name}", f"is longrope's, not {scaling.type}'s")
         if scaling.type == "yarn" and scaling.beta_fast <= scaling.beta_slow:
             raise ConfigError(
                 "model.rope_scaling.beta_fast", f"{scaling.beta_fast} must exceed beta_slow={scaling.beta_slow}"

@@ -36,11 +36,20 @@ batch has stopped. Stop strings need `decode`.
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
 once; `longctx.model.decoding.prefill`): chunk c attends the cached keys of chunks
 0..c-1 and causally itself, so the logits do not depend on the chunk size.
+
+A `longrope` model (Phi-3; model/rope.py) rotates a forward by its long factors iff the
+batch's largest position + 1 exceeds L_orig, so cached keys written below L_orig carry the
+short rotation. transformers' Phi-3 `generate` (`prepare_inputs_for_generation`) drops its
+cache when the sequence first reaches L_orig + 1 tokens and re-runs it whole, long; so does
+this decoder (a prefill of the tokens so far at that step): the cached continuation then
+equals a full forward at every step, as in transformers. A chunked prefill of a prompt past
+L_orig rotates every chunk long (`rope.longrope_forced`), as one forward over it would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -49,6 +58,7 @@ from longctx.model.decode_graph import DecodeGraph, recordable
 from longctx.model.decoding import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
+from longctx.model.rope import longrope_forced
 
 STOPPED_BY = ("eos", "stop_string", "length")
 PADDING_DOCUMENT, PROMPT_DOCUMENT = 0, 1
@@ -111,14 +121,17 @@ def _generate_batch(
     device = model.tok_embeddings.weight.device
     ids, positions, documents = _padded_batch(prompts, device)
     rows, width = ids.shape
+    switch = _longrope_switch(model)
     cache = model.new_kv_cache(rows, width + max_new_tokens)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
-    logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
+    with longrope_forced(model, True) if switch is not None and width > switch else nullcontext():
+        logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
     # Steps recorded once and replayed as a CUDA graph on a GPU (eager on CPU), where the
-    # method has a fixed-shape decoding step (model/decode_graph.py)
+    # method has a fixed-shape decoding step (model/decode_graph.py); a longrope model that
+    # re-runs its sequence at the switch decodes eagerly
     graph = (
         DecodeGraph(model, cache, position_method, attention_backend=attention_backend)
-        if recordable(position_method)
+        if recordable(position_method) and switch is None
         else None
     )
     tokens: list[list[int]] = [[] for _ in range(rows)]
@@ -136,6 +149,15 @@ def _generate_batch(
                 stopped_by[row] = "stop_string"
         if step + 1 == max_new_tokens or all(reason is not None for reason in stopped_by):
             break
+        if switch is not None:
+            ids = torch.cat([ids, next_tokens[:, None]], dim=1)
+            positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
+            documents = torch.cat([documents, documents[:, -1:]], dim=1)
+        if switch is not None and ids.shape[1] == switch + 1 and width <= switch:  # module docstring
+            options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
+            with longrope_forced(model, True):
+                logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
+            continue
         logits = graph.step(next_tokens[:, None]) if graph else model(next_tokens[:, None], **options)
     generations = []
     for row_tokens, reason in zip(tokens, stopped_by, strict=True):
@@ -146,6 +168,14 @@ def _generate_batch(
             text = text if cut < 0 else text[:cut]
         generations.append(Generation(row_tokens, text, reason or "length"))
     return generations
+
+
+def _longrope_switch(model: Llama) -> int | None:
+    """L_orig of a longrope model (the largest position + 1 up to which it rotates short), else None."""
+    scaling = model.config.rope_scaling
+    if scaling.type != "longrope":
+        return None
+    return scaling.original_max_position or model.config.max_position
 
 
 def generate(

@@ -63,8 +63,10 @@ FULL_ONLY_TYPES = ("llama", "mistral", "qwen2", "phi3")
 """Families served with full attention on every layer (their longctx import refuses sliding layers)."""
 FULL = "full_attention"
 SLIDING = "sliding_attention"
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-"""Rope types whose frequencies are fixed by the config (static)."""
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
+"""Rope types served: static frequencies, and Phi-3's longrope under longctx_rope (the
+attention function gets q/k rotated by whichever set transformers chose and rotates
+nothing itself, so it equals eager whatever the set)."""
 
 
 def attention_name(method: str) -> str:
@@ -172,7 +174,13 @@ def trained_window(config) -> int | None:
 
 
 def check_model(config, method: str, training_length: int) -> None:
-    """Refuse, in one line, a model whose attention the functions cannot reproduce exactly."""
+    """Refuse, in one line, a model whose attention the functions cannot reproduce exactly.
+
+    `longrope` runs plain `longctx_rope` only: the methods rotate by relative angles with one
+    set of frequencies (`relative_method`), but longrope's set changes with each forward's
+    largest position, and a cache that crossed the switch in a raw cached forward holds keys
+    of both sets, so no rewritten distance would be exact; ntk / yarn would drop its factors.
+    longctx's own model refuses the methods on longrope for the same reason."""
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPES:
         raise fail(
@@ -187,7 +195,13 @@ def check_model(config, method: str, training_length: int) -> None:
         if getattr(config, key, None):
             raise fail(method, f"{key}={getattr(config, key)} is not supported ({what} is not reproduced)")
     rope_type = rope_parameters(config).get("rope_type", "default")
-    if rope_type in ("dynamic", "longrope"):
+    if rope_type == "longrope" and method != "rope":
+        raise fail(
+            method,
+            "rope_type 'longrope' runs under longctx_rope only: its frequencies switch with the forward's largest "
+            "position and a cache crossing the switch holds keys of both sets, so no method's distances are exact",
+        )
+    if rope_type == "dynamic":
         raise fail(
             method,
             f"rope_type {rope_type!r} is not supported: its frequencies change with the sequence length at run time",
@@ -246,6 +260,7 @@ class FixedRotary(RotaryEmbedding):
         self.position_scale = 1.0
         self.attention_factor = 1.0
         self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.register_buffer("long_inv_freq", None, persistent=False)
 
     def _apply(self, fn, recurse=True):
         exact = self.inv_freq
@@ -331,6 +346,8 @@ def method_for(config, method: str) -> PositionMethod:
     if key not in _BUILT:
         check_model(config, method, length)
         resolved = resolve(method, params, length)
+        if rope_parameters(config).get("rope_type") == "longrope" and resolved.get("repo_score_scale"):
+            raise fail(method, "rope_type 'longrope' runs plain longctx_rope only (repo_score_scale is a method)")
         inv_freq = inverse_frequencies(config)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         partial = partial_rotary_factor(config)

@@ -1,10 +1,11 @@
-"""Hugging Face interop: Llama / Mistral / Qwen2 directories (config.json + weights).
+"""Hugging Face interop: directories of the registry's families (config.json + weights).
 
     longctx export-hf runs/tiny/last.ckpt hf/tiny     # then transformers/vLLM/lm-eval load hf/tiny
     export_hf(model, "hf/tiny");  model = import_hf("hf/tiny", dtype=torch.bfloat16, device="cuda")
 
 Our parameter names are short (`blocks.3.attn.wq`); this module owns the one mapping to
-the HF names (`model.layers.3.self_attn.q_proj`). The channel layout is already HF's
+the HF names (`model.layers.3.self_attn.q_proj`; Phi-3's fused `qkv_proj` / `gate_up_proj`
+read and written by rows, `Family.fused`). The channel layout is already HF's
 rotate-half RoPE layout, so no weight is permuted. config.json is mapped by
 model/hf_config.py (which refuses, by field, what longctx cannot represent); the weight
 files are read by model/weight_files.py.
@@ -53,7 +54,7 @@ def hf_name(name: str, family: Family = LLAMA) -> str:
 def export_hf(
     model: Llama, out_dir: str | Path, dtype: torch.dtype | None = None, tokenizer: Tokenizer | None = None
 ) -> Path:
-    """Write `model` as an HF LlamaForCausalLM directory; returns the directory.
+    """Write `model` as an HF directory of the family that carries it (family_for_export); returns it.
 
     With `tokenizer`, the directory is complete for `AutoTokenizer` + `AutoModelForCausalLM`
     + `generate()`: tokenizer.json and tokenizer_config.json, the bos/eos/pad ids in
@@ -65,9 +66,16 @@ def export_hf(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
+    fused: dict[str, list[tuple[int, torch.Tensor]]] = {}
     for name, tensor in weights(model).items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
-        tensors[family.hf_name(name)] = tensor
+        part = family.rows(name, model.config)
+        if part is None:
+            tensors[family.hf_name(name)] = tensor
+        else:  # Phi-3's qkv_proj / gate_up_proj: our tensors stacked by their rows
+            fused.setdefault(family.hf_name(name), []).append((part[0], tensor))
+    for key, parts in fused.items():
+        tensors[key] = torch.cat([tensor for _, tensor in sorted(parts, key=lambda part: part[0])])
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:

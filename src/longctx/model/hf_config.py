@@ -5,8 +5,10 @@ window, qwen2 without sliding layers, qwen3, ...); each family refuses, naming t
 whatever would make the logits differ (another activation, MLP biases, soft-capping, ...),
 since the weights would load and the outputs silently differ. Export writes `llama`, `qwen2`
 (q/k/v-only biases: Llama's `attention_bias` puts a bias on o_proj too) `qwen3`
-(per-head qk-norm), `smollm3` (NoPE layers), `olmo2` (post-norm blocks) or `gemma3_text`
-(Gemma 3's block, sliding layers, RoPE per layer type), with `tie_word_embeddings` as the model has it.
+(per-head qk-norm), `smollm3` (NoPE layers), `olmo2` (post-norm blocks), `olmo3` (post-norm
+blocks with sliding layers), `phi3` (partial or longrope RoPE, a window on every layer; fused
+weights) or `gemma3_text` (Gemma 3's block, sliding layers, RoPE per layer type), with
+`tie_word_embeddings` as the model has it.
 
 RoPE scaling is written in the `rope_theta` + `rope_scaling` form that transformers 4.x,
 5.x and vLLM all read. HF has no static NTK-aware type; NTK scaling *is* a larger base

@@ -47,7 +47,7 @@ def materialize(
         model.output.weight = model.tok_embeddings.weight
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):  # buffers are not in the files: computed here
-            module.inv_freq = module.exact_frequencies().to(device)
+            module.reset_frequencies(device)
     parameters = dict(model.named_parameters())
     with torch.no_grad():
         for name in weights(model):

@@ -20,6 +20,16 @@ SkipAlign/PoSE skips, StRing's shifted query ids all reuse it):
 - `llama3`:  Llama 3.1 frequency-band scaling: wavelengths longer than
              L_orig / low_freq_factor are divided by `factor`, shorter than
              L_orig / high_freq_factor are kept, and the band between is interpolated.
+- `longrope`: LongRoPE (Ding et al., 2024) as Phi-3 ships it and transformers applies it:
+             theta_i / short_factor[i] in a forward whose largest position + 1 is at most
+             L_orig, theta_i / long_factor[i] in one past it (one set for the whole
+             forward, chosen on the device without a host sync); cos/sin times
+             sqrt(1 + ln(factor) / ln(L_orig)) in both (`attention_factor` if set; 1 for
+             factor 1). Keys enter the KV cache rotated, so cached forwards that cross
+             L_orig leave the earlier keys with the short rotation and give later ones the
+             long, as transformers' Phi-3 forward with a cache does; its `generate`, and
+             longctx's (eval/generation.py), re-run the sequence whole when it first
+             reaches L_orig + 1 tokens.
 
 On top of any scaling, `position_scale` s multiplies every theta_i (model.rope_position_scale):
 the angle at distance i becomes i * s * theta_i, so a window of L tokens has the angles of
@@ -52,6 +62,8 @@ Partial rotation (model.rotary_fraction p < 1, model.partial_rotary), D = head_d
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -63,10 +75,32 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
     "inverse_frequencies",
+    "longrope_forced",
     "rotary_frequencies",
     "rotate_half",
     "rotation_dtype",
 ]
+
+
+def cos_sin_factor(scaling: RopeScaling, max_position: int) -> float:
+    """The multiplier of cos/sin: YaRN's or longrope's attention factor, else 1."""
+    if scaling.type == "yarn":
+        return yarn_attention_factor(scaling)
+    if scaling.type == "longrope":
+        return longrope_attention_factor(scaling, max_position)
+    return 1.0
+
+
+def longrope_attention_factor(scaling: RopeScaling, max_position: int) -> float:
+    """sqrt(1 + ln(factor) / ln(L_orig)) (transformers' `_compute_longrope_parameters`: the
+    LongRoPE paper's temperature, keeping attention entropy at the extended length), or the
+    config's `attention_factor`; 1 for factor <= 1."""
+    if scaling.attention_factor > 0:
+        return scaling.attention_factor
+    if scaling.factor <= 1:
+        return 1.0
+    original = scaling.original_max_position or max_position
+    return math.sqrt(1 + math.log(scaling.factor) / math.log(original))
 
 
 def yarn_attention_factor(scaling: RopeScaling) -> float:
@@ -79,9 +113,15 @@ def yarn_attention_factor(scaling: RopeScaling) -> float:
 
 
 def inverse_frequencies(
-    head_dim: int, base: float, scaling: RopeScaling, max_position: int, position_scale: float = 1.0
+    head_dim: int,
+    base: float,
+    scaling: RopeScaling,
+    max_position: int,
+    position_scale: float = 1.0,
+    long: bool = False,
 ) -> torch.Tensor:
-    """theta_i for i in [0, head_dim/2), float32, under the given scaling, times `position_scale`."""
+    """theta_i for i in [0, head_dim/2), float32, under the given scaling, times `position_scale`
+    (`longrope`: divided by short_factor, or by long_factor with `long`)."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
     kind = scaling.type
     if kind == "ntk":
@@ -95,6 +135,11 @@ def inverse_frequencies(
         inv_freq = _yarn_inverse_frequencies(inv_freq, head_dim, base, scaling, max_position)
     elif kind == "llama3":
         inv_freq = _llama3_inverse_frequencies(inv_freq, scaling, max_position)
+    elif kind == "longrope":
+        factors = scaling.long_factor if long else scaling.short_factor
+        if len(factors) != len(inv_freq):
+            raise ValueError(f"longrope has {len(factors)} factors for {len(inv_freq)} rotated pairs")
+        inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float64)
     else:
         raise ValueError(f"rope scaling type {kind!r} is not one of {ROPE_SCALING_TYPES}")
     if position_scale != 1.0:
@@ -140,19 +185,21 @@ def rotary_frequencies(
     position_scale: float = 1.0,
     rotary_fraction: float = 1.0,
     partial_rotary: str = "first",
+    long: bool = False,
 ) -> torch.Tensor:
     """The inverse frequencies a head of `head_dim` channels rotates by, under partial
     rotation (module docstring): R/2 of them for `first` (R = int(p D)), D/2 for `p-rope`
-    with the slowest D/2 - floor(p D / 2) set to 0. p = 1: `inverse_frequencies`, bitwise."""
+    with the slowest D/2 - floor(p D / 2) set to 0. p = 1: `inverse_frequencies`, bitwise.
+    `long`: longrope's long set (its short set otherwise)."""
     if rotary_fraction == 1:
-        return inverse_frequencies(head_dim, base, scaling, max_position, position_scale)
+        return inverse_frequencies(head_dim, base, scaling, max_position, position_scale, long)
     if partial_rotary == "first":
         rotary_dim = int(head_dim * rotary_fraction)
         if rotary_dim <= 0 or rotary_dim % 2:
             raise ValueError(f"partial rotation: {rotary_fraction} x head_dim {head_dim} = {rotary_dim} channels")
-        return inverse_frequencies(rotary_dim, base, scaling, max_position, position_scale)
+        return inverse_frequencies(rotary_dim, base, scaling, max_position, position_scale, long)
     if partial_rotary == "p-rope":
-        inv_freq = inverse_frequencies(head_dim, base, scaling, max_position, position_scale)
+        inv_freq = inverse_frequencies(head_dim, base, scaling, max_position, position_scale, long)
         inv_freq[int(rotary_fraction * head_dim // 2) :] = 0.0
         return inv_freq
     raise ValueError(f"partial_rotary {partial_rotary!r} is not one of ('first', 'p-rope')")
@@ -161,9 +208,11 @@ def rotary_frequencies(
 class RotaryEmbedding(torch.nn.Module):
     """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k.
     `rotary_fraction` / `partial_rotary`: partial rotation (module docstring); `rotary_dim`
-    is the width of cos/sin (head_dim except under `first`)."""
+    is the width of cos/sin (head_dim except under `first`). Under `longrope`, `inv_freq`
+    is the short set and `long_inv_freq` the long one; each forward picks one (`frequencies`)."""
 
     inv_freq: torch.Tensor
+    long_inv_freq: torch.Tensor | None
 
     def __init__(
         self,
@@ -186,9 +235,13 @@ class RotaryEmbedding(torch.nn.Module):
         self.position_scale = position_scale
         self.rotary_fraction = rotary_fraction
         self.partial_rotary = partial_rotary
-        self.attention_factor = yarn_attention_factor(scaling) if scaling.type == "yarn" else 1.0
+        self.attention_factor = cos_sin_factor(scaling, max_position)
         # Not persistent: derived from the config, so checkpoints stay config-independent.
         self.register_buffer("inv_freq", self.exact_frequencies(), persistent=False)
+        long = self.exact_frequencies(long=True) if scaling.type == "longrope" else None
+        self.register_buffer("long_inv_freq", long, persistent=False)
+        self.forced_long: bool | None = None
+        """longrope: the set every forward uses while `longrope_forced` holds it; None = by position."""
 
     @property
     def partial(self) -> dict:
@@ -200,11 +253,30 @@ class RotaryEmbedding(torch.nn.Module):
         """Channels of each head that cos/sin cover: 2 x the number of frequencies."""
         return 2 * self.inv_freq.shape[0]
 
-    def exact_frequencies(self) -> torch.Tensor:
-        """theta_i in float32 on the CPU, computed from the constructor's arguments."""
+    def exact_frequencies(self, long: bool = False) -> torch.Tensor:
+        """theta_i in float32 on the CPU, computed from the constructor's arguments (`long`:
+        longrope's long set)."""
         return rotary_frequencies(
-            self.head_dim, self.base, self.scaling, self.max_position, self.position_scale, **self.partial
+            self.head_dim, self.base, self.scaling, self.max_position, self.position_scale, **self.partial, long=long
         )
+
+    def reset_frequencies(self, device: torch.device | str) -> None:
+        """Set the frequency buffers to their exact float32 values on `device`."""
+        self.inv_freq = self.exact_frequencies().to(device)
+        if self.long_inv_freq is not None:
+            self.long_inv_freq = self.exact_frequencies(long=True).to(device)
+
+    def frequencies(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """The inverse frequencies a forward at `position_ids` rotates by: `inv_freq`, or under
+        longrope the long set iff max(position_ids) + 1 > original_max_position (the whole
+        forward, every row: transformers' rule), chosen by `torch.where` (no host sync)."""
+        if self.long_inv_freq is None or position_ids.numel() == 0:
+            return self.inv_freq
+        if self.forced_long is not None:
+            return self.long_inv_freq if self.forced_long else self.inv_freq
+        original = self.scaling.original_max_position or self.max_position
+        past = position_ids.max().to(self.inv_freq.device) + 1 > original
+        return torch.where(past, self.long_inv_freq, self.inv_freq)
 
     def _apply(self, fn, recurse=True):
         """Moves follow the module; dtype casts do not. `model.to(torch.bfloat16)` (Lightning's
@@ -212,16 +284,31 @@ class RotaryEmbedding(torch.nn.Module):
         (~0.4-0.9 rad at m = 2,047, tens of rad at 32K), so theta_i is recomputed in float32
         on the buffer's new device: bitwise the constructor's value, whatever `fn` did."""
         super()._apply(fn, recurse)
-        self.inv_freq = self.exact_frequencies().to(self.inv_freq.device)
+        self.reset_frequencies(self.inv_freq.device)
         return self
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """position_ids [B, T] (any integers) -> cos, sin [B, T, rotary_dim] in the rotation's
         compute dtype `rotation_dtype(dtype)` (fp32; fp64 for fp64 inputs)."""
         compute = rotation_dtype(dtype)
-        angles = position_ids.to(compute)[..., None] * self.inv_freq.to(position_ids.device, compute)
+        angles = position_ids.to(compute)[..., None] * self.frequencies(position_ids).to(position_ids.device, compute)
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos() * self.attention_factor, angles.sin() * self.attention_factor
+
+
+@contextmanager
+def longrope_forced(model: torch.nn.Module, long: bool) -> Iterator[None]:
+    """Every longrope RotaryEmbedding of `model` rotates by the long (or short) set inside the
+    block, whatever a forward's positions: a prompt prefilled in chunks then rotates as one
+    forward over the whole prompt would (the first chunks alone would choose short)."""
+    rotaries = [m for m in model.modules() if isinstance(m, RotaryEmbedding) and m.long_inv_freq is not None]
+    for rotary in rotaries:
+        rotary.forced_long = long
+    try:
+        yield
+    finally:
+        for rotary in rotaries:
+            rotary.forced_long = None
 
 
 def rotation_dtype(dtype: torch.dtype) -> torch.dtype:

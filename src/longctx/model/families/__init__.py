@@ -18,6 +18,7 @@ from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
 from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.olmo3 import OLMO3
 from longctx.model.families.phi3 import PHI3
+from longctx.model.families.phi3 import exports as phi3_exports
 from longctx.model.families.qwen3 import QWEN3
 from longctx.model.families.smollm3 import SMOLLM3
 
@@ -52,15 +53,18 @@ def family_for(model_type: object, source: str) -> Family:
 
 def family_for_export(config: ModelConfig) -> Family:
     """The family whose config.json carries `config`'s designs: gemma3_text for
-    sandwich or offset norms, olmo2 for post-norm blocks, qwen3 for per-head qk-norm,
-    smollm3 for NoPE layers, else llama/qwen2 (each refuses, naming the field, what its
-    config.json cannot carry)."""
+    sandwich or offset norms, olmo2 for post-norm blocks (olmo3 with sliding layers), qwen3
+    for per-head qk-norm, smollm3 for NoPE layers, phi3 for partial (`first`) or longrope
+    RoPE or a window on every layer, else llama/qwen2 (each refuses, naming the field, what
+    its config.json cannot carry)."""
     if config.norm_placement == "sandwich" or config.norm_offset:
         return GEMMA3_TEXT
     if config.norm_placement == "post":
-        return OLMO2
+        return OLMO3 if "sliding" in config.layer_kinds() else OLMO2
     if config.qk_norm == "head" and config.norm_placement == "pre":
         return QWEN3
     if config.nope_indices():
         return SMOLLM3
+    if phi3_exports(config):
+        return PHI3
     return LLAMA

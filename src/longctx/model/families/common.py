@@ -274,4 +274,6 @@ def scaling_to_hf(config: ModelConfig) -> tuple[float, dict | None]:
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": original,
         }
+    if scaling.type == "longrope":
+        raise CheckpointError("cannot export rope scaling 'longrope' but as phi3 (Llama's block, no qk-norm or biases)")
     raise CheckpointError(f"cannot export rope scaling type {scaling.type!r}")

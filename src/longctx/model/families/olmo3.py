@@ -4,15 +4,25 @@ full, the rest sliding) and the window `sliding_window` (4,096 in OLMo 3 7B / 32
 layer type: transformers 5's `rope_parameters` {full_attention, sliding_attention}, or
 4.x's `rope_theta` for both with `rope_scaling` (YaRN in the long-context checkpoints) on the
 full layers only, as transformers applies it. Refused: a scaled RoPE on the sliding layers
-(longctx's sliding layers rotate unscaled), `mlp_bias`. Not written by export.
+(longctx's sliding layers rotate unscaled), `mlp_bias`. Export writes post-norm models with
+sliding layers as olmo3 (transformers 5's `rope_parameters` per layer type).
 """
 
 from __future__ import annotations
 
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
-from longctx.model.families.common import Family, common_fields, layer_types_from_hf, refuse_true, rope_from_hf
-from longctx.model.families.llama import MLP_BIAS
+from longctx.model.families.common import (
+    Family,
+    common_fields,
+    common_hf_config,
+    layer_types_from_hf,
+    refuse_fields,
+    refuse_true,
+    rope_from_hf,
+    scaling_to_hf,
+)
+from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
 from longctx.model.families.olmo2 import LAYER_NAMES
 
 DEFAULTS = {"rope_theta": 500000.0, "sliding_window": 4096, "max_position_embeddings": 2048}
@@ -51,6 +61,37 @@ def read(hf: dict, source: str) -> ModelConfig:
     )
 
 
+def write(config: ModelConfig) -> dict:
+    """An Olmo3ForCausalLM: OLMo 2's block, `layer_types` with the window, RoPE per layer type
+    (full: rope_base + scaling; sliding: sliding_rope_base, unscaled)."""
+    if config.nope_indices():
+        raise CheckpointError(
+            "cannot export NoPE layers (model.nope_layers / nope_every) as olmo3: every layer rotates"
+        )
+    refuse_fields(
+        config, "OLMo 3", {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
+    )
+    if config.attention_bias == "qkv":
+        raise CheckpointError("cannot export model.attention_bias='qkv' as olmo3: its attention_bias is q/k/v/o")
+    values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM")
+    theta, scaling = scaling_to_hf(config)
+    for key in ("rope_theta", "rope_scaling"):
+        values.pop(key)
+    values.update(
+        layer_types=[f"{kind}_attention" for kind in config.layer_kinds()],
+        sliding_window=config.sliding_window or config.max_position,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", **(scaling or {}), "rope_theta": theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
+        },
+        attention_bias=config.attention_bias == "qkvo",
+        bos_token_id=None,  # Olmo3Config's default ids are OLMo's tokenizer's: export_hf writes the run's
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    return values
+
+
 OLMO3 = Family(
     "olmo3",
     "Olmo3ForCausalLM",
@@ -61,4 +102,5 @@ OLMO3 = Family(
         "hidden_act other than silu",
         "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled",
     ),
+    write=write,
 )

@@ -415,8 +415,18 @@ def build_position_method(
     method (ntk, yarn) replaces that scaling with its own. Every method keeps the model's
     `rope_position_scale` and its partial rotation (`model.rotary_fraction`,
     `model.partial_rotary`): p-rope's zero frequencies carry through every method, and
-    `first` rotates the first R channels of every pass (plan.rotated_queries)."""
+    `first` rotates the first R channels of every pass (plan.rotated_queries).
+
+    Refused for `longrope` RoPE: its frequencies change with the forward's largest position
+    and a cache crossing the switch holds keys of both sets, so q.k is no function of a
+    method's rewritten distance (plain RoPE attention runs without a method, exactly)."""
     from longctx.model.position_methods.registry import builder_for
+
+    if model.rope_scaling.type == "longrope":
+        raise ValueError(
+            f"position method {config.name!r} is not supported on longrope RoPE: its frequencies switch with the "
+            "forward's largest position (evaluate without a position method)"
+        )
 
     params = config.resolved(model.max_position, prefix)
     scale = model.rope_position_scale
