@@ -91,9 +91,11 @@ def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
     assert "RULER samples on disk: 88 (44 this call" in result.stdout  # 11 tasks x 2 arms x 2 samples
 
 
+@pytest.mark.slow
 def test_hf_attention_benchmark_runs_its_three_arms_and_the_tiny_table(tmp_path):
     """benchmarks/hf_attention.py on a tiny saved Llama (L = 512, StRing S = 171) at 256
-    tokens: both tables written, the two StRing arms generate the same tokens."""
+    tokens: both tables written, the two StRing arms generate the same tokens. Slow (about
+    2 minutes: each arm is a fresh process); a CPU benchmark, not a GPU step."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(
         vocab_size=50000,
