@@ -190,14 +190,9 @@ def generate(model, ids, mask=None, new: int = 10, **options):
     return out.sequences, torch.stack(out.scores, dim=1).double()
 
 
-@pytest.mark.parametrize(
-    ("family", "arm"),
-    [(f, "string") for f in FAMILIES if f != "phi3-longrope"] + [("gemma3", "dca"), ("phi3-longrope", "rope")],
-)
-def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(models, family, arm):
-    """Prompts of 56 and 40 tokens (past the window 16), 10 new tokens: the dynamic cache's
-    sliding layers keep 15 keys, the static cache's 16; both equal a full forward."""
-    model = hfa.apply(models[family][0], method_of(arm), **PARAMS.get(arm, {}))
+def assert_cached_generate_is_consistent(model) -> None:
+    """Prompts of 56 and 40 tokens, 10 new: cached generate (dynamic cache) equals a full
+    forward, left-padded rows equal the rows alone, the static cache equals the dynamic."""
     rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
     ids = torch.zeros(2, 56, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -214,6 +209,17 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
         assert (scores[index] - alone_scores[0]).abs().max() <= 1e-5
     _, static_scores = generate(model, ids, mask, cache_implementation="static")
     assert (static_scores - scores).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("family", "arm"),
+    [(f, "string") for f in FAMILIES if f != "phi3-longrope"] + [("gemma3", "dca"), ("phi3-longrope", "rope")],
+)
+def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(models, family, arm):
+    """Prompts of 56 and 40 tokens (past the window 16), 10 new tokens: the dynamic cache's
+    sliding layers keep 15 keys, the static cache's 16; both equal a full forward."""
+    model = hfa.apply(models[family][0], method_of(arm), **PARAMS.get(arm, {}))
+    assert_cached_generate_is_consistent(model)
     model.set_attn_implementation("sdpa")
 
 

@@ -24,7 +24,7 @@ from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
 import longctx.hf_attention as hfa
 from longctx.errors import HFAttentionError
-from tests.hf_attention.test_families import generate
+from tests.hf_attention.test_families import assert_cached_generate_is_consistent
 from tests.model.helpers import (
     dca_relative,
     dense_reference,
@@ -198,22 +198,7 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
     """Prompts of 56 and 40 tokens (past the window 16, StRing's S, ReRoPE's window and DCA's
     first chunk), 10 new tokens; dynamic and static caches."""
     model = hfa.apply(gpt_oss(), arm, **PARAMS[arm][0])
-    rows = [tokens(1, 56, seed=2)[0], tokens(1, 40, seed=3)[0]]
-    ids = torch.zeros(2, 56, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for index, row in enumerate(rows):
-        ids[index, 56 - len(row) :], mask[index, 56 - len(row) :] = row, 1
-    sequences, scores = generate(model, ids, mask)
-    with torch.no_grad():
-        full = model(sequences[:1]).logits[0, 55:-1].float().double()
-    # generate hands out float32 scores: the cached steps equal the full forward to float32 rounding
-    assert (scores[0] - full).abs().max() <= 1e-5
-    for index, row in enumerate(rows):
-        alone_sequences, alone_scores = generate(model, row[None])
-        assert torch.equal(sequences[index, 56:], alone_sequences[0, len(row) :])
-        assert (scores[index] - alone_scores[0]).abs().max() <= 1e-5
-    _, static_scores = generate(model, ids, mask, cache_implementation="static")
-    assert (static_scores - scores).abs().max() <= 1e-5
+    assert_cached_generate_is_consistent(model)
 
 
 def test_gpt_oss_20bs_geometry_runs_the_methods_at_their_defaults_but_rerope_with_log_scaling():
