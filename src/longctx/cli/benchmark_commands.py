@@ -66,7 +66,13 @@ def cmd_eval_score(args: argparse.Namespace) -> int:
     spec, task = scored_task(args.task)
     assert spec.score_file is not None  # scored_task returns only benchmarks that score files
     predictions, references = (spec.read_file or read_predictions)(args.predictions)
-    options = {"compat": args.compat, "nli": args.nli, "judge": args.judge, "path": args.predictions}
+    options = {
+        "compat": args.compat,
+        "nli": args.nli,
+        "judge": args.judge,
+        "helmet_data": args.helmet_data,
+        "path": args.predictions,
+    }
     score = spec.score_file(task, predictions, references, options)
     scores = score if isinstance(score, dict) else {"score": score}
     print(json.dumps({"task": task, **scores, "n": len(predictions)}))
@@ -178,8 +184,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     score.add_argument(
         "--judge",
         default="",
-        help="HELMET's NarrativeQA: a local chat model directory judging the answers by HELMET's GPT-4o prompt "
-        "(a deviation: HELMET uses GPT-4o); the n-gram metrics are reported beside it",
+        help="HELMET's NarrativeQA, InfiniteBench Sum and Multi-LexSum: a local chat model directory judging the "
+        "outputs by HELMET's GPT-4o prompts (a deviation: HELMET uses GPT-4o); the n-gram metrics are reported beside it",
+    )
+    score.add_argument(
+        "--helmet-data",
+        default="",
+        help="HELMET's data/ directory (as eval.benchmarks.helmet_dir): the summaries' --judge reads HELMET's key "
+        "points there (infbench/longbook_sum_eng_keypoints.jsonl, multi_lexsum/multi_lexsum_val.jsonl)",
     )
     score.set_defaults(run=cmd_eval_score)
     listing = commands.add_parser("benchmarks", help="the registered benchmarks, their categories and tasks")

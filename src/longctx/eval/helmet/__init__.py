@@ -11,7 +11,7 @@ prompts built from its released files by its rules, at its controlled lengths.
              labels mapped to shuffled integers; exact match
     longqa   narrativeqa, infbench_qa, infbench_choice: the document cut to HELMET's length,
              two demonstrations; ROUGE-L F1 (QA), exact match (MC)
-    summ     infbench_sum, multi_lexsum; ROUGE-L F1 (HELMET's GPT-4o judge: judge.py)
+    summ     infbench_sum, multi_lexsum; ROUGE-L F1 (HELMET's GPT-4o judge: summ_judge.py)
     cite     alce_asqa, alce_qampari: 30-700 retrieved passages; str_em / QAMPARI recall,
              citation recall and precision with an NLI model by path (citations.py)
 
@@ -26,6 +26,8 @@ The faithful parts and the deviations: docs/helmet.md.
     scoring.py      HELMET's metrics
     citations.py    ALCE's citation recall / precision (NLI by path)
     judge.py        HELMET's NarrativeQA judge on a local model (GPT-4o's place)
+    summ_judge.py   HELMET's summary judge (key-point F1 x fluency) on the same local model
+    summ_prompts.py its six summary judge prompts, verbatim
 """
 
 from longctx.eval.helmet.generator import TASKS, HelmetError, HelmetPromptTooShortError

@@ -105,27 +105,35 @@ def score_file(
 
 def _judge(task: str, predictions: list[str], references: list[list], options: Mapping[str, str]) -> Any:
     """HELMET's GPT-4o judgement replaced by a local model (docs/helmet.md: deviations); the
-    questions are read from the prediction file (HELMET's rows and longctx's cells hold them)."""
+    questions (NarrativeQA) and row ids (the summaries' key points) are read from the
+    prediction file (HELMET's rows and longctx's cells hold them)."""
     path = options.get("judge", "")
     if not path:
         return "not run: --judge PATH names a local judge model (HELMET: GPT-4o); the n-gram metrics stand alone"
+    rows = _file_rows(options.get("path", ""), len(predictions))
+    if task != "narrativeqa":
+        from longctx.eval.helmet.summ_judge import judge_summary_file
+
+        return judge_summary_file(task, rows, predictions, references, options)
     from longctx.eval.helmet.judge import judge_scores
 
-    questions = _questions(options.get("path", ""), len(predictions))
+    questions = [row.get("question") for row in rows]
+    if any(not isinstance(q, str) for q in questions):
+        raise DataError(f"{options.get('path', '')}: the judge needs each row's 'question' ({len(rows)} rows)")
     golds = [[str(a) for a in r] for r in references]
-    return judge_scores(task, list(zip(questions, golds, predictions, strict=True)), path)
+    return judge_scores(task, list(zip([str(q) for q in questions], golds, predictions, strict=True)), path)
 
 
-def _questions(path: str, count: int) -> list[str]:
+def _file_rows(path: str, count: int) -> list[dict[str, Any]]:
+    """The prediction file's rows: HELMET's `data` list or longctx's JSON lines."""
     text = Path(path).read_text(encoding="utf-8") if path else ""
     try:
         rows = json.loads(text)["data"]
     except (json.JSONDecodeError, KeyError, TypeError):
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    questions = [row.get("question") for row in rows if isinstance(row, dict)]
-    if len(questions) != count or any(not isinstance(q, str) for q in questions):
-        raise DataError(f"{path}: the judge needs each row's 'question' ({count} rows)")
-    return [str(q) for q in questions]
+    if len(rows) != count or any(not isinstance(row, dict) for row in rows):
+        raise DataError(f"{path}: the judge needs the file's {count} rows as JSON objects")
+    return rows
 
 
 def _alce_scores(

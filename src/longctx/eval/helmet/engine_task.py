@@ -32,6 +32,11 @@ from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, pr
 from longctx.eval.registry import owner_of
 from longctx.eval.task import Sample, Task, stop_at_eos
 
+JUDGE_FIELDS = ("question", "id", "summary/long")
+"""A long-document sample's fields its record keeps for eval-score --judge: NarrativeQA's
+question; the summaries' row id (HELMET's key points are found by it) and Multi-LexSum's
+expert summary (the precision prompt's reference)."""
+
 
 def _golds(references: Any) -> tuple[str, ...]:
     """The sample's references as strings: golds, msmarco's "doc:label", ALCE's short answers."""
@@ -87,7 +92,7 @@ class HelmetTask(Task):
                     stop=stop,
                     references=_golds(references),
                     metadata={"references": references, "truncated": cut, "document_cut": document_cut}
-                    | ({"question": fields["question"]} if self.info.kind in LONG_KINDS else {}),
+                    | ({k: fields[k] for k in JUDGE_FIELDS if k in fields} if self.info.kind in LONG_KINDS else {}),
                 )
             )
         return samples
@@ -101,8 +106,7 @@ class HelmetTask(Task):
         output = _output(self.task, generation.text or "", self.chat)
         references = sample.metadata["references"]
         record = {"pred": output, "outputs": [references] if isinstance(references, dict) else references}
-        if "question" in sample.metadata:  # long-document tasks: the judge reads it
-            record["question"] = sample.metadata["question"]
+        record |= {k: sample.metadata[k] for k in JUDGE_FIELDS if k in sample.metadata}  # the judge reads them
         return {**record, "truncated": sample.metadata["truncated"]}
 
     def settings(self) -> dict[str, Any]:

@@ -7,8 +7,8 @@ as spaces, the text after "Answer:") and its last {...} is read as JSON; the row
 fluency x correctness; rows whose reply has no such JSON are left out. Reported as
 collect_results.py does: 100/3 x the mean (0-100).
 
-The summaries' judge (eval_gpt4_summ.py) first expands each reference into key points with
-GPT-4o and checks them one by one; it is not reproduced (`judge_scores` refuses those tasks).
+The summaries' judge (eval_gpt4_summ.py: fluency, key-point recall, sentence precision) is
+eval/helmet/summ_judge.py, on the same local judge (`load_judge`).
 """
 
 from __future__ import annotations
@@ -105,10 +105,8 @@ def load_judge(path: str, max_new_tokens: int = 1024) -> Judge:
 
 
 def judge_scores(task: str, rows: Sequence[tuple[str, Sequence[str], str]], path: str) -> dict[str, Any]:
-    """The judged score of a NarrativeQA prediction file with the judge model at `path`."""
+    """The judged score of a NarrativeQA prediction file with the judge model at `path`
+    (the summaries: summ_judge.judge_summary_file)."""
     if task != "narrativeqa":
-        raise HelmetError(
-            f"HELMET {task}: its GPT-4o judge (key-point recall and precision) is not reproduced; "
-            "the n-gram metrics stand alone"
-        )
+        raise HelmetError(f"HELMET {task}: judge_scores judges NarrativeQA's answers; the summaries: summ_judge")
     return {**judged_score(rows, load_judge(path)), "judge_model": path}

@@ -182,6 +182,7 @@ class LongDocRows:
                     "context": "\n\n".join(_field(r, "sources", file, task)),
                     "answer": r["summary/short"],
                     "question": "",
+                    "summary/long": r.get("summary/long"),
                 }
                 for r in kept
             ]
