@@ -18,7 +18,33 @@ SCRIPTS = {
     "niah.py": ["niah_search"],
     "designs.py": ["designs"],
     "decode_gpu.py": ["decode_gpu"],
+    "niah_decode_gpu.py": ["niah_decode_gpu"],
+    "profiles_gpu.py": ["profiles_gpu"],
 }
+
+
+def check_niah_decode(out: Path) -> None:
+    """Each length has the three arms; in fp32 on CPU the engine's RoPE decoding of the
+    exported weights writes HF generate's tokens (greedy, the same prompts)."""
+    rows = json.loads((out / "niah_decode_gpu.json").read_text())["rows"]
+    arms = ["hf sdpa", "longctx rope", "longctx string"]
+    assert [row[:2] for row in rows] == [[length, arm] for length in ("64", "128") for arm in arms]
+    rope = [row for row in rows if row[1] == "longctx rope"]
+    assert [row[-2:] for row in rope] == [["2/2", "8/8"]] * 2, rope
+
+
+def check_profiles(out: Path) -> None:
+    """Both profile summaries hold a key_averages table; the prefill one StRing's and RoPE's."""
+    for name in ("profile_train_step", "profile_string_prefill"):
+        text = (out / f"{name}.md").read_text()
+        assert "Self CPU" in text and "aten::mm" in text, text[:2000]
+    prefill = (out / "profile_string_prefill.md").read_text()
+    assert "## string (shift=171" in prefill and "## rope" in prefill
+    rows = json.loads((out / "profiles_gpu.json").read_text())["rows"]
+    assert [row[0] for row in rows] == ["train step", "string prefill, 1 layer", "rope prefill, 1 layer"]
+
+
+EXTRA_CHECKS = {"niah_decode_gpu.py": check_niah_decode, "profiles_gpu.py": check_profiles}
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -36,6 +62,8 @@ def test_smoke_mode_writes_json_and_markdown_tables(script, tmp_path):
         markdown = (out / f"{name}.md").read_text()
         assert "| " + " | ".join(record["columns"]) + " |" in markdown
         assert record["settings"]["device"] == "CPU"
+    if script in EXTRA_CHECKS:
+        EXTRA_CHECKS[script](out)
 
 
 def test_llama31_8b_case_has_the_published_parameter_count():
