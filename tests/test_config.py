@@ -95,6 +95,8 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["train.min_lr=1.0"], "train.min_lr", r"must be in \[0, train.lr"),
         (["train.strategy=deepspeed"], "train.strategy", "is not one of"),
         (["data.packing=greedy"], "data.packing", "is not one of"),
+        (["train.loss_kernel=triton"], "train.loss_kernel", "is not one of"),
+        (["train.loss_kernel=compiled"], "train.loss_kernel", "set train.loss_chunk_tokens > 0"),
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
         (["model.rope_scaling.type=ntk", "model.rope_scaling.factor=0.5"], "model.rope_scaling.factor", "must be >= 1"),
         (["eval.niah.pass_threshold=0"], "eval.niah.pass_threshold", r"must be in \(0, 1\]"),

@@ -14,6 +14,7 @@ from longctx.config.checks import choice, component_spec, positive_int
 from longctx.errors import ConfigError
 
 LOSS_WEIGHTINGS = ("none", "inverse_frequency")
+LOSS_KERNELS = ("chunked", "compiled", "liger")
 """Values of `train.loss_weighting` (train/loss_weights.py)."""
 
 
@@ -69,6 +70,11 @@ class TrainConfig:
     """> 0: cross-entropy over chunks of this many tokens, each chunk's fp32 logits
     recomputed in backward, so [tokens, vocab] fp32 logits never exist at once (GPU memory
     at large vocabularies); 0 = all logits, then the loss (the CPU default)."""
+    loss_kernel: str = "chunked"
+    """chunked | compiled | liger: how each chunk of train.loss_chunk_tokens (needs > 0
+    unless chunked) becomes its summed loss: eager, torch.compile'd (upcast, log-softmax
+    and gather fused), or Liger-Kernel's fused linear cross-entropy (CUDA + Triton,
+    package liger_kernel; it chunks on its own). Same value up to summation order."""
     loss_weighting: str = "none"
     """none | inverse_frequency: each labelled token's cross-entropy times w(p) = min(cap,
     n_mean / n(p)), p its position id, n(p) the labelled tokens at p over the run's rows
@@ -130,6 +136,14 @@ class TrainConfig:
             raise ConfigError("train.memory_limit_gib", f"must be >= 0 (0 = the device's), got {self.memory_limit_gib}")
         if self.loss_chunk_tokens < 0:
             raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
+        if self.loss_kernel not in LOSS_KERNELS:
+            raise ConfigError("train.loss_kernel", f"{self.loss_kernel!r} is not one of {LOSS_KERNELS}")
+        if self.loss_kernel != "chunked" and not self.loss_chunk_tokens:
+            raise ConfigError(
+                "train.loss_kernel",
+                f"{self.loss_kernel} is a chunked-loss kernel; set train.loss_chunk_tokens > 0",
+                ("train.loss_chunk_tokens",),
+            )
         if self.loss_weighting not in LOSS_WEIGHTINGS:
             raise ConfigError("train.loss_weighting", f"{self.loss_weighting!r} is not one of {LOSS_WEIGHTINGS}")
         if not self.loss_weight_cap >= 1:

@@ -275,13 +275,14 @@ class Llama(nn.Module):
         last_logits_only: bool = False,
         labels: torch.Tensor | None = None,
         loss_chunk_tokens: int = 0,
+        loss_kernel: str = "chunked",
         max_seqlen: int | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
         [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
         With `labels` [B, T]: instead of logits, the summed next-token cross-entropy over
         labelled tokens, in chunks of `loss_chunk_tokens` tokens (0 = one chunk) that never
-        hold [tokens, vocab] fp32 logits at once (model/loss.py).
+        hold [tokens, vocab] fp32 logits at once, each chunk by `loss_kernel` (model/loss.py).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
         position_ids continue each row from the cache, missing document_ids continue each
@@ -349,7 +350,8 @@ class Llama(nn.Module):
                 x = block(x, positions, kv_cache)
         if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
             hidden = self.norm(x).flatten(0, 1)
-            return chunked_cross_entropy(hidden, self.output, labels.flatten(), loss_chunk_tokens or hidden.shape[0])
+            chunk_tokens = loss_chunk_tokens or hidden.shape[0]
+            return chunked_cross_entropy(hidden, self.output, labels.flatten(), chunk_tokens, kernel=loss_kernel)
         if last_logits_only:
             x = x[:, -1:]
         logits = self.output(self.norm(x))

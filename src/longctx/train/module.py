@@ -166,7 +166,11 @@ class LanguageModelModule(L.LightningModule):
         if chunk_tokens:
             ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
             loss = self._llama()(
-                *ids, labels=batch["labels"], loss_chunk_tokens=chunk_tokens, max_seqlen=batch["input_ids"].shape[1]
+                *ids,
+                labels=batch["labels"],
+                loss_chunk_tokens=chunk_tokens,
+                loss_kernel=self.config.train.loss_kernel,
+                max_seqlen=batch["input_ids"].shape[1],
             )
         else:
             logits = self(batch)
