@@ -14,6 +14,7 @@ from tests.helpers import gpu_image_environment
 REPOSITORY = Path(__file__).resolve().parents[1]
 SCRIPTS = {
     "train_gpu.py": ["train_step", "train_e2e"],
+    "train_kernels_gpu.py": ["train_kernels"],
     "position_methods.py": ["positions_debug"],
     "niah.py": ["niah_search"],
     "designs.py": ["designs"],
@@ -44,7 +45,21 @@ def check_profiles(out: Path) -> None:
     assert [row[0] for row in rows] == ["train step", "string prefill, 1 layer", "rope prefill, 1 layer"]
 
 
-EXTRA_CHECKS = {"niah_decode_gpu.py": check_niah_decode, "profiles_gpu.py": check_profiles}
+def check_train_kernels(out: Path) -> None:
+    """Every CPU kernel at every shape, each timed; liger left out with its note."""
+    record = json.loads((out / "train_kernels.json").read_text())
+    arms = [row[1:3] for row in record["rows"]]
+    shapes = ["2 x 1", "2 x 2", "4 x 1"]
+    assert arms == [[kernel, shape] for kernel in ("chunked", "compiled") for shape in shapes], arms
+    assert all(float(row[4]) > 0 for row in record["rows"])
+    assert "liger: not measured" in (out / "train_kernels.md").read_text()
+
+
+EXTRA_CHECKS = {
+    "train_kernels_gpu.py": check_train_kernels,
+    "niah_decode_gpu.py": check_niah_decode,
+    "profiles_gpu.py": check_profiles,
+}
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))

@@ -55,7 +55,9 @@ def liger_cross_entropy(
     hidden: torch.Tensor, head: nn.Module, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX
 ) -> torch.Tensor:
     """The summed loss by LigerFusedLinearCrossEntropyLoss(head.weight, hidden, labels,
-    head.bias); a RuntimeError naming the package when liger_kernel is not importable."""
+    head.bias), its gradients accumulated in fp32; under CUDA autocast the operands are cast
+    to the autocast dtype first, as the head's F.linear would be (Triton ignores autocast).
+    A RuntimeError naming the package when liger_kernel is not importable."""
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
     except ImportError as error:
@@ -63,8 +65,13 @@ def liger_cross_entropy(
     weight = getattr(head, "weight", None)
     if not isinstance(weight, torch.Tensor):
         raise ValueError(f"train.loss_kernel=liger needs a head with a .weight, got {type(head).__name__}")
-    loss = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, reduction="sum")
-    return loss(weight, hidden, labels, getattr(head, "bias", None)).float()
+    bias = getattr(head, "bias", None)
+    if hidden.is_cuda and torch.is_autocast_enabled("cuda"):  # as F.linear under autocast: bf16 operands
+        dtype = torch.get_autocast_dtype("cuda")
+        hidden, weight = hidden.to(dtype), weight.to(dtype)
+        bias = None if bias is None else bias.to(dtype)
+    loss = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, reduction="sum", accum_dtype=torch.float32)
+    return loss(weight, hidden, labels, bias).float()
 
 
 def chunked_cross_entropy(
