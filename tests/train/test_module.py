@@ -175,3 +175,26 @@ def test_optimizer_step_frees_the_gradients_before_the_next_forward():
     module.optimizer_step(0, 0, optimizer)
     assert all(p.grad is None for p in module.parameters())
     assert any(not torch.equal(before[name], p) for name, p in module.named_parameters())  # it did step
+
+
+def test_loss_kernel_reaches_the_model_and_gives_the_plain_loss(monkeypatch):
+    """train.loss_kernel=compiled: the model's chunked loss is called with that kernel, and
+    its loss equals the plain full-logits loss (fp32, rtol 1e-5)."""
+    from longctx.model import llama as llama_module
+
+    kernels = []
+    chunked = llama_module.chunked_cross_entropy
+
+    def recording(*args, **kwargs):
+        kernels.append(kwargs.get("kernel"))
+        return chunked(*args, **kwargs)
+
+    monkeypatch.setattr(llama_module, "chunked_cross_entropy", recording)
+    data = batch()
+    losses = []
+    for overrides in (["train.loss_chunk_tokens=0"], ["train.loss_chunk_tokens=10", "train.loss_kernel=compiled"]):
+        module = LanguageModelModule(load([], ["data.window=32", *overrides]))
+        module.configure_model()
+        losses.append(module.summed_loss(data)[0].detach())
+    assert kernels == ["compiled"]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
