@@ -245,3 +245,26 @@ def stepwise_logits(model, input_ids, prefill: int, document_ids=None, **options
             step = slice(t, t + 1)
             steps.append(model(input_ids[:, step], document_ids=ids_of(step), kv_cache=cache, **options))
     return torch.cat(steps, dim=1)
+
+
+def assert_decoding_equals_prefill(method, length: int = 28, **prefill_options) -> None:
+    """One-token decoding over a growing cache (rotated keys where the method caches them)
+    equals the prefill's rows, to 1e-12 in float64, on two packed rows ([15, 13] and one
+    document); `prefill_options` (a block size, sinks) go to the prefill, sinks to every step."""
+    positions, docs = two_rows([15, 13], length)
+    q, k, v = random_qkv(2, length, length)
+    prefill = method.attend(q, k, v, position_ids=positions, document_ids=docs, **prefill_options)
+    rotated = method.caches_rotated_keys
+    cache = method.rotate_keys(k, positions) if rotated else k
+    step_options = {"sinks": prefill_options["sinks"]} if "sinks" in prefill_options else {}
+    for t in range(length):
+        step = method.attend(
+            q[:, t : t + 1],
+            cache[:, : t + 1],
+            v[:, : t + 1],
+            position_ids=positions[:, : t + 1],
+            document_ids=docs[:, : t + 1],
+            keys_rotated=rotated,
+            **step_options,
+        )
+        torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)

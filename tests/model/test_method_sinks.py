@@ -23,6 +23,7 @@ from longctx.model.position_methods import (
 )
 from tests.model import varlen_stand_in
 from tests.model.helpers import (
+    assert_decoding_equals_prefill,
     dca_relative,
     dense_reference,
     plain_frequencies,
@@ -99,23 +100,7 @@ def test_sinks_join_the_merged_softmax_once(name):
 @pytest.mark.parametrize("name", [name for name in cases() if name != "string-repo"])
 def test_one_token_decoding_with_sinks_equals_prefill_rows(name):
     """string-repo decodes over [0, S-1], not its prefill's [0, S] (test_position_methods)."""
-    method = cases()[name][0]
-    positions, docs = two_rows([15, 13], 28)
-    q, k, v = random_qkv(2, 28, 28)
-    prefill = method.attend(q, k, v, position_ids=positions, document_ids=docs, sinks=sinks())
-    rotated = method.caches_rotated_keys
-    cache = method.rotate_keys(k, positions) if rotated else k
-    for t in range(28):
-        step = method.attend(
-            q[:, t : t + 1],
-            cache[:, : t + 1],
-            v[:, : t + 1],
-            position_ids=positions[:, : t + 1],
-            document_ids=docs[:, : t + 1],
-            keys_rotated=rotated,
-            sinks=sinks(),
-        )
-        torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
+    assert_decoding_equals_prefill(cases()[name][0], sinks=sinks())
 
 
 @pytest.mark.parametrize("version", list(varlen_stand_in.STAND_INS))

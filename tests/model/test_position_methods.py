@@ -39,6 +39,7 @@ from tests.model.helpers import (
     BASE,
     DIM,
     all_methods,
+    assert_decoding_equals_prefill,
     dca_relative,
     dense_reference,
     plain_frequencies,
@@ -230,22 +231,7 @@ def test_long_documents_with_batched_blocks_match_reference(name, band_block, mo
 # [0, S], as the authors' code does (test_repo_compat_decoding_attends_up_to_s_minus_1).
 @pytest.mark.parametrize("name", [name for name in all_methods() if name != "string-repo"])
 def test_one_token_decoding_equals_prefill_rows(name):
-    method = all_methods()[name]
-    positions, docs = two_rows([15, 13], 28)
-    q, k, v = random_qkv(2, 28, 28)
-    prefill = method.attend(q, k, v, position_ids=positions, document_ids=docs, block_size=8)
-    rotated = method.caches_rotated_keys
-    cache = method.rotate_keys(k, positions) if rotated else k
-    for t in range(28):
-        step = method.attend(
-            q[:, t : t + 1],
-            cache[:, : t + 1],
-            v[:, : t + 1],
-            position_ids=positions[:, : t + 1],
-            document_ids=docs[:, : t + 1],
-            keys_rotated=rotated,
-        )
-        torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
+    assert_decoding_equals_prefill(all_methods()[name], block_size=8)
 
 
 @pytest.mark.parametrize("name", ["string", "dca", "self_extend"])
