@@ -106,7 +106,7 @@ def _relay(parameters: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def _laid_out(buffer: torch.Tensor, parameters: Sequence[torch.Tensor | None]) -> bool:
     """Each parameter a contiguous block of `buffer` at its row, by data pointer."""
-    row_bytes = buffer[0].numel() * buffer.element_size() if buffer.dim() > 1 else buffer.element_size()
+    row_bytes = buffer.stride(0) * buffer.element_size()  # contiguous: a row of weights, or one bias value
     row, start = 0, buffer.data_ptr()
     for p in parameters:
         if (
@@ -121,12 +121,13 @@ def _laid_out(buffer: torch.Tensor, parameters: Sequence[torch.Tensor | None]) -
     return row == buffer.shape[0]
 
 
-def joint_weights(fused: FusedWeights | None, linears: Sequence[nn.Linear]) -> tuple[torch.Tensor, ...] | None:
+def joint_weights(
+    fused: FusedWeights | None, linears: Sequence[nn.Linear]
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """The fused (weight, bias) for an inference forward (no gradients), else None."""
     if fused is None or torch.is_grad_enabled():
         return None
-    joint = fused.joint(linears)
-    return None if joint is None else (joint[0],) if joint[1] is None else (joint[0], joint[1])
+    return fused.joint(linears)
 
 
 def linear_into(residual: torch.Tensor, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
