@@ -20,10 +20,11 @@ once per step and every layer reads:
   query rows with their own masks (a query's softmax over the union of its passes is the
   merge of each pass's softmax by log-sum-exp, STRING Algorithm 2: weights softmax(lse)
   over the passes, one matmul). GQA is read natively, k/v never copied per query head:
-  on CPU torch's fused kernel takes fewer key/value heads; elsewhere `_attend_math` folds
+  on CPU torch's fused kernel takes fewer key/value heads; elsewhere (fp64, no Triton) `_attend_math` folds
   each key/value head's query group into its query rows (sdpa with a mask and fewer k/v
-  heads would run its math kernel, which expands k/v). On CUDA the varlen kernel with
-  `seqused_k` (torch 2.14) and CUDA-graph capture are the next steps, to be measured there.
+  heads would run its math kernel, which expands k/v). On CUDA one Triton kernel
+  (model/decode_kernel.py) computes the union softmax of all passes directly: no merge
+  operations, one launch per layer for RoPE and StRing alike.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from longctx.model import decode_kernel
 from longctx.model.rope import rotation_dtype
 from longctx.model.sinks import dense_with_sinks
 
@@ -145,6 +147,8 @@ def decode_attention(
         if passes != 1:
             raise ValueError("attention sinks take one pass")
         return dense_with_sinks(q4, k4, v4, mask.allowed[:, None], scale, sinks).transpose(1, 2)
+    if decode_kernel.usable(queries):  # CUDA: every pass and the merge in one launch
+        return decode_kernel.decode_attend(queries, k, v, mask.allowed, scale)
     if queries.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, False, attn_mask=mask.bias, scale=scale
