@@ -17,8 +17,11 @@ they are counted here, on CPU, under a `TorchDispatchMode`:
 - `--backend flash` (the GPU path): torch's `varlen_attn` is replaced by `varlen_attn`
   below, a wrapper with torch 2.14's signature around one opaque custom op
   (`decode_ops_bench::varlen_attn`, per-segment sdpa inside), so each kernel call counts
-  as one operation whatever it does inside. `--backend varlen` (the CPU default): the
-  kernels are torch's fused CPU attention ops, also one operation each;
+  as one operation whatever it does inside; the decoding attention takes the CUDA path,
+  model/decode_kernel.py, whose Triton launch is the opaque `decode_ops_bench::decode_attend`
+  (everything around the launch runs as on CUDA). `--backend varlen` (the CPU default):
+  the kernels are torch's fused CPU attention ops, also one operation each, and StRing's
+  passes are merged by four operations per layer;
 - operations: every aten call that is not a view (views allocate nothing and launch no
   kernel), per layer = total / layers (the embedding, the final norm and the head
   included); syncs: `_local_scalar_dense` (`.item()`, `bool()`, `int()`), `nonzero`, and
@@ -43,6 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
+from longctx.model import decode_kernel
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 
@@ -165,6 +169,25 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     return out if weight is None else out * weight
 
 
+@torch.library.custom_op("decode_ops_bench::decode_attend", mutates_args=("out",))
+def _decode_kernel(
+    queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seen: torch.Tensor, out: torch.Tensor, scale: float
+) -> None:
+    """model/decode_kernel.py's launch as one operation: out [B, 1, H, D] = the softmax
+    over the union of the passes' (query, key) scores, GQA by head groups, in fp32."""
+    group = queries.shape[2] // k.shape[2]
+    keys, values = (x.float().repeat_interleave(group, dim=2) for x in (k, v))
+    scores = torch.einsum("bphd,bthd->bhpt", queries.float(), keys) * scale
+    scores = scores.masked_fill(seen[:, None] == 0, float("-inf"))
+    weights = torch.softmax(scores.flatten(2), dim=-1).view_as(scores).sum(dim=2)
+    out.copy_(torch.einsum("bht,bthd->bhd", weights, values)[:, None])
+
+
+def decode_launch(queries, k, v, seen, out, scale) -> None:
+    """`decode_kernel.launch` as CUDA dispatches it: one Triton launch."""
+    _decode_kernel(queries, k, v, seen, out, scale)
+
+
 class StepCounter(TorchDispatchMode):
     """Non-view aten operations and host syncs (module docstring)."""
 
@@ -233,6 +256,8 @@ def main() -> None:
         sys.modules["flash_attn"] = None  # type: ignore[assignment]  # torch's kernel, not flash-attn's
         varlen_module.varlen_attn = varlen_attn  # type: ignore[assignment]
         torch.nn.functional.rms_norm = rms_norm  # type: ignore[assignment]
+        decode_kernel.usable = lambda queries: queries.dtype in decode_kernel.KERNEL_DTYPES  # as on CUDA
+        decode_kernel.launch = decode_launch  # type: ignore[assignment]
     torch.manual_seed(SEED)
     config = bench_config(args.layers)
     model = Llama(config).to(getattr(torch, args.dtype)).eval()

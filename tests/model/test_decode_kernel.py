@@ -92,7 +92,7 @@ def test_bad_shapes_are_named():
 def test_on_cuda_the_kernel_matches_the_reference_and_replays_as_a_graph(dtype):
     """tinyllama's heads (32 / 4, head dim 64), StRing's two passes over a 32K cache (64
     slices of 512 keys): the compiled kernel against float64; then recorded as a CUDA graph and
-    replayed on new queries and masks, equal to an eager launch."""
+    replayed on new queries and masks, equal to an eager launch of them."""
     generator = torch.Generator(device="cuda").manual_seed(0)
     keys = 32768
     q = torch.randn(1, 2, 32, 64, device="cuda", generator=generator).to(dtype)
@@ -107,4 +107,24 @@ def test_on_cuda_the_kernel_matches_the_reference_and_replays_as_a_graph(dtype):
     q.copy_(torch.randn(q.shape, device="cuda", generator=generator))
     allowed.copy_(torch.rand(allowed.shape, device="cuda", generator=generator) < 0.3)
     graph.replay()
-    assert torch.equal(recorded, decode_kernel.decode_attend(q, k, v, allowed, 0.125))
+    replayed = recorded.clone()  # the output buffer is shared: copy before the next launch
+    assert torch.equal(replayed, decode_kernel.decode_attend(q, k, v, allowed, 0.125))
+
+
+def test_with_the_kernel_a_string_layer_costs_what_a_rope_layer_costs(monkeypatch):
+    """The kernel takes the passes' queries and masks as they are: per added layer, a
+    StRing step dispatches exactly RoPE's operations (the CPU path adds the merge: softmax,
+    product and sum in float32, two casts more in bf16).
+    The launch itself is stubbed (not counted): only what surrounds it is."""
+    from tests.model.test_decode_step import counted_step, model_and_method
+
+    def per_layer(name: str) -> float:
+        two, four = (sum(counted_step(*model_and_method(name, layers, fused=True)).ops.values()) for layers in (2, 4))
+        return (four - two) / 2
+
+    eager = {name: per_layer(name) for name in ("rope", "string")}
+    monkeypatch.setattr(decode_kernel, "usable", lambda queries: True)
+    monkeypatch.setattr(decode_kernel, "launch", lambda *args: None)
+    kernel = {name: per_layer(name) for name in ("rope", "string")}
+    assert kernel["string"] == kernel["rope"], kernel
+    assert eager["string"] >= eager["rope"] + 3, eager

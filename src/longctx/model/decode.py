@@ -29,6 +29,7 @@ once per step and every layer reads:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -75,13 +76,19 @@ class DecodeMask:
 
     allowed: torch.Tensor
     """[B, P, Tk] boolean."""
-    bias: torch.Tensor
-    """[B, 1, P, Tk] 0 or the lowest finite value, in the activations' dtype."""
+    dtype: torch.dtype
+    """The activations' dtype, the additive form's."""
 
     @classmethod
     def of(cls, allowed: torch.Tensor, dtype: torch.dtype) -> DecodeMask:
-        bias = allowed.logical_not().to(dtype).mul_(torch.finfo(dtype).min)
-        return cls(allowed, bias[:, None])
+        return cls(allowed, dtype)
+
+    @functools.cached_property
+    def bias(self) -> torch.Tensor:
+        """[B, 1, P, Tk] 0 or the lowest finite value, built on first use: once per step
+        for every layer of the design, never where the decoding kernel reads `allowed`."""
+        bias = self.allowed.logical_not().to(self.dtype).mul_(torch.finfo(self.dtype).min)
+        return bias[:, None]
 
 
 def signed_sin(sin: torch.Tensor) -> torch.Tensor:
@@ -225,8 +232,9 @@ class DecodePasses:
 
     query_cos: torch.Tensor
     query_sin: torch.Tensor
-    key_cos: torch.Tensor
-    key_sin: torch.Tensor
+    key_cos: torch.Tensor | None
+    key_sin: torch.Tensor | None
+    """None where `shared`."""
     mask: DecodeMask
     score_multiplier: float
 
@@ -240,6 +248,7 @@ class DecodePasses:
             heads = q.shape[2]
             both = rotate(joined(q, k), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
             return both[:, :, :heads], both[:, :1, heads:]
+        assert self.key_cos is not None and self.key_sin is not None
         return rotate(q, self.query_cos, self.query_sin), rotate(k, self.key_cos, self.key_sin)
 
     def attend(

@@ -84,21 +84,22 @@ def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << (n - 1).bit_length())
 
 
-_WORKSPACES: dict[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+_WORKSPACES: dict[tuple, torch.Tensor] = {}
+_OUTPUTS: dict[tuple, torch.Tensor] = {}
 
 
-def _workspace(device: torch.device, programs: int, splits: int, block_g: int, block_d: int):
-    """(acc, m and l, counters) for a launch shape, allocated once: a step recorded as a
-    CUDA graph reads the same buffers at every replay, and the counters are back to zero
-    after every launch (the merging program resets its own)."""
-    key = (device, programs, splits, block_g, block_d)
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = (
-            torch.empty(programs, splits, block_g, block_d, device=device, dtype=torch.float32),
-            torch.empty(programs, splits, 2, block_g, device=device, dtype=torch.float32),
-            torch.zeros(programs, device=device, dtype=torch.int32),
-        )
-    return _WORKSPACES[key]
+def _buffer(
+    cache: dict[tuple, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zero: bool = False
+) -> torch.Tensor:
+    """A tensor allocated once per (shape, dtype, device): a step recorded as a CUDA graph
+    reads the same buffers at every replay, and an eager step allocates nothing. The
+    arrival counters (`zero`) are back to zero after every launch (the merging program
+    resets its own). The output is one buffer for every layer: each layer's output
+    projection reads it before the next layer's attention writes it (one stream)."""
+    key = (shape, dtype, device)
+    if key not in cache:
+        cache[key] = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+    return cache[key]
 
 
 def decode_attend(
@@ -116,15 +117,28 @@ def decode_attend(
         )
     if queries.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("decode_attend: the head dimension must be contiguous in queries, k and v")
+    out = _buffer(_OUTPUTS, (batch, 1, heads, dim), queries.dtype, queries.device)
+    launch(queries, k, v, allowed.view(torch.uint8), out, scale)
+    return out
+
+
+def launch(
+    queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seen: torch.Tensor, out: torch.Tensor, scale: float
+) -> None:
+    """One launch of the kernel writing `out` (seen: `allowed` as uint8). Everything it
+    reads besides its arguments is allocated once per shape."""
+    batch, passes, heads, dim = queries.shape
+    keys, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
     block_g, block_d = _pow2(group), _pow2(dim)
     programs = batch * kv_heads
     splits = splits_for(programs, keys)
     per_split = math.ceil(math.ceil(keys / splits) / BLOCK_N) * BLOCK_N
     splits = math.ceil(keys / per_split)
-    acc, ml, counters = _workspace(queries.device, programs, splits, block_g, block_d)
-    out = torch.empty(batch, 1, heads, dim, device=queries.device, dtype=queries.dtype)
-    seen = allowed.view(torch.uint8)
+    device = queries.device
+    acc = _buffer(_WORKSPACES, (programs, splits, block_g, block_d), torch.float32, device)
+    ml = _buffer(_WORKSPACES, (programs, splits, 2, block_g), torch.float32, device)
+    counters = _buffer(_WORKSPACES, (programs,), torch.int32, device, zero=True)
     _kernel()[(programs, splits)](
         queries, k, v, seen, out, acc, ml, counters,
         scale, keys, per_split, splits,
@@ -139,7 +153,6 @@ def decode_attend(
         # the interpreter's products mistake bf16 for integers: it multiplies the values, widened
         UPCAST=interpreted() and queries.dtype == torch.bfloat16,
     )  # fmt: skip
-    return out
 
 
 @functools.cache
