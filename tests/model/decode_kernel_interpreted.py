@@ -86,7 +86,9 @@ def decoded(name: str, kernel: bool, dtype: torch.dtype, fused: bool = False) ->
             model(ids[:, :30], document_ids=documents[:, :30], kv_cache=cache, position_method=method)
             for t in range(30, 40):
                 part = slice(t, t + 1)
-                steps.append(model(ids[:, part], document_ids=documents[:, part], kv_cache=cache, position_method=method))
+                steps.append(
+                    model(ids[:, part], document_ids=documents[:, part], kv_cache=cache, position_method=method)
+                )
     finally:
         decode_kernel.decode_attend, decode_kernel.usable = attend, usable
     return torch.cat(steps, dim=1).double(), calls

@@ -52,7 +52,9 @@ def test_a_row_without_keys_is_zero_and_the_counters_reset(interpreted):
     assert interpreted["counters back to zero"] == 0
 
 
-@pytest.mark.parametrize("label", ["plain float32", "rope float32", "string float32", "string float32 fused", "string bfloat16 fused"])
+@pytest.mark.parametrize(
+    "label", ["plain float32", "rope float32", "string float32", "string float32 fused", "string bfloat16 fused"]
+)
 def test_the_model_decodes_through_the_kernel_as_through_the_cpu_path(interpreted, label):
     """10 steps of 2 packed rows (a document starts during decoding): every attention call
     of a step went to the kernel (2 layers x 10 steps), none on the eager path, and the

@@ -89,7 +89,11 @@ _OUTPUTS: dict[tuple, torch.Tensor] = {}
 
 
 def _buffer(
-    cache: dict[tuple, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zero: bool = False
+    cache: dict[tuple, torch.Tensor],
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    zero: bool = False,
 ) -> torch.Tensor:
     """A tensor allocated once per (shape, dtype, device): a step recorded as a CUDA graph
     reads the same buffers at every replay, and an eager step allocates nothing. The
@@ -163,7 +167,7 @@ def _kernel() -> Any:
 
     @triton.jit
     def decode_union_kernel(
-        Q, K, V, A, O, ACC, ML, COUNT,
+        Q, K, V, A, OUT, ACC, ML, COUNT,
         scale, keys, per_split, splits,
         sqb, sqp, sqh, skb, skt, skh, svb, svt, svh, sab, sap, san, sob, soh,
         KV_HEADS: tl.constexpr, GROUP: tl.constexpr, PASSES: tl.constexpr, DIM: tl.constexpr,
@@ -207,7 +211,9 @@ def _kernel() -> Any:
                 total = total * shrink + tl.sum(weights, 1)
                 weights = weights.to(v.dtype)
                 if UPCAST:
-                    acc = acc * shrink[:, None] + tl.dot(weights.to(tl.float32), v.to(tl.float32), input_precision=precision)
+                    acc = acc * shrink[:, None] + tl.dot(
+                        weights.to(tl.float32), v.to(tl.float32), input_precision=precision
+                    )
                 else:
                     acc = acc * shrink[:, None] + tl.dot(weights, v, input_precision=precision)
                 m = grown
@@ -236,8 +242,8 @@ def _kernel() -> Any:
                 acc_all = acc_all * old[:, None] + acc_part * new[:, None]
                 m_all = grown
             result = acc_all / tl.where(total_all == 0.0, 1.0, total_all)[:, None]
-            o_at = O + row * sob + (kv_head * GROUP + g)[:, None] * soh + d[None, :]
-            tl.store(o_at, result.to(O.dtype.element_ty), mask=qd_ok)
+            o_at = OUT + row * sob + (kv_head * GROUP + g)[:, None] * soh + d[None, :]
+            tl.store(o_at, result.to(OUT.dtype.element_ty), mask=qd_ok)
             tl.atomic_xchg(COUNT + program, 0, sem="relaxed", scope="gpu")
 
     return decode_union_kernel
