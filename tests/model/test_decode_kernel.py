@@ -81,6 +81,40 @@ def test_key_slices_fill_the_gpu_and_keep_enough_keys():
     assert decode_kernel.splits_for(1, 10**7) == decode_kernel.MAX_SPLITS
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("arch", [90, 80])
+def test_the_kernel_compiles_for_hopper_and_ampere(dtype, arch):
+    """Triton compiles the kernel ahead of time for sm_90 / sm_80 without a GPU (through
+    ptxas): tinyllama's decoding shapes, StRing's two passes; the arrival counter is an
+    acquire/release atomic in the PTX."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if decode_kernel.interpreted():
+        pytest.skip("TRITON_INTERPRET is set for this process")
+    kernel = decode_kernel._kernel()
+    constants = dict(KV_HEADS=4, GROUP=8, PASSES=2, DIM=64, BLOCK_G=16, BLOCK_D=64, BLOCK_N=decode_kernel.BLOCK_N)
+    constants |= dict(PRECISION="ieee" if dtype == "fp32" else "tf32", UPCAST=False)
+    pointers = dict(Q=dtype, K=dtype, V=dtype, A="u8", OUT=dtype, ACC="fp32", ML="fp32", COUNT="i32")
+    signature = {
+        name: "constexpr"
+        if name in constants
+        else f"*{pointers[name]}"
+        if name in pointers
+        else "fp32"
+        if name == "scale"
+        else "i32"
+        for name in kernel.arg_names
+    }
+    source = ASTSource(
+        fn=kernel, signature=signature, constexprs={(kernel.arg_names.index(n),): v for n, v in constants.items()}
+    )
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32))
+    assert "atom.global.gpu.acq_rel.add" in compiled.asm["ptx"]
+    assert compiled.asm.get("cubin")
+
+
 def test_bad_shapes_are_named():
     q = torch.zeros(1, 2, 8, 16)
     k = torch.zeros(1, 30, 2, 16)

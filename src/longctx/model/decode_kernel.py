@@ -153,7 +153,7 @@ def launch(
         out.stride(0), out.stride(2),
         KV_HEADS=kv_heads, GROUP=group, PASSES=passes, DIM=dim,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
-        IEEE=queries.dtype == torch.float32,
+        PRECISION="ieee" if queries.dtype == torch.float32 or interpreted() else "tf32",
         # the interpreter's products mistake bf16 for integers: it multiplies the values, widened
         UPCAST=interpreted() and queries.dtype == torch.bfloat16,
     )  # fmt: skip
@@ -171,7 +171,7 @@ def _kernel() -> Any:
         scale, keys, per_split, splits,
         sqb, sqp, sqh, skb, skt, skh, svb, svt, svh, sab, sap, san, sob, soh,
         KV_HEADS: tl.constexpr, GROUP: tl.constexpr, PASSES: tl.constexpr, DIM: tl.constexpr,
-        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+        BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr,
     ):  # fmt: skip
         program = tl.program_id(0)
@@ -182,7 +182,6 @@ def _kernel() -> Any:
         d = tl.arange(0, BLOCK_D)
         qd_ok = (g < GROUP)[:, None] & (d < DIM)[None, :]
         q_at = Q + row * sqb + (kv_head * GROUP + g)[:, None] * sqh + d[None, :]
-        precision: tl.constexpr = "ieee" if IEEE or UPCAST else "tf32"
         m = tl.full([BLOCK_G], float("-inf"), tl.float32)
         total = tl.zeros([BLOCK_G], tl.float32)
         acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -200,7 +199,7 @@ def _kernel() -> Any:
                 q = tl.load(q_at + p * sqp, mask=qd_ok, other=0.0)
                 if UPCAST:
                     q = q.to(tl.float32)
-                scores = tl.dot(q, tl.trans(k), input_precision=precision) * scale
+                scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
                 seen = tl.load(A + row * sab + p * sap + n * san, mask=n_ok, other=0) != 0
                 scores = tl.where(seen[None, :], scores, float("-inf"))
                 grown = tl.maximum(m, tl.max(scores, 1))
@@ -212,10 +211,10 @@ def _kernel() -> Any:
                 weights = weights.to(v.dtype)
                 if UPCAST:
                     acc = acc * shrink[:, None] + tl.dot(
-                        weights.to(tl.float32), v.to(tl.float32), input_precision=precision
+                        weights.to(tl.float32), v.to(tl.float32), input_precision=PRECISION
                     )
                 else:
-                    acc = acc * shrink[:, None] + tl.dot(weights, v, input_precision=precision)
+                    acc = acc * shrink[:, None] + tl.dot(weights, v, input_precision=PRECISION)
                 m = grown
         slot = program * splits + split
         tl.store(ACC + (slot * BLOCK_G + g[:, None]) * BLOCK_D + d[None, :], acc)
