@@ -134,3 +134,43 @@ def test_bad_arguments_are_refused(debug_model):
         generate(debug_model, [[1, 2], []], max_new_tokens=2)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(debug_model, [[1, 2]], max_new_tokens=0)
+
+
+@pytest.mark.parametrize("stop", ["length", "eos"])
+def test_the_next_step_is_queued_before_the_host_reads_the_tokens(debug_model, monkeypatch, stop):
+    """The host's one read per step (the tokens, for the stop rules) comes after the next
+    step was queued, so on a GPU the device decodes while the host checks; no step is
+    queued past max_new_tokens, and when every row stops only one queued step is wasted.
+    Same tokens as without the overlap (the other tests)."""
+    events = []
+    inside = []  # reads inside a forward (a prefill's plan) are not the loop's
+    forward = debug_model.forward
+
+    def step(*args, **kwargs):
+        events.append("step" if args[0].shape[1] == 1 else "prefill")
+        inside.append(True)
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    def tolist(tensor):
+        if not inside:
+            events.append("read")
+        return read(tensor)
+
+    monkeypatch.setattr(debug_model, "forward", step)
+    read = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    prompts = [[5, 9, 11, 4], [7, 3]]
+    first = generate(debug_model, prompts, max_new_tokens=5)
+    eos = frozenset({first[0].token_ids[2], first[1].token_ids[2]}) if stop == "eos" else frozenset()
+    events.clear()
+    generated = generate(debug_model, prompts, max_new_tokens=5, stop=StopRule(eos_ids=eos))
+    decoding = events[events.index("step") :]
+    assert events[: events.index("step")].count("read") == 0
+    if stop == "length":
+        assert decoding == ["step", "read"] * 4 + ["read"]
+    else:  # both rows stop at their third token: the third read follows the queued fourth step
+        assert [len(g.token_ids) for g in generated] == [2, 2]
+        assert decoding == ["step", "read"] * 3

@@ -136,8 +136,16 @@ def _generate_batch(
     )
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
+    # Pipelined: step t+1 is queued before the host reads step t's tokens, so the device
+    # decodes while the host applies the stop rules (the read waits only for step t's
+    # argmax); when every row has stopped, the one queued step is wasted. A longrope model
+    # decides its re-run from the tokens, so it reads them first.
+    pipelined = switch is None
+    next_tokens = logits[:, -1].argmax(-1)
     for step in range(max_new_tokens):
-        next_tokens = logits[:, -1].argmax(-1)
+        last = step + 1 == max_new_tokens
+        if pipelined and not last:
+            logits = graph.step(next_tokens[:, None]) if graph else model(next_tokens[:, None], **options)
         for row, token in enumerate(next_tokens.tolist()):
             if stopped_by[row] is not None:
                 continue
@@ -147,18 +155,19 @@ def _generate_batch(
             tokens[row].append(token)
             if stop.stop_strings and decode is not None and _first_stop(decode(tokens[row]), stop.stop_strings) >= 0:
                 stopped_by[row] = "stop_string"
-        if step + 1 == max_new_tokens or all(reason is not None for reason in stopped_by):
+        if last or all(reason is not None for reason in stopped_by):
             break
-        if switch is not None:
+        if switch is not None:  # not pipelined: grow the sequence, re-run it at the switch
             ids = torch.cat([ids, next_tokens[:, None]], dim=1)
             positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
             documents = torch.cat([documents, documents[:, -1:]], dim=1)
-        if switch is not None and ids.shape[1] == switch + 1 and width <= switch:  # module docstring
-            options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
-            with longrope_forced(model, True):
-                logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
-            continue
-        logits = graph.step(next_tokens[:, None]) if graph else model(next_tokens[:, None], **options)
+            if ids.shape[1] == switch + 1 and width <= switch:  # module docstring
+                options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
+                with longrope_forced(model, True):
+                    logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
+            else:
+                logits = model(next_tokens[:, None], **options)
+        next_tokens = logits[:, -1].argmax(-1)
     generations = []
     for row_tokens, reason in zip(tokens, stopped_by, strict=True):
         text = None
