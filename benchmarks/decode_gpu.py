@@ -10,6 +10,8 @@ of `--cache` positions filled by a chunked prefill of random ids, then per row:
 - `eager`: the model's cached forward of one token per row, `--steps` times;
 - `graph`: the same steps through `DecodeGraph` (model/decode_graph.py): one eager step,
   one recorded, the rest replayed;
+- `graph, no kernel`: the same with the attention on its eager path (`_attend_math`)
+  instead of the Triton decoding kernel (model/decode_kernel.py): what the kernel gains;
 
 for plain RoPE (`position_method=None`) and StRing (`arm_config("string")`, S = L/3 of the
 model's 2,048 training length, W = 128), each on its own cache. Times are CUDA events
@@ -24,6 +26,7 @@ device time) beside the table. Writes decode_gpu.md and .json (and decode_gpu_pr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from pathlib import Path
@@ -33,6 +36,7 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
+from longctx.model import decode_kernel
 from longctx.model.decode_graph import DecodeGraph
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
@@ -79,6 +83,18 @@ def clock(device: torch.device):
         return begin.elapsed_time(end)
 
     return events
+
+
+@contextlib.contextmanager
+def without_kernel():
+    """The decoding attention on its eager path (`decode._attend_math`) instead of the
+    Triton kernel (model/decode_kernel.py), for the comparison column."""
+    usable = decode_kernel.usable
+    decode_kernel.usable = lambda queries: False
+    try:
+        yield
+    finally:
+        decode_kernel.usable = usable
 
 
 def time_steps(model: Llama, method, args, device, recorded: bool) -> list[float]:
@@ -149,9 +165,20 @@ def main() -> None:
             for recorded in (False, True):
                 times = time_steps(model, method, args, device, recorded)
                 rows.append({"method": name, "step": "graph" if recorded else "eager", "ms": statistics.median(times)})
+            with without_kernel():
+                times = time_steps(model, method, args, device, True)
+            rows.append({"method": name, "step": "graph, no kernel", "ms": statistics.median(times)})
         summary = profile(model, methods["string"], args, device) if args.profile else ""
     by = {(r["method"], r["step"]): r["ms"] for r in rows}
-    columns = ["method", "eager ms", "graph ms", "graph / eager", "vs rope (graph)", "memory limit ms"]
+    columns = [
+        "method",
+        "eager ms",
+        "graph ms",
+        "graph / eager",
+        "vs rope (graph)",
+        "graph, no kernel ms",
+        "memory limit ms",
+    ]
     table = [
         [
             name,
@@ -159,6 +186,7 @@ def main() -> None:
             f"{by[(name, 'graph')]:.3f}",
             f"{by[(name, 'graph')] / by[(name, 'eager')]:.2f}x",
             f"{by[(name, 'graph')] / by[('rope', 'graph')]:.2f}x",
+            f"{by[(name, 'graph, no kernel')]:.3f}",
             f"{limit_ms:.3f}",
         ]
         for name in methods
