@@ -245,9 +245,11 @@ def time_length(seq_len: int, pieces: list[int], calls: dict[str, Call], args, d
 # --- verdicts and tables --------------------------------------------------------------
 
 
-def decide(installed: bool, checks: list[dict], rows: list[dict]) -> list[str]:
+def decide(installed: bool, checks: list[dict], rows: list[dict], lengths: list[int]) -> list[str]:
     """A line per requirement and per length, the last `verdict: adopt` only if fa4 is
-    installed, passes every check and is faster forward+backward at every length."""
+    installed, passes every check and is faster forward+backward at every one of `lengths`
+    (a length without rows, as in the files written before the last length is timed, is
+    not timed: no adoption from part of the table)."""
     lines = [f"verdict: installed: {'yes' if installed else 'no'}"]
     reasons = [] if installed else ["not installed"]
     for record in checks:
@@ -257,12 +259,11 @@ def decide(installed: bool, checks: list[dict], rows: list[dict]) -> list[str]:
             reasons.append(f"{record['check']} check failed")
     missing = [name for name in CHECKS if name not in {record["check"] for record in checks}]
     reasons += [f"{name} not checked" for name in missing]
-    lengths = sorted({row["T"] for row in rows})
     for seq_len in lengths:
         at = {row["kernel"]: row for row in rows if row["T"] == seq_len}
         fa4, current = at.get("fa4", {}), at.get("current", {})
         if "fwd_bwd_ms" not in fa4 or "fwd_bwd_ms" not in current:
-            why = fa4.get("failed") or current.get("failed") or "not timed"
+            why = fa4.get("failed") or current.get("failed") or "not timed yet"
             lines.append(f"verdict: faster at T={seq_len}: no ({why})")
             reasons.append(f"not timed at T={seq_len}")
             continue
@@ -335,6 +336,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=4)
     parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cpu: fp32, for CPU stand-ins (tests)"
+    )
     args = parser.parse_args(argv)
     if args.repeats < MIN_REPEATS:
         parser.error(f"--repeats {args.repeats}: at least {MIN_REPEATS}")
@@ -348,14 +352,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flash-attn-4 is not importable ({versions}): nothing measured. On the GPU machine run the setup")
         print("calls of step speed-fa4, then `source .device-fa4/step/env.sh` (make device-fa4 stages the wheels).")
         return 1
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: flash-attn-4's kernels run on Hopper/Blackwell GPUs only; nothing measured")
         return 1
-    device, dtype = torch.device("cuda"), torch.bfloat16
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     kernel = flash.resolve_kernel()
     header = (
         f"{device_timing.device_name(device)}; {versions}; current kernel: {describe_kernel(kernel)}; "
-        f"H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}, bf16, causal, one packed row, "
+        f"H={args.heads}, Hkv={args.kv_heads}, D={args.head_dim}, {str(dtype).removeprefix('torch.')}, causal, "
+        "one packed row, "
         f"median of {args.repeats} calls"
     )
     print(header, flush=True)
@@ -366,14 +372,22 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     checks = run_checks(calls["fa4"], calls["current"], check_pieces, shapes, device, dtype, args.chunk)
     print(f"checks in {time.perf_counter() - started:.1f} s (fa4's kernels compiled on their first calls)", flush=True)
-    rows = []
+    rows: list[dict] = []
+    text = write(args, header, versions, checks, rows)  # each stage is kept should the step's limit stop the next
     for seq_len in args.lengths:
         _, pieces = pack_rows(document_lengths, seq_len, 1)
         rows += time_length(seq_len, pieces, calls, args, device, dtype)
         print(f"T={seq_len} timed", flush=True)
-    verdicts = decide(True, checks, rows)
-    text = markdown(header, rows, verdicts)
+        text = write(args, header, versions, checks, rows)
     print(text)
+    print("\n".join(decide(True, checks, rows, args.lengths)))  # the verdict lines, greppable
+    return 0
+
+
+def write(args: argparse.Namespace, header: str, versions: str, checks: list[dict], rows: list[dict]) -> str:
+    """DIR/fa4.md and DIR/fa4.json from what is measured so far; the Markdown."""
+    verdicts = decide(True, checks, rows, args.lengths)
+    text = markdown(header, rows, verdicts)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fa4.md").write_text(text)
     result = {"benchmark": "fa4", "header": header, "torch": torch.__version__, "versions": versions}
@@ -385,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     result |= {"checks": checks, "rows": rows, "verdicts": verdicts}
     (args.out / "fa4.json").write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return text
 
 
 if __name__ == "__main__":

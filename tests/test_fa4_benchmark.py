@@ -3,6 +3,7 @@ checks run on CPU against torch's varlen stand-ins (tests/model/varlen_stand_in.
 dense stand-in of flash-attn-4's varlen function, each check failing on the kernel fault it
 is there for, the timing loop, the verdict rule, and the exit when fa4 is not importable."""
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -149,7 +150,10 @@ def passed_checks():
     return [{"check": name, "passed": True, "gaps": {"out": 1e-3}, "note": ""} for name in fa4_gpu.CHECKS]
 
 
-def timed(fa4_ms, current_ms, lengths=(4096, 16384, 65536)):
+LENGTHS = [4096, 16384, 65536]
+
+
+def timed(fa4_ms, current_ms, lengths=LENGTHS):
     rows = []
     for seq_len, a, b in zip(lengths, fa4_ms, current_ms, strict=True):
         rows += [{"T": seq_len, "kernel": "fa4", "fwd_bwd_ms": a}, {"T": seq_len, "kernel": "current", "fwd_bwd_ms": b}]
@@ -158,20 +162,26 @@ def timed(fa4_ms, current_ms, lengths=(4096, 16384, 65536)):
 
 def test_adopt_only_if_installed_correct_everywhere_and_faster_at_every_length():
     faster = timed([1.0, 5.0, 40.0], [1.5, 6.0, 41.0])
-    lines = fa4_gpu.decide(True, passed_checks(), faster)
+    lines = fa4_gpu.decide(True, passed_checks(), faster, LENGTHS)
     assert lines[-1] == "verdict: adopt"
     assert "verdict: faster at T=65536: yes (fwd+bwd 40.000 ms vs 41.000 ms, 1.02x)" in lines
     assert len(lines) == 1 + len(fa4_gpu.CHECKS) + 3 + 1
-    slower_once = fa4_gpu.decide(True, passed_checks(), timed([1.0, 6.5, 40.0], [1.5, 6.0, 41.0]))
+    slower_once = fa4_gpu.decide(True, passed_checks(), timed([1.0, 6.5, 40.0], [1.5, 6.0, 41.0]), LENGTHS)
     assert slower_once[-1] == "verdict: keep the current kernel (slower at T=16384)"
     wrong = passed_checks()
     wrong[2] = {"check": "window", "passed": False, "gaps": {"out": 0.4}, "note": ""}
-    assert fa4_gpu.decide(True, wrong, faster)[-1] == "verdict: keep the current kernel (window check failed)"
-    assert fa4_gpu.decide(True, passed_checks()[:-1], faster)[-1].endswith("(chunked not checked)")
-    assert fa4_gpu.decide(False, passed_checks(), faster)[-1] == "verdict: keep the current kernel (not installed)"
+    assert fa4_gpu.decide(True, wrong, faster, LENGTHS)[-1] == "verdict: keep the current kernel (window check failed)"
+    assert fa4_gpu.decide(True, passed_checks()[:-1], faster, LENGTHS)[-1].endswith("(chunked not checked)")
+    assert (
+        fa4_gpu.decide(False, passed_checks(), faster, LENGTHS)[-1]
+        == "verdict: keep the current kernel (not installed)"
+    )
     untimed = [*faster[:4], {"T": 65536, "kernel": "fa4", "failed": "OOM"}, faster[5]]
-    assert fa4_gpu.decide(True, passed_checks(), untimed)[-1].endswith("(not timed at T=65536)")
-    assert fa4_gpu.decide(True, passed_checks(), [])[-1].endswith("(no length timed)")
+    assert fa4_gpu.decide(True, passed_checks(), untimed, LENGTHS)[-1].endswith("(not timed at T=65536)")
+    assert fa4_gpu.decide(True, passed_checks(), [], [])[-1].endswith("(no length timed)")
+    partial = fa4_gpu.decide(True, passed_checks(), faster[:2], LENGTHS)  # stopped after 4K: no adoption
+    assert partial[-1].endswith("(not timed at T=16384; not timed at T=65536)")
+    assert "verdict: faster at T=65536: no (not timed yet)" in partial
 
 
 def test_without_fa4_importable_it_says_so_and_exits_nonzero(tmp_path, monkeypatch, capsys):
@@ -183,3 +193,30 @@ def test_without_fa4_importable_it_says_so_and_exits_nonzero(tmp_path, monkeypat
     assert fa4_gpu.main(["--out", str(tmp_path)]) == 1
     assert "no CUDA device" in capsys.readouterr().out
     assert not list(tmp_path.iterdir())
+
+
+def test_a_whole_run_on_cpu_stand_ins_writes_the_table_and_the_verdicts(tmp_path, monkeypatch, capsys):
+    """main end to end at tiny sizes: both kernels are the CPU stand-ins, so the verdict
+    (whichever it is: the two are timed against each other) ends the files and the console."""
+    monkeypatch.setattr(fa4_gpu, "load_fa4", lambda: (fa4_stand_in(), "flash-attn-4 (stand-in)"))
+    monkeypatch.setattr(
+        flash, "resolve_kernel", lambda: flash.VarlenKernel(varlen_stand_in.STAND_INS["torch-2.11"], False, False)
+    )
+    monkeypatch.setattr(fa4_gpu, "WINDOW", (7, 0))
+    small = ["--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--check-length", "96", "--chunk", "3"]
+    assert fa4_gpu.main(["--out", str(tmp_path), "--device", "cpu", "--lengths", "64", "128", *small]) == 0
+    result = json.loads((tmp_path / "fa4.json").read_text())
+    assert [check["check"] for check in result["checks"] if check["passed"]] == list(fa4_gpu.CHECKS)
+    assert [(row["T"], row["kernel"]) for row in result["rows"]] == [
+        (64, "fa4"),
+        (64, "current"),
+        (128, "fa4"),
+        (128, "current"),
+    ]
+    assert "current kernel: torch varlen_attn, GQA expanded" in result["header"]
+    last = result["verdicts"][-1]
+    assert last == "verdict: adopt" or last.startswith("verdict: keep the current kernel (slower at T=")
+    markdown = (tmp_path / "fa4.md").read_text()
+    assert markdown.startswith(result["header"]) and markdown.rstrip().endswith(last.removeprefix("verdict: "))
+    console = capsys.readouterr().out.splitlines()
+    assert console[-len(result["verdicts"]) :] == result["verdicts"]
