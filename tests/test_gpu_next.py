@@ -264,7 +264,8 @@ def test_each_call_of_the_fa4_step_fits_a_call_with_room(tmp_path, monkeypatch):
     """The files as `make device-fa4` lays them out, at their measured sizes (sparse), with
     this checkout's working tree: every call within MAX_CALL_MIB less 8 MiB of room."""
     tree = gpu_next.tree_bytes()
-    assert tree > 0  # a git checkout: the working tree is counted
+    if tree == 0:
+        pytest.skip("not a git checkout: the working tree a call copies cannot be listed")
     step = fa4_step()
     parts = [path for carry in gpu_next.setup_carries(step) for path in carry]
     size = fa4_part_bytes()
