@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf device-fa4 gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -196,6 +196,28 @@ device-ruler: $(STAMP)
 	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-ruler/whl/*.whl >/dev/null' \
 		> .device-ruler/env.sh
 	du -sh .device-ruler
+
+# flash-attn-4 for benchmarks/fa4_gpu.py (GPU step speed-fa4). The set (8 wheels, 102,118,546
+# bytes, measured 2026-11-28) is more than one device call carries beside .device (~24 MiB) and the
+# working tree (~6.4 MiB), so it travels in three calls: the CUDA 13 DSL wheel (91,954,433 bytes) in
+# FA4_PART_MIB parts in .device-fa4/parts, one per setup call (~50 MiB each with the tree), joined
+# in /tmp/fa4-whl there with its SHA-256; the other 7 wheels (10,164,113 bytes) and env.sh in
+# .device-fa4/step, carried by the step's own call with .device (~40 MiB with the tree).
+# `source .device-fa4/step/env.sh` after .device/env.sh installs all 8 into /tmp/site.
+FA4_PART_MIB := 44
+FA4_LARGE    := nvidia_cutlass_dsl_libs_cu13-
+device-fa4: $(STAMP)
+	$(STAGE) fa4
+	rm -rf .device-fa4/parts .device-fa4/step && mkdir -p .device-fa4/step/whl
+	PYTHONPATH=src $(BIN)/python -m longctx_replication.gguf_parts split .device-fa4/whl/$(FA4_LARGE)*.whl \
+		.device-fa4/parts --part-mib $(FA4_PART_MIB)
+	for wheel in .device-fa4/whl/*.whl; do case $$wheel in */$(FA4_LARGE)*) ;; *) cp $$wheel .device-fa4/step/whl/ ;; esac; done
+	printf '%s\n' '# Sourced on the GPU machine after .device/env.sh: flash-attn-4, its large wheel joined by the setup calls.' \
+		'ls /tmp/fa4-whl/$(FA4_LARGE)*.whl >/dev/null 2>&1 || { echo "no /tmp/fa4-whl: run the setup calls of speed-fa4 first"; return 3; }' \
+		'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/fa4-whl/*.whl .device-fa4/step/whl/*.whl >/dev/null' \
+		'# the DSL finds its packages through a .pth file, which a --target folder on PYTHONPATH does not read' \
+		'export PYTHONPATH=$$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages' > .device-fa4/step/env.sh
+	du -sh .device-fa4/parts/* .device-fa4/step
 
 # The longer tables, beyond gpu-check's (more backends, lengths and methods; litgpt; the
 # effective-length search). Each bench-gpu-* target should finish within 9 minutes on one H100 and writes

@@ -2,6 +2,8 @@
 it picks, one call's outputs packed into what comes back, and the record `tick` commits."""
 
 import json
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -214,3 +216,94 @@ def test_the_gemma3_steps_setup_calls_send_every_part_once_and_join_them_last():
     assert ".device" in carries[-1] and "source .device/env.sh" in step.setup[-1]
     assert "gguf_parts join" in step.setup[-1] and "convert-gguf" in step.setup[-1]
     assert ".device-ruler" in step.carry and "source .device-ruler/env.sh" in step.command
+
+
+FA4_LARGE_WHEEL_BYTES = 91_954_433
+"""nvidia-cutlass-dsl-libs-cu13 4.8.1's wheel, as staged (Makefile, device-fa4)."""
+FA4_OTHER_WHEELS_BYTES = 10_164_113
+"""The fa4 set's other 7 wheels, carried by the step's own call in .device-fa4/step."""
+DEVICE_BYTES = 25_083_319 + 2 * 2**20
+"""`.device` as measured in a checkout, with 2 MiB for wheels added to the base set since."""
+
+
+def fa4_step() -> gpu_next.Step:
+    return next(step for step in gpu_next.load_steps() if step.id == "speed-fa4")
+
+
+def fa4_part_bytes() -> int:
+    """The size of each part but the last, FA4_PART_MIB in the Makefile."""
+    part_mib = re.search(r"^FA4_PART_MIB\s*:=\s*(\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    return int(float(part_mib) * 2**20)
+
+
+def test_the_fa4_steps_setup_calls_send_each_part_once_and_join_the_locked_wheel_with_its_hash():
+    """speed-fa4: the large DSL wheel of the fa4 lock in as many parts as `make device-fa4`
+    cuts (FA4_PART_MIB), one per setup call into /tmp/fa4-parts, joined by the last with the
+    SHA-256; the step's call carries .device and the rest, and sources the set's env.sh."""
+    step = fa4_step()
+    count = math.ceil(FA4_LARGE_WHEEL_BYTES / fa4_part_bytes())
+    carries = gpu_next.setup_carries(step)
+    assert carries == [[f".device-fa4/parts/part-{k:03d}-of-{count:03d}"] for k in range(count)]
+    (large,) = [w.file for w in staging_lock("fa4") if w.name == "nvidia-cutlass-dsl-libs-cu13"]
+    assert f"gguf_parts join /tmp/fa4-parts /tmp/fa4-whl/{large} --sha256 " in step.setup[-1]
+    assert all("/tmp/fa4-parts/" in line for line in step.setup)
+    assert step.ready and step.carry == [".device", ".device-fa4/step"]
+    assert step.command.startswith("source .device-fa4/step/env.sh && python3 benchmarks/fa4_gpu.py --out {out}")
+
+
+def staging_lock(name: str) -> list:
+    sys.path.insert(0, str(ROOT / "scripts" / "device"))
+    try:
+        import staging
+    finally:
+        sys.path.remove(str(ROOT / "scripts" / "device"))
+    return staging.read_lock(staging.lock_path(name))
+
+
+def test_each_call_of_the_fa4_step_fits_a_call_with_room(tmp_path, monkeypatch):
+    """The files as `make device-fa4` lays them out, at their measured sizes (sparse), with
+    this checkout's working tree: every call within MAX_CALL_MIB less 8 MiB of room."""
+    tree = gpu_next.tree_bytes()
+    if tree == 0:
+        pytest.skip("not a git checkout: the working tree a call copies cannot be listed")
+    step = fa4_step()
+    parts = [path for carry in gpu_next.setup_carries(step) for path in carry]
+    size = fa4_part_bytes()
+    sizes = {path: min(size, FA4_LARGE_WHEEL_BYTES - k * size) for k, path in enumerate(parts)}
+    assert sum(sizes.values()) == FA4_LARGE_WHEEL_BYTES
+    sizes |= {".device/whl/all.whl": DEVICE_BYTES, ".device-fa4/step/whl/rest.whl": FA4_OTHER_WHEELS_BYTES}
+    for path, size in sizes.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        with (tmp_path / path).open("wb") as handle:
+            handle.truncate(size)
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    monkeypatch.setattr(gpu_next, "tree_bytes", lambda: tree)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 8)
+    monkeypatch.setattr(gpu_next, "STAGED", {})  # the lock comparison is the next test's
+    assert gpu_next.call_problems(step) == []
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 40)
+    assert [problem.split(" takes")[0] for problem in gpu_next.call_problems(step)] == [
+        "setup call 1",
+        "setup call 2",
+        "the step's call",
+    ]
+
+
+def test_a_staged_set_carried_in_parts_is_checked_against_its_lock(tmp_path, monkeypatch):
+    """Paths under .device-fa4 (the parts, the step folder) bring the fa4 lock's check: wheels
+    staged from another lock, or not staged at all, are named before the call."""
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    step = gpu_next.Step("x", "", [".device-fa4/step"], "true", 10, True, setup=["carry ['.device-fa4/parts/p']: true"])
+    assert gpu_next.carry_problems(step) == [
+        ".device-fa4/step is not here (make device-fa4)",
+        ".device-fa4/parts/p (setup call 1) is not here",
+    ]
+    (tmp_path / ".device-fa4" / "whl").mkdir(parents=True)
+    (tmp_path / ".device-fa4" / "whl" / "flash_attn_4-4.0.0b1-py3-none-any.whl").write_bytes(b"")
+    assert ".device-fa4/whl differs from staging/fa4.lock.json: run its make target again" in gpu_next.carry_problems(
+        step
+    )
+    for wheel in staging_lock("fa4"):
+        (tmp_path / ".device-fa4" / "whl" / wheel.file).write_bytes(b"")
+    (tmp_path / ".device-fa4" / "whl" / "flash_attn_4-4.0.0b1-py3-none-any.whl").unlink()
+    assert not any("differs" in problem for problem in gpu_next.carry_problems(step))

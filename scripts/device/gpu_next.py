@@ -56,8 +56,9 @@ CALL_MARGIN_S = 60
 """What `plan` adds to a step's limit for the call's timeout (packing, the summary)."""
 STEP_KEYS = {"id", "what", "carry", "command", "limit_s", "ready", "waits", "repeat", "resume", "resume_step"}
 STEP_KEYS |= {"complete", "setup", "results", "done"}
-STAGED = {".device": "base", ".device-hf": "hf", ".device-ruler": "ruler"}
-"""Carried folder -> its staging set (scripts/device/staging/sets.toml)."""
+STAGED = {".device": "base", ".device-hf": "hf", ".device-ruler": "ruler", ".device-fa4": "fa4"}
+"""Staged folder -> its staging set (scripts/device/staging/sets.toml); a call may carry the
+folder or paths under it (`make device-fa4` sends its set in parts)."""
 SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
 
 
@@ -209,8 +210,10 @@ def call_problems(step: Step) -> list[str]:
 
 
 def carry_problems(step: Step) -> list[str]:
-    """A carried folder missing here, a staged set whose lock has a gap, or a call (setup
-    calls included) that lacks its carried paths or takes more than MAX_CALL_MIB."""
+    """A carried folder missing here, a staged set (carried by any call of the step, whole
+    or by paths under its folder) whose wheels differ from its lock or whose lock has a gap,
+    or a call (setup calls included) that lacks its carried paths or takes more than
+    MAX_CALL_MIB."""
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:  # run as a script it is there; imported by the tests it may not be
         sys.path.insert(0, here)
@@ -219,9 +222,10 @@ def carry_problems(step: Step) -> list[str]:
     problems = []
     for path in step.carry:
         if not (REPOSITORY / path).exists():
-            problems.append(f"{path} is not here (make {path.lstrip('.')})")
+            problems.append(f"{path} is not here (make {Path(path).parts[0].lstrip('.')})")
     sets, image = staging.load_sets(), staging.load_image()
-    for path in step.carry:
+    carried = [*step.carry, *(path for carry in setup_carries(step) for path in carry)]
+    for path in dict.fromkeys(Path(path).parts[0] for path in carried):
         name = STAGED.get(path)
         if name is None:
             continue

@@ -5,6 +5,8 @@ The same code paths on a real GPU are the `gpu` tests at the end."""
 
 import functools
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -464,6 +466,20 @@ def test_gqa_is_native_where_the_signature_has_enable_gqa(version, kv_heads, rep
     assert calls == [(kv_heads * repeats, enable_gqa)]
     with pytest.raises(ValueError, match="not a multiple"):
         flash.kv_repeats(kernel, 4, 3)
+
+
+def test_flash_attn_4s_namespace_package_alone_leaves_torchs_kernel_in_use(monkeypatch):
+    """flash-attn-4 installs `flash_attn` as a namespace package holding only `cute`: not
+    flash-attn 2's module, so torch's kernel is resolved; flash-attn 2's is taken as before."""
+    varlen_stand_in.install(monkeypatch, "torch-2.14")
+    namespace = types.ModuleType("flash_attn")
+    namespace.__path__ = []  # a package, as the import system builds a namespace one
+    monkeypatch.setitem(sys.modules, "flash_attn", namespace)
+    kernel = flash.resolve_kernel()
+    assert not kernel.flash_attn and kernel.function is varlen_stand_in.STAND_INS["torch-2.14"]
+    assert flash.available()
+    monkeypatch.setattr(namespace, "flash_attn_varlen_func", lambda *a, **k: None, raising=False)
+    assert flash.resolve_kernel().flash_attn
 
 
 @pytest.mark.parametrize(("q_len", "window"), [(1, (-1, -1)), (2, (-1, 0)), (32, (-1, 0))])

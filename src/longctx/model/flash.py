@@ -13,7 +13,8 @@ a query with no key gets +inf or -inf depending on the kernel: callers mask such
 Kernels, first available wins:
 
 - flash-attn's `flash_attn_varlen_func` (the `gpu` extra; needs a source build on most
-  images);
+  images; flash-attn-4's `flash_attn.cute` is not taken for it: benchmarks/fa4_gpu.py
+  measures it first);
 - torch's own `torch.nn.attention.varlen.varlen_attn` (FlashAttention-2 kernels shipped in
   torch). GQA: `kv_repeats` decides from the wrapper's signature: 2.14's takes fewer k/v
   heads with `enable_gqa` (and refuses them without it); 2.11's has no `enable_gqa`, and
@@ -134,10 +135,13 @@ def varlen_flash(
 
 
 def _flash_attn():
+    """flash-attn 2's module, or None. flash-attn-4 installs only the namespace package
+    `flash_attn.cute` (no top-level `flash_attn_varlen_func`, other arguments): with it alone
+    installed, torch's kernel stays the one used."""
     module = sys.modules.get("flash_attn")
-    if module is not None or importlib.util.find_spec("flash_attn") is None:
-        return module
-    return importlib.import_module("flash_attn")
+    if module is None and "flash_attn" not in sys.modules and importlib.util.find_spec("flash_attn") is not None:
+        module = importlib.import_module("flash_attn")
+    return module if hasattr(module, "flash_attn_varlen_func") else None
 
 
 def _torch_varlen():
