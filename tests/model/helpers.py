@@ -5,6 +5,7 @@ BlockMask reference."""
 
 import math
 
+import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
@@ -268,3 +269,16 @@ def assert_decoding_equals_prefill(method, length: int = 28, **prefill_options) 
             **step_options,
         )
         torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
+
+
+def require_backend(backend: str) -> None:
+    """Skip unless the attention backend can run here: `flash` needs a varlen kernel
+    (flash-attn 2, or torch's varlen_attn; flash-attn-4's `flash_attn.cute` namespace
+    alone is neither), the others their package."""
+    if backend == "flash":
+        from longctx.model import flash
+
+        if not flash.available():
+            pytest.skip("no varlen flash kernel: flash-attn 2 or torch >= 2.11's varlen_attn")
+        return
+    pytest.importorskip({"xformers": "xformers", "flex": "torch"}[backend])

@@ -7,6 +7,7 @@ import torch
 
 from longctx.model.attention import attention, build_mask
 from tests.helpers import packed_document_ids
+from tests.model.helpers import require_backend
 
 
 def naive_attention(q, k, v, document_ids):
@@ -175,7 +176,7 @@ def test_unknown_backend_is_rejected():
 @pytest.mark.parametrize("backend", ["flash", "xformers", "flex"])
 @pytest.mark.parametrize("q_len", [128, 1])
 def test_cuda_backends_match_sdpa(backend, q_len):
-    pytest.importorskip({"flash": "flash_attn", "xformers": "xformers", "flex": "torch"}[backend])
+    require_backend(backend)
     docs = two_rows_of_documents().cuda()
     q, k, v = (t.cuda().to(torch.bfloat16) for t in random_qkv(2, q_len, 128, dim=64))
     ref = attention(q.float(), k.float(), v.float(), document_ids=docs, backend="sdpa")
@@ -186,7 +187,7 @@ def test_cuda_backends_match_sdpa(backend, q_len):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["flash", "xformers", "flex"])
 def test_cuda_backends_backward_match_sdpa(backend):
-    pytest.importorskip({"flash": "flash_attn", "xformers": "xformers", "flex": "torch"}[backend])
+    require_backend(backend)
     docs = two_rows_of_documents().cuda()
     q, k, v = (t.cuda().to(torch.bfloat16).requires_grad_() for t in random_qkv(2, 128, 128, dim=64))
     grad_out = torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.bfloat16)

@@ -45,6 +45,7 @@ from tests.model.helpers import (
     plain_frequencies,
     random_qkv,
     repo_string_relative,
+    require_backend,
     rerope_relative,
     rope_relative,
     rotary,
@@ -497,7 +498,7 @@ def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["string", "string-repo", "rerope", "self_extend"])
 def test_flash_path_matches_torch_path(name):
-    pytest.importorskip("flash_attn")
+    require_backend("flash")
     method = all_methods()[name].cuda()
     positions, docs = (t.cuda() for t in two_rows([19, 1, 16], 36))
     q, k, v = (t.cuda() for t in random_qkv(2, 36, 36, dtype=torch.bfloat16))
