@@ -96,3 +96,47 @@ def test_a_cuda_graph_replays_the_eager_steps(autocast):
             eager = model(ids[:, t : t + 1], kv_cache=caches[0])
             assert (graph.step(ids[:, t : t + 1]) - eager).abs().max() <= (2e-2 if autocast else 1e-4), t
     assert graph.replay is not None
+
+
+def test_under_autocast_a_recorded_step_reads_weights_cast_once():
+    """bf16 autocast (on CPU here, CUDA's in the engine): the recorded step's trace holds
+    no cast of a weight (without `WeightCasts` it casts every fp32 matrix of the fused
+    layout at every replay), and its logits are bitwise the eager autocast model's."""
+    model = model_for("fused")
+    generator = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, model.config.vocab_size, (2, PROMPT + STEPS), generator=generator)
+    caches = [model.new_kv_cache(2, PROMPT + STEPS) for _ in range(2)]
+    weights = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
+    weights |= {(sum(p.shape[0] for p in group), group[0].shape[1]) for group in _fused_groups(model)}
+    recorded = []
+
+    def traced_and_kept(step):
+        graph = make_fx(lambda: step())()
+        recorded.append(graph)
+        return graph, True
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for cache in caches:
+            model(ids[:, :PROMPT], kv_cache=cache)
+        graph = DecodeGraph(model, caches[1], record=traced_and_kept)
+        for t in range(PROMPT, PROMPT + STEPS):
+            eager = model(ids[:, t : t + 1], kv_cache=caches[0])
+            assert torch.equal(graph.step(ids[:, t : t + 1]), eager), t
+    assert graph.casts is not None and graph.casts.casts
+    casts = [
+        node
+        for node in recorded[0].graph.nodes
+        if node.target == torch.ops.aten._to_copy.default
+        and tuple(node.args[0].meta["val"].shape) in weights
+        and node.args[0].meta["val"].dtype == torch.float32
+    ]
+    assert casts == [], [tuple(node.args[0].meta["val"].shape) for node in casts]
+
+
+def _fused_groups(model: Llama) -> list[list[torch.Tensor]]:
+    """The weight matrices each fused matmul joins (q/k/v, gate/up)."""
+    groups = []
+    for block in model.blocks:
+        groups.append([block.attn.wq.weight, block.attn.wk.weight, block.attn.wv.weight])
+        groups.append([block.mlp.gate.weight, block.mlp.up.weight])
+    return groups

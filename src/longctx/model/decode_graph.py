@@ -17,8 +17,9 @@ cache's `length`, which this class advances after each replay. Sliding layers re
 min(length, W - 1) + 1 keys, a host number that stops changing once the window is full,
 so a model with sliding layers is recorded only from then on.
 
-The first `step` runs eagerly (kernels chosen, workspaces allocated), the second is
-recorded and replayed, every later one replayed. The returned logits are the graph's
+The first `step` runs eagerly (kernels chosen, workspaces allocated, under autocast the
+weights cast once: `WeightCasts`), the second is recorded and replayed, every later one
+replayed. The returned logits are the graph's
 output buffer: the next step overwrites them. Without CUDA (or with `record=None`) every
 step runs eagerly. `record` is pluggable so that CPU tests can record a step by tracing
 (`torch.fx.experimental.proxy_tensor.make_fx` bakes host numbers into the trace exactly
@@ -27,10 +28,13 @@ as a CUDA graph does) and prove that replaying it equals running the model.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from longctx.model.kv_cache import KVCache
 from longctx.model.llama import Llama
@@ -48,8 +52,8 @@ class Recorder(Protocol):
 def cuda_graph(step: Recorded) -> tuple[Recorded, bool]:
     """`step` captured as a CUDA graph (capture records without running it). Under
     autocast the capture runs without autocast's weight cache (torch's CUDA-graph rule: a
-    cached cast made during capture would be freed under the graph), so the recorded
-    step casts the weights itself."""
+    cached cast made during capture would be freed under the graph); the step's weights
+    arrive cast already (`WeightCasts`, made in the eager first step)."""
     graph = torch.cuda.CUDAGraph()
     autocast = torch.is_autocast_enabled("cuda")
     precision = torch.get_autocast_dtype("cuda")
@@ -61,6 +65,42 @@ def cuda_graph(step: Recorded) -> tuple[Recorded, bool]:
         return out
 
     return replay, False
+
+
+class WeightCasts(TorchFunctionMode):
+    """Under autocast, every `F.linear`'s float32 weight and bias cast to autocast's dtype
+    once and reused by every later call, so a recorded step reads bf16 weights instead of
+    casting them at every replay.
+
+    Why: a CUDA graph is captured without autocast's weight cache (`cuda_graph`), so each
+    replay would read the fp32 weights and write their bf16 casts before reading those:
+    three times a bf16 step's weight bytes. Autocast's cache never held the inference
+    layout's fused q/k/v and gate/up weights anyway (it keeps only leaf tensors, and those
+    are views of one buffer), so eager steps cast them at every step too. A cast here is
+    the one autocast makes (`.to(dtype)`, round to nearest even): the results are bitwise
+    autocast's. The casts are keyed by storage, offset, shape and stride and assume the
+    weights do not change while they live (one generation's decoding)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.casts: dict[tuple, torch.Tensor] = {}
+
+    def _cast(self, tensor: Any) -> Any:
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
+            return tensor
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        if key not in self.casts:
+            self.casts[key] = tensor.to(self.dtype)
+        return self.casts[key]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear and len(args) >= 2:
+            args = (args[0], *(self._cast(a) for a in args[1:]))
+            if "bias" in kwargs:
+                kwargs = kwargs | {"bias": self._cast(kwargs["bias"])}
+        return func(*args, **kwargs)
 
 
 def recordable(position_method: PositionsProvider | None) -> bool:
@@ -95,6 +135,9 @@ class DecodeGraph:
         """The recorded step's input: each step's ids are copied in."""
         self.replay: Recorded | None = None
         self.steps = 0
+        autocast = torch.is_autocast_enabled(device.type) and self.record is not None
+        self.casts = WeightCasts(torch.get_autocast_dtype(device.type)) if autocast else None
+        """Recorded steps under autocast read weights cast once (`WeightCasts`)."""
 
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits [B, 1, vocab] of the next tokens `ids` [B, 1], written into the cache."""
@@ -115,12 +158,16 @@ class DecodeGraph:
         return replay() if not ran else self._last
 
     def _forward(self) -> torch.Tensor:
-        self._last = self.model(
-            self.ids,
-            kv_cache=self.cache,
-            position_method=self.position_method,
-            attention_backend=self.attention_backend,
-        )
+        if self.casts is not None and not self.casts.casts:
+            # the casts made in the first step replace autocast's (one bf16 copy, not two)
+            torch.clear_autocast_cache()
+        with self.casts if self.casts is not None else contextlib.nullcontext():
+            self._last = self.model(
+                self.ids,
+                kv_cache=self.cache,
+                position_method=self.position_method,
+                attention_backend=self.attention_backend,
+            )
         return self._last
 
     def _window_full(self) -> bool:
