@@ -47,6 +47,29 @@ def test_chunk_terms_by_hand():
     assert flash.attention_scores == 0
 
 
+def test_weight_casts_are_one_compute_copy_under_autocast_and_hold_the_graph_casts():
+    """fp32 weights with bf16 compute: one bf16 copy of the weights (autocast's casts, then
+    the decoding graph's); none without autocast. The casts a recorded bf16 decoding step
+    actually keeps (model/decode_graph.py, traced on CPU) fit in it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from longctx.model.decode_graph import DecodeGraph
+
+    autocast = estimate_evaluation_memory(CONFIG, 40, rows=2, tests=1, new_tokens=4, compute_bytes=2)
+    assert autocast.weight_casts == CONFIG.num_parameters() * 2
+    assert estimate_evaluation_memory(CONFIG, 40, rows=2, tests=1, new_tokens=4).weight_casts == 0
+    model = Llama(CONFIG).eval().fuse_projections_()
+    cache = model.new_kv_cache(2, 44)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(torch.zeros(2, 40, dtype=torch.long), kv_cache=cache)
+        graph = DecodeGraph(model, cache, record=lambda step: (make_fx(lambda: step())(), True))
+        for _ in range(2):
+            graph.step(torch.zeros(2, 1, dtype=torch.long))
+    assert graph.casts is not None
+    kept = sum(cast.nbytes for cast in graph.casts.casts.values())
+    assert 0 < kept <= autocast.weight_casts
+
+
 def test_refusal_names_the_length_the_estimate_and_the_limit():
     estimate = estimate_evaluation_memory(CONFIG, 10**8, rows=1, tests=50, new_tokens=48)
     with pytest.raises(EvaluationMemoryError, match=r"length 100,000,000 needs an estimated .* GiB \(weights") as info:

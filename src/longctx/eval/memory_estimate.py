@@ -5,7 +5,7 @@ kernel's OOM killer: `longctx niah CKPT --lengths 100000000` (a typo) grew to 22
 killed without a message. `check_evaluation_memory` runs before the prompts of the longest
 evaluated length are built and compares
 
-    total = weights + prompts + KV cache + prefill chunk
+    total = weights + casts + prompts + KV cache + prefill chunk
 
 with what the device offers (CPU: MemAvailable of /proc/meminfo; CUDA: free memory of
 `torch.cuda.mem_get_info`) plus the weights, which are already resident when it runs.
@@ -13,6 +13,10 @@ For B rows decoded together (`rows_per_batch`, at most batch_tokens // L), a pro
 tokens, n new tokens and a prefill chunk of C tokens per row (C = L when unchunked):
 
 - weights:  parameters x bytes of their dtype (fp32 masters, also under bf16 autocast);
+- casts:    under autocast (compute bytes < weight bytes), one more copy of the weights in
+            the compute dtype: autocast's cached casts during the prefill, the decoding
+            graph's (model/decode_graph.py `WeightCasts`, made after autocast's cache is
+            cleared) during decoding;
 - prompts:  tests x L x 8 (the int64 prompts of one length are built at once);
 - KV cache: 2 x layers x B x (L + n) x kv_heads x head_dim x bytes of the compute dtype;
 - chunk:    B x C x (6 d_model + 3 d_ff + (heads + 2 kv_heads) head_dim) x bytes (one
@@ -49,6 +53,7 @@ class MemoryEstimate:
     """Bytes of each term of the module docstring."""
 
     weights: int
+    weight_casts: int
     prompts: int
     kv_cache: int
     chunk_activations: int
@@ -58,7 +63,13 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         return (
-            self.weights + self.prompts + self.kv_cache + self.chunk_activations + self.attention_scores + self.logits
+            self.weights
+            + self.weight_casts
+            + self.prompts
+            + self.kv_cache
+            + self.chunk_activations
+            + self.attention_scores
+            + self.logits
         )
 
     def describe(self) -> str:
@@ -86,6 +97,7 @@ def estimate_evaluation_memory(
     scores = rows * config.n_heads * chunk * length * 4 + rows * chunk * length if dense_attention else 0
     return MemoryEstimate(
         weights=config.num_parameters() * weight_bytes,
+        weight_casts=config.num_parameters() * compute_bytes if compute_bytes < weight_bytes else 0,
         prompts=tests * length * 8,
         kv_cache=kv,
         chunk_activations=tokens * width * compute_bytes,
