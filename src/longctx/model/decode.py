@@ -154,7 +154,8 @@ def decode_attention(
         if passes != 1:
             raise ValueError("attention sinks take one pass")
         return dense_with_sinks(q4, k4, v4, mask.allowed[:, None], scale, sinks).transpose(1, 2)
-    if decode_kernel.usable(queries):  # CUDA: every pass and the merge in one launch
+    # CUDA: every pass and the merge in one launch (its products take one dtype)
+    if queries.dtype == k.dtype == v.dtype and decode_kernel.usable(queries):
         return decode_kernel.decode_attend(queries, k, v, mask.allowed, scale)
     if queries.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
