@@ -353,26 +353,17 @@ def kernel_rows(seq_len: int, document_lengths: list[int], args: argparse.Namesp
             failed[backend] = f"differs from sdpa by more than {tolerance:g}"
             continue
         forwards[backend] = forward
-    forward_ms = device_timing.interleaved_median_ms(
-        {b: functools.partial(forward_no_grad, f) for b, f in forwards.items()}, args.repeats, device
-    )
-    train_ms = device_timing.interleaved_median_ms(
-        {b: functools.partial(train, f) for b, f in forwards.items()}, args.repeats, device
-    )
-    fwd_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=False)
-    train_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
+    timings = device_timing.attention_timings(
+        forwards, forward_no_grad, train, repeats=args.repeats, device=device,
+        document_lengths=pieces, heads=args.heads, head_dim=args.head_dim,
+    )  # fmt: skip
+    train_ms = {backend: timing["fwd_bwd_ms"] for backend, timing in timings.items()}
     records = []
     for backend in args.backends:
         record: dict = {"T": seq_len, "docs_per_row": len(pieces) / args.batch, "backend": backend}
         if backend in forwards:
-            record |= {
-                "fwd_ms": forward_ms[backend],
-                "fwd_bwd_ms": train_ms[backend],
-                "fwd_tflops": fwd_flops / forward_ms[backend] / 1e9,
-                "fwd_bwd_tflops": train_flops / train_ms[backend] / 1e9,
-                "fwd_bwd_vs_sdpa": train_ms["sdpa"] / train_ms[backend] if "sdpa" in train_ms else None,
-                "peak_mib": device_timing.peak_extra_mib(functools.partial(train, forwards[backend]), device),
-            }
+            record |= timings[backend]
+            record["fwd_bwd_vs_sdpa"] = train_ms["sdpa"] / train_ms[backend] if "sdpa" in train_ms else None
         else:
             record["failed"] = failed[backend]
         records.append(record)

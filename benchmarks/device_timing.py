@@ -13,6 +13,7 @@ backward 2.5x the forward (FlashAttention-2's accounting), so fwd+bwd = 3.5x.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -72,6 +73,36 @@ def causal_attention_flops(document_lengths: list[int], heads: int, head_dim: in
     """Useful FLOPs of document-masked causal attention (module docstring)."""
     forward = 4 * heads * head_dim * sum(length * (length + 1) / 2 for length in document_lengths)
     return forward * (3.5 if backward else 1.0)
+
+
+def attention_timings(
+    calls: dict[str, object],
+    forward: Callable[[object], object],
+    train: Callable[[object], object],
+    *,
+    repeats: int,
+    device: torch.device,
+    document_lengths: list[int],
+    heads: int,
+    head_dim: int,
+) -> dict[str, dict[str, float]]:
+    """For each named attention call: forward(call) and train(call) in ms (medians, the
+    calls taking turns), their useful TFLOP/s (module docstring) and train's peak MiB."""
+    timed = {}
+    for label, step in (("fwd", forward), ("fwd_bwd", train)):
+        ops = {name: functools.partial(step, call) for name, call in calls.items()}
+        flops = causal_attention_flops(document_lengths, heads, head_dim, backward=label == "fwd_bwd")
+        timed[label] = (interleaved_median_ms(ops, repeats, device), flops)
+    return {
+        name: {
+            "fwd_ms": timed["fwd"][0][name],
+            "fwd_bwd_ms": timed["fwd_bwd"][0][name],
+            "fwd_tflops": timed["fwd"][1] / timed["fwd"][0][name] / 1e9,
+            "fwd_bwd_tflops": timed["fwd_bwd"][1] / timed["fwd_bwd"][0][name] / 1e9,
+            "peak_mib": peak_extra_mib(functools.partial(train, call), device),
+        }
+        for name, call in calls.items()
+    }
 
 
 def device_name(device: torch.device) -> str:

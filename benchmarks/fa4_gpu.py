@@ -42,7 +42,6 @@ model code calls flash-attn-4.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib.metadata
 import json
 import time
@@ -223,22 +222,12 @@ def time_length(seq_len: int, pieces: list[int], calls: dict[str, Call], args, d
             ready[name] = call
         except Exception as error:
             records[name]["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
-    forward_ms = device_timing.interleaved_median_ms(
-        {name: functools.partial(forward, call) for name, call in ready.items()}, args.repeats, device
-    )
-    train_ms = device_timing.interleaved_median_ms(
-        {name: functools.partial(train, call) for name, call in ready.items()}, args.repeats, device
-    )
-    fwd_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=False)
-    train_flops = device_timing.causal_attention_flops(pieces, args.heads, args.head_dim, backward=True)
-    for name, call in ready.items():
-        records[name] |= {
-            "fwd_ms": forward_ms[name],
-            "fwd_bwd_ms": train_ms[name],
-            "fwd_tflops": fwd_flops / forward_ms[name] / 1e9,
-            "fwd_bwd_tflops": train_flops / train_ms[name] / 1e9,
-            "peak_mib": device_timing.peak_extra_mib(functools.partial(train, call), device),
-        }
+    timings = device_timing.attention_timings(
+        ready, forward, train, repeats=args.repeats, device=device,
+        document_lengths=pieces, heads=args.heads, head_dim=args.head_dim,
+    )  # fmt: skip
+    for name, timing in timings.items():
+        records[name] |= timing
     return list(records.values())
 
 
