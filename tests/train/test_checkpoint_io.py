@@ -235,7 +235,9 @@ def test_a_full_disk_is_a_named_error_with_the_bytes_and_keeps_the_previous_file
         atomic_save(state, path)
     error = caught.value
     assert error.path == str(path) and error.needed == 50_000 * 4 + 25_000 * 8
-    assert error.free == shutil.disk_usage(tmp_path).free
+    # the free bytes read at the failure: other processes (a parallel test worker) write to
+    # the same disk between that read and this one, so within 64 MiB
+    assert abs(error.free - shutil.disk_usage(tmp_path).free) <= 64 * 2**20
     assert f"needs {error.needed:,} bytes and {error.free:,} are free" in str(error)
     assert "no space left on the device" in str(error) and "[Errno 28]" in str(error)
     assert torch.load(path, weights_only=True)["step"] == 1
