@@ -14,8 +14,9 @@ from longctx.config.checks import choice, component_spec, positive_int
 from longctx.errors import ConfigError
 
 LOSS_WEIGHTINGS = ("none", "inverse_frequency")
-LOSS_KERNELS = ("chunked", "compiled", "liger")
 """Values of `train.loss_weighting` (train/loss_weights.py)."""
+LOSS_KERNELS = ("chunked", "compiled", "liger")
+"""Values of `train.loss_kernel` (model/loss.py)."""
 
 
 @dataclass
