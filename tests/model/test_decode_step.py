@@ -162,7 +162,7 @@ def test_the_device_math_of_a_step_equals_the_fused_cpu_kernel():
     k, v = (torch.randn(2, 2, 12, 16, generator=generator) for _ in range(2))
     allowed = torch.zeros(2, 2, 12, dtype=torch.bool)
     allowed[0, 0, 3:9], allowed[0, 1, :3], allowed[1, 0, 5:12] = True, True, True
-    mask = DecodeMask.of(allowed, torch.float32)
+    mask = DecodeMask(allowed, torch.float32)
     fused_out, fused_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, 0.0, False, attn_mask=mask.bias, scale=0.25
     )[:2]

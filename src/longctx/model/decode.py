@@ -20,11 +20,11 @@ once per step and every layer reads:
   query rows with their own masks (a query's softmax over the union of its passes is the
   merge of each pass's softmax by log-sum-exp, STRING Algorithm 2: weights softmax(lse)
   over the passes, one matmul). GQA is read natively, k/v never copied per query head:
-  on CPU torch's fused kernel takes fewer key/value heads; elsewhere (fp64, no Triton) `_attend_math` folds
-  each key/value head's query group into its query rows (sdpa with a mask and fewer k/v
-  heads would run its math kernel, which expands k/v). On CUDA one Triton kernel
-  (model/decode_kernel.py) computes the union softmax of all passes directly: no merge
-  operations, one launch per layer for RoPE and StRing alike.
+  on CPU torch's fused kernel takes fewer key/value heads; elsewhere (fp64, no Triton)
+  `_attend_math` folds each key/value head's query group into its query rows (sdpa with
+  a mask and fewer k/v heads would run its math kernel, which expands k/v). On CUDA one
+  Triton kernel (model/decode_kernel.py) computes the union softmax of all passes
+  directly: no merge operations, one launch per layer for RoPE and StRing alike.
 """
 
 from __future__ import annotations
@@ -78,10 +78,6 @@ class DecodeMask:
     """[B, P, Tk] boolean."""
     dtype: torch.dtype
     """The activations' dtype, the additive form's."""
-
-    @classmethod
-    def of(cls, allowed: torch.Tensor, dtype: torch.dtype) -> DecodeMask:
-        return cls(allowed, dtype)
 
     @functools.cached_property
     def bias(self) -> torch.Tensor:

@@ -19,11 +19,11 @@ so a model with sliding layers is recorded only from then on.
 
 The first `step` runs eagerly (kernels chosen, workspaces allocated, under autocast the
 weights cast once: `WeightCasts`), the second is recorded and replayed, every later one
-replayed. The returned logits are the graph's
-output buffer: the next step overwrites them. Without CUDA (or with `record=None`) every
-step runs eagerly. `record` is pluggable so that CPU tests can record a step by tracing
-(`torch.fx.experimental.proxy_tensor.make_fx` bakes host numbers into the trace exactly
-as a CUDA graph does) and prove that replaying it equals running the model.
+replayed. The returned logits are the graph's output buffer: the next step overwrites
+them. Without CUDA (or with `record=None`) every step runs eagerly. `record` is pluggable
+so that CPU tests can record a step by tracing (`torch.fx.experimental.proxy_tensor.make_fx`
+bakes host numbers into the trace exactly as a CUDA graph does) and prove that replaying
+it equals running the model.
 """
 
 from __future__ import annotations

@@ -411,7 +411,7 @@ class _Layouts:
         if spec.window not in self.decode_masks:
             span = self.decode.held if spec.window else None
             allowed = self.decode.allowed([(0, None)], span)
-            self.decode_masks[spec.window] = DecodeMask.of(allowed, self.dtype)
+            self.decode_masks[spec.window] = DecodeMask(allowed, self.dtype)
         mask = self.decode_masks[spec.window]
         if not spec.rope:
             return DecodeUnrotated(mask)
