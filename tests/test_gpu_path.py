@@ -18,7 +18,7 @@ from longctx.model.checkpoint import save_model
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 from tests.helpers import packed_document_ids, reset_position_ids
-from tests.model.helpers import all_methods, random_qkv, two_rows
+from tests.model.helpers import all_methods, decoding_step, random_qkv, two_rows
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -100,25 +100,11 @@ def test_position_method_cuda_path_matches_cpu_path(name):
     rotated = gpu_method.caches_rotated_keys
     cache = gpu_method.rotate_keys(k16, cuda[0]) if rotated else k16
     for t in (0, 9, 10, 20, 35):
-        step = gpu_method.attend(
-            q16[:, t : t + 1],
-            cache[:, : t + 1],
-            v16[:, : t + 1],
-            position_ids=cuda[0][:, : t + 1],
-            document_ids=cuda[1][:, : t + 1],
-            keys_rotated=rotated,
-            backend="flash",
-        )
+        step = decoding_step(gpu_method, t, q16, cache, v16, *cuda, keys_rotated=rotated, backend="flash")
         reference = expected[:, t]
         if name == "string-repo":  # decodes over [0, S-1], not its prefill's [0, S]: the CPU path's step
-            reference = method.attend(
-                q[:, t : t + 1],
-                k[:, : t + 1],
-                v[:, : t + 1],
-                position_ids=positions[:, : t + 1],
-                document_ids=docs[:, : t + 1],
-            )[:, 0]
-        torch.testing.assert_close(step[:, 0].double().cpu(), reference, atol=3e-2, rtol=0)
+            reference = decoding_step(method, t, q, k, v, positions, docs)
+        torch.testing.assert_close(step.double().cpu(), reference, atol=3e-2, rtol=0)
 
 
 @pytest.mark.slow

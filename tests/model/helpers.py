@@ -259,16 +259,21 @@ def assert_decoding_equals_prefill(method, length: int = 28, **prefill_options) 
     cache = method.rotate_keys(k, positions) if rotated else k
     step_options = {"sinks": prefill_options["sinks"]} if "sinks" in prefill_options else {}
     for t in range(length):
-        step = method.attend(
-            q[:, t : t + 1],
-            cache[:, : t + 1],
-            v[:, : t + 1],
-            position_ids=positions[:, : t + 1],
-            document_ids=docs[:, : t + 1],
-            keys_rotated=rotated,
-            **step_options,
-        )
-        torch.testing.assert_close(step[:, 0], prefill[:, t], atol=1e-12, rtol=0)
+        step = decoding_step(method, t, q, cache, v, positions, docs, keys_rotated=rotated, **step_options)
+        torch.testing.assert_close(step, prefill[:, t], atol=1e-12, rtol=0)
+
+
+def decoding_step(method, t: int, q, k, v, positions, docs, **options) -> torch.Tensor:
+    """Row t [B, H, D] of a one-token decoding step: query t against keys 0..t (`k` as the
+    cache holds them; `options` such as keys_rotated, backend, sinks go to `attend`)."""
+    return method.attend(
+        q[:, t : t + 1],
+        k[:, : t + 1],
+        v[:, : t + 1],
+        position_ids=positions[:, : t + 1],
+        document_ids=docs[:, : t + 1],
+        **options,
+    )[:, 0]
 
 
 def require_backend(backend: str) -> None:

@@ -25,6 +25,7 @@ from tests.model import varlen_stand_in
 from tests.model.helpers import (
     assert_decoding_equals_prefill,
     dca_relative,
+    decoding_step,
     dense_reference,
     plain_frequencies,
     random_qkv,
@@ -162,17 +163,10 @@ def bf16_errors(name: str, device: torch.device) -> list[float]:
         assert got.dtype == torch.bfloat16
         errors = [relative_error(got, expected)]
         for t in (0, 9, 10, 35):
-            step = method.attend(
-                q[:, t : t + 1],
-                cache[:, : t + 1],
-                v[:, : t + 1],
-                position_ids=positions[:, : t + 1],
-                document_ids=docs[:, : t + 1],
-                keys_rotated=rotated,
-                backend="flash",
-                sinks=sink,
+            step = decoding_step(
+                method, t, q, cache, v, positions, docs, keys_rotated=rotated, backend="flash", sinks=sink
             )
-            errors.append(relative_error(step[:, 0], expected[:, t]))
+            errors.append(relative_error(step, expected[:, t]))
     return errors
 
 

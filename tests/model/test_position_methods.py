@@ -41,6 +41,7 @@ from tests.model.helpers import (
     all_methods,
     assert_decoding_equals_prefill,
     dca_relative,
+    decoding_step,
     dense_reference,
     plain_frequencies,
     random_qkv,
@@ -158,15 +159,8 @@ def test_repo_compat_decoding_attends_up_to_s_minus_1():
     )
     cache = method.rotate_keys(k, positions)
     for t in range(length):
-        step = method.attend(
-            q[:, t : t + 1],
-            cache[:, : t + 1],
-            v[:, : t + 1],
-            position_ids=positions[:, : t + 1],
-            document_ids=docs[:, : t + 1],
-            keys_rotated=True,
-        )
-        torch.testing.assert_close(step[:, 0], decode_reference[:, t], atol=1e-10, rtol=0)
+        step = decoding_step(method, t, q, cache, v, positions, docs, keys_rotated=True)
+        torch.testing.assert_close(step, decode_reference[:, t], atol=1e-10, rtol=0)
     for start, end in [(0, 13), (13, 14), (13, 15), (15, 40)]:  # chunks of one and two queries too
         if end - start == 1:
             continue  # a one-query chunk is a decoding step (above)
