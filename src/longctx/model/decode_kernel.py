@@ -139,7 +139,7 @@ def launch(
     splits = splits_for(programs, keys)
     per_split = math.ceil(math.ceil(keys / splits) / BLOCK_N) * BLOCK_N
     splits = math.ceil(keys / per_split)
-    device = queries.device
+    device, interpreter = queries.device, interpreted()
     acc = _buffer(_WORKSPACES, (programs, splits, block_g, block_d), torch.float32, device)
     ml = _buffer(_WORKSPACES, (programs, splits, 2, block_g), torch.float32, device)
     counters = _buffer(_WORKSPACES, (programs,), torch.int32, device, zero=True)
@@ -153,9 +153,9 @@ def launch(
         out.stride(0), out.stride(2),
         KV_HEADS=kv_heads, GROUP=group, PASSES=passes, DIM=dim,
         BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
-        PRECISION="ieee" if queries.dtype == torch.float32 or interpreted() else "tf32",
+        PRECISION="ieee" if queries.dtype == torch.float32 or interpreter else "tf32",
         # the interpreter's products mistake bf16 for integers: it multiplies the values, widened
-        UPCAST=interpreted() and queries.dtype == torch.bfloat16,
+        UPCAST=interpreter and queries.dtype == torch.bfloat16,
     )  # fmt: skip
 
 
