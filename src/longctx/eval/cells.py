@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from torch.distributed.tensor import DTensor
+
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import LongctxError
 from longctx.eval.generation import generate
@@ -133,10 +135,17 @@ class Grid:
 
 
 def model_fingerprint(model: Llama) -> str:
-    """sha1 over the model config and the first values of every parameter: tells two
-    checkpoints under one name apart without reading all weights."""
+    """sha1 over the model config and the first 64 values of every parameter: tells two
+    checkpoints under one name apart without reading all weights.
+
+    The values are those of the whole tensor, however it is sharded: an FSDP2 parameter (a
+    DTensor) is gathered first, so every rank of a sharded model, and one process holding
+    the same weights, get one fingerprint. The gather is a collective: every rank calls
+    this, in the same order (every rank runs the cell)."""
     digest = hashlib.sha1(repr(model.config).encode())
     for name, parameter in model.state_dict().items():
+        if isinstance(parameter, DTensor):
+            parameter = parameter.full_tensor()
         digest.update(name.encode())
         digest.update(parameter.detach().flatten()[:64].float().cpu().numpy().tobytes())
     return digest.hexdigest()
