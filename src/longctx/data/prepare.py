@@ -114,7 +114,7 @@ def prepare(
         chunk_bytes=chunk_bytes,
         num_workers=num_workers,
         use_checkpoint=True,
-        verbose=verbose,
+        verbose=False,  # litdata's own lines (an advertisement, worker chatter); ours say what was written
         start_method="fork",  # workers inherit the loaded tokenizer module; no re-import of __main__
     )
     written = StreamingDataset(str(output_dir), shuffle=False)

@@ -150,22 +150,24 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
         train=dataclasses.replace(config.train, max_steps=steps),
     )
     print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
-    trainer = fit(
+
+    def after(trainer: L.Trainer) -> None:
+        if trainer.global_step < steps:  # stopped early (SIGTERM: a lease or time budget ran out)
+            print(f"sft: stopped at step {trainer.global_step} of {steps}; the NIAH check runs when a resumed run ends")
+            return
+        effective = niah_after_sft(config, tokenizer, base.config.max_position)
+        metrics = {"niah_after/effective_length": float(effective)}
+        append_metrics(Path(config.train.out_dir) / METRICS_FILE, trainer.global_step, metrics)
+        log_scalars(trainer, metrics, logger_step(trainer))
+
+    return fit(
         config,
         SFTDataModule(config, rows, rows_per_step),
         fi_window=rows.position_limit,
         initial_state=base.state_dict(),
         tokenizer=tokenizer,
+        after=after if config.sft.niah_after else None,
     )
-    if config.sft.niah_after and trainer.is_global_zero:
-        if trainer.global_step < steps:  # stopped early (SIGTERM: a lease or time budget ran out)
-            print(f"sft: stopped at step {trainer.global_step} of {steps}; the NIAH check runs when a resumed run ends")
-        else:
-            effective = niah_after_sft(config, tokenizer, base.config.max_position)
-            metrics = {"niah_after/effective_length": float(effective)}
-            append_metrics(Path(config.train.out_dir) / METRICS_FILE, trainer.global_step, metrics)
-            log_scalars(trainer, metrics, logger_step(trainer))
-    return trainer
 
 
 def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> int:
