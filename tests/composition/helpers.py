@@ -122,7 +122,10 @@ def _embedded(tokenizer_spec: str) -> Path:
 
 
 def _missing(path: str) -> bool:
-    return bool(path) and not (ROOT / path).exists() and not Path(path).is_absolute() and "://" not in path
+    """A relative file path (a corpus, a tokenizer file) that a fresh clone lacks; not a
+    tokenizer spec such as bpe-8192 or llama3, not an object-store URL."""
+    is_path = "/" in path or path.endswith(".json")
+    return is_path and not (ROOT / path).exists() and not Path(path).is_absolute() and "://" not in path
 
 
 def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = None) -> list[str]:
@@ -134,7 +137,7 @@ def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = 
         tokenizer = f"bpe-{loaded.model.vocab_size}"
         values["data.tokenizer"] = tokenizer
     if _missing(loaded.data.path):
-        values["data.path"] = ""
+        values["data.path"] = "''"  # the embedded corpus
     for index, source in enumerate(loaded.data.mixture):
         if source.kind == "retrieval":
             values[f"data.mixture.{index}.retrieval.documents"] = 200
@@ -321,12 +324,23 @@ def sharded_niah(config: Config, strategy: str, out_dir: Path, init: Path | None
     """tests/composition/sharded_niah.py on the cell's last checkpoint, over `processes` ranks."""
     work.mkdir(parents=True, exist_ok=True)
     script = Path(__file__).with_name("sharded_niah.py")
-    launcher = [sys.executable]
-    if processes > 1:
-        launcher += ["-m", "torch.distributed.run", f"--nproc-per-node={processes}", "--standalone"]
     args = [str(out_dir / "checkpoints" / "last.ckpt"), str(work), *(str(ROOT / f) for f in config.files)]
+    args += miniature(config, strategy, out_dir, init)
+    if processes == 1:  # in this process: one launch fewer
+        from tests.composition.sharded_niah import main
+
+        main(args)
+        return work
     done = subprocess.run(
-        [*launcher, str(script), *args, *miniature(config, strategy, out_dir, init)],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={processes}",
+            "--standalone",
+            str(script),
+            *args,
+        ],
         cwd=ROOT,
         env=environment(),
         capture_output=True,
@@ -347,10 +361,15 @@ def check_sharded_niah(config: Config, strategy: str, out_dir: Path, init: Path 
     process's search on the same weights, record by record; logits of the search's prompts
     under 2-rank FSDP2 equal one process's within LOGITS_TOLERANCE. Returns the largest
     logit difference."""
-    import torch
-
     one = sharded_niah(config, strategy, out_dir, init, work / "one", 1)
     two = sharded_niah(config, strategy, out_dir, init, work / "two", 2)
+    return compare_niah(config, out_dir, one, two)
+
+
+def compare_niah(config: Config, out_dir: Path, one: Path, two: Path) -> float:
+    """`check_sharded_niah`'s comparison of the outputs of one process and two ranks."""
+    import torch
+
     in_training = niah_records(out_dir, last_niah_step(out_dir))
     assert in_training, f"no NIAH records in {out_dir}"
     assert in_training == _records(one / "cells") == _records(two / "cells")
