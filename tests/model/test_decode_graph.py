@@ -111,6 +111,29 @@ def test_a_cuda_graph_replays_the_eager_steps(autocast, kernel):
     assert graph.replay is not None
 
 
+@pytest.mark.gpu
+def test_two_models_recorded_side_by_side_replay_their_own_steps():
+    """graph+kernel for two models at one shape, stepped alternately, one with a sliding
+    window that fills during decoding (a 4-token prompt, W = 8): each cache's graph and
+    kernel buffers are its own, and each model's replayed steps equal its eager ones."""
+    steps, prompt = 12, 4
+    models = [model_for("fused").cuda(), model_for("sliding").cuda()]
+    ids = torch.randint(0, models[0].config.vocab_size, (2, prompt + steps), device="cuda")
+    graphs, references = [], []
+    with torch.no_grad():
+        for model in models:
+            caches = [model.new_kv_cache(2, prompt + steps, decode_kernel=True) for _ in range(2)]
+            for cache in caches:
+                model(ids[:, :prompt], kv_cache=cache)
+            graphs.append(DecodeGraph(model, caches[1]))
+            references.append(caches[0])
+        for t in range(prompt, prompt + steps):
+            for model, graph, cache in zip(models, graphs, references, strict=True):
+                eager = model(ids[:, t : t + 1], kv_cache=cache)
+                assert (graph.step(ids[:, t : t + 1]) - eager).abs().max() <= 1e-4, t
+    assert all(graph.replay is not None for graph in graphs)
+
+
 def test_under_autocast_a_recorded_step_reads_weights_cast_once():
     """bf16 autocast (on CPU here, CUDA's in the engine): the recorded step's trace holds
     no cast of a weight (without `WeightCasts` it casts every fp32 matrix of the fused
