@@ -119,7 +119,9 @@ def test_bad_shapes_are_named():
     q = torch.zeros(1, 2, 8, 16)
     k = torch.zeros(1, 30, 2, 16)
     with pytest.raises(ValueError, match=r"allowed \(1, 1, 30\)"):
-        decode_kernel.decode_attend(q, k, k, torch.ones(1, 1, 30, dtype=torch.bool), 0.25, decode_kernel.KernelBuffers())
+        decode_kernel.decode_attend(
+            q, k, k, torch.ones(1, 1, 30, dtype=torch.bool), 0.25, decode_kernel.KernelBuffers()
+        )
 
 
 @pytest.mark.gpu

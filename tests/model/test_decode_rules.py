@@ -200,6 +200,25 @@ def test_a_model_with_a_dtensor_parameter_is_sharded(mesh):
         DecodeGraph(model, model.new_kv_cache(1, 8))
 
 
+def test_generate_decodes_eagerly_unless_the_kernel_is_opted_into(monkeypatch):
+    """Where the decoding kernel can run (stubbed as on CUDA, the launch a float64
+    reference): `generate` by default never launches it; with cuda_decoding=kernel every
+    decoding step's attention does (2 layers x 3 steps of 4 new tokens, the first token
+    being the prefill's), and the tokens are the same."""
+    from longctx.model import decode_kernel
+    from tests.model.test_decode_kernel import reference_launch
+
+    launches: list[torch.Tensor] = []
+    monkeypatch.setattr(decode_kernel, "usable", lambda queries: True)
+    monkeypatch.setattr(decode_kernel, "launch", reference_launch(launches))
+    model, prompts = tiny(), [[1, 2, 3, 4, 5], [6, 7, 8]]
+    eager = generation.generate(model, prompts, max_new_tokens=4)
+    assert launches == []
+    kernel = generation.generate(model, prompts, max_new_tokens=4, cuda_decoding="kernel")
+    assert len(launches) == 2 * 3
+    assert [g.token_ids for g in kernel] == [g.token_ids for g in eager]
+
+
 @pytest.mark.parametrize(
     "setting, graph, kernel",
     [("eager", False, False), ("kernel", False, True), ("graph", True, False), ("graph+kernel", True, True)],
