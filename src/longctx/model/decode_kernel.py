@@ -91,16 +91,16 @@ class KernelBuffers:
     (model/kv_cache.py `KVCache.kernel_buffers`; a cache without them decodes with torch's
     kernels), each allocated once per (shape, dtype, device, stream).
 
-    Why an owner: a step recorded as a CUDA graph reads the same buffers at every replay,
-    and an eager step allocates nothing; but two models decoding at one shape (two graphs,
-    or one model's graph and another's eager steps) must not share an output, or one
-    overwrites what the other's next layer reads. Why the stream: the output is one buffer
-    for every layer of a step, safe because each layer's output projection reads it before
-    the next layer's attention writes it, in order on one stream; work of the same owner
-    on another stream (a graph's capture stream beside the steps before it) gets its own.
-    The arrival counters (`zero`) are back to zero after every launch (the merging program
-    resets its own). The buffers live as long as the owner: a graph that reads them lives
-    no longer than its cache."""
+    Why buffers at all: a step recorded as a CUDA graph reads the same buffers at every
+    replay, and an eager step allocates nothing. The output is one buffer for every layer
+    of a step, safe only because each layer's output projection reads it before the next
+    layer's attention writes it, in order on one stream. Why per owner and stream: work
+    that is not ordered with it, another model's steps on another stream, or this cache's
+    steps on a graph's capture stream beside its eager ones, would overwrite an output
+    that is yet to be read; each (owner, stream) gets its own. The arrival counters
+    (`zero`) are back to zero after every launch (the merging program resets its own). The
+    buffers live as long as the owner, so a graph that reads them lives no longer than its
+    cache, and nothing is held after a generation ends."""
 
     def __init__(self) -> None:
         self.workspaces: dict[tuple, torch.Tensor] = {}
