@@ -16,8 +16,8 @@ from longctx.model.position_methods.registry import builder_names
 
 def test_every_spec_has_a_builder_and_every_builder_a_spec():
     assert sorted(builder_names()) == sorted(registry.method_names())
-    assert registry.in_tree_names() == ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string")
-    assert registry.in_tree_names() == POSITION_METHODS
+    assert registry.in_tree_names() == ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "dpe")
+    assert registry.in_tree_names()[:7] == POSITION_METHODS  # dpe keeps its parameters under `params`
 
 
 @pytest.mark.parametrize("name", registry.in_tree_names())
@@ -33,9 +33,9 @@ def test_every_parameter_has_a_default_and_a_docstring(name):
 def test_the_derived_lists_are_the_ones_the_suite_kept_by_hand():
     """What gpu_checks.HF_ARMS, hf_attention's ATTENTION_METHODS / ROPE_METHODS and
     gpu_check_correctness.BAND_METHODS listed before the registry."""
-    assert set(attention_methods()) == {"rope", "string", "rerope", "self_extend", "dca"}
+    assert set(attention_methods()) == {"rope", "string", "rerope", "self_extend", "dca", "dpe"}
     assert set(registry.method_names("rope")) == set(ROPE_METHODS) == {"ntk", "yarn"}
-    assert set(hf_arms()) == {"rope", "string", "string-repo", "rerope", "self_extend", "dca"}
+    assert set(hf_arms()) == {"rope", "string", "string-repo", "rerope", "self_extend", "dca", "dpe"}
     assert registry.arm_names() == ("string-repo",)
 
 

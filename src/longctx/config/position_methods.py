@@ -33,8 +33,11 @@ from longctx.config.methods.string import REPO_STRING_ATTENTION_FACTOR, STRING_C
 from longctx.config.methods.yarn import YarnConfig
 from longctx.errors import ConfigError
 
-POSITION_METHODS = in_tree_names()
-"""The in-tree methods, STRING Table 1's order; `method_names()` adds the plugins."""
+POSITION_METHODS = tuple(
+    name for name in in_tree_names() if name in {"rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string"}
+)
+"""The in-tree methods with a section of their own below, STRING Table 1's order; newer
+in-tree methods (dpe) and plugins keep theirs under `params`; `method_names()` lists all."""
 
 __all__ = [
     "BASELINE_TRAINING_FRACTION",

@@ -81,6 +81,7 @@ from longctx.model.position_methods.plan import (
     check_inputs,
     cos_sin,
     document_starts,
+    mapped_cos_sin,
     rotated_queries,
 )
 from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
@@ -250,18 +251,20 @@ class PositionMethod(nn.Module):
         def key_rotation(key_map: PositionMap | None) -> int:
             if key_map not in key_maps:
                 key_maps.append(key_map)
-                at = position_ids if key_map is None else key_map(position_ids)
                 own = key_map is None
-                key_rotations.append(None if own and keys_rotated else cos_sin(self.rotary, at, dtype))
+                if own and keys_rotated:
+                    key_rotations.append(None)
+                else:
+                    key_rotations.append(mapped_cos_sin(self.rotary, position_ids, key_map or own_positions, dtype))
             return key_maps.index(key_map)
 
         def plan_of(layout, passes: list[PassPlan]) -> PositionPlan:
             return PositionPlan(q_len, document_ids, keys_rotated, passes, key_rotations, layout)
 
-        def query_rotation(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            """cos/sin of the queries at `positions` [..., B, Tq], times the query scale:
-            rotating q by them rotates the scaled q (the scale is per query)."""
-            cos, sin = cos_sin(self.rotary, positions, dtype)
+        def query_rotation(position_map: PositionMap) -> tuple[torch.Tensor, torch.Tensor]:
+            """cos/sin of the queries at `position_map(query_positions)`, times the query
+            scale: rotating q by them rotates the scaled q (the scale is per query)."""
+            cos, sin = mapped_cos_sin(self.rotary, query_positions, position_map, dtype)
             if query_scale is None:
                 return cos, sin
             return cos * query_scale[..., None], sin * query_scale[..., None]
@@ -269,7 +272,7 @@ class PositionMethod(nn.Module):
         method_passes = self.passes_for(q_len)
         if len(method_passes) == 1:
             only = method_passes[0]
-            cos, sin = query_rotation(only.query_positions(query_positions))
+            cos, sin = query_rotation(only.query_positions)
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
             single = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
@@ -279,10 +282,9 @@ class PositionMethod(nn.Module):
         bands = [p.band for p in method_passes]
         varlen = resolve_backend(backend, device, dtype) == "flash" and all(p.band or p.chunk for p in method_passes)
         query_index = torch.arange(offset, kv_len, device=device).expand(batch, -1)
-        rotated_at = torch.stack([p.query_positions(query_positions) for p in method_passes])
-        query_cos, query_sin = query_rotation(rotated_at)
         passes = []
-        for attention_pass, cos, sin in zip(method_passes, query_cos, query_sin, strict=True):
+        for attention_pass in method_passes:
+            cos, sin = query_rotation(attention_pass.query_positions)
             nearest, farthest = attention_pass.distances(query_positions)
             upper = query_index - nearest
             lower = torch.maximum(document_start, query_index - farthest)

@@ -35,6 +35,9 @@ UNBOUNDED = 1 << 40
 """Largest key distance of a pass without a far end."""
 
 PositionMap = Callable[[torch.Tensor], torch.Tensor]
+"""Positions [...] -> the RoPE indices they rotate at: [...] (one index for every channel),
+or [F, ...] with one index per rotated frequency pair (F = len(rotary.inv_freq); DPE's
+per-group scaling). A leading F axis keeps `f(p) - p` (hf_attention's relative maps) exact."""
 
 
 @dataclass(frozen=True)
@@ -133,14 +136,32 @@ class PositionPlan:
         return self.layout.mask if isinstance(self.layout, SinglePassLayout) else None
 
 
-def cos_sin(rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def cos_sin(
+    rotary: RotaryEmbedding, positions: torch.Tensor, dtype: torch.dtype, *, per_frequency: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin [..., D] at `positions` [...] in `rotation_dtype(dtype)`: fp64 for fp64
-    inputs, else fp32 (rope.py's dtype rule; `apply_rotary` casts the result back)."""
+    inputs, else fp32 (rope.py's dtype rule; `apply_rotary` casts the result back).
+    per_frequency: `positions` is [F, ...], pair i rotating at positions[i] (PositionMap)."""
     compute = rotation_dtype(dtype)
-    angles = positions.to(compute)[..., None] * rotary.inv_freq.to(positions.device, compute)
+    inv_freq = rotary.inv_freq.to(positions.device, compute)
+    if per_frequency:
+        if positions.shape[0] != inv_freq.shape[0]:
+            raise ValueError(f"per-frequency positions hold {positions.shape[0]} rows for {inv_freq.shape[0]} pairs")
+        angles = positions.to(compute).movedim(0, -1) * inv_freq
+    else:
+        angles = positions.to(compute)[..., None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
     factor = rotary.attention_factor
     return angles.cos() * factor, angles.sin() * factor
+
+
+def mapped_cos_sin(
+    rotary: RotaryEmbedding, positions: torch.Tensor, position_map: PositionMap, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [..., D] of `positions` [...] moved by `position_map`, whichever of its two
+    output shapes (PositionMap) it returns."""
+    mapped = position_map(positions)
+    return cos_sin(rotary, mapped, dtype, per_frequency=mapped.dim() == positions.dim() + 1)
 
 
 def rotated_queries(q: torch.Tensor, passes: list[PassPlan]) -> list[torch.Tensor]:
