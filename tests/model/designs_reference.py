@@ -4,7 +4,8 @@ under test must equal. It reads only the weights and `ModelConfig.layer_specs()`
 are built pair by pair (same document, key not after the query, fewer than W keys back),
 RoPE from theta_i = base^(-2i/D) on the rotate-half layout; attention sinks as one more
 softmax column whose probability is dropped (gpt-oss); attention temperature as a factor
-on the rotated queries, position by position from its formula."""
+on the rotated queries, position by position from its formula; the output gate (Qiu et al.
+2025, G1) as sigmoid of the normed input's gate projection times the attention output."""
 
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def reference_logits(model, input_ids, position_ids=None, document_ids=None) -> 
         else:
             probs = scores.softmax(-1)
         out = torch.einsum("bhij,bjhd->bihd", probs, v).reshape(batch, length, heads * dim)
+        if config.attention_gate != "none":  # Qiu et al. 2025 G1: out * sigmoid(h W_g), a channel or a head
+            gate = torch.sigmoid(h @ weights[p + "attn.wg.weight"].T)
+            out = out * (gate if config.attention_gate == "elementwise" else gate.repeat_interleave(dim, -1))
         x = x + out @ weights[p + "attn.wo.weight"].T
         h = rms_norm(x, weights[p + "mlp_norm.weight"], config.norm_eps)
         gate, up = h @ weights[p + "mlp.gate.weight"].T, h @ weights[p + "mlp.up.weight"].T

@@ -61,6 +61,8 @@ ATTENTION_BIASES = ("none", "qkv", "qkvo")
 """Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
 Llama's `attention_bias: true`: qkvo)."""
 
+ATTENTION_GATES = ("none", "elementwise", "head")
+
 
 @dataclass
 class RopeScaling:
@@ -220,6 +222,10 @@ class ModelConfig:
     """gpt-oss's attention sinks: a learned logit s_h per query head (`attn.sinks`, [n_heads],
     every layer, initialised N(0, init_std) as transformers' gpt-oss) joins every softmax's
     denominator and contributes no value: out = out_attn * sigmoid(lse - s_h)."""
+    attention_gate: str = "none"
+    """none | elementwise | head: each attention layer's output times sigmoid(x W_g) before o_proj,
+    W_g = `attn.wg` of n_heads x head_dim rows, one gate a channel (`elementwise`: Qwen3-Next,
+    Qiu et al. 2025's G1 elementwise), or n_heads rows, one a head (`head`: G1 head-wise)."""
     attn_temperature: AttentionTemperature = field(default_factory=AttentionTemperature)
     """Queries times a per-position factor (Llama 4, Scalable-Softmax; see AttentionTemperature)."""
 
@@ -283,8 +289,8 @@ class ModelConfig:
             attn += self.head_size * (self.n_heads + self.n_kv_heads)
         if self.attention_bias == "qkvo":
             attn += self.d_model
-        if self.attention_sinks:
-            attn += self.n_heads
+        gate = {"none": 0, "head": 1}.get(self.attention_gate, self.head_size)  # gate values a head
+        attn += self.n_heads * (self.attention_sinks + gate * (self.d_model + (self.attention_bias != "none")))
         mlp = 3 * self.d_model * self.d_ff
         per_layer = attn + mlp + (4 if self.norm_placement == "sandwich" else 2) * self.d_model
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
@@ -404,14 +410,17 @@ class ModelConfig:
                 )
         if not isinstance(self.nope_every, int) or self.nope_every < 0:
             raise ConfigError("model.nope_every", f"must be a non-negative integer, got {self.nope_every!r}")
-        if self.qk_norm not in QK_NORMS:
-            raise ConfigError("model.qk_norm", f"{self.qk_norm!r} is not one of {QK_NORMS}")
+        for name, allowed in (
+            ("qk_norm", QK_NORMS),
+            ("partial_rotary", PARTIAL_ROTARY),
+            ("norm_placement", NORM_PLACEMENTS),
+            ("mlp_activation", MLP_ACTIVATIONS),
+            ("attention_gate", ATTENTION_GATES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"model.{name}", f"{getattr(self, name)!r} is not one of {allowed}")
         if not isinstance(self.rotary_fraction, (int, float)) or not 0 < self.rotary_fraction <= 1:
             raise ConfigError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
-        if self.partial_rotary not in PARTIAL_ROTARY:
-            raise ConfigError("model.partial_rotary", f"{self.partial_rotary!r} is not one of {PARTIAL_ROTARY}")
-        if not isinstance(self.attention_sinks, bool):
-            raise ConfigError("model.attention_sinks", f"must be true or false, got {self.attention_sinks!r}")
         self.attn_temperature.validate()
         rotated = self.rotary_fraction * self.head_size
         if self.partial_rotary == "first" and (rotated != int(rotated) or int(rotated) % 2):
@@ -419,11 +428,7 @@ class ModelConfig:
                 "model.rotary_fraction",
                 f"{self.rotary_fraction} x head_dim {self.head_size} = {rotated:g} channels: must be an even integer",
             )
-        if self.norm_placement not in NORM_PLACEMENTS:
-            raise ConfigError("model.norm_placement", f"{self.norm_placement!r} is not one of {NORM_PLACEMENTS}")
-        if self.mlp_activation not in MLP_ACTIVATIONS:
-            raise ConfigError("model.mlp_activation", f"{self.mlp_activation!r} is not one of {MLP_ACTIVATIONS}")
-        for name in ("norm_offset", "scale_embeddings"):
+        for name in ("norm_offset", "scale_embeddings", "attention_sinks"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"model.{name}", f"must be true or false, got {getattr(self, name)!r}")
         scalar = self.query_pre_attn_scalar
@@ -474,6 +479,7 @@ SHAPE_FIELDS = (
     "tie_embeddings",
     "attention_bias",
     "attention_sinks",
+    "attention_gate",
 )
 """ModelConfig fields that fix the parameters and their shapes. Weights move between configs
 that agree on these (continued pretraining at a longer window, a new RoPE base, model merging)."""

@@ -36,6 +36,7 @@ def hf_config(config: ModelConfig) -> dict:
         )
     for key, value, plain in (
         ("attention_sinks", config.attention_sinks, False),
+        ("attention_gate", config.attention_gate, "none"),
         ("attn_temperature.type", config.attn_temperature.type, "none"),
     ):
         if value != plain:

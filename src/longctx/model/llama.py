@@ -39,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
 from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
+from longctx.model.gate import gated
 from longctx.model.kv_cache import KVCache
 from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weights, linear_into
 from longctx.model.loss import chunked_cross_entropy
@@ -106,7 +107,8 @@ class Attention(nn.Module):
     (Qwen3, Gemma 3: q_norm/k_norm of head_dim), `projection` the whole q and k projections
     before it (OLMo 2/3: of n_heads x head_dim and n_kv_heads x head_dim); both before RoPE.
     `query_pre_attn_scalar` s (Gemma) scales q by sqrt(head_dim / s) before RoPE, so every
-    backend and position method, dividing by sqrt(head_dim), scores q.k / sqrt(s)."""
+    backend and position method, dividing by sqrt(head_dim), scores q.k / sqrt(s).
+    `attention_gate` multiplies the output by sigmoid(x W_g) before `wo` (model/gate.py)."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -127,6 +129,9 @@ class Attention(nn.Module):
         self.query_scale = (self.head_dim / scalar) ** 0.5 if scalar else 1.0
         self.sinks = nn.Parameter(torch.zeros(self.n_heads)) if config.attention_sinks else None
         """gpt-oss's sink logit per query head (model/sinks.py); None without sinks."""
+        gate = {"elementwise": self.n_heads * self.head_dim, "head": self.n_heads}.get(config.attention_gate, 0)
+        self.wg = nn.Linear(config.d_model, gate, bias=qkv_bias) if gate else None
+        """The output gate's projection (model/gate.py), biased as q is; None without a gate."""
         self.fused: FusedWeights | None = None
         """q, k and v in one buffer (model/layers.py); None until fused."""
 
@@ -136,13 +141,12 @@ class Attention(nn.Module):
         """`residual` (see `Block`): residual + the output, added inside the last matmul."""
         batch, seq, _ = x.shape
         x = x.reshape(batch * seq, -1)  # 2-D projections: one matmul each, no reshape of the output
-        joint = joint_weights(self.fused, (self.wq, self.wk, self.wv))
-        if joint is not None:  # q, k, v: column blocks (views) of one matmul; rotate_together reads q and k as one
-            q, k, v = F.linear(x, *joint).split(
-                [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1
-            )
+        projections = self.projections()
+        joint = joint_weights(self.fused, projections)
+        if joint is not None:  # q, k, v (, gate): column blocks (views) of one matmul; q and k rotate as one
+            q, k, v, *gate = F.linear(x, *joint).split([p.out_features for p in projections], -1)
         else:
-            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+            q, k, v, *gate = (projection(x) for projection in projections)
         if self.qk_norm == "projection":  # in q's dtype: an fp32 weight under autocast would widen it
             q, k = self.q_norm(q).to(q.dtype), self.k_norm(k).to(k.dtype)
         q = q.view(batch, seq, self.n_heads, self.head_dim)
@@ -156,12 +160,18 @@ class Attention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.store(layer, k, v)
         out = positions.attend(q, k, v, self.sinks).reshape(batch * seq, -1)
+        if gate:
+            out = gated(out, gate[0], self.n_heads)
         if residual is not None:
             return linear_into(residual.reshape(batch * seq, -1), out, self.wo).view(batch, seq, -1)
         return self.wo(out).view(batch, seq, -1)
 
+    def projections(self) -> tuple[nn.Linear, ...]:
+        """The projections of the attention's input: q, k, v and the gate where there is one."""
+        return (self.wq, self.wk, self.wv) if self.wg is None else (self.wq, self.wk, self.wv, self.wg)
+
     def fuse_(self) -> None:
-        self.fused = FusedWeights.fuse_((self.wq, self.wk, self.wv))
+        self.fused = FusedWeights.fuse_(self.projections())
 
 
 class Block(nn.Module):
