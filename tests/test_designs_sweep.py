@@ -21,7 +21,7 @@ BASE = ["experiments/designs/base.yaml"]
 
 def test_the_points_differ_only_in_their_design():
     configs = [load(BASE, point) for point in POINTS]
-    assert len(configs) == 5
+    assert len(configs) == 6
     for config in configs:
         assert config.data.window == 512 and config.probe.niah_every_steps > 0 and config.probe.fi
         assert (config.data.seed, config.train.seed, config.train.global_batch_tokens) == (0, 10, 4608)

@@ -84,7 +84,7 @@ def _sft(name: str) -> Config:
 CONFIGS = [
     *(_pretrain(f"pretrain/{n}") for n in ("tiny_512", "tiny_1k", "tiny_2k")),
     *(_pretrain(f"pretrain/{n}") for n in ("tinyllama_1b_2k", "tinyllama_1b_2k_mixture", "tinyllama_1b_4k")),
-    *(_design(n) for n in ("base", "rope", "nope_every4", "prope_025", "sinks")),
+    *(_design(n) for n in ("base", "rope", "nope_every4", "prope_025", "sinks", "gated")),
     _design("sliding_5to1", probes=("fi", "fi_sliding", "niah")),
     *(
         _pretrain(f"longrecipe/{n}", init=True)
