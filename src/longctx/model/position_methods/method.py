@@ -40,6 +40,9 @@ Methods (L = training length = model.max_position; pass = [nearest, farthest] di
              c = s + w: keys at n mod s; same chunk (intra) queries at m mod s; the next
              chunk (successive) queries at s + (m mod s) if (m mod s) < w else c - 1; any
              earlier chunk (inter) queries at c - 1. Relative positions never exceed c - 1.
+- `dpe`      DPE (Lu et al., 2025): Self-Extend per group g of RoPE's frequency pairs, window
+             W, scale s_g: pass [0, W-1] at (m, n); pass [W, inf) with pair i of group g at
+             (floor(m/s_g) + W - W/s_g, floor(n/s_g)), one position per pair (plan.PositionMap).
 
 The paper's baseline protocol (STRING §4.2: pretend the training length is L' = 2/3 L and
 extrapolate by L / L' = 1.5) is `baseline_protocol(name, L)`; config fields left at 0
