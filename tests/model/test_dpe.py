@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import longctx.hf_attention as hfa
+from longctx.config.methods.dpe import probing_grid
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
@@ -194,3 +195,16 @@ def test_dpe_config_resolves_and_names_the_key():
         resolved(local_window=-4)
     with pytest.raises(ValueError, match="3 scale factors cannot split 8 rotated frequency pairs"):
         dpe_method(rotary(), 8, (1, 2, 4))
+
+
+def test_the_probing_grid_is_the_authors_detection_script():
+    """run_niah_detect.sh: factor = TEST / PRETRAIN * 2 for the other groups; detecting
+    factors TEST / length for length = TEST, TEST / 2, ... >= 1024."""
+    grid = probing_grid(16384, 8192)
+    assert sorted({f for _, f in grid}) == [1, 2, 4, 8, 16] and len(grid) == 8 * 5
+    assert grid[1, 16] == "16-4-4-4-4-4-4-4" and grid[8, 1] == "4-4-4-4-4-4-4-1"
+    at_training_length = probing_grid(8192, 8192)
+    assert sorted({f for _, f in at_training_length}) == [1, 2, 4, 8]
+    assert grid[3, 4] == at_training_length[3, 4].replace("2", "4")
+    for scales in grid.values():  # every entry is a valid DPE at the authors' W = 1024
+        PositionMethodConfig(name="dpe", params={"dpe": {"scale_factors": scales}}).resolved(8192)

@@ -79,3 +79,23 @@ SPEC = register_method(
         order=7,
     )
 )
+
+
+def probing_grid(test_length: int, training_length: int, groups: int = DEFAULT_GROUPS, shortest: int = 1024) -> dict:
+    """The authors' probing (`effective_length_detection/run_niah_detect.sh`): {(group g,
+    factor f): scale_factors} where group g (1-based) takes f and every other group the hold
+    value 2 x test_length // training_length; f runs over test_length // n for n =
+    test_length, test_length / 2, ... down to `shortest` (1, 2, 4, 8 at 8K). Their NIAH
+    score per entry, best per group, gives s_g."""
+    hold = 2 * test_length // training_length
+    factors, length = [], test_length
+    while length >= shortest:
+        factors.append(test_length // length)
+        length //= 2
+    grid = {}
+    for group in range(1, groups + 1):
+        for factor in factors:
+            scales = [hold] * groups
+            scales[group - 1] = factor
+            grid[group, factor] = "-".join(str(scale) for scale in scales)
+    return grid
