@@ -208,3 +208,15 @@ def test_the_probing_grid_is_the_authors_detection_script():
     assert grid[3, 4] == at_training_length[3, 4].replace("2", "4")
     for scales in grid.values():  # every entry is a valid DPE at the authors' W = 1024
         PositionMethodConfig(name="dpe", params={"dpe": {"scale_factors": scales}}).resolved(8192)
+
+
+def test_longctx_dpe_cached_generate_in_transformers_equals_a_full_forward():
+    model = hfa.apply(build("llama-tied"), "dpe", local_window=8, scale_factors="1-2-4-8")
+    ids = tokens(1, 40)
+    out = model.generate(
+        ids, max_new_tokens=10, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0
+    )
+    with torch.no_grad():
+        full = model(out.sequences).logits[0, ids.shape[1] - 1 : -1].double()
+    # generate hands out float32 scores: the cached steps equal the full forward to float32 rounding
+    assert (torch.stack(out.scores, dim=1)[0].double() - full).abs().max() <= 1e-5
