@@ -93,6 +93,7 @@ def estimate_evaluation_memory(
     chunk = min(prefill_chunk_tokens or length, length)
     tokens = rows * chunk
     width = 6 * config.d_model + 3 * config.d_ff + (config.n_heads + 2 * config.n_kv_heads) * config.head_size
+    width += {"elementwise": config.n_heads * config.head_size, "head": config.n_heads}.get(config.attention_gate, 0)
     kv = 2 * config.n_layers * rows * (length + new_tokens) * config.n_kv_heads * config.head_size * compute_bytes
     scores = rows * config.n_heads * chunk * length * 4 + rows * chunk * length if dense_attention else 0
     return MemoryEstimate(

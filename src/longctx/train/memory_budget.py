@@ -170,6 +170,8 @@ def activation_bytes_per_token_layer(
     if model.qk_norm != "none":
         rows = model.n_heads + model.n_kv_heads if model.qk_norm == "head" else 2
         attention += (4 + compute) * (d_q + model.n_kv_heads * model.head_size) + 4 * rows
+    if model.attention_gate != "none":  # the product keeps the ungated output and sigmoid(gate) (model/gate.py)
+        attention += compute * (d_q + (d_q if model.attention_gate == "elementwise" else model.n_heads))
     if compiled:
         return stream * d + compute * (3 * d + 3 * d_ff) + attention + 8
     linear_inputs = 5 if stream != compute else 2
