@@ -113,7 +113,7 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
     rules = json.loads((out / "table" / "rules-L512.json").read_text())
     assert [row[0] for row in rules["rows"]] == ["string-repo - rope", "string-repo - rope-repo-temperature"]
     agreement = json.loads((out / "agreement" / "agreement-L512.json").read_text())
-    assert len(agreement["rows"]) == 9 and all(row[1] == "2" for row in agreement["rows"])
+    assert len(agreement["rows"]) == 10 and all(row[1] == "2" for row in agreement["rows"])
     side = json.loads((out / "side" / "side_by_side-L512.json").read_text())
     # fp32 on CPU, greedy on the same weights: HF generate and longctx write the same text
     assert "the same output text on 2/2" in " ".join(side["notes"])

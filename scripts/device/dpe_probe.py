@@ -5,6 +5,7 @@ rope, string-repo and dpe with the probed scales (a driver: its JSON and tables 
     python3 scripts/device/dpe_probe.py compare MODEL_DIR --length 8192 --tests 4 --out DIR [--budget-s S]
     python3 scripts/device/dpe_probe.py both MODEL_DIR --length 16384 --tests 20 --compare-tests 100 \
         --out $OUT --budget-s 480 [--resume-from CELLS.tar.xz]
+    python3 scripts/device/dpe_probe.py smoke --out DIR          # `both` on CPU, tiny model, resumed
 
 - `probe`: every entry of `probing_grid` (longctx/config/methods/dpe.py, the authors'
   run_niah_detect.sh: group g at factor f, the others at 2 x length / L) as an arm of
@@ -38,10 +39,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TABLE = "experiments/real/smollm2_table1.yaml"
 TASK = "niah-paper"
-TRAINING_LENGTH = 8192
-"""SmolLM2's training length (max_position_embeddings)."""
 WINDOW = 1024
 """W: the authors' local window for every released model."""
+
+
+def training_length(model: Path) -> int:
+    """L: the model's max_position_embeddings (SmolLM2: 8,192)."""
+    return int(json.loads((model / "config.json").read_text())["max_position_embeddings"])
+
+
+SETTINGS: list[str] = []
+"""More eval.* overrides of every niah-table call (the smoke's short answers)."""
 
 
 def arm_name(scales: str) -> str:
@@ -63,7 +71,8 @@ def niah_table(
 ) -> int:
     """`longctx niah-table` as a child on `arms`, stopped at the budget (-9); cells under work/cells."""
     argv = [sys.executable, "-m", "longctx", "niah-table", str(model), TABLE, *extra, "--lengths", str(length)]
-    argv += [f"eval.niah.tests_per_length={tests}", "eval.niah.prefill_chunk_tokens=0", "--arms", ",".join(arms)]
+    argv += [f"eval.niah.tests_per_length={tests}", "eval.niah.prefill_chunk_tokens=0", *SETTINGS]
+    argv += ["--arms", ",".join(arms)]
     argv += ["--cells", str(work / "cells"), "--out", str(work / f"table-L{length}.md"), "--quiet"]
     try:
         return subprocess.run(argv, timeout=max(budget_s, 1.0), cwd=ROOT).returncode
@@ -97,13 +106,13 @@ def choose(grid: dict, scores: dict, hold: int, groups: int) -> tuple[list[int],
 def run_probe(args: argparse.Namespace) -> int:
     start, out, model = time.monotonic(), Path(args.out), Path(args.model)
     out.mkdir(parents=True, exist_ok=True)
-    grid = probing_grid(args.length, TRAINING_LENGTH)
+    grid = probing_grid(args.length, training_length(model))
     overlay = out / "dpe_probe_arms.yaml"
     arms_yaml(grid, overlay)
     ordered = [arm_name(s) for s in dict.fromkeys(grid.values())]  # group 1's factors first
     code = niah_table(model, args.length, args.tests, out, ordered, [str(overlay.resolve())], args.budget_s)
     scores = {s: recall(out, model, arm_name(s), args.length, args.tests) for s in set(grid.values())}
-    hold = 2 * args.length // TRAINING_LENGTH
+    hold = 2 * args.length // training_length(model)
     groups = len(next(iter(grid.values())).split("-"))
     chosen, unprobed = choose(grid, scores, hold, groups)
     result = {
@@ -160,13 +169,33 @@ def run_both(args: argparse.Namespace) -> int:
     return code
 
 
+def run_smoke(args: argparse.Namespace) -> int:
+    """`both` on a tiny random Llama (L = 1,024) at 2,048 tokens, 1 test an entry, in two
+    calls: the second from the first's archive only, as on a fresh machine."""
+    import tempfile
+
+    from real_table1 import tiny_model
+
+    SETTINGS.append("eval.niah.max_new_tokens=8")
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="dpe_probe_smoke_") as scratch:
+        model = tiny_model(Path(scratch) / "tiny", 1024)
+        common = dict(model=str(model), length=2048, tests=1, compare_tests=1, scales="")
+        first = argparse.Namespace(**common, out=str(out / "first"), budget_s=600.0, resume_from="")
+        if run_both(first) != 0:
+            return 1
+        archive = str(out / "first" / "cells.tar.xz")
+        again = argparse.Namespace(**common, out=str(out / "second"), budget_s=600.0, resume_from=archive)
+        return run_both(again)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
     for name, run in (("probe", run_probe), ("compare", run_compare), ("both", run_both)):
         mode = modes.add_parser(name)
         mode.add_argument("model", help="the HF directory of SmolLM2-135M-Instruct")
-        mode.add_argument("--length", type=int, default=TRAINING_LENGTH)
+        mode.add_argument("--length", type=int, default=8192, help="test length (SmolLM2: its training length first)")
         mode.add_argument("--tests", type=int, default=4)
         mode.add_argument("--out", required=True)
         mode.add_argument("--budget-s", type=float, default=3600.0)
@@ -174,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         mode.add_argument("--compare-tests", type=int, default=100, help="both: tests per arm of the comparison")
         mode.add_argument("--resume-from", default="", help="both: a cells.tar.xz of an earlier call")
         mode.set_defaults(run=run)
+    smoke = modes.add_parser("smoke", help="`both` twice on CPU with a tiny random model, the second resumed")
+    smoke.add_argument("--out", required=True)
+    smoke.set_defaults(run=run_smoke)
     args = parser.parse_args(argv)
     return args.run(args)
 
