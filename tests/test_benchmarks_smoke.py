@@ -120,6 +120,19 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
 
 
 @pytest.mark.slow
+def test_the_dpe_probe_device_script_probes_compares_and_resumes(tmp_path):
+    """scripts/device/dpe_probe.py smoke: the authors' probing (8 groups x factors 1, 2 at
+    2,048 tokens on a tiny random Llama of L = 1,024), the choice, the comparison, and a
+    second call from the first's archive alone that decodes nothing again (~1 min)."""
+    out = tmp_path / "dpe"
+    run_device_smoke("dpe_probe.py", out, tmp_path)
+    first, second = (json.loads((out / call / "dpe_probe-L2048.json").read_text()) for call in ("first", "second"))
+    assert len(first["scores"]) == 16 and first["unprobed_groups"] == [] and first["hold"] == 4
+    assert first["scores"] == second["scores"] and first["scale_factors"] == second["scale_factors"]
+    assert "| dpe |" in (out / "second" / "dpe_compare-L2048.md").read_text()
+
+
+@pytest.mark.slow
 def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
     """scripts/device/real_ruler.py smoke (the real-model RULER driver): RULER-11 on a tiny
     random Llama, a first call at 1,024 tokens, then a fresh work directory resumed from that

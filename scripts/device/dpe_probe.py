@@ -202,11 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         mode.add_argument("--scales", default="", help="compare: s_g joined by '-' (default: the probe's choice)")
         mode.add_argument("--compare-tests", type=int, default=100, help="both: tests per arm of the comparison")
         mode.add_argument("--resume-from", default="", help="both: a cells.tar.xz of an earlier call")
+        mode.add_argument("--batch-tokens", type=int, default=0, help="eval.niah.batch_tokens (0: the YAML's)")
         mode.set_defaults(run=run)
     smoke = modes.add_parser("smoke", help="`both` twice on CPU with a tiny random model, the second resumed")
     smoke.add_argument("--out", required=True)
     smoke.set_defaults(run=run_smoke)
     args = parser.parse_args(argv)
+    if getattr(args, "batch_tokens", 0):
+        SETTINGS.append(f"eval.niah.batch_tokens={args.batch_tokens}")
     return args.run(args)
 
 
