@@ -42,7 +42,7 @@ def test_every_correctness_check_passes_on_the_flash_path_at_tiny_sizes(name, tm
 
 def test_the_in_process_checks_and_the_smoke_cover_every_check():
     names = list(gpu_check_correctness.checks(True, CPU, Path("unused")))
-    assert len(names) == 18 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
+    assert len(names) == 19 and [name for name in names if name not in IN_PROCESS] == ["kill + resume"]
     # The slowest check runs last, so a part stopped at its limit keeps every other one.
     assert names[-1] == "kill + resume"
 
