@@ -197,6 +197,9 @@ class EvalConfig:
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default (decoding a tiny model is
     dominated by per-op overhead, where fewer threads can be faster)."""
+    cuda_decoding: str = "eager"
+    """eager | kernel | graph | graph+kernel: how decoding steps run on CUDA (a recorded CUDA
+    graph, the Triton decoding kernel, both); on CPU every mode decodes eagerly."""
     attn_temperature: AttentionTemperature = field(default_factory=lambda: AttentionTemperature(type="model"))
     """The attention temperature evaluation runs under: `type: model` (the default) keeps the
     checkpoint's `model.attn_temperature`; any other type replaces it, fields as there
@@ -212,6 +215,7 @@ class EvalConfig:
         self.attn_temperature.validate("eval.attn_temperature", allow_model=True)
         if self.threads < 0:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
+        choice("eval.cuda_decoding", self.cuda_decoding, ("eager", "kernel", "graph", "graph+kernel"))
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
 
