@@ -17,10 +17,10 @@ composition on the hardware it is meant for:
    longctx.analysis.wandb_offline);
 2. `niah-decoding`: phase 1's last checkpoint decodes the same NIAH cells (task, seed,
    lengths) with `eval.cuda_decoding=eager` and `=graph+kernel`. An untrained model fails
-   every test, so pass/fail proves nothing: the tokens must be equal and every step's logits
-   within LOGITS_BOUND (longctx.eval.generation.observe_logits; compare_logits says which
-   steps are compared and when a different token is allowed); the CUDA graph's replays and
-   the kernel's calls are counted, so a mode that did not engage fails;
+   every test, so pass/fail proves nothing: every step's logits must be within LOGITS_BOUND
+   (longctx.eval.generation.observe_logits), the tokens equal but for near ties, counted
+   (niah_logits.compare_logits); the CUDA graph's replays and the kernel's calls are
+   counted, so a mode that did not engage fails;
 3. `gpu-tests`: the decoding kernel's and the CUDA graph's `gpu` tests (GPU_TESTS);
 4. `kill-resume`: the same pretrain launched as one process (`longctx pretrain`,
    `train.resume=auto`), SIGKILLed (its process group) once it has logged a step past its
@@ -101,14 +101,14 @@ def sizes(smoke: bool) -> dict:
         model = {"model.preset": "tiny", "model.vocab_size": 512, "model.attention_backend": "varlen"}
         return {
             "model": model,
-            "window": 128,
+            "window": 256,
             "documents": 80,
             "rows": (4, 1024),
             "steps": 4,
             "every": {"checkpoint": 2, "fi": 2, "niah": 4, "answer": 2},
             "train": {"train.precision": "32-true", "train.compile": "false"},
-            "niah": {"step": 64, "tests": 2, "lengths": [64, 128], "decode_tests": 2},
-            "resume": {"steps": 6, "kill_after": 3},
+            "niah": {"step": 128, "tests": 2, "lengths": [256], "decode_tests": 2},
+            "resume": {"steps": 6, "every": 2, "kill_after": 3},
         }
     model = {"model.preset": "tinyllama-1.1b", "model.n_layers": PRETRAIN_LAYERS, "model.vocab_size": 512}
     return {
@@ -119,8 +119,8 @@ def sizes(smoke: bool) -> dict:
         "steps": 20,
         "every": {"checkpoint": 10, "fi": 5, "niah": 10, "answer": 5},
         "train": {"train.precision": "bf16-mixed", "train.compile": "true"},
-        "niah": {"step": 128, "tests": 4, "lengths": [128, 256, 512], "decode_tests": 8},
-        "resume": {"steps": 20, "kill_after": 8},
+        "niah": {"step": 128, "tests": 4, "lengths": [256, 384, 512], "decode_tests": 8},
+        "resume": {"steps": 15, "every": 5, "kill_after": 7},
     }
 
 
@@ -297,15 +297,19 @@ def phase_niah_decoding(out: Path, work: Path, smoke: bool) -> dict:
     checks = compare_logits(eager["logits"], graph["logits"], LOGITS_BOUND)
     checks |= {"outputs equal": eager["outputs"] == graph["outputs"], "tests": len(eager["outputs"])}
     checks |= {f"{mode}: {key}": runs[mode][key] for mode in runs for key in ("graph replays", "kernel calls")}
-    failures = [] if checks["within bound"] else [f"logits beyond {LOGITS_BOUND} ({checks['worst']})"]
+    failures = [] if checks["within bound"] else [f"logits beyond {LOGITS_BOUND}: {checks['worst']}"]
     failures += [] if checks["compared steps"] else ["no step compared"]
     cuda = torch.cuda.is_available()
     if cuda and not (graph["graph replays"] and graph["kernel calls"]):
         failures.append("graph+kernel did not engage (no replay or no kernel call)")
     if eager["graph replays"] or eager["kernel calls"]:
         failures.append("eager decoding replayed a graph or called the kernel")
-    notes = [] if cuda else ["CPU: both modes decode eagerly, so this compares eager with eager (the plumbing only)"]
-    return {"verdict": "failed: " + "; ".join(failures) if failures else "passed", "checks": checks, "notes": notes}
+    if not cuda:
+        checks["compared"] = "eager with eager: CPU decodes eagerly in every mode (the plumbing, not the GPU)"
+    if failures:
+        return {"verdict": "failed: " + "; ".join(failures), "checks": checks}
+    ties = checks["different tokens"]
+    return {"verdict": f"passed ({ties} different tokens at near ties)" if ties else "passed", "checks": checks}
 
 
 def phase_gpu_tests(out: Path, work: Path, smoke: bool) -> dict:
@@ -323,8 +327,9 @@ def phase_kill_resume(out: Path, work: Path, smoke: bool) -> dict:
     run = work / "resume"
     shutil.rmtree(run, ignore_errors=True)
     plan = sizes(smoke)["resume"]
-    every = sizes(smoke)["every"]["checkpoint"]
-    arguments = pretrain_overrides(workspace(work), run, smoke, **{"train.max_steps": plan["steps"]})
+    every = plan["every"]
+    cadence = {"train.max_steps": plan["steps"], "train.checkpoint_every_steps": every}
+    arguments = pretrain_overrides(workspace(work), run, smoke, **cadence)
     command = [sys.executable, "-m", "longctx", "pretrain", *arguments, "train.resume=auto"]
     process = launch(command, out / "killed.log")
     try:
@@ -411,9 +416,9 @@ def run(out: Path, work: Path, smoke: bool, budget_s: float, names: list[str]) -
         print(f"main-job: phase {phase.name}: {record['verdict']} in {record['seconds']:.1f} s", flush=True)
         write_summary(out, records, smoke)
     verdicts = {record["phase"]: record["verdict"] for record in records}
-    if "pretrain" in verdicts and verdicts["pretrain"] != "passed":
+    if "pretrain" in verdicts and not verdicts["pretrain"].startswith("passed"):
         return 1
-    return 0 if all(v == "passed" or v == "skipped: no CUDA" for v in verdicts.values()) else 2
+    return 0 if all(v.startswith("passed") or v == "skipped: no CUDA" for v in verdicts.values()) else 2
 
 
 def run_child(name: str, out: Path, work: Path, smoke: bool, limit_s: float) -> dict:
@@ -444,13 +449,16 @@ def run_child(name: str, out: Path, work: Path, smoke: bool, limit_s: float) -> 
 
 
 def write_summary(out: Path, records: list[dict], smoke: bool) -> None:
+    """DIR/main_job.json and .md: each phase's verdict, seconds and checks so far."""
     rows = []
     for record in records:
         detail = "; ".join(f"{key}: {value}" for key, value in record.get("checks", {}).items())
         rows.append([record["phase"], record["verdict"], f"{record['seconds']:.1f}", str(record["limit_s"]), detail])
-    total = sum(record["seconds"] for record in records)
-    notes = [f"total {total:.1f} s of phases"]
-    report.write(str(out), "main_job", SUMMARY_COLUMNS, rows, {"smoke": smoke}, notes)
+    settings = {**report.environment(), "smoke": smoke}
+    total = f"total {sum(record['seconds'] for record in records):.1f} s of phases"
+    (out / "main_job.json").write_text(json.dumps({"settings": settings, "phases": records}, indent=1, default=str))
+    heading = "; ".join(f"{key} {value}" for key, value in settings.items())
+    (out / "main_job.md").write_text(f"{heading}\n\n{report.markdown(SUMMARY_COLUMNS, rows)}\n\n{total}\n")
 
 
 def main() -> None:

@@ -6,8 +6,10 @@ equal tokens and near logits do. Greedy decoding of a nearly untrained model mee
 ties (two tokens whose logits differ by less than bf16's rounding), where a correct kernel
 may pick the other token; from then on the two rows decode different inputs and are no
 longer comparable. So `compare_logits` compares each row's steps up to and including its
-first different token, and accepts that difference only as a near tie: the eager top-2
-margin at that step no larger than twice the largest logit difference measured there.
+first different token, every one within the bound. A different token at a step within the
+bound is a near tie by arithmetic: for the other token to win, the two logits' difference
+must move by the eager margin, so the margin is at most twice the largest logit difference.
+The different tokens are counted and reported beside the verdict.
 """
 
 from __future__ import annotations
@@ -84,12 +86,13 @@ def decode_niah(checkpoint: Path, arguments: list[str], mode: str, cells: Path) 
 def compare_logits(expected: Batches, got: Batches, bound: float) -> dict:
     """Each row's steps, up to its first different token, compared by the relative L2 error
     of the logits (module docstring): {"within bound", "compared steps", "worst" (error,
-    batch, row, step), "different tokens", "near ties"}."""
+    batch, row, step), "different tokens", "widest margin at a different token"}."""
     shapes = [[b[0].shape for b in expected], [b[0].shape for b in got]]
     if shapes[0] != shapes[1]:  # the same prompts make the same batches in every mode
         return {"within bound": False, "compared steps": 0, "worst": f"different batches {shapes}"}
     worst = (0.0, -1, -1, -1)
-    compared = different = near_ties = 0
+    compared = different = 0
+    margin = 0.0
     for batch, (steps_e, steps_g) in enumerate(zip(expected, got, strict=True)):
         for row in range(steps_e[0].shape[0]):
             for step, (e, g) in enumerate(zip(steps_e, steps_g, strict=False)):
@@ -100,12 +103,12 @@ def compare_logits(expected: Batches, got: Batches, bound: float) -> dict:
                 if int(e_row.argmax()) != int(g_row.argmax()):
                     different += 1
                     top = e_row.topk(2).values
-                    near_ties += float(top[0] - top[1]) <= 2 * float((g_row - e_row).abs().max())
+                    margin = max(margin, float(top[0] - top[1]))
                     break  # the rows now decode different tokens
     return {
-        "within bound": worst[0] <= bound and different == near_ties,
+        "within bound": worst[0] <= bound,
         "compared steps": compared,
         "worst": {"error": worst[0], "batch": worst[1], "row": worst[2], "step": worst[3]},
         "different tokens": different,
-        "near ties": near_ties,
+        "widest margin at a different token": margin,
     }
