@@ -93,8 +93,9 @@ PHASES = (
 SMOKE_LIMIT_S = 300
 """Each phase's limit in the smoke: a shared 2-core CPU starting torch, Lightning and a
 torchrun is slower than the GPU machine."""
-BUDGET_S = 400
-"""All phases on the GPU: the step's limit is 420 s, and the summary is written after each."""
+BUDGET_S = 390
+"""All phases on the GPU: the step's limit is 420 s, which also holds installing the wandb
+wheels before this starts and writing the last verdict after a phase is stopped."""
 SMOKE_BUDGET_S = 1200
 """All phases in the smoke: the same phases took 56 s on a quiet 2-core CPU and 4 times that
 under a load average of 5."""
@@ -325,7 +326,9 @@ def phase_gpu_tests(out: Path, work: Path, smoke: bool) -> dict:
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *GPU_TESTS]
     code = launch(command, out / "gpu_tests.txt").wait()
     summary = tail(out / "gpu_tests.txt", 1)
-    return {"verdict": "passed" if code == 0 else f"failed: exit {code}", "checks": {"pytest": summary}}
+    ran = " passed" in summary  # not every test skipped or deselected
+    verdict = "passed" if code == 0 and ran else f"failed: exit {code}" + ("" if ran else ", no test passed")
+    return {"verdict": verdict, "checks": {"pytest": summary}}
 
 
 def phase_kill_resume(out: Path, work: Path, smoke: bool) -> dict:
