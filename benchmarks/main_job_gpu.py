@@ -13,8 +13,8 @@ composition on the hardware it is meant for:
    pretrain` with `train.strategy=fsdp`, `train.compile`, the `flash` backend (torch's varlen
    kernel), bf16-mixed, f(i), the NIAH search and the answer-loss probe all firing, W&B
    offline. Passes when it exits 0 at max_steps and REQUIRED_METRICS are in metrics.jsonl
-   and in the offline W&B run's history (read from wandb's own `.wandb` log,
-   longctx.analysis.wandb_offline);
+   and in the offline W&B run's history as wandb's own reader gives it back (`wandb leet
+   inspect`);
 2. `niah-decoding`: phase 1's last checkpoint decodes the same NIAH cells (task, seed,
    lengths) with `eval.cuda_decoding=eager` and `=graph+kernel`. An untrained model fails
    every test, so pass/fail proves nothing: every step's logits must be within LOGITS_BOUND
@@ -273,18 +273,23 @@ def phase_pretrain(out: Path, work: Path, smoke: bool) -> dict:
 
 
 def wandb_missing(run: Path) -> list[str]:
-    """REQUIRED_METRICS absent from the run's offline W&B history (all, with the reason, when
-    there is no run or wandb cannot be imported to read it)."""
-    from longctx.analysis.wandb_offline import offline_runs, read_history
-
-    runs = offline_runs(run)
+    """REQUIRED_METRICS absent from the history of the run's offline W&B runs as wandb itself
+    reads them (`python -m wandb leet inspect --json`, not longctx's reader); every key, with
+    the reason, when there is no run or wandb cannot read it."""
+    runs = sorted((run / "wandb").glob("offline-run-*"))
     if not runs:
         return [f"{key} (no offline W&B run under {run})" for key in REQUIRED_METRICS]
-    try:
-        history = read_history(runs[-1])
-    except ImportError as error:
-        return [f"{key} ({error})" for key in REQUIRED_METRICS]
-    keys = {key for row in history for key in row}
+    keys: set[str] = set()
+    for directory in runs:
+        command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(directory)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            return [f"{key} (wandb leet inspect: {reason})" for key in REQUIRED_METRICS]
+        for line in done.stdout.splitlines():
+            record = json.loads(line)
+            if record.get("type") == "history":
+                keys |= set(record["history"]["item"])
     return [key for key in REQUIRED_METRICS if key not in keys]
 
 

@@ -107,6 +107,8 @@ class Decoding:
     """Prompt tokens per row per prefill forward (0 = the whole prompt)."""
     attention_backend: str | None = None
     """None = the model's configured backend."""
+    cuda_decoding: str = "eager"
+    """eager | kernel | graph | graph+kernel: how decoding steps run on CUDA (`eval.cuda_decoding`)."""
 
     def rows(self, longest_prompt: int) -> int:
         return max(1, min(self.batch_size, self.batch_tokens // longest_prompt))
@@ -230,6 +232,7 @@ def _decode(
             batch_size=rows,
             prefill_chunk_tokens=decoding.prefill_chunk_tokens,
             attention_backend=decoding.attention_backend,
+            cuda_decoding=decoding.cuda_decoding,
         )
         for position, generation in zip(positions, generations, strict=True):
             outputs[position] = generation

@@ -157,7 +157,9 @@ def run_suite(
 ) -> tuple[dict[str, Any], list[CellResult]]:
     settings = config.eval.benchmarks
     decoding = Decoding(
-        batch_tokens=config.eval.niah.batch_tokens, prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens
+        batch_tokens=config.eval.niah.batch_tokens,
+        prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens,
+        cuda_decoding=config.eval.cuda_decoding,
     )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
     skipped: list[dict[str, Any]] = []

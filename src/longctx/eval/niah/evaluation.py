@@ -107,6 +107,7 @@ def evaluate(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
         attention_backend=attention_backend,
+        cuda_decoding=config.eval.cuda_decoding,
     )
     lengths = settings.evaluated_lengths()
     if lengths:  # the longest length refused before any cell runs

@@ -108,7 +108,11 @@ def method_table(
 ) -> tuple[dict, list[CellResult]]:
     """The table (`assemble_table`) and its cells, run or reused under `cells_dir`."""
     settings = config.eval.niah
-    decoding = Decoding(batch_tokens=settings.batch_tokens, prefill_chunk_tokens=settings.prefill_chunk_tokens)
+    decoding = Decoding(
+        batch_tokens=settings.batch_tokens,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        cuda_decoding=config.eval.cuda_decoding,
+    )
     grid = niah_grid(models, arms, config, haystack, lengths)
     results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length)
     return assemble_table(results, models, lengths, settings.depth_bands), results
