@@ -97,8 +97,7 @@ BUDGET_S = 390
 """All phases on the GPU: the step's limit is 420 s, which also holds installing the wandb
 wheels before this starts and writing the last verdict after a phase is stopped."""
 SMOKE_BUDGET_S = 1200
-"""All phases in the smoke: the same phases took 56 s on a quiet 2-core CPU and 4 times that
-under a load average of 5."""
+"""All phases in the smoke: 87 s on the shared 2-core CPU at a load average of 4, 382 s at 9."""
 
 
 def sizes(smoke: bool) -> dict:
