@@ -90,13 +90,13 @@ PHASES = (
     Phase("gpu-tests", 90, 30),
     Phase("kill-resume", 150, 60),
 )
-SMOKE_LIMIT_S = 300
+SMOKE_LIMIT_S = 600
 """Each phase's limit in the smoke: a shared 2-core CPU starting torch, Lightning and a
-torchrun is slower than the GPU machine."""
+torchrun is slower than the GPU machine (the kill + resume took 193 s at a load of 9)."""
 BUDGET_S = 390
 """All phases on the GPU: the step's limit is 420 s, which also holds installing the wandb
 wheels before this starts and writing the last verdict after a phase is stopped."""
-SMOKE_BUDGET_S = 1200
+SMOKE_BUDGET_S = 2400
 """All phases in the smoke: 87 s on the shared 2-core CPU at a load average of 4, 382 s at 9."""
 
 

@@ -25,7 +25,7 @@ def smoke(out: Path, *phases: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     command = [sys.executable, str(ROOT / "benchmarks" / "main_job_gpu.py"), "--smoke", "--out", str(out)]
     command += ["--work", str(out / "work"), *(["--phases", *phases] if phases else [])]
-    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=900)
+    return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=2400)
 
 
 def verdicts(out: Path) -> dict[str, dict]:
