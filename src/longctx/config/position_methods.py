@@ -141,7 +141,10 @@ def _with_sections() -> type:
     if names not in _SUBCLASSES:
         taken = [name for name in names if hasattr(PositionMethodConfig, name) or name == "params"]
         if taken:
-            raise ValueError(f"position methods {taken}: the names are taken by eval.position_method's own keys")
+            raise ValueError(
+                f"position methods {taken}: the names are taken by eval.position_method's own keys "
+                "(its attributes, and `params`, which the loader reads as <method> sections)"
+            )
         fields = [(n, method_spec(n).params, dataclasses.field(default_factory=method_spec(n).params)) for n in names]
         namespace = {"__module__": __name__, "__doc__": PositionMethodConfig.__doc__}
         made = dataclasses.make_dataclass(
