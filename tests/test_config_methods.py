@@ -69,7 +69,9 @@ def test_a_method_registered_later_has_the_same_spelling(probe):
 def test_the_params_spelling_loads_to_the_same_settings_with_a_notice(probe, tmp_path):
     new = quiet_load(["eval.position_method.name=probe", "eval.position_method.probe.alpha=7", "eval.arms.p.name=dca"])
     overrides = ["eval.position_method.name=probe", "eval.position_method.params.probe.alpha=7", "eval.arms.p.name=dca"]
-    with pytest.warns(FutureWarning, match=r"eval.position_method.params.probe.<field> .* read as eval.position_method"):
+    with pytest.warns(
+        FutureWarning, match=r"eval.position_method.params.probe.<field> .* read as eval.position_method"
+    ):
         assert load([], overrides) == new
     old_yaml = tmp_path / "old.yaml"
     old_yaml.write_text("eval:\n  arms:\n    a:\n      name: probe\n      params:\n        probe: {alpha: 3}\n")
