@@ -1,12 +1,20 @@
 """Shared by the lm-eval adapter's tests (tests/eval/test_lm_eval.py, tests/test_cli_harness.py,
 tests/hf_attention/test_lm_eval.py): three local lm-eval tasks, a tiny random HF Llama with its
-tokenizer, and lm-eval run on them."""
+tokenizer, and lm-eval run on them; and the engine's cell tests (tests/eval/test_cells.py,
+test_cells_ranks.py): a copy task, its tokenizer double, model and grid."""
 
 import json
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, processors
 
+from longctx.config.model import ModelConfig
+from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.eval.cells import Grid
+from longctx.eval.generation import StopRule
+from longctx.eval.task import Sample, Task
+from longctx.model.llama import Llama
 from tests.chat_tokenizer import write_chat_tokenizer
 from tests.model.hf_models import SMALL
 
@@ -100,3 +108,50 @@ def evaluate(model, model_args, task_manager, **options):
         device="cpu",
         **options,
     )
+
+
+class Tokens:
+    """A tokenizer double: ids spelled as space-separated numbers."""
+
+    name = "numbers"
+
+    def decode(self, ids):
+        return " ".join(map(str, ids))
+
+
+class CopyTask(Task):
+    """Prompts of random ids (a function of seed, length, index); score 1 when the output
+    repeats the prompt's last id."""
+
+    name = "copy"
+
+    def __init__(self, salt: int = 0):
+        self.salt = salt
+
+    def samples(self, seed, length, count, tokenizer):
+        out = []
+        for index in range(count):
+            ids = np.random.default_rng([seed, length, index, self.salt]).integers(0, 256, length - index % 3)
+            out.append(Sample(index, tuple(int(i) for i in ids), 4, StopRule(), (str(ids[-1]),)))
+        return out
+
+    def score(self, sample, generation):
+        return float(sample.references[0] in (generation.text or "").split())
+
+    def details(self, sample, generation):
+        return {"first_token": generation.token_ids[0]}
+
+
+def copy_model() -> Llama:
+    """The `debug` model the cell tests decode with (seeded: every process builds the same)."""
+    torch.manual_seed(0)
+    return Llama(ModelConfig.from_preset("debug", vocab_size=256, max_position=32, init_std=0.2)).eval()
+
+
+def copy_grid(model, count=5, task=None, lengths=(24, 40)) -> Grid:
+    """RoPE and StRing on `model` for CopyTask at `lengths`."""
+    methods = {
+        "rope": PositionMethodConfig(name="rope"),
+        "string": PositionMethodConfig(name="string", string=StringConfig(local_window=4)),
+    }
+    return Grid({"m": model}, methods, [task or CopyTask()], list(lengths), seed=3, count=count)

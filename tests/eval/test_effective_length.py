@@ -11,7 +11,8 @@ import torch
 from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
-from longctx.eval.cells import Cell, CellResult, Decoding, read_records, summarize
+from longctx.eval.cell_records import read_records
+from longctx.eval.cells import Cell, CellResult, Decoding, summarize
 from longctx.eval.effective_length import plot_heatmap, search_effective_length
 from longctx.eval.errors import PromptTooShortError
 from longctx.eval.generation import Generation

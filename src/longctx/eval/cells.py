@@ -12,7 +12,12 @@ greedily by `eval.generation.generate` and scored. Its directory
 - `cell.json`     what fixes its results (the `CellSpec`): model fingerprint, method
                   settings, task settings, length, seed; written when the cell starts;
 - `samples.jsonl` one record per finished sample (index, prompt hash, score, output text,
-                  stop reason, the task's details), appended batch by batch as decoded;
+                  stop reason, the task's details), appended batch by batch as decoded
+                  (under torchrun each rank appends to its own `samples.rank<r>.jsonl`,
+                  merged into samples.jsonl when the cell finishes: eval/cell_records.py);
+- `batches.json`  how many rows a batch holds: the samples are decoded in fixed blocks of
+                  consecutive indices (`batches`), so a sample's batch-mates do not depend on
+                  what was pending or on how many ranks ran;
 - `summary.json`  written when the cell has its `count` records: mean score, count, and for
                   pass/fail scores the passes and their Wilson 95% interval.
 
@@ -27,6 +32,9 @@ Device, precision (bf16 autocast on CUDA, the fp32 weights on CPU), position met
 memory check: eval/model_setup.py, before decoding; a cell whose longest prompt, KV cache and
 prefill chunk cannot fit the device is refused with its limit named (eval/memory_estimate.py).
 The effective-length search (eval/effective_length.py) runs one cell per length.
+
+Under torchrun the grid's cells and a cell's batches are dealt to the ranks by
+eval/ranks.py's rule; the records, summaries and tables are those of one process.
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,20 +50,15 @@ from typing import Any, Protocol
 from torch.distributed.tensor import DTensor
 
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.errors import LongctxError
-from longctx.eval.generation import generate
-from longctx.eval.model_setup import check_memory, evaluating, position_method
+from longctx.eval.cell_decoding import decode_batches
+from longctx.eval.cell_records import CellMismatchError, merge_records, read_cell, read_records, records_file
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.ranks import Ranks, check_same_models, check_shared_directory, share, whole_cells
 from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethod
 
-SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
-
-
-class CellMismatchError(LongctxError):
-    """A cell on disk was written under other settings or for other samples."""
+SUMMARY_FILE, SPEC_FILE, BATCHES_FILE = "summary.json", "cell.json", "batches.json"
 
 
 class Progress(Protocol):
@@ -93,6 +95,8 @@ class CellResult:
     cell: Cell
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+    decoded: int = 0
+    """How many of its samples this run decoded (0: reused from an earlier run)."""
 
 
 @dataclass
@@ -173,22 +177,6 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a samples.jsonl; a torn last line is dropped from the file too."""
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines(keepends=True)
-    records = []
-    for number, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number != len(lines) - 1:
-                raise CellMismatchError(f"{path}:{number + 1}: not a JSON record") from None
-            path.write_text("".join(lines[:number]))
-    return records
-
-
 def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
     path = directory / SPEC_FILE
     if path.exists():
@@ -206,34 +194,28 @@ def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
         path.write_text(json.dumps(spec, indent=1) + "\n")
 
 
-def _decode(
-    model: Llama,
-    batch: list[Sample],
-    method: PositionMethod | None,
-    decoding: Decoding,
-    decode: Callable[[list[int]], str],
-    rows: int,
-):
-    """Generations of samples that share max_new_tokens and stop rule, in order."""
-    groups: dict[tuple, list[int]] = {}
-    for position, sample in enumerate(batch):
-        groups.setdefault((sample.max_new_tokens, sample.stop), []).append(position)
-    outputs: list[Any] = [None] * len(batch)
-    for (max_new_tokens, stop), positions in groups.items():
-        generations = generate(
-            model,
-            [batch[p].prompt_ids for p in positions],
-            max_new_tokens=max_new_tokens,
-            stop=stop,
-            decode=decode,
-            position_method=method,
-            batch_size=rows,
-            prefill_chunk_tokens=decoding.prefill_chunk_tokens,
-            attention_backend=decoding.attention_backend,
+def _check_batches(directory: Path, rows: int) -> None:
+    """Refuse to resume a cell whose records were decoded in batches of another size: a
+    sample's batch-mates and padding, and so its output, would differ from theirs."""
+    path = directory / BATCHES_FILE
+    if not path.exists():
+        path.write_text(json.dumps({"rows": rows}) + "\n")
+        return
+    stored = json.loads(path.read_text())["rows"]
+    if stored != rows:
+        raise CellMismatchError(
+            f"{path}: the cell's samples were decoded in batches of {stored} rows and this run would batch "
+            f"{rows} (eval.niah.batch_tokens or the batch size changed); set them back to resume, or delete "
+            f"{directory} to evaluate it again"
         )
-        for position, generation in zip(positions, generations, strict=True):
-            outputs[position] = generation
-    return outputs
+
+
+def batches(samples: list[Sample], decoding: Decoding, length: int) -> list[list[Sample]]:
+    """A cell's samples cut into fixed blocks of consecutive indices, as many rows as the
+    cell's length allows (a longer prompt: its length): the blocks depend on the cell and the
+    decoding settings only, never on which samples are pending or how many ranks run."""
+    rows = decoding.rows(max(length, *(len(sample.prompt_ids) for sample in samples)))
+    return [samples[first : first + rows] for first in range(0, len(samples), rows)]
 
 
 def run_cell(
@@ -248,78 +230,85 @@ def run_cell(
     root: str | Path,
     decoding: Decoding,
     progress: Progress | None = None,
+    ranks: Ranks | None = None,
+    alone: bool = False,
 ) -> CellResult:
-    """Evaluate one cell, or finish or reuse it from `root` (module docstring)."""
+    """Evaluate one cell, or finish or reuse it from `root` (module docstring). `ranks` (None:
+    the process group, eval/ranks.py) call it together and share the cell's pending batches,
+    rank 0 merging their records; `alone`: this rank runs the whole cell by itself."""
     if count < 1:
         raise ValueError(f"a cell needs count >= 1 samples, got {count}")
+    ranks = Ranks.current() if ranks is None else ranks
+    team = Ranks() if alone else ranks
     directory = cell.directory(root)
-    _check_spec(directory, cell_spec(cell, model, method_config, task, seed))
-    summary_path, records_path = directory / SUMMARY_FILE, directory / SAMPLES_FILE
-    records = {record["index"]: record for record in read_records(records_path)}
+    own = records_file(directory, ranks)
+    spec = cell_spec(cell, model, method_config, task, seed)
+    error: Exception | None = None
+    try:
+        read_records(own)  # this rank's torn last line, cut before anyone reads the cell
+        if team.lead:
+            _check_spec(directory, spec)
+    except CellMismatchError as failed:
+        error = failed
+    team.settle(error)  # after it, no rank writes this cell until the records are read
+    records = read_cell(directory, own)
+    summary_path = directory / SUMMARY_FILE
     if summary_path.exists() and all(index in records for index in range(count)):
-        kept = [records[index] for index in range(count)]
-        summary = json.loads(summary_path.read_text())
-        if summary.get("count") != count:
-            summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
-        result = CellResult(cell, kept, summary)
-        if progress is not None:
-            progress.cell_done(result, reused=True)
-        return result
+        return _reused(cell, records, count, summary_path, team, progress)
     samples = task.samples(seed, cell.length, count, tokenizer)
     for sample in samples:
         stored = records.get(sample.index)
         if stored is not None and stored["prompt_hash"] != sample.prompt_hash:
             raise CellMismatchError(
-                f"{records_path}: sample {sample.index} was decoded from another prompt; "
+                f"{directory / 'samples*.jsonl'}: sample {sample.index} was decoded from another prompt; "
                 f"delete {directory} to evaluate it again"
             )
-    pending = [sample for sample in samples if sample.index not in records]
+    blocks = batches(samples, decoding, cell.length)
+    pending = [block for block in blocks if any(sample.index not in records for sample in block)]
     if progress is not None:
-        progress.cell_started(cell, total=count, done=count - len(pending))
-    if pending:
-        _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress)
+        progress.cell_started(cell, total=count, done=sum(index in records for index in range(count)))
+    team.barrier()  # every rank has read the records before any rank appends to its file
+    decoded: dict[int, dict[str, Any]] = {}
+    try:
+        if team.lead:
+            _check_batches(directory, len(blocks[0]))
+        mine = share(pending, team)
+        if mine:
+            decoded = decode_batches(model, method_config, task, tokenizer, mine, decoding, records, own, progress)
+    except Exception as failed:  # every rank stops with it, the failing rank named
+        error = failed
+    team.settle(error)
+    fresh: set[int] = set()
+    for rank, theirs in enumerate(team.gather(decoded)):
+        records.update(theirs)
+        fresh.update(theirs)
+        if progress is not None and rank != team.rank:
+            progress.advance(len(theirs))
     kept = [records[index] for index in range(count)]
     summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
-    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
-    result = CellResult(cell, kept, summary)
+    if team.lead:
+        merge_records(directory, records)
+        summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    result = CellResult(cell, kept, summary, decoded=sum(index < count for index in fresh))
     if progress is not None:
         progress.cell_done(result, reused=False)
     return result
 
 
-def _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress) -> None:
-    """Decode `pending` samples batch by batch, appending each batch's records at once."""
-    longest = max(len(s.prompt_ids) for s in pending)
-    rows = decoding.rows(longest)
-    new_tokens = max(s.max_new_tokens for s in pending)
-    prefill_chunk = decoding.prefill_chunk_tokens
-    check_memory(
-        model, longest, rows=rows, tests=len(pending), new_tokens=new_tokens, prefill_chunk_tokens=prefill_chunk
-    )
-    method = position_method(method_config, model)
-    with evaluating(model), records_path.open("a") as out:
-        for first in range(0, len(pending), rows):
-            batch = pending[first : first + rows]
-            start = time.perf_counter()
-            generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
-            seconds = (time.perf_counter() - start) / len(batch)
-            for sample, generation in zip(batch, generations, strict=True):
-                record = {
-                    "index": sample.index,
-                    "prompt_hash": sample.prompt_hash,
-                    "prompt_tokens": len(sample.prompt_ids),
-                    "score": float(task.score(sample, generation)),
-                    "text": generation.text,
-                    "stopped_by": generation.stopped_by,
-                    "new_tokens": len(generation.token_ids),
-                    "seconds": seconds,
-                    **task.details(sample, generation),
-                }
-                records[sample.index] = record
-                out.write(json.dumps(record) + "\n")
-            out.flush()
-            if progress is not None:
-                progress.advance(len(batch))
+def _reused(cell, records, count, summary_path, team, progress) -> CellResult:
+    """A finished cell's first `count` records and its summary (recomputed for another count);
+    rank 0 merges records a kill left in rank files once every rank has read them."""
+    kept = [records[index] for index in range(count)]
+    summary = json.loads(summary_path.read_text())
+    if summary.get("count") != count:
+        summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
+    team.barrier()
+    if team.lead:
+        merge_records(summary_path.parent, records)
+    result = CellResult(cell, kept, summary)
+    if progress is not None:
+        progress.cell_done(result, reused=True)
+    return result
 
 
 def run_grid(
@@ -329,29 +318,70 @@ def run_grid(
     decoding: Decoding,
     progress: Progress | None = None,
     on_error: Callable[[Cell, Exception], bool] | None = None,
+    ranks: Ranks | None = None,
 ) -> list[CellResult]:
-    """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order. `on_error(cell,
-    error)`: True = leave that cell out and go on (NIAH: a length below a task's prompt
-    overhead); without it, or when it returns False, the error propagates."""
-    results = []
-    for cell, model, method, task in grid.cells():
-        method.resolved(model.config.max_position, f"eval.arms.{cell.method}")
+    """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order, on every rank.
+    `on_error(cell, error)`: True = leave that cell out and go on (NIAH: a length below a
+    task's prompt overhead); without it, or when it returns False, the error propagates.
+
+    Under torchrun (`ranks`, None: the process group) the cells are dealt by eval/ranks.py's
+    rule: whole cells first, each rank on its own, then the rest spread over every rank by
+    batches; the finished cells are gathered so that every rank returns all of them."""
+    ranks = Ranks.current() if ranks is None else ranks
+    cells = grid.cells()
+    check_shared_directory(root, ranks)
+    check_same_models({name: model_fingerprint(model) for name, model in grid.models.items()}, root, ranks)
+    if progress is not None and hasattr(progress, "grid_started"):
+        progress.grid_started(len(cells) * grid.count)
+    whole = whole_cells(len(cells), ranks)
+    results: dict[int, CellResult | None] = {}
+    error: Exception | None = None
+    for position in share(list(range(whole)), ranks):
         try:
-            results.append(
-                run_cell(
-                    cell,
-                    model,
-                    method,
-                    task,
-                    tokenizer,
-                    seed=grid.seed,
-                    count=grid.count,
-                    root=root,
-                    decoding=decoding,
-                    progress=progress,
-                )
-            )
-        except Exception as error:
-            if on_error is None or not on_error(cell, error):
-                raise
-    return results
+            results[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, True)
+        except Exception as failed:  # the other ranks stop with it at the gather below
+            error = failed
+            break
+    ranks.settle(error)
+    for position, result in _gathered(results, ranks, progress):
+        results[position] = result
+    for position in range(whole, len(cells)):
+        results[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, False)
+    return [result for _, result in sorted(results.items()) if result is not None]
+
+
+def _gathered(mine: dict[int, CellResult | None], ranks: Ranks, progress: Progress | None):
+    """The whole cells every other rank ran (rank 0 reports them as finished)."""
+    for rank, theirs in enumerate(ranks.gather(mine)):
+        if rank == ranks.rank:
+            continue
+        for position, result in theirs.items():
+            if progress is not None and result is not None:
+                progress.advance(result.decoded)
+                progress.cell_done(result, reused=False)
+            yield position, result
+
+
+def _cell(grid, entry, tokenizer, root, decoding, progress, on_error, ranks, alone) -> CellResult | None:
+    """One cell of the grid; None when `on_error` leaves it out."""
+    cell, model, method, task = entry
+    method.resolved(model.config.max_position, f"eval.arms.{cell.method}")
+    try:
+        return run_cell(
+            cell,
+            model,
+            method,
+            task,
+            tokenizer,
+            seed=grid.seed,
+            count=grid.count,
+            root=root,
+            decoding=decoding,
+            progress=progress,
+            ranks=ranks,
+            alone=alone,
+        )
+    except Exception as error:
+        if on_error is None or not on_error(cell, error):
+            raise
+        return None

@@ -1,0 +1,164 @@
+"""The processes an evaluation runs on, and the one rule that shares its work among them.
+
+    torchrun --nproc_per_node=8 --nnodes=2 ... -m longctx eval-suite CKPT --suite ruler ...
+
+Under torchrun every command of the evaluation engine (eval-suite, niah-table, niah) is
+one rank of a process group: `Ranks.from_environment` reads torchrun's RANK, WORLD_SIZE,
+LOCAL_RANK and LOCAL_WORLD_SIZE, joins the group (nccl on CUDA, each rank on
+cuda:LOCAL_RANK; gloo on CPU) and returns this rank's place. Without torchrun it is the one
+process of a world of one, with no group and no collective.
+
+The rule (`share`, the one place work is dealt): a grid of n cells over W ranks runs its
+first W * floor(n / W) cells whole, cell i on rank i mod W, each rank on its own cells
+without waiting for the others; the remaining n mod W cells (all of them when there are
+fewer cells than ranks) run one after another on every rank, the cell's pending batches
+dealt the same way, batch j on rank j mod W. A batch is a fixed block of sample indices
+(eval/cells.py), so what a rank decodes changes with W but how each sample is decoded does
+not. The deal depends only on the grid and the records on disk (read by every rank after
+the same barrier), never on timing, so every rank computes the same deal without asking.
+
+Errors: every step that could fail on one rank and not the others ends with `settle`, so
+all ranks stop together (no rank left waiting at a collective) with the failing rank named.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from longctx.errors import LongctxError
+
+T = TypeVar("T")
+
+
+class RankError(LongctxError):
+    """Another rank failed, or the ranks disagree: the message names the rank and the fix."""
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the evaluation's ranks."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+
+    @property
+    def lead(self) -> bool:
+        """Rank 0: it merges spread cells, writes tables and logs to W&B."""
+        return self.rank == 0
+
+    @classmethod
+    def current(cls) -> Ranks:
+        """The initialised process group's ranks (torchrun's local ranks from the
+        environment), else one process."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return cls()
+        return cls(
+            dist.get_rank(),
+            dist.get_world_size(),
+            int(os.environ.get("LOCAL_RANK", "0")),
+            int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        )
+
+    @classmethod
+    def from_environment(cls, device: torch.device) -> Ranks:
+        """Join torchrun's process group when WORLD_SIZE > 1 (nccl for CUDA `device`, each
+        rank on cuda:LOCAL_RANK; gloo otherwise); one process without torchrun."""
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return cls.current()
+        if not dist.is_initialized():
+            if device.type == "cuda":
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return cls.current()
+
+    def gather(self, value: T) -> list[T]:
+        """Every rank's `value`, in rank order, on every rank (one process: [value])."""
+        if self.world == 1:
+            return [value]
+        values: list[Any] = [None] * self.world
+        dist.all_gather_object(values, value)
+        return values
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def settle(self, error: BaseException | None) -> None:
+        """A collective: raise on every rank when any rank failed. The failing rank raises its
+        own error; the others a RankError naming the first failed rank and its message."""
+        failures = [(rank, message) for rank, message in enumerate(self.gather(_describe(error))) if message]
+        if error is not None:
+            raise error
+        if failures:
+            rank, message = failures[0]
+            raise RankError(f"rank {rank} of {self.world} failed: {message}")
+
+
+def _describe(error: BaseException | None) -> str:
+    return "" if error is None else f"{type(error).__name__}: {error}"
+
+
+def share(items: list[T], ranks: Ranks) -> list[T]:
+    """This rank's part of `items`: item j goes to rank j mod W (the module's rule)."""
+    return items[ranks.rank :: ranks.world]
+
+
+def whole_cells(cells: int, ranks: Ranks) -> int:
+    """How many of a grid's first cells run whole, one rank each (the module's rule); the
+    rest are spread over every rank by batches."""
+    return cells - cells % ranks.world
+
+
+def check_shared_directory(root: str | Path, ranks: Ranks) -> None:
+    """Refuse, on every rank, a cells directory some rank cannot see: rank 0 writes a marker
+    file under `root`, every rank looks for it. Records of one rank would be invisible to
+    the merge and to a resume on another, so the grid must not start."""
+    if ranks.world == 1:
+        return
+    root = Path(root)
+    marker = root / f".ranks-{ranks.gather(uuid.uuid4().hex)[0]}"
+    error: Exception | None = None
+    if ranks.lead:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"written by rank 0 on {socket.gethostname()}\n")
+        except OSError as failed:
+            error = failed
+    ranks.settle(error)
+    seen = ranks.gather(marker.is_file())
+    ranks.barrier()
+    if ranks.lead:
+        marker.unlink(missing_ok=True)
+    hosts = ranks.gather(socket.gethostname())
+    blind = [rank for rank, saw in enumerate(seen) if not saw]
+    if blind:
+        rank = blind[0]
+        raise RankError(
+            f"rank {rank} (host {hosts[rank]}) cannot see the cells directory {root}: rank 0 wrote {marker} "
+            f"there and rank {rank} does not find it; give every rank the same path on a filesystem every "
+            "node mounts (--cells, or eval.out_dir)"
+        )
+
+
+def check_same_models(fingerprints: dict[str, str], root: str | Path, ranks: Ranks) -> None:
+    """Refuse, on every rank, models whose fingerprints (eval/cells.py `model_fingerprint`)
+    differ from rank 0's: the ranks would write one table from different weights."""
+    everyone = ranks.gather(fingerprints)
+    for rank, theirs in enumerate(everyone):
+        for name, fingerprint in everyone[0].items():
+            if theirs.get(name) != fingerprint:
+                raise RankError(
+                    f"rank {rank} loaded other weights for model {name!r} than rank 0 (fingerprint "
+                    f"{theirs.get(name)} vs {fingerprint}); its cells under {Path(root) / name} would mix them: "
+                    "give every rank the same checkpoint (the same file on every node)"
+                )
