@@ -148,10 +148,77 @@ def copy_model() -> Llama:
     return Llama(ModelConfig.from_preset("debug", vocab_size=256, max_position=32, init_std=0.2)).eval()
 
 
-def copy_grid(model, count=5, task=None, lengths=(24, 40)) -> Grid:
-    """RoPE and StRing on `model` for CopyTask at `lengths`."""
-    methods = {
+def copy_grid(model, count=5, task=None, lengths=(24, 40), methods=("rope", "string")) -> Grid:
+    """RoPE and StRing (or those of `methods`) on `model` for CopyTask at `lengths`."""
+    settings = {
         "rope": PositionMethodConfig(name="rope"),
         "string": PositionMethodConfig(name="string", string=StringConfig(local_window=4)),
     }
-    return Grid({"m": model}, methods, [task or CopyTask()], list(lengths), seed=3, count=count)
+    arms = {name: settings[name] for name in methods}
+    return Grid({"m": model}, arms, [task or CopyTask()], list(lengths), seed=3, count=count)
+
+
+def strip_seconds(value):
+    """A record, summary or list of them without the wall times (the one field that differs
+    between two runs of the same samples)."""
+    if isinstance(value, list):
+        return [strip_seconds(item) for item in value]
+    return {key: item for key, item in value.items() if key != "seconds"}
+
+
+class KillAfter:
+    """A progress that raises (a kill) after `batches` batches of decoding on this rank."""
+
+    def __init__(self, batches: int):
+        self.batches = batches
+
+    def cell_started(self, cell, total, done):
+        pass
+
+    def advance(self, samples):
+        self.batches -= 1
+        if self.batches == 0:
+            raise RuntimeError("killed")
+
+    def cell_done(self, result, reused):
+        pass
+
+
+def rank_main(rank: int, world: int, store: str, jobs: list[dict], out: str) -> None:
+    """One gloo rank (torch.multiprocessing, a FileStore): each job runs `copy_grid(**grid)`
+    into `root` (`kill`: the rank that raises after `after` batches), and the rank's results,
+    or the error it stopped with, and the prompts it decoded itself go to `<out>/rank<rank>.pt`."""
+    import torch.distributed as dist
+
+    from longctx.eval import cell_decoding
+    from longctx.eval.cells import Decoding, run_grid
+    from longctx.eval.ranks import Ranks
+
+    prompts = []
+    generate = cell_decoding.generate
+
+    def counting(model, batch, **options):
+        prompts[-1] += len(batch)
+        return generate(model, batch, **options)
+
+    cell_decoding.generate = counting
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
+    model = copy_model()
+    outcomes = []
+    for job in jobs:
+        prompts.append(0)
+        kill = job.get("kill")
+        progress = KillAfter(kill["after"]) if kill and kill["rank"] == rank else None
+        try:
+            results = run_grid(
+                copy_grid(model, **job["grid"]), Tokens(), job["root"], Decoding(batch_tokens=48), progress
+            )
+            outcomes.append(
+                [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
+            )
+        except Exception as error:
+            outcomes.append(f"{type(error).__name__}: {error}")
+    assert Ranks.current().world == world
+    torch.save((outcomes, prompts), f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()

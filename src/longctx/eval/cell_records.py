@@ -70,12 +70,13 @@ def cell_files(directory: Path) -> list[Path]:
     return [directory / SAMPLES_FILE, *ranked]
 
 
-def read_cell(directory: Path, own: Path) -> dict[int, dict[str, Any]]:
-    """Every record of the cell by index, from all its files (`own`, this rank's, repaired)."""
+def read_cell(directory: Path) -> dict[int, dict[str, Any]]:
+    """Every record of the cell by index, from all its files (read only: torn last lines are
+    skipped, each writer cuts its own before the cell is read)."""
     records: dict[int, dict[str, Any]] = {}
     source: dict[int, Path] = {}
     for path in cell_files(directory):
-        for record in read_records(path, repair=path == own):
+        for record in read_records(path, repair=False):
             index = record["index"]
             stored = records.get(index)
             if stored is not None and any(stored.get(key) != record.get(key) for key in COMPARED):

@@ -16,7 +16,7 @@ greedily by `eval.generation.generate` and scored. Its directory
                   (under torchrun each rank appends to its own `samples.rank<r>.jsonl`,
                   merged into samples.jsonl when the cell finishes: eval/cell_records.py);
 - `batches.json`  how many rows a batch holds: the samples are decoded in fixed blocks of
-                  consecutive indices (`batches`), so a sample's batch-mates do not depend on
+                  consecutive indices (`batch_rows`), so a sample's batch-mates do not depend on
                   what was pending or on how many ranks ran;
 - `summary.json`  written when the cell has its `count` records: mean score, count, and for
                   pass/fail scores the passes and their Wilson 95% interval.
@@ -210,12 +210,12 @@ def _check_batches(directory: Path, rows: int) -> None:
         )
 
 
-def batches(samples: list[Sample], decoding: Decoding, length: int) -> list[list[Sample]]:
-    """A cell's samples cut into fixed blocks of consecutive indices, as many rows as the
-    cell's length allows (a longer prompt: its length): the blocks depend on the cell and the
-    decoding settings only, never on which samples are pending or how many ranks run."""
-    rows = decoding.rows(max(length, *(len(sample.prompt_ids) for sample in samples)))
-    return [samples[first : first + rows] for first in range(0, len(samples), rows)]
+def batch_rows(samples: list[Sample], decoding: Decoding, length: int) -> int:
+    """Rows per batch of a cell: as many as the cell's length allows (a longer prompt: its
+    length). The batches are fixed blocks of that many consecutive indices, so they depend
+    on the cell and the decoding settings only, never on which samples are pending or on how
+    many ranks run."""
+    return decoding.rows(max(length, *(len(sample.prompt_ids) for sample in samples)))
 
 
 def run_cell(
@@ -251,7 +251,7 @@ def run_cell(
     except CellMismatchError as failed:
         error = failed
     team.settle(error)  # after it, no rank writes this cell until the records are read
-    records = read_cell(directory, own)
+    records = read_cell(directory)
     summary_path = directory / SUMMARY_FILE
     if summary_path.exists() and all(index in records for index in range(count)):
         return _reused(cell, records, count, summary_path, team, progress)
@@ -263,7 +263,8 @@ def run_cell(
                 f"{directory / 'samples*.jsonl'}: sample {sample.index} was decoded from another prompt; "
                 f"delete {directory} to evaluate it again"
             )
-    blocks = batches(samples, decoding, cell.length)
+    rows = batch_rows(samples, decoding, cell.length)
+    blocks = [samples[first : first + rows] for first in range(0, count, rows)]
     pending = [block for block in blocks if any(sample.index not in records for sample in block)]
     if progress is not None:
         progress.cell_started(cell, total=count, done=sum(index in records for index in range(count)))
@@ -271,7 +272,7 @@ def run_cell(
     decoded: dict[int, dict[str, Any]] = {}
     try:
         if team.lead:
-            _check_batches(directory, len(blocks[0]))
+            _check_batches(directory, rows)
         mine = share(pending, team)
         if mine:
             decoded = decode_batches(model, method_config, task, tokenizer, mine, decoding, records, own, progress)

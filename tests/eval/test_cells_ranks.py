@@ -1,0 +1,137 @@
+"""eval/cells.py under several ranks (eval/ranks.py): 2 and 3 gloo ranks write the records,
+summaries and returned results of one process, a run killed on one rank resumes under
+another world size decoding only what is missing, and bad input stops every rank with the
+rank named."""
+
+import json
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from longctx.eval.cell_records import CellMismatchError, read_cell
+from longctx.eval.cells import Decoding, run_grid
+from longctx.eval.ranks import RankError, Ranks, check_same_models, check_shared_directory, share, whole_cells
+from tests.eval.helpers import Tokens, copy_grid, copy_model, rank_main, strip_seconds
+
+GRIDS = {
+    "table": {"count": 5, "lengths": (24, 40)},  # 4 cells: whole on 2 ranks, 3 whole + 1 spread on 3
+    "search": {"count": 7, "lengths": (24,), "methods": ("rope",)},  # 1 cell of 4 batches, spread
+}
+
+
+def spawn(world, jobs, tmp_path, name):
+    out = tmp_path / name
+    out.mkdir()
+    mp.start_processes(rank_main, args=(world, str(out / "store"), jobs, str(out)), nprocs=world, start_method="spawn")
+    outcomes, prompts = zip(*(torch.load(out / f"rank{rank}.pt") for rank in range(world)), strict=True)
+    return outcomes, prompts
+
+
+def cell_files(root):
+    """Every file of every cell, parsed, without wall times; keyed by path under root."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_dir():
+            continue
+        if path.suffix == ".jsonl":
+            content = [strip_seconds(json.loads(line)) for line in path.read_text().splitlines()]
+        else:
+            content = strip_seconds(json.loads(path.read_text()))
+        files[str(path.relative_to(root))] = content
+    return files
+
+
+def outcome(results):
+    return [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
+
+
+def test_two_and_three_ranks_write_what_one_process_writes_and_resume_each_other(tmp_path):
+    model, decoding = copy_model(), Decoding(batch_tokens=48)
+    one = {
+        name: outcome(run_grid(copy_grid(model, **grid), Tokens(), tmp_path / "one" / name, decoding))
+        for name, grid in GRIDS.items()
+    }
+    expected = {name: cell_files(tmp_path / "one" / name) for name in GRIDS}
+    assert all("samples.jsonl" in path for path in expected["search"] if path.endswith("jsonl"))
+
+    killed = {"root": str(tmp_path / "killed"), "grid": GRIDS["table"], "kill": {"rank": 1, "after": 1}}
+    three, three_prompts = spawn(
+        3, [*({"root": str(tmp_path / "three" / n), "grid": g} for n, g in GRIDS.items()), killed], tmp_path, "w3"
+    )
+    resumed = {"root": str(tmp_path / "killed"), "grid": GRIDS["table"]}
+    two, two_prompts = spawn(
+        2, [*({"root": str(tmp_path / "two" / n), "grid": g} for n, g in GRIDS.items()), resumed], tmp_path, "w2"
+    )
+
+    for world, ranks in (("three", three), ("two", two)):
+        for position, name in enumerate(GRIDS):
+            assert cell_files(tmp_path / world / name) == expected[name], (world, name)
+            for rank_outcomes in ranks:  # every rank returns every cell, as one process does
+                assert rank_outcomes[position] == one[name], (world, name)
+    # No prompt is decoded twice, and each rank decodes its share of the spread cell.
+    for prompts in (three_prompts, two_prompts):
+        assert [sum(p[job] for p in prompts) for job in (0, 1)] == [20, 7]
+        assert all(p[1] > 0 for p in prompts)
+    # The kill on rank 1 stopped all three ranks, rank 1 with its own error, the others naming it.
+    assert three[1][2] == "RuntimeError: killed"
+    assert all(r[2].startswith("RankError: rank 1 of 3 failed: RuntimeError: killed") for r in (three[0], three[2]))
+    # Resumed by 2 ranks: rank 1's record of the L=40 cell counts, its 4 others and the never
+    # started last cell are decoded, nothing else; then the files are those of one process.
+    assert sum(decoded for *_, decoded in two[0][2]) == 4 + 5
+    assert cell_files(tmp_path / "killed") == expected["table"]
+
+
+def test_the_rule_deals_whole_cells_then_batches_by_rank():
+    assert whole_cells(4, Ranks(0, 3)) == 3 and whole_cells(2, Ranks(0, 3)) == 0 and whole_cells(5, Ranks()) == 5
+    assert [share(list(range(7)), Ranks(rank, 3)) for rank in range(3)] == [[0, 3, 6], [1, 4], [2, 5]]
+
+
+class Gathered(Ranks):
+    """A rank whose collectives return given values: the other ranks' answers, in-process."""
+
+    def __init__(self, rank, world, answers):
+        super().__init__(rank, world)
+        object.__setattr__(self, "answers", answers)
+
+    def gather(self, value):
+        return self.answers.pop(0)(value)
+
+    def barrier(self):
+        pass
+
+
+def test_a_rank_with_other_weights_or_without_the_cells_directory_is_named(tmp_path):
+    ranks = Gathered(0, 2, [lambda mine: [mine, {"m": "f00"}]])
+    with pytest.raises(RankError, match=r"rank 1 loaded other weights for model 'm'.*same checkpoint"):
+        check_same_models({"m": "abc"}, tmp_path, ranks)
+    blind = Gathered(
+        0,
+        3,
+        [
+            lambda token: [token] * 3,
+            lambda error: [error] * 3,
+            lambda saw: [saw, True, False],
+            lambda h: ["a", "b", "c"],
+        ],
+    )
+    with pytest.raises(RankError, match=rf"rank 2 \(host c\) cannot see the cells directory {tmp_path}"):
+        check_shared_directory(tmp_path, blind)
+    assert list(tmp_path.iterdir()) == []  # the marker is gone; nothing else written
+
+
+def test_rank_files_that_disagree_or_other_batches_are_refused(tmp_path):
+    model = copy_model()
+    run_grid(copy_grid(model, count=2, lengths=[24], methods=("rope",)), Tokens(), tmp_path, Decoding())
+    [cell] = [path.parent for path in tmp_path.rglob("summary.json")]
+    (cell / "summary.json").unlink()
+    record = json.loads((cell / "samples.jsonl").read_text().splitlines()[0])
+    (cell / "samples.rank1.jsonl").write_text(json.dumps({**record, "text": "other"}) + "\n")
+    with pytest.raises(
+        CellMismatchError, match=r"samples.rank1.jsonl and .*samples.jsonl hold different records of sample 0"
+    ):
+        read_cell(cell)
+    (cell / "samples.rank1.jsonl").unlink()
+    with pytest.raises(CellMismatchError, match=r"batches.json: .* batches of 64 rows and this run would batch 1"):
+        run_grid(copy_grid(model, count=2, lengths=[24], methods=("rope",)), Tokens(), tmp_path, Decoding(batch_size=1))
+    assert len((cell / "samples.jsonl").read_text().splitlines()) == 2  # nothing overwritten
