@@ -211,14 +211,12 @@ def rank_main(rank: int, world: int, store: str, jobs: list[dict], out: str) -> 
         kill = job.get("kill")
         progress = KillAfter(kill["after"]) if kill and kill["rank"] == rank else None
         try:
-            results = run_grid(
-                copy_grid(model, **job["grid"]), Tokens(), job["root"], Decoding(batch_tokens=48), progress
-            )
+            grid = copy_grid(model, **job["grid"])
+            results = run_grid(grid, Tokens(), job["root"], Decoding(batch_tokens=48), progress, ranks=Ranks.current())
             outcomes.append(
                 [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
             )
         except Exception as error:
             outcomes.append(f"{type(error).__name__}: {error}")
-    assert Ranks.current().world == world
     torch.save((outcomes, prompts), f"{out}/rank{rank}.pt")
     dist.destroy_process_group()

@@ -93,6 +93,15 @@ def evaluation_setup(items: list[str], checkpoints: list[str]):
     return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
 
 
+def evaluation_ranks(cfg):
+    """The evaluation's ranks (eval/ranks.py): torchrun's process group joined on each rank's
+    eval.device (cuda:LOCAL_RANK), or this process alone; a context manager."""
+    from longctx.eval.model_setup import evaluation_device
+    from longctx.eval.ranks import Ranks
+
+    return Ranks.joined(evaluation_device(cfg.eval.device))
+
+
 def table_arms(cfg, methods: str, subset: str = "") -> dict:
     """The table's arms: `eval.arms` when the config names them, else one arm per name in
     `methods` (a registered method or arm, e.g. string-repo; empty = every registered

@@ -233,12 +233,14 @@ def run_cell(
     ranks: Ranks | None = None,
     alone: bool = False,
 ) -> CellResult:
-    """Evaluate one cell, or finish or reuse it from `root` (module docstring). `ranks` (None:
-    the process group, eval/ranks.py) call it together and share the cell's pending batches,
-    rank 0 merging their records; `alone`: this rank runs the whole cell by itself."""
+    """Evaluate one cell, or finish or reuse it from `root` (module docstring). `ranks`
+    (eval/ranks.py; None: this process alone) call it together and share the cell's pending
+    batches, rank 0 merging their records; `alone`: this rank of `ranks` runs the whole cell
+    by itself. A caller whose ranks must all run the same forwards (a model sharded by FSDP
+    in training) leaves `ranks` None on every rank."""
     if count < 1:
         raise ValueError(f"a cell needs count >= 1 samples, got {count}")
-    ranks = Ranks.current() if ranks is None else ranks
+    ranks = Ranks() if ranks is None else ranks
     team = Ranks() if alone else ranks
     directory = cell.directory(root)
     own = records_file(directory, ranks)
@@ -312,6 +314,13 @@ def _reused(cell, records, count, summary_path, team, progress) -> CellResult:
     return result
 
 
+def check_ranks(root: str | Path, models: dict[str, Llama], ranks: Ranks) -> None:
+    """Before any cell, on every rank: the cells directory is one every rank sees, and every
+    rank holds the same weights under each model name (eval/ranks.py)."""
+    check_shared_directory(root, ranks)
+    check_same_models({name: model_fingerprint(model) for name, model in models.items()}, root, ranks)
+
+
 def run_grid(
     grid: Grid,
     tokenizer: TextTokenizer,
@@ -320,51 +329,58 @@ def run_grid(
     progress: Progress | None = None,
     on_error: Callable[[Cell, Exception], bool] | None = None,
     ranks: Ranks | None = None,
+    left_out: list[tuple[Cell, str]] | None = None,
 ) -> list[CellResult]:
     """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order, on every rank.
-    `on_error(cell, error)`: True = leave that cell out and go on (NIAH: a length below a
-    task's prompt overhead); without it, or when it returns False, the error propagates.
+    `on_error(cell, error)`, a decision without side effects: True = leave that cell out and
+    go on (NIAH: a length below a task's prompt overhead), the cell and the error's message
+    appended to `left_out` in grid order; without it, or when it returns False, the error
+    propagates.
 
-    Under torchrun (`ranks`, None: the process group) the cells are dealt by eval/ranks.py's
-    rule: whole cells first, each rank on its own, then the rest spread over every rank by
-    batches; the finished cells are gathered so that every rank returns all of them."""
-    ranks = Ranks.current() if ranks is None else ranks
+    With `ranks` (eval/ranks.py; None: this process alone), every rank calls it and the
+    cells are dealt by eval/ranks.py's rule: whole cells first, each rank on its own, then
+    the rest spread over every rank by batches; the finished cells (and the left-out ones)
+    are gathered so that every rank returns all of them."""
+    ranks = Ranks() if ranks is None else ranks
     cells = grid.cells()
-    check_shared_directory(root, ranks)
-    check_same_models({name: model_fingerprint(model) for name, model in grid.models.items()}, root, ranks)
+    check_ranks(root, grid.models, ranks)
     if progress is not None and hasattr(progress, "grid_started"):
-        progress.grid_started(len(cells) * grid.count)
+        progress.grid_started(len(cells) * grid.count, ranks.layout(len(cells)) if ranks.world > 1 else "")
     whole = whole_cells(len(cells), ranks)
-    results: dict[int, CellResult | None] = {}
+    outcomes: dict[int, CellResult | str] = {}
     error: Exception | None = None
     for position in share(list(range(whole)), ranks):
         try:
-            results[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, True)
+            outcomes[position] = _cell(
+                grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, True
+            )
         except Exception as failed:  # the other ranks stop with it at the gather below
             error = failed
             break
     ranks.settle(error)
-    for position, result in _gathered(results, ranks, progress):
-        results[position] = result
+    outcomes.update(_gathered(outcomes, ranks, progress))
     for position in range(whole, len(cells)):
-        results[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, False)
-    return [result for _, result in sorted(results.items()) if result is not None]
+        outcomes[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, False)
+    for position, outcome in sorted(outcomes.items()):
+        if isinstance(outcome, str) and left_out is not None:
+            left_out.append((cells[position][0], outcome))
+    return [outcome for _, outcome in sorted(outcomes.items()) if isinstance(outcome, CellResult)]
 
 
-def _gathered(mine: dict[int, CellResult | None], ranks: Ranks, progress: Progress | None):
-    """The whole cells every other rank ran (rank 0 reports them as finished)."""
+def _gathered(mine: dict[int, CellResult | str], ranks: Ranks, progress: Progress | None):
+    """The whole cells every other rank ran or left out (rank 0 reports them as finished)."""
     for rank, theirs in enumerate(ranks.gather(mine)):
         if rank == ranks.rank:
             continue
-        for position, result in theirs.items():
-            if progress is not None and result is not None:
-                progress.advance(result.decoded)
-                progress.cell_done(result, reused=False)
-            yield position, result
+        for position, outcome in theirs.items():
+            if progress is not None and isinstance(outcome, CellResult):
+                progress.advance(outcome.decoded)
+                progress.cell_done(outcome, reused=False)
+            yield position, outcome
 
 
-def _cell(grid, entry, tokenizer, root, decoding, progress, on_error, ranks, alone) -> CellResult | None:
-    """One cell of the grid; None when `on_error` leaves it out."""
+def _cell(grid, entry, tokenizer, root, decoding, progress, on_error, ranks, alone) -> CellResult | str:
+    """One cell of the grid; the error's message when `on_error` leaves it out."""
     cell, model, method, task = entry
     method.resolved(model.config.max_position, f"eval.arms.{cell.method}")
     try:
@@ -385,4 +401,4 @@ def _cell(grid, entry, tokenizer, root, decoding, progress, on_error, ranks, alo
     except Exception as error:
         if on_error is None or not on_error(cell, error):
             raise
-        return None
+        return str(error)

@@ -2,7 +2,8 @@
 whether it fits, decided here once for the engine's cells (eval/cells.py), the
 effective-length search and the in-training probe.
 
-- device: `eval.device` (auto = cuda when available, else cpu);
+- device: `eval.device` (auto = cuda when available, else cpu; cuda:LOCAL_RANK on a
+  torchrun rank);
 - precision: bf16 autocast on CUDA (the flash kernels' dtype, half the KV cache), the fp32
   weights on CPU (the reference); the memory estimate counts the same bytes per value;
 - position method: None for plain RoPE (the model's own path), else the configured method
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 
 import torch
@@ -31,9 +33,12 @@ from longctx.model.position_methods import PositionMethod, build_position_method
 
 
 def evaluation_device(name: str) -> torch.device:
-    """`eval.device` resolved: auto = cuda when available, else cpu."""
+    """`eval.device` resolved: auto = cuda when available, else cpu; a torchrun rank's cuda
+    is cuda:LOCAL_RANK (one GPU per rank of a node)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        name = f"cuda:{os.environ['LOCAL_RANK']}"
     return torch.device(name)
 
 

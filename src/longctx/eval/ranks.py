@@ -23,9 +23,11 @@ all ranks stop together (no rank left waiting at a collective) with the failing 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,16 +72,30 @@ class Ranks:
         )
 
     @classmethod
-    def from_environment(cls, device: torch.device) -> Ranks:
-        """Join torchrun's process group when WORLD_SIZE > 1 (nccl for CUDA `device`, each
-        rank on cuda:LOCAL_RANK; gloo otherwise); one process without torchrun."""
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            return cls.current()
-        if not dist.is_initialized():
+    @contextlib.contextmanager
+    def joined(cls, device: torch.device) -> Iterator[Ranks]:
+        """Join torchrun's process group when WORLD_SIZE > 1 (nccl for a CUDA `device`, each
+        rank on cuda:LOCAL_RANK; gloo otherwise) and leave it afterwards; one process
+        without torchrun."""
+        created = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
+        if created:
             if device.type == "cuda":
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(device)
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls.current()
+        try:
+            yield cls.current()
+        finally:
+            if created:
+                dist.destroy_process_group()
+
+    def layout(self, cells: int) -> str:
+        """How a grid of `cells` is dealt (the module's rule), in words, for the log."""
+        whole = whole_cells(cells, self)
+        nodes = max(1, self.world // max(1, self.local_world))
+        return (
+            f"{self.world} ranks ({nodes} node(s) x {self.local_world}): {cells} cells, {whole} run whole "
+            f"(cell i on rank i mod {self.world}), {cells - whole} spread over every rank by batches"
+        )
 
     def gather(self, value: T) -> list[T]:
         """Every rank's `value`, in rank order, on every rank (one process: [value])."""
