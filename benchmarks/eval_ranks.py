@@ -143,7 +143,14 @@ def main() -> None:
                 rate = measured["samples"] / measured["seconds"]
                 base = base or rate
                 rows.append(
-                    [grid, str(world), str(measured["samples"]), f"{measured['seconds']:.1f}", f"{rate:.2f}", f"{rate / base:.2f}x"]
+                    [
+                        grid,
+                        str(world),
+                        str(measured["samples"]),
+                        f"{measured['seconds']:.1f}",
+                        f"{rate:.2f}",
+                        f"{rate / base:.2f}x",
+                    ]
                 )
     notes = [f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
     if ranks == 1:
