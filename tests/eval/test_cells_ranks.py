@@ -1,7 +1,8 @@
 """eval/cells.py under several ranks (eval/ranks.py): 2 and 3 gloo ranks write the records,
 summaries and returned results of one process, a run killed on one rank resumes under
 another world size decoding only what is missing, and bad input stops every rank with the
-rank named."""
+rank named; a model too large for one device is sharded over the node's ranks
+(eval/layout.py) with the same logits and records."""
 
 import json
 
@@ -11,8 +12,10 @@ import torch.multiprocessing as mp
 
 from longctx.eval.cell_records import CellMismatchError, read_cell
 from longctx.eval.cells import Decoding, run_grid
+from longctx.eval.layout import choose_layout
+from longctx.eval.memory_estimate import EvaluationMemoryError
 from longctx.eval.ranks import RankError, Ranks, check_same_models, check_shared_directory, share, whole_cells
-from tests.eval.helpers import Tokens, copy_grid, copy_model, rank_main, strip_seconds
+from tests.eval.helpers import Tokens, copy_grid, copy_model, rank_main, sharded_rank_main, strip_seconds
 
 GRIDS = {
     "table": {"count": 5, "lengths": (24, 40)},  # 4 cells: whole on 2 ranks, 3 whole + 1 spread on 3
@@ -135,3 +138,48 @@ def test_rank_files_that_disagree_or_other_batches_are_refused(tmp_path):
     with pytest.raises(CellMismatchError, match=r"batches.json: .* batches of 64 rows and this run would batch 1"):
         run_grid(copy_grid(model, count=2, lengths=[24], methods=("rope",)), Tokens(), tmp_path, Decoding(batch_size=1))
     assert len((cell / "samples.jsonl").read_text().splitlines()) == 2  # nothing overwritten
+
+
+def test_a_model_too_large_for_one_device_is_sharded_over_the_node_with_the_same_results(tmp_path):
+    model, decoding = copy_model(), Decoding(batch_tokens=48)
+    one = outcome(run_grid(copy_grid(model, count=5), Tokens(), tmp_path / "one", decoding))
+    out = tmp_path / "w2"
+    out.mkdir()
+    root = tmp_path / "sharded"
+    mp.start_processes(
+        sharded_rank_main, args=(2, str(out / "store"), str(root), str(out)), nprocs=2, start_method="spawn"
+    )
+    for rank in range(2):
+        shard, workers, difference, results = torch.load(out / f"rank{rank}.pt")
+        assert (shard, workers) == (2, 1)  # the limit admits half the weights, not all of them
+        assert difference <= 1e-6  # the sharded forward's logits are the unsharded model's
+        assert results == one
+    assert cell_files(root) == cell_files(tmp_path / "one")
+
+
+def test_a_model_that_fits_no_layout_is_refused_naming_why():
+    model = copy_model()
+    with pytest.raises(EvaluationMemoryError, match=r"one rank per node cannot shard it.*--nproc-per-node"):
+        choose_layout(
+            model.config,
+            Ranks(),
+            torch.device("cpu"),
+            length=40,
+            rows=1,
+            tests=5,
+            new_tokens=4,
+            prefill_chunk_tokens=0,
+            limit_gib=1e-6,
+        )
+    with pytest.raises(EvaluationMemoryError, match=r"sharded over the node's 2 ranks it still needs"):
+        choose_layout(
+            model.config,
+            Ranks(0, 2, 0, 2),
+            torch.device("cpu"),
+            length=40,
+            rows=1,
+            tests=5,
+            new_tokens=4,
+            prefill_chunk_tokens=0,
+            limit_gib=1e-6,
+        )

@@ -28,6 +28,7 @@ from longctx.cli.common import (
     evaluation_ranks,
     evaluation_setup,
     load_table_models,
+    place_models,
     table_arms,
     write_table,
 )
@@ -50,6 +51,7 @@ def cmd_eval_suite(args: argparse.Namespace) -> int:
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with evaluation_ranks(cfg) as ranks:
         models = load_table_models(checkpoints, cfg)
+        ranks = place_models(models, cfg, ranks, lengths, cfg.eval.benchmarks.samples_per_length)
         with CellProgress(quiet=args.quiet or not ranks.lead) as progress:
             table, results = run_suite(
                 models,

@@ -11,6 +11,7 @@ from longctx.cli.common import (
     evaluation_ranks,
     evaluation_setup,
     load_table_models,
+    place_models,
     table_arms,
     write_table,
 )
@@ -21,11 +22,12 @@ def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
     from longctx.eval.model_setup import with_eval_temperature
     from longctx.eval.niah.evaluation import (
+        SEARCH_MODEL,
         evaluate,
-        evaluation_device,
         format_search,
         log_to_wandb,
         method_settings,
+        search_settings,
         write_result,
     )
     from longctx.model.checkpoint import load_model
@@ -33,7 +35,9 @@ def cmd_niah(args: argparse.Namespace) -> int:
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
     with evaluation_ranks(cfg) as ranks:
-        model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval).fuse_projections_()
+        model = with_eval_temperature(load_model(checkpoint), cfg.eval).fuse_projections_()
+        lengths = search_settings(cfg, model).evaluated_lengths() or [model.config.max_position]
+        ranks = place_models({SEARCH_MODEL: model}, cfg, ranks, lengths, cfg.eval.niah.tests_per_length)
         out_dir = args.out or cfg.eval.out_dir
         with CellProgress(quiet=not ranks.lead) as progress:
             cells = Path(out_dir) / "cells"
@@ -62,6 +66,8 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with evaluation_ranks(cfg) as ranks:
         models = load_table_models(checkpoints, cfg)
+        tested = lengths or [model.config.max_position for model in models.values()]
+        ranks = place_models(models, cfg, ranks, tested, cfg.eval.niah.tests_per_length)
         with CellProgress(quiet=args.quiet or not ranks.lead) as progress:
             table, results = method_table(
                 models, arms, cfg, tokenizer, haystack, lengths, cells_dir=cells_dir, progress=progress, ranks=ranks

@@ -10,6 +10,7 @@ a record are written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ class Batching(Protocol):
 
     prefill_chunk_tokens: int
     attention_backend: str | None
+    memory_limit_gib: float
 
 
 class Advancing(Protocol):
@@ -74,11 +76,13 @@ def decode_batches(
     batches: list[list[Sample]],
     decoding: Batching,
     stored: dict[int, dict[str, Any]],
-    path: Path,
+    path: Path | None,
     progress: Advancing | None,
 ) -> dict[int, dict[str, Any]]:
     """Decode `batches` (module docstring), appending to `path` the records of samples not in
-    `stored`; returns those records by index. The memory check covers the longest prompt."""
+    `stored`; returns those records by index. The memory check covers the longest prompt.
+    `path` None: a rank that holds a shard of a model decodes with its replica's writer
+    (every forward a collective) and keeps nothing."""
     samples = [sample for batch in batches for sample in batch]
     rows = max(len(batch) for batch in batches)
     check_memory(
@@ -88,11 +92,13 @@ def decode_batches(
         tests=len(samples),
         new_tokens=max(s.max_new_tokens for s in samples),
         prefill_chunk_tokens=decoding.prefill_chunk_tokens,
+        limit_gib=decoding.memory_limit_gib,
     )
     method = position_method(method_config, model)
     decoded: dict[int, dict[str, Any]] = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with evaluating(model), path.open("a") as out:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with evaluating(model), path.open("a") if path is not None else contextlib.nullcontext() as out:
         for batch in batches:
             start = time.perf_counter()
             generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
@@ -112,10 +118,12 @@ def decode_batches(
                     "seconds": seconds,
                     **task.details(sample, generation),
                 }
-                decoded[sample.index] = record
-                out.write(json.dumps(record) + "\n")
                 fresh += 1
-            out.flush()
+                if out is not None:
+                    decoded[sample.index] = record
+                    out.write(json.dumps(record) + "\n")
+            if out is not None:
+                out.flush()
             if progress is not None:
                 progress.advance(fresh)
     return decoded

@@ -111,6 +111,8 @@ class Decoding:
     """Prompt tokens per row per prefill forward (0 = the whole prompt)."""
     attention_backend: str | None = None
     """None = the model's configured backend."""
+    memory_limit_gib: float = 0.0
+    """eval.memory_limit_gib: what one rank's device may use (0: its free memory)."""
 
     def rows(self, longest_prompt: int) -> int:
         return max(1, min(self.batch_size, self.batch_tokens // longest_prompt))
@@ -241,13 +243,14 @@ def run_cell(
     if count < 1:
         raise ValueError(f"a cell needs count >= 1 samples, got {count}")
     ranks = Ranks() if ranks is None else ranks
-    team = Ranks() if alone else ranks
+    team = ranks.replica() if alone else ranks
     directory = cell.directory(root)
-    own = records_file(directory, ranks)
+    own = records_file(directory, ranks) if ranks.writer else None
     spec = cell_spec(cell, model, method_config, task, seed)
     error: Exception | None = None
     try:
-        read_records(own)  # this rank's torn last line, cut before anyone reads the cell
+        if own is not None:
+            read_records(own)  # this rank's torn last line, cut before anyone reads the cell
         if team.lead:
             _check_spec(directory, spec)
     except CellMismatchError as failed:
@@ -370,7 +373,7 @@ def run_grid(
 def _gathered(mine: dict[int, CellResult | str], ranks: Ranks, progress: Progress | None):
     """The whole cells every other rank ran or left out (rank 0 reports them as finished)."""
     for rank, theirs in enumerate(ranks.gather(mine)):
-        if rank == ranks.rank:
+        if rank // ranks.shard == ranks.worker or rank % ranks.shard:  # this replica's, or a copy
             continue
         for position, outcome in theirs.items():
             if progress is not None and isinstance(outcome, CellResult):

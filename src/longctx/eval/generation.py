@@ -53,6 +53,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from longctx.model.decode_graph import DecodeGraph, recordable
 from longctx.model.decoding import prefill
@@ -131,9 +132,9 @@ def _generate_batch(
     # re-runs its sequence at the switch decodes eagerly
     graph = (
         DecodeGraph(model, cache, position_method, attention_backend=attention_backend)
-        if recordable(position_method) and switch is None
+        if recordable(position_method) and switch is None and not isinstance(model.tok_embeddings.weight, DTensor)
         else None
-    )
+    )  # a model sharded by FSDP2 (eval/layout.py) decodes eagerly: its forwards gather weights
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
     # Pipelined: step t+1 is queued before the host reads step t's tokens, so the device

@@ -24,10 +24,16 @@ import os
 from collections.abc import Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from longctx.config.eval import EvalConfig
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.eval.memory_estimate import available_memory, check_evaluation_memory, estimate_evaluation_memory
+from longctx.eval.memory_estimate import (
+    GIB,
+    available_memory,
+    check_evaluation_memory,
+    estimate_evaluation_memory,
+)
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
 
@@ -83,10 +89,19 @@ def evaluating(model: Llama) -> Iterator[None]:
 
 
 def check_memory(
-    model: Llama, longest: int, *, rows: int, tests: int, new_tokens: int, prefill_chunk_tokens: int
+    model: Llama,
+    longest: int,
+    *,
+    rows: int,
+    tests: int,
+    new_tokens: int,
+    prefill_chunk_tokens: int,
+    limit_gib: float = 0.0,
 ) -> None:
     """Refuse, naming the limit, prompts of `longest` tokens decoded `rows` at a time that
-    cannot fit the model's device (eval/memory_estimate.py)."""
+    cannot fit the model's device (eval/memory_estimate.py); `limit_gib` (eval.memory_limit_gib,
+    0: the device's free memory) bounds what the evaluation may use, the weights this rank
+    holds (its shards, for a sharded model) included."""
     device = model_device(model)
     cuda = device.type == "cuda"
     estimate = estimate_evaluation_memory(
@@ -100,4 +115,12 @@ def check_memory(
         dense_attention=not cuda,
     )
     available, source = available_memory(device)
+    if limit_gib > 0:
+        held = sum(_local(p).numel() * p.element_size() for p in model.parameters())
+        available, source = int(limit_gib * GIB) - held, "eval.memory_limit_gib less the weights this rank holds"
     check_evaluation_memory(estimate, available, source, length=longest)
+
+
+def _local(parameter: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter (a DTensor's shard; a plain tensor whole)."""
+    return parameter.to_local() if isinstance(parameter, DTensor) else parameter

@@ -8,11 +8,13 @@ LOCAL_RANK and LOCAL_WORLD_SIZE, joins the group (nccl on CUDA, each rank on
 cuda:LOCAL_RANK; gloo on CPU) and returns this rank's place. Without torchrun it is the one
 process of a world of one, with no group and no collective.
 
-The rule (`share`, the one place work is dealt): a grid of n cells over W ranks runs its
-first W * floor(n / W) cells whole, cell i on rank i mod W, each rank on its own cells
+The rule (`share`, the one place work is dealt): a grid of n cells over W workers runs its
+first W * floor(n / W) cells whole, cell i on worker i mod W, each worker on its own cells
 without waiting for the others; the remaining n mod W cells (all of them when there are
-fewer cells than ranks) run one after another on every rank, the cell's pending batches
-dealt the same way, batch j on rank j mod W. A batch is a fixed block of sample indices
+fewer cells than workers) run one after another on every worker, the cell's pending
+batches dealt the same way, batch j on worker j mod W. A worker is one rank, or, for a
+model sharded over a node's ranks (eval/layout.py), those ranks together: they decode the
+same batches, each forward a collective, and one of them writes. A batch is a fixed block of sample indices
 (eval/cells.py), so what a rank decodes changes with W but how each sample is decoded does
 not. The deal depends only on the grid and the records on disk (read by every rank after
 the same barrier), never on timing, so every rank computes the same deal without asking.
@@ -28,7 +30,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,17 +48,49 @@ class RankError(LongctxError):
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place among the evaluation's ranks."""
+    """This process's place among the evaluation's ranks (or among the ranks of one team:
+    `replica`)."""
 
     rank: int = 0
     world: int = 1
     local_rank: int = 0
     local_world: int = 1
+    shard: int = 1
+    """Ranks that hold one model together (eval/layout.py): 1 = every rank a whole model;
+    a node's ranks when its weights are sharded over them. They decode the same batches."""
+    group: Any = field(default=None, compare=False)
+    """The process group of the collectives (None: the default group, every rank)."""
+    replica_group: Any = field(default=None, compare=False)
+    """The process group of this rank's replica (with shard > 1)."""
 
     @property
     def lead(self) -> bool:
         """Rank 0: it merges spread cells, writes tables and logs to W&B."""
         return self.rank == 0
+
+    @property
+    def worker(self) -> int:
+        """Which model replica this rank belongs to: the unit the rule deals work to."""
+        return self.rank // self.shard
+
+    @property
+    def workers(self) -> int:
+        return self.world // self.shard
+
+    @property
+    def writer(self) -> bool:
+        """The rank of its replica that writes the replica's records (the others decode the
+        same batches, each forward a collective over the shards, and keep nothing)."""
+        return self.rank % self.shard == 0
+
+    def replica(self) -> Ranks:
+        """The team that runs a whole cell: this rank alone, or, for a sharded model, the
+        ranks of its replica."""
+        if self.shard == 1:
+            return Ranks()
+        return Ranks(
+            self.rank % self.shard, self.shard, self.local_rank, self.local_world, self.shard, self.replica_group
+        )
 
     @classmethod
     def current(cls) -> Ranks:
@@ -92,9 +126,11 @@ class Ranks:
         """How a grid of `cells` is dealt (the module's rule), in words, for the log."""
         whole = whole_cells(cells, self)
         nodes = max(1, self.world // max(1, self.local_world))
+        unit = "rank" if self.shard == 1 else f"replica (a model sharded over {self.shard} ranks)"
         return (
-            f"{self.world} ranks ({nodes} node(s) x {self.local_world}): {cells} cells, {whole} run whole "
-            f"(cell i on rank i mod {self.world}), {cells - whole} spread over every rank by batches"
+            f"{self.world} ranks ({nodes} node(s) x {self.local_world}), {self.workers} x one {unit}: {cells} "
+            f"cells, {whole} run whole (cell i on worker i mod {self.workers}), {cells - whole} spread over "
+            "every worker by batches"
         )
 
     def gather(self, value: T) -> list[T]:
@@ -102,12 +138,12 @@ class Ranks:
         if self.world == 1:
             return [value]
         values: list[Any] = [None] * self.world
-        dist.all_gather_object(values, value)
+        dist.all_gather_object(values, value, group=self.group)
         return values
 
     def barrier(self) -> None:
         if self.world > 1:
-            dist.barrier()
+            dist.barrier(group=self.group)
 
     def settle(self, error: BaseException | None) -> None:
         """A collective: raise on every rank when any rank failed. The failing rank raises its
@@ -125,14 +161,15 @@ def _describe(error: BaseException | None) -> str:
 
 
 def share(items: list[T], ranks: Ranks) -> list[T]:
-    """This rank's part of `items`: item j goes to rank j mod W (the module's rule)."""
-    return items[ranks.rank :: ranks.world]
+    """This rank's part of `items`: item j goes to worker j mod W (the module's rule; a
+    worker is a rank, or the ranks that hold one sharded model together)."""
+    return items[ranks.worker :: ranks.workers]
 
 
 def whole_cells(cells: int, ranks: Ranks) -> int:
-    """How many of a grid's first cells run whole, one rank each (the module's rule); the
-    rest are spread over every rank by batches."""
-    return cells - cells % ranks.world
+    """How many of a grid's first cells run whole, one worker each (the module's rule); the
+    rest are spread over every worker by batches."""
+    return cells - cells % ranks.workers
 
 
 def check_shared_directory(root: str | Path, ranks: Ranks) -> None:

@@ -161,7 +161,9 @@ def run_suite(
     to `ranks`, eval/ranks.py; None: this process alone)."""
     settings = config.eval.benchmarks
     decoding = Decoding(
-        batch_tokens=config.eval.niah.batch_tokens, prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens
+        batch_tokens=config.eval.niah.batch_tokens,
+        prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens,
+        memory_limit_gib=config.eval.memory_limit_gib,
     )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
     left_out: list[tuple[Cell, str]] = []

@@ -111,6 +111,7 @@ def evaluate(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
         attention_backend=attention_backend,
+        memory_limit_gib=config.eval.memory_limit_gib,
     )
     lengths = settings.evaluated_lengths()
     if lengths:  # the longest length refused before any cell runs
@@ -122,6 +123,7 @@ def evaluate(
             tests=settings.tests_per_length,
             new_tokens=settings.max_new_tokens,
             prefill_chunk_tokens=settings.prefill_chunk_tokens,
+            limit_gib=config.eval.memory_limit_gib,
         )
     if ranks is not None and ranks.world > 1:
         if cells_dir is None:

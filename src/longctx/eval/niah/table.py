@@ -111,7 +111,11 @@ def method_table(
     """The table (`assemble_table`) and its cells, run or reused under `cells_dir` (dealt to
     `ranks`, eval/ranks.py; None: this process alone)."""
     settings = config.eval.niah
-    decoding = Decoding(batch_tokens=settings.batch_tokens, prefill_chunk_tokens=settings.prefill_chunk_tokens)
+    decoding = Decoding(
+        batch_tokens=settings.batch_tokens,
+        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        memory_limit_gib=config.eval.memory_limit_gib,
+    )
     grid = niah_grid(models, arms, config, haystack, lengths)
     results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length, ranks=ranks)
     return assemble_table(results, models, lengths, settings.depth_bands), results
