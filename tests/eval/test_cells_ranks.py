@@ -5,18 +5,28 @@ rank named; a model too large for one device is sharded over the node's ranks
 (eval/layout.py) with the same logits and records."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from longctx.analysis.wandb_offline import offline_runs
+from longctx.cli import main
+from longctx.config.model import ModelConfig
 from longctx.eval.cell_records import CellMismatchError, read_cell
 from longctx.eval.cells import Decoding, run_grid
 from longctx.eval.layout import choose_layout
 from longctx.eval.memory_estimate import EvaluationMemoryError
 from longctx.eval.ranks import RankError, Ranks, check_same_models, check_shared_directory, share, whole_cells
+from longctx.model.checkpoint import save_model
+from longctx.model.llama import Llama
 from tests.eval.helpers import Tokens, copy_grid, copy_model, rank_main, sharded_rank_main, strip_seconds
 
+REPOSITORY = Path(__file__).resolve().parents[2]
 GRIDS = {
     "table": {"count": 5, "lengths": (24, 40)},  # 4 cells: whole on 2 ranks, 3 whole + 1 spread on 3
     "search": {"count": 7, "lengths": (24,), "methods": ("rope",)},  # 1 cell of 4 batches, spread
@@ -183,3 +193,40 @@ def test_a_model_that_fits_no_layout_is_refused_naming_why():
             prefill_chunk_tokens=0,
             limit_gib=1e-6,
         )
+
+
+@pytest.mark.slow
+def test_niah_table_under_torchrun_writes_the_one_process_table_once(tmp_path, haystack_file):
+    """`torchrun --nproc_per_node=2 -m longctx niah-table` (gloo ranks on CPU): the table, the
+    cells and one W&B run, as `longctx niah-table` writes them (~1 min on 2 loaded cores)."""
+    checkpoint = tmp_path / "m.safetensors"
+    torch.manual_seed(0)
+    save_model(Llama(ModelConfig.from_preset("debug", max_position=256, init_std=0.2)), checkpoint)
+    sets = [
+        f"eval.niah.haystack={haystack_file}",
+        "eval.niah.tests_per_length=3",
+        "eval.niah.max_new_tokens=8",
+        "eval.niah.batch_tokens=512",
+        "eval.position_method.string.local_window=16",
+        "eval.threads=1",
+        "log.wandb_mode=offline",
+    ]
+    args = ["niah-table", str(checkpoint), *sets, "--methods", "rope,string", "--lengths", "128,256"]
+    assert main([*args, "--quiet", "--out", str(tmp_path / "one" / "table.md")]) == 0
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "longctx", *args]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path / "two" / "table.md")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPOSITORY / "src")},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("| method |") == 1  # rank 0 prints the table, rank 1 nothing
+    assert "models whole on every rank" in done.stderr and "evaluating on 2 ranks" in done.stderr
+    assert done.stderr.count("done  m.safetensors") == 4  # rank 0's lines: its cells and rank 1's
+    for name in ("table.md", "table.json"):
+        assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
+    assert cell_files(tmp_path / "two" / "cells") == cell_files(tmp_path / "one" / "cells")
+    assert len(offline_runs(tmp_path / "two")) == 1

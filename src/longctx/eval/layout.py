@@ -116,7 +116,7 @@ def choose_layout(
     )
     raise EvaluationMemoryError(
         f"length {length:,} needs an estimated {whole.describe()} per rank, more than the {limit / GIB:.2f} GiB "
-        f"of one device ({source}); {why}. Evaluate shorter lengths, fewer rows per forward "
+        f"available ({source}) on one device; {why}. Evaluate shorter lengths, fewer rows per forward "
         "(eval.niah.batch_tokens), smaller prefill chunks (eval.niah.prefill_chunk_tokens), or use more or "
         "larger devices per node"
     )
