@@ -142,9 +142,9 @@ class CopyTask(Task):
         return {"first_token": generation.token_ids[0]}
 
 
-def copy_model() -> Llama:
+def copy_model(seed: int = 0) -> Llama:
     """The `debug` model the cell tests decode with (seeded: every process builds the same)."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return Llama(ModelConfig.from_preset("debug", vocab_size=256, max_position=32, init_std=0.2)).eval()
 
 
@@ -186,7 +186,8 @@ class KillAfter:
 
 def rank_main(rank: int, world: int, store: str, jobs: list[dict], out: str) -> None:
     """One gloo rank (torch.multiprocessing, a FileStore): each job runs `copy_grid(**grid)`
-    into `root` (`kill`: the rank that raises after `after` batches), and the rank's results,
+    into `root` (a list: one per rank; `kill`: the rank that raises after `after` batches;
+    `other_weights`: ranks whose model has other weights), and the rank's results,
     or the error it stopped with, and the prompts it decoded itself go to `<out>/rank<rank>.pt`."""
     import torch.distributed as dist
 
@@ -211,8 +212,9 @@ def rank_main(rank: int, world: int, store: str, jobs: list[dict], out: str) -> 
         kill = job.get("kill")
         progress = KillAfter(kill["after"]) if kill and kill["rank"] == rank else None
         try:
-            grid = copy_grid(model, **job["grid"])
-            results = run_grid(grid, Tokens(), job["root"], Decoding(batch_tokens=48), progress, ranks=Ranks.current())
+            grid = copy_grid(model if rank not in job.get("other_weights", ()) else copy_model(seed=1), **job["grid"])
+            root = job["root"] if isinstance(job["root"], str) else job["root"][rank]
+            results = run_grid(grid, Tokens(), root, Decoding(batch_tokens=48), progress, ranks=Ranks.current())
             outcomes.append(
                 [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
             )

@@ -73,8 +73,13 @@ def test_two_and_three_ranks_write_what_one_process_writes_and_resume_each_other
         3, [*({"root": str(tmp_path / "three" / n), "grid": g} for n, g in GRIDS.items()), killed], tmp_path, "w3"
     )
     resumed = {"root": str(tmp_path / "killed"), "grid": GRIDS["table"]}
+    blind = {"root": [str(tmp_path / "mounted"), str(tmp_path / "elsewhere")], "grid": GRIDS["search"]}
+    other = {"root": str(tmp_path / "other"), "grid": GRIDS["search"], "other_weights": [1]}
     two, two_prompts = spawn(
-        2, [*({"root": str(tmp_path / "two" / n), "grid": g} for n, g in GRIDS.items()), resumed], tmp_path, "w2"
+        2,
+        [*({"root": str(tmp_path / "two" / n), "grid": g} for n, g in GRIDS.items()), resumed, blind, other],
+        tmp_path,
+        "w2",
     )
 
     for world, ranks in (("three", three), ("two", two)):
@@ -93,6 +98,16 @@ def test_two_and_three_ranks_write_what_one_process_writes_and_resume_each_other
     # started last cell are decoded, nothing else; then the files are those of one process.
     assert sum(decoded for *_, decoded in two[0][2]) == 4 + 5
     assert cell_files(tmp_path / "killed") == expected["table"]
+    # A rank that sees another directory, or holds other weights: every rank stops before any
+    # cell, naming the rank; nothing is written.
+    for rank_outcomes in two:
+        assert (
+            rank_outcomes[3].startswith("RankError: rank 1 (host ")
+            and "cannot see the cells directory" in rank_outcomes[3]
+        )
+        assert rank_outcomes[4].startswith("RankError: rank 1 loaded other weights for model 'm'")
+    assert not (tmp_path / "elsewhere").exists() and list((tmp_path / "mounted").iterdir()) == []
+    assert list((tmp_path / "other").iterdir()) == []
 
 
 def test_the_rule_deals_whole_cells_then_batches_by_rank():
