@@ -62,7 +62,8 @@ SUMMARY_FILE, SPEC_FILE, BATCHES_FILE = "summary.json", "cell.json", "batches.js
 
 
 class Progress(Protocol):
-    """What the grid reports while it runs (eval/cell_progress.py's `CellProgress` shows it)."""
+    """What the grid reports while it runs (eval/cell_progress.py's `CellProgress` shows it;
+    `run_grid` also calls its `grid_started(samples, layout)` where it has one)."""
 
     def cell_started(self, cell: Cell, total: int, done: int) -> None: ...
 
