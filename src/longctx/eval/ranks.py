@@ -26,6 +26,7 @@ all ranks stop together (no rank left waiting at a collective) with the failing 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import socket
 import uuid
@@ -40,6 +41,11 @@ import torch.distributed as dist
 from longctx.errors import LongctxError
 
 T = TypeVar("T")
+WAIT = datetime.timedelta(days=7)
+"""How long a collective waits for the other ranks: a rank that has run its whole cells
+waits at the grid's gather for the slowest rank, which can take hours (torch's default, 30
+minutes for gloo, would end the run there). A rank that dies does not leave the others
+waiting this long: torchrun stops every rank of a group when one fails."""
 
 
 class RankError(LongctxError):
@@ -115,7 +121,7 @@ class Ranks:
         if created:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=WAIT)
         try:
             yield cls.current()
         finally:
