@@ -247,17 +247,7 @@ def run_cell(
     team = ranks.replica() if alone else ranks
     directory = cell.directory(root)
     own = records_file(directory, ranks) if ranks.writer else None
-    spec = cell_spec(cell, model, method_config, task, seed)
-    error: Exception | None = None
-    try:
-        if own is not None:
-            read_records(own)  # this rank's torn last line, cut before anyone reads the cell
-        if team.lead:
-            _check_spec(directory, spec)
-    except CellMismatchError as failed:
-        error = failed
-    team.settle(error)  # after it, no rank writes this cell until the records are read
-    records = read_cell(directory)
+    records = _opened(directory, cell_spec(cell, model, method_config, task, seed), own, team)
     summary_path = directory / SUMMARY_FILE
     if summary_path.exists() and all(index in records for index in range(count)):
         return _reused(cell, records, count, summary_path, team, progress)
@@ -275,6 +265,7 @@ def run_cell(
     if progress is not None:
         progress.cell_started(cell, total=count, done=sum(index in records for index in range(count)))
     team.barrier()  # every rank has read the records before any rank appends to its file
+    error: Exception | None = None
     decoded: dict[int, dict[str, Any]] = {}
     try:
         if team.lead:
@@ -285,12 +276,7 @@ def run_cell(
     except Exception as failed:  # every rank stops with it, the failing rank named
         error = failed
     team.settle(error)
-    fresh: set[int] = set()
-    for rank, theirs in enumerate(team.gather(decoded)):
-        records.update(theirs)
-        fresh.update(theirs)
-        if progress is not None and rank != team.rank:
-            progress.advance(len(theirs))
+    fresh = _gathered_records(decoded, records, team, progress)
     kept = [records[index] for index in range(count)]
     summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
     if team.lead:
@@ -300,6 +286,34 @@ def run_cell(
     if progress is not None:
         progress.cell_done(result, reused=False)
     return result
+
+
+def _opened(directory: Path, spec: dict[str, Any], own: Path | None, team: Ranks) -> dict[int, dict[str, Any]]:
+    """The cell's records, read by every rank of `team` once its `cell.json` is checked (by
+    its lead) and each writer has cut its own file's torn last line: no rank writes the
+    cell until every rank has read it."""
+    error: Exception | None = None
+    try:
+        if own is not None:
+            read_records(own)
+        if team.lead:
+            _check_spec(directory, spec)
+    except CellMismatchError as failed:
+        error = failed
+    team.settle(error)
+    return read_cell(directory)
+
+
+def _gathered_records(decoded, records, team: Ranks, progress: Progress | None) -> set[int]:
+    """Every rank's new records added to `records` (the indices returned); rank 0's bar
+    counts the other ranks' samples."""
+    fresh: set[int] = set()
+    for rank, theirs in enumerate(team.gather(decoded)):
+        records.update(theirs)
+        fresh.update(theirs)
+        if progress is not None and rank != team.rank:
+            progress.advance(len(theirs))
+    return fresh
 
 
 def _reused(cell, records, count, summary_path, team, progress) -> CellResult:
