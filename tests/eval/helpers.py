@@ -224,11 +224,11 @@ def rank_main(rank: int, world: int, store: str, jobs: list[dict], out: str) -> 
     dist.destroy_process_group()
 
 
-def sharded_rank_main(rank: int, world: int, store: str, root: str, out: str) -> None:
-    """One of `world` gloo ranks of one node holding the copy model sharded (eval/layout.py,
-    an eval.memory_limit_gib between the sharded and the whole estimate): the layout chosen,
-    the largest logit difference to the unsharded model, and the grid's results go to
-    `<out>/rank<rank>.pt`."""
+def sharded_rank_main(rank: int, world: int, store: str, jobs: dict, out: str, local_world: int) -> None:
+    """One of `world` gloo ranks, `local_world` per node, holding the copy model sharded over
+    its node (eval/layout.py, an eval.memory_limit_gib between the sharded and the whole
+    estimate): the layout chosen, the largest logit difference to the unsharded model, and
+    each job's results (`jobs`: root -> copy_grid's arguments) go to `<out>/rank<rank>.pt`."""
     import copy
     import os
 
@@ -239,14 +239,14 @@ def sharded_rank_main(rank: int, world: int, store: str, root: str, out: str) ->
     from longctx.eval.memory_estimate import GIB, estimate_evaluation_memory
     from longctx.eval.ranks import Ranks
 
-    os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(LOCAL_RANK=str(rank % local_world), LOCAL_WORLD_SIZE=str(local_world))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
     model = copy_model()
     reference = copy.deepcopy(model)
     shape = {"length": 40, "rows": 1, "tests": 5, "new_tokens": 4, "prefill_chunk_tokens": 0}
     whole = estimate_evaluation_memory(model.config, **shape)
-    limit = (whole.total + sharded(whole, world).total) / 2 / GIB
+    limit = (whole.total + sharded(whole, local_world).total) / 2 / GIB
     device = torch.device("cpu")
     layout = choose_layout(model.config, Ranks.current(), device, **shape, limit_gib=limit)
     ranks = place_models({"m": model}, layout, Ranks.current(), device)
@@ -254,7 +254,9 @@ def sharded_rank_main(rank: int, world: int, store: str, root: str, out: str) ->
     with torch.no_grad():
         difference = (model(ids) - reference(ids)).abs().max().item()
     decoding = Decoding(batch_tokens=48, memory_limit_gib=limit)
-    results = run_grid(copy_grid(model, count=5), Tokens(), root, decoding, ranks=ranks)
-    outcome = [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
-    torch.save((layout.shard, ranks.workers, difference, outcome), f"{out}/rank{rank}.pt")
+    outcomes = {}
+    for root, grid in jobs.items():
+        results = run_grid(copy_grid(model, **grid), Tokens(), root, decoding, ranks=ranks)
+        outcomes[root] = [(r.cell.name, strip_seconds(r.records), strip_seconds(r.summary), r.decoded) for r in results]
+    torch.save((layout.shard, ranks.workers, difference, outcomes), f"{out}/rank{rank}.pt")
     dist.destroy_process_group()

@@ -165,21 +165,45 @@ def test_rank_files_that_disagree_or_other_batches_are_refused(tmp_path):
     assert len((cell / "samples.jsonl").read_text().splitlines()) == 2  # nothing overwritten
 
 
-def test_a_model_too_large_for_one_device_is_sharded_over_the_node_with_the_same_results(tmp_path):
+def sharded_run(tmp_path, world, local_world, grids):
+    """`grids` (name -> copy_grid's arguments) on `world` ranks sharding the model over each
+    node's `local_world` ranks; one process's results and files of the same grids beside."""
     model, decoding = copy_model(), Decoding(batch_tokens=48)
-    one = outcome(run_grid(copy_grid(model, count=5), Tokens(), tmp_path / "one", decoding))
-    out = tmp_path / "w2"
+    one = {
+        name: outcome(run_grid(copy_grid(model, **grid), Tokens(), tmp_path / "one" / name, decoding))
+        for name, grid in grids.items()
+    }
+    out = tmp_path / "ranks"
     out.mkdir()
-    root = tmp_path / "sharded"
+    jobs = {str(tmp_path / "sharded" / name): grid for name, grid in grids.items()}
     mp.start_processes(
-        sharded_rank_main, args=(2, str(out / "store"), str(root), str(out)), nprocs=2, start_method="spawn"
+        sharded_rank_main,
+        args=(world, str(out / "store"), jobs, str(out), local_world),
+        nprocs=world,
+        start_method="spawn",
     )
-    for rank in range(2):
-        shard, workers, difference, results = torch.load(out / f"rank{rank}.pt")
+    return one, [torch.load(out / f"rank{rank}.pt") for rank in range(world)]
+
+
+def test_a_model_too_large_for_one_device_is_sharded_over_the_node_with_the_same_results(tmp_path):
+    one, ranks = sharded_run(tmp_path, 2, 2, {"table": GRIDS["table"]})
+    for shard, workers, difference, outcomes in ranks:
         assert (shard, workers) == (2, 1)  # the limit admits half the weights, not all of them
         assert difference <= 1e-6  # the sharded forward's logits are the unsharded model's
-        assert results == one
-    assert cell_files(root) == cell_files(tmp_path / "one")
+        assert outcomes[str(tmp_path / "sharded" / "table")] == one["table"]
+    assert cell_files(tmp_path / "sharded" / "table") == cell_files(tmp_path / "one" / "table")
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_ranks_each_shard_the_model_and_share_the_grid(tmp_path):
+    """4 gloo ranks as 2 nodes x 2: each node one worker holding the model sharded; whole
+    cells dealt to the nodes, a spread cell's batches too (~2 min on 2 loaded cores)."""
+    one, ranks = sharded_run(tmp_path, 4, 2, GRIDS)
+    for shard, workers, difference, outcomes in ranks:
+        assert (shard, workers, difference <= 1e-6) == (2, 2, True)
+        assert outcomes == {str(tmp_path / "sharded" / name): one[name] for name in GRIDS}
+    for name in GRIDS:
+        assert cell_files(tmp_path / "sharded" / name) == cell_files(tmp_path / "one" / name)
 
 
 def test_a_model_that_fits_no_layout_is_refused_naming_why():
