@@ -183,7 +183,7 @@ def _decode_kernel(
     out.copy_(torch.einsum("bht,bthd->bhd", weights, values)[:, None])
 
 
-def decode_launch(queries, k, v, seen, out, scale) -> None:
+def decode_launch(queries, k, v, seen, out, scale, buffers) -> None:
     """`decode_kernel.launch` as CUDA dispatches it: one Triton launch."""
     _decode_kernel(queries, k, v, seen, out, scale)
 
@@ -228,7 +228,7 @@ def count_step(model: Llama, method, backend: str, prompt: int) -> StepCounter:
     """Prefill `prompt` tokens, decode one warm-up token, count the next decoding step."""
     generator = torch.Generator().manual_seed(SEED)
     ids = torch.randint(0, model.config.vocab_size, (1, prompt + 2), generator=generator)
-    cache = model.new_kv_cache(1, prompt + 8)
+    cache = model.new_kv_cache(1, prompt + 8, decode_kernel=backend == "flash")  # the kernel: CUDA's path
     options = dict(kv_cache=cache, attention_backend=backend, position_method=method)
     with torch.no_grad():
         model(ids[:, :prompt], last_logits_only=True, **options)

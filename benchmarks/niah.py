@@ -50,7 +50,7 @@ import numpy as np
 import report
 import torch
 
-from longctx.config import ExperimentConfig, NiahConfig
+from longctx.config import EvalConfig, ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.eval.cells import Decoding
@@ -108,7 +108,9 @@ def throughput(model, tokenizer, haystack, lengths, prompts, new_tokens, backend
 SEARCH_COLUMNS = ["length", "rows per batch", "passed", "rate [Wilson 95%]", "seconds"]
 
 
-def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap) -> list[list[str]]:
+def full_search(
+    model, tokenizer, haystack, max_length, tests, new_tokens, backend, heatmap, cuda_decoding
+) -> list[list[str]]:
     config = NiahConfig(
         max_length=max_length, tests_per_length=tests, max_new_tokens=new_tokens, stop_at_first_failure=False
     )
@@ -117,7 +119,8 @@ def full_search(model, tokenizer, haystack, max_length, tests, new_tokens, backe
     )
     decoding = Decoding(batch_tokens=config.batch_tokens)
     start = time.perf_counter()
-    result = evaluate(model, ExperimentConfig(), tokenizer, haystack, settings=config, attention_backend=backend)
+    experiment = ExperimentConfig(eval=EvalConfig(cuda_decoding=cuda_decoding))
+    result = evaluate(model, experiment, tokenizer, haystack, settings=config, attention_backend=backend)
     total = time.perf_counter() - start
     for row in result.per_length:
         print(
@@ -158,6 +161,11 @@ def main() -> None:
     parser.add_argument("--skip-search", action="store_true")
     parser.add_argument("--heatmap", help="write the search's depth x length PNG here")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the model in bf16 on the GPU")
+    parser.add_argument(
+        "--cuda-decoding",
+        default="eager",
+        help="the search's eval.cuda_decoding: eager | kernel | graph | graph+kernel (CPU: eager whatever it says)",
+    )
     parser.add_argument("--out", help="directory for niah_search.json and .md (the search's table)")
     parser.add_argument("--smoke", action="store_true", help="debug model, lengths to 256, 2 tests: checks the script")
     args = parser.parse_args()
@@ -193,9 +201,18 @@ def main() -> None:
         throughput(model, tokenizer, haystack, args.lengths, args.prompts, args.new_tokens, args.backend)
     if not args.skip_search:
         rows = full_search(
-            model, tokenizer, haystack, args.search_max_length, args.tests, args.new_tokens, args.backend, args.heatmap
+            model,
+            tokenizer,
+            haystack,
+            args.search_max_length,
+            args.tests,
+            args.new_tokens,
+            args.backend,
+            args.heatmap,
+            args.cuda_decoding,
         )
         settings = {"model": args.checkpoint or args.preset, "tests per length": args.tests, "backend": args.backend}
+        settings["cuda decoding"] = args.cuda_decoding
         report.write(args.out, "niah_search", SEARCH_COLUMNS, rows, settings)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 

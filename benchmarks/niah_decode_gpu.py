@@ -8,8 +8,9 @@ random weights in bf16 (the weights themselves, not autocast). The model is writ
 with `export_hf` into a temporary directory, so both arms run the same weights:
 
 - `longctx rope` / `longctx string`: `eval.generation.generate` (batch_size = `--batch`,
-  the whole prompt prefilled in one forward, decoding through `DecodeGraph`: a CUDA graph
-  replayed per step on a GPU) on the model with `fuse_projections_` applied (the inference
+  the whole prompt prefilled in one forward, decoding through `DecodeGraph` with the
+  Triton decoding kernel: `cuda_decoding="graph+kernel"`, opted into here since the
+  engine's default is eager; a CUDA graph replayed per step on a GPU) on the model with `fuse_projections_` applied (the inference
   layout), plain RoPE and StRing (`arm_config("string")`: S = L/3 of the 2,048 training
   length, W = 128);
 - `hf sdpa`: `AutoModelForCausalLM.from_pretrained(dir, dtype=bfloat16,
@@ -53,6 +54,8 @@ from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 
 SEED = 0
+CUDA_DECODING = "graph+kernel"
+"""The engine's decoding measured: steps replayed as a CUDA graph, attention in the Triton kernel."""
 WARMUP_LENGTH = 256
 SMOKE_OVERRIDES = {"n_layers": 2, "d_model": 128, "n_heads": 8, "n_kv_heads": 2, "d_ff": 256, "vocab_size": 512}
 COLUMNS = [
@@ -89,7 +92,14 @@ def longctx_arm(model: Llama, method, batch: int) -> Generator:
     """The engine's greedy generation, no stop rule (every row runs all new tokens)."""
 
     def run(prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-        outputs = generate(model, prompts, max_new_tokens=new_tokens, batch_size=batch, position_method=method)
+        outputs = generate(
+            model,
+            prompts,
+            max_new_tokens=new_tokens,
+            batch_size=batch,
+            position_method=method,
+            cuda_decoding=CUDA_DECODING,
+        )
         return [list(output.token_ids) for output in outputs]
 
     return run

@@ -100,6 +100,7 @@ def test_wrong_type_names_key_and_line(tmp_path):
         (["model.attention_backend=fastest"], "model.attention_backend", "is not one of"),
         (["model.rope_scaling.type=ntk", "model.rope_scaling.factor=0.5"], "model.rope_scaling.factor", "must be >= 1"),
         (["eval.niah.pass_threshold=0"], "eval.niah.pass_threshold", r"must be in \(0, 1\]"),
+        (["eval.cuda_decoding=cuda-graph"], "eval.cuda_decoding", "is not one of"),
         (["eval.position_method.name=alibi"], "eval.position_method.name", "is not a registered position method"),
         (
             [
@@ -118,6 +119,12 @@ def test_impossible_values_name_the_key_and_source(overrides, key, message):
         load([], overrides)
     assert info.value.key == key
     assert "override '" in str(info.value)
+
+
+def test_decoding_is_eager_unless_a_gpu_path_is_opted_into():
+    """graph and kernel stay opt-in until the GPU checklist records a pass of them (config/eval.py)."""
+    assert load([], []).eval.cuda_decoding == "eager"
+    assert load([], ["eval.cuda_decoding=graph+kernel"]).eval.cuda_decoding == "graph+kernel"
 
 
 def test_window_defaults_to_the_model_context():

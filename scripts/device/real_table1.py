@@ -226,6 +226,7 @@ def run_side_by_side(args: argparse.Namespace) -> int:
                 decode=tokenizer.decode,
                 batch_size=decoding.rows(max(map(len, batch))),
                 prefill_chunk_tokens=settings.prefill_chunk_tokens,
+                cuda_decoding=cfg.eval.cuda_decoding,
             )
 
     ours(prompts[:1])  # warm-up

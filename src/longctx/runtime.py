@@ -1,7 +1,8 @@
-"""Process-level settings for CPU runs.
+"""Process-level settings: the CPU allocator, and third-party chatter kept off the console.
 
-    from longctx.runtime import tune_cpu_allocator
+    from longctx.runtime import quiet_third_party, tune_cpu_allocator
     tune_cpu_allocator()          # once, early in the process (the CLI does it)
+    quiet_third_party()           # likewise
 
 glibc's malloc returns every freed block above its mmap threshold (128 KiB to 32 MiB,
 adapted at run time) to the kernel, and trims the heap top above 128 KiB. An activation
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
+import warnings
 
 MMAP_THRESHOLD = 256 << 20
 """Blocks below this come from the heap (reused) rather than a fresh mmap."""
@@ -40,3 +43,26 @@ def tune_cpu_allocator() -> bool:
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(fragment in record.getMessage() for fragment in self.fragments)
+
+
+def quiet_third_party() -> None:
+    """Silence, narrowly, what other packages print that says nothing about the run:
+    Lightning's advertisement for its LitLogger (logged at every Trainer start), and the
+    deprecation of `LeafSpec` that torch >= 2.10 raises inside Lightning's own pytree code
+    (nothing a user of Lightning can change). Each filter matches its one message."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMessages("litlogger"))
+    warnings.filterwarnings(
+        "ignore",
+        message=r".*isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )

@@ -56,7 +56,12 @@ def make_wandb_logger(config: ExperimentConfig, **init_args) -> WandbLogger | No
         "offline": mode == "offline",
         "log_model": False,
     }
-    return WandbLogger(**{**defaults, **init_args})
+    logger = WandbLogger(**{**defaults, **init_args})
+    if "anonymous" not in init_args:
+        # Lightning always passes `anonymous` (None when unset) to wandb.init, and wandb 0.31
+        # warns that the setting has no effect whatever its value; unset, it says nothing.
+        logger._wandb_init.pop("anonymous", None)
+    return logger
 
 
 def start_run(config: ExperimentConfig, job: str, out_dir: str | Path) -> Any:

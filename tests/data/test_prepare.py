@@ -127,3 +127,19 @@ def test_concurrent_launches_prepare_a_retrieval_source_once(tmp_path, monkeypat
     assert [worker.exitcode for worker in workers] == [0, 0]
     events = log_path.read_text().split()
     assert events[0::2] == ["start", "end"], f"prepared more than once: {events}"
+
+
+def test_prepare_under_torchrun_writes_every_document_length(tmp_path, tokenizer_path, monkeypatch):
+    """Local rank 0 prepares while torchrun's WORLD_SIZE is set (no process group yet): litdata
+    then hands each rank a share of the items, and the lengths table must still list all."""
+    texts = [doc.text for doc in itertools.islice(embedded_documents(("prose",)), 9)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    manifest = prepare(str(corpus), tmp_path / "out", str(tokenizer_path), verbose=False)
+    tokenizer = load_tokenizer(str(tokenizer_path))
+    expected = [len(tokenizer.encode(text)) + 1 for text in texts]  # each document ends with EOS
+    lengths = np.load(tmp_path / "out" / LENGTHS_FILE)
+    assert manifest["documents"] == len(texts)
+    assert lengths.tolist() == expected

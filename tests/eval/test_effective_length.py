@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from longctx.config import ExperimentConfig, NiahConfig
+from longctx.config import EvalConfig, ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
+from longctx.eval import cell_decoding
 from longctx.eval.cell_records import read_records
 from longctx.eval.cells import Cell, CellResult, Decoding, summarize
 from longctx.eval.effective_length import plot_heatmap, search_effective_length
@@ -241,6 +242,26 @@ def test_position_method_reaches_the_model(tokenizer, haystack, debug_llama, one
     reference = build_position_method(method, debug_llama.config)
     assert with_string == recompute_texts(debug_llama, tokenizer, samples, 6, reference)
     assert with_string != [record["text"] for record in search_records(tmp_path / "rope", 160)]
+
+
+@pytest.mark.parametrize("setting", ["eager", "graph+kernel"])
+def test_the_search_decodes_as_eval_cuda_decoding_says(
+    setting, tokenizer, haystack, debug_llama, one_thread, tmp_path, monkeypatch
+):
+    """`longctx niah` and the in-training probe (both `evaluate`) hand eval.cuda_decoding to
+    every `generate` call (eager by default)."""
+    seen = []
+    generate = cell_decoding.generate
+
+    def spied(model, prompts, **options):
+        seen.append(options["cuda_decoding"])
+        return generate(model, prompts, **options)
+
+    monkeypatch.setattr(cell_decoding, "generate", spied)
+    cfg = config(lengths=[128], tests_per_length=2, max_new_tokens=2)
+    experiment = ExperimentConfig(eval=EvalConfig(cuda_decoding=setting)) if setting != "eager" else ExperimentConfig()
+    evaluate(debug_llama, experiment, tokenizer, haystack, settings=cfg, cells_dir=tmp_path)
+    assert seen and set(seen) == {setting}
 
 
 def test_rows_per_batch_respects_both_caps():

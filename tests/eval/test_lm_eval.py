@@ -157,6 +157,14 @@ def test_bad_position_method_arguments_name_the_key(model_dir, params, key):
         LongctxLM(pretrained=str(model_dir), position_method="string", **params)
 
 
+def test_the_decoding_setting_is_a_model_argument_checked_as_eval_cuda_decoding(model_dir):
+    """Eager unless `cuda_decoding` opts in (docs/lm_eval.md); a bad value names the key."""
+    assert LongctxLM(pretrained=str(model_dir)).cuda_decoding == "eager"
+    assert LongctxLM(pretrained=str(model_dir), cuda_decoding="graph").cuda_decoding == "graph"
+    with pytest.raises(ConfigError, match="eval.cuda_decoding"):
+        LongctxLM(pretrained=str(model_dir), cuda_decoding="cudagraph")
+
+
 def test_until_strings_stop_each_row_of_a_batch_as_lm_evals_hf_model(model_dir):
     """Rows of one batch cut at their own first stop string, and requests with different
     `until` (other batches) at theirs; the reference is lm-eval's hf model, one row at a time."""

@@ -43,26 +43,29 @@ def kernel_checks() -> dict[str, float]:
     masks; the error relative to the reference's largest value."""
     results = {}
     generator = torch.Generator().manual_seed(0)
+    buffers = decode_kernel.KernelBuffers()
     for name, (batch, passes, heads, kv_heads, dim, keys, dtype) in KERNEL_CASES.items():
         q = torch.randn(batch, passes, heads, dim, generator=generator).to(dtype)
         cache = torch.randn(2, batch, keys + 7, kv_heads, dim, generator=generator).to(dtype)
         k, v = cache[0, :, :keys], cache[1, :, :keys]
         allowed = torch.rand(batch, passes, keys, generator=generator) < 0.4
         expected = union_reference(q, k, v, allowed, dim**-0.5)
-        got = decode_kernel.decode_attend(q, k, v, allowed, dim**-0.5).clone()
+        got = decode_kernel.decode_attend(q, k, v, allowed, dim**-0.5, buffers).clone()
         results[name] = ((got.double() - expected).abs().max() / expected.abs().max()).item()
     q = torch.randn(1, 2, 4, 16, generator=generator)
     k = torch.randn(1, 40, 2, 16, generator=generator)
     blind = torch.zeros(1, 2, 40, dtype=torch.bool)
-    results["a row that sees no key: zeros"] = decode_kernel.decode_attend(q, k, k, blind, 0.25).abs().max().item()
-    counters = [t for t in decode_kernel._WORKSPACES.values() if t.dtype == torch.int32]
+    blind_out = decode_kernel.decode_attend(q, k, k, blind, 0.25, buffers)
+    results["a row that sees no key: zeros"] = blind_out.abs().max().item()
+    counters = [t for t in buffers.workspaces.values() if t.dtype == torch.int32]
     results["counters back to zero"] = float(sum(int(c.abs().sum()) for c in counters)) if counters else -1.0
     return results
 
 
 def decoded(name: str, kernel: bool, dtype: torch.dtype, fused: bool = False) -> tuple[torch.Tensor, int]:
     """Stepwise logits of 10 decoding steps after a packed prompt (a document starting
-    during decoding in row 1), with the kernel or the eager CPU path; kernel calls."""
+    during decoding in row 1), with the kernel (a cache that opts in) or the eager CPU
+    path; kernel calls."""
     model, method = model_and_method(name, fused=fused)
     model = model.to(dtype)
     calls = 0
@@ -74,13 +77,11 @@ def decoded(name: str, kernel: bool, dtype: torch.dtype, fused: bool = False) ->
         return attend(*args)
 
     decode_kernel.decode_attend = counted
-    usable = decode_kernel.usable
-    decode_kernel.usable = usable if kernel else (lambda queries: False)
     try:
         ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
         documents = torch.zeros(2, 40, dtype=torch.long)
         documents[0, 12:], documents[1, 34:] = 1, 1
-        cache = model.new_kv_cache(2, 40)
+        cache = model.new_kv_cache(2, 40, decode_kernel=kernel)
         steps = []
         with torch.no_grad():
             model(ids[:, :30], document_ids=documents[:, :30], kv_cache=cache, position_method=method)
@@ -90,7 +91,7 @@ def decoded(name: str, kernel: bool, dtype: torch.dtype, fused: bool = False) ->
                     model(ids[:, part], document_ids=documents[:, part], kv_cache=cache, position_method=method)
                 )
     finally:
-        decode_kernel.decode_attend, decode_kernel.usable = attend, usable
+        decode_kernel.decode_attend = attend
     return torch.cat(steps, dim=1).double(), calls
 
 

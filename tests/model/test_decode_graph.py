@@ -6,6 +6,7 @@ A step that depended on the cache's host length (a slice at it, a fill with it) 
 replay the recorded position and diverge from the eager model at the next step. The
 eager reference is the same model on its own cache."""
 
+import contextlib
 import copy
 
 import pytest
@@ -21,9 +22,19 @@ from longctx.model.position_methods import build_position_method, string_method
 PROMPT, STEPS = 20, 6
 
 
-def traced(step):
-    graph = make_fx(lambda: step())()
-    return graph, True
+class Traced:
+    """A recorder that traces the step (module docstring); `graphs` keeps each trace."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def warm_up(self):
+        return contextlib.nullcontext()
+
+    def record(self, step):
+        graph = make_fx(lambda: step())()
+        self.graphs.append(graph)
+        return graph, True
 
 
 def model_for(design: str) -> Llama:
@@ -54,7 +65,7 @@ def test_replayed_steps_equal_the_model(design, method):
     with torch.no_grad():
         for cache in caches:
             model(ids[:, :PROMPT], document_ids=documents, kv_cache=cache, position_method=position_method)
-        graph = DecodeGraph(model, caches[1], position_method, record=traced)
+        graph = DecodeGraph(model, caches[1], position_method, record=Traced())
         for t in range(PROMPT, PROMPT + STEPS):
             eager = model(ids[:, t : t + 1], kv_cache=caches[0], position_method=position_method)
             replayed = graph.step(ids[:, t : t + 1]).clone()
@@ -76,18 +87,20 @@ def test_methods_without_a_fixed_shape_step_and_empty_caches_are_refused():
     rerope = build_position_method(arm_config("rerope"), model.config)
     with pytest.raises(ValueError, match="rerope"):
         DecodeGraph(model, cache, rerope)
-    graph = DecodeGraph(model, cache, record=traced)
+    graph = DecodeGraph(model, cache, record=Traced())
     with pytest.raises(ValueError, match=r"shape \(2, 1\)"):
         graph.step(torch.zeros(2, 1, dtype=torch.long))
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [False, True], ids=["graph", "graph+kernel"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16 autocast"])
-def test_a_cuda_graph_replays_the_eager_steps(autocast):
+def test_a_cuda_graph_replays_the_eager_steps(autocast, kernel):
+    """Both caches with or without the decoding kernel: the replay against the same kernels run eagerly."""
     model = copy.deepcopy(model_for("fused")).cuda()
     model.fuse_projections_()
     ids = torch.randint(0, model.config.vocab_size, (2, PROMPT + STEPS), device="cuda")
-    caches = [model.new_kv_cache(2, PROMPT + STEPS) for _ in range(2)]
+    caches = [model.new_kv_cache(2, PROMPT + STEPS, decode_kernel=kernel) for _ in range(2)]
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
         for cache in caches:
             model(ids[:, :PROMPT], kv_cache=cache)
@@ -96,6 +109,29 @@ def test_a_cuda_graph_replays_the_eager_steps(autocast):
             eager = model(ids[:, t : t + 1], kv_cache=caches[0])
             assert (graph.step(ids[:, t : t + 1]) - eager).abs().max() <= (2e-2 if autocast else 1e-4), t
     assert graph.replay is not None
+
+
+@pytest.mark.gpu
+def test_two_models_recorded_side_by_side_replay_their_own_steps():
+    """graph+kernel for two models at one shape, stepped alternately, one with a sliding
+    window that fills during decoding (a 4-token prompt, W = 8): each cache's graph and
+    kernel buffers are its own, and each model's replayed steps equal its eager ones."""
+    steps, prompt = 12, 4
+    models = [model_for("fused").cuda(), model_for("sliding").cuda()]
+    ids = torch.randint(0, models[0].config.vocab_size, (2, prompt + steps), device="cuda")
+    graphs, references = [], []
+    with torch.no_grad():
+        for model in models:
+            caches = [model.new_kv_cache(2, prompt + steps, decode_kernel=True) for _ in range(2)]
+            for cache in caches:
+                model(ids[:, :prompt], kv_cache=cache)
+            graphs.append(DecodeGraph(model, caches[1]))
+            references.append(caches[0])
+        for t in range(prompt, prompt + steps):
+            for model, graph, cache in zip(models, graphs, references, strict=True):
+                eager = model(ids[:, t : t + 1], kv_cache=cache)
+                assert (graph.step(ids[:, t : t + 1]) - eager).abs().max() <= 1e-4, t
+    assert all(graph.replay is not None for graph in graphs)
 
 
 def test_under_autocast_a_recorded_step_reads_weights_cast_once():
@@ -108,24 +144,18 @@ def test_under_autocast_a_recorded_step_reads_weights_cast_once():
     caches = [model.new_kv_cache(2, PROMPT + STEPS) for _ in range(2)]
     weights = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
     weights |= {(sum(p.shape[0] for p in group), group[0].shape[1]) for group in _fused_groups(model)}
-    recorded = []
-
-    def traced_and_kept(step):
-        graph = make_fx(lambda: step())()
-        recorded.append(graph)
-        return graph, True
-
+    recorder = Traced()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for cache in caches:
             model(ids[:, :PROMPT], kv_cache=cache)
-        graph = DecodeGraph(model, caches[1], record=traced_and_kept)
+        graph = DecodeGraph(model, caches[1], record=recorder)
         for t in range(PROMPT, PROMPT + STEPS):
             eager = model(ids[:, t : t + 1], kv_cache=caches[0])
             assert torch.equal(graph.step(ids[:, t : t + 1]), eager), t
     assert graph.casts is not None and graph.casts.casts
     casts = [
         node
-        for node in recorded[0].graph.nodes
+        for node in recorder.graphs[0].graph.nodes
         if node.target == torch.ops.aten._to_copy.default
         and tuple(node.args[0].meta["val"].shape) in weights
         and node.args[0].meta["val"].dtype == torch.float32

@@ -119,7 +119,9 @@ def test_bad_shapes_are_named():
     q = torch.zeros(1, 2, 8, 16)
     k = torch.zeros(1, 30, 2, 16)
     with pytest.raises(ValueError, match=r"allowed \(1, 1, 30\)"):
-        decode_kernel.decode_attend(q, k, k, torch.ones(1, 1, 30, dtype=torch.bool), 0.25)
+        decode_kernel.decode_attend(
+            q, k, k, torch.ones(1, 1, 30, dtype=torch.bool), 0.25, decode_kernel.KernelBuffers()
+        )
 
 
 @pytest.mark.gpu
@@ -135,16 +137,22 @@ def test_on_cuda_the_kernel_matches_the_reference_and_replays_as_a_graph(dtype):
     k, v = (torch.randn(1, keys, 4, 64, device="cuda", generator=generator).to(dtype) for _ in range(2))
     allowed = torch.rand(1, 2, keys, device="cuda", generator=generator) < 0.5
     expected = union_reference(q, k, v, allowed, 0.125)
-    got = decode_kernel.decode_attend(q, k, v, allowed, 0.125)
+    buffers = decode_kernel.KernelBuffers()
+    got = decode_kernel.decode_attend(q, k, v, allowed, 0.125, buffers)
     assert ((got.double() - expected).abs().max() / expected.abs().max()).item() <= KERNEL_TOLERANCE[dtype]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        recorded = decode_kernel.decode_attend(q, k, v, allowed, 0.125)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the warm-up on the capture's stream (torch's CUDA-graph notes)
+        decode_kernel.decode_attend(q, k, v, allowed, 0.125, buffers)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph, stream=side):
+        recorded = decode_kernel.decode_attend(q, k, v, allowed, 0.125, buffers)
     q.copy_(torch.randn(q.shape, device="cuda", generator=generator))
     allowed.copy_(torch.rand(allowed.shape, device="cuda", generator=generator) < 0.3)
     graph.replay()
-    replayed = recorded.clone()  # the output buffer is shared: copy before the next launch
-    assert torch.equal(replayed, decode_kernel.decode_attend(q, k, v, allowed, 0.125))
+    eager = decode_kernel.decode_attend(q, k, v, allowed, 0.125, buffers)  # the default stream's buffers
+    assert eager.data_ptr() != recorded.data_ptr()
+    assert torch.equal(recorded, eager)
 
 
 def test_with_the_kernel_a_string_layer_costs_what_a_rope_layer_costs(monkeypatch):
@@ -154,13 +162,91 @@ def test_with_the_kernel_a_string_layer_costs_what_a_rope_layer_costs(monkeypatc
     The launch itself is stubbed (not counted): only what surrounds it is."""
     from tests.model.test_decode_step import counted_step, model_and_method
 
-    def per_layer(name: str) -> float:
-        two, four = (sum(counted_step(*model_and_method(name, layers, fused=True)).ops.values()) for layers in (2, 4))
+    def per_layer(name: str, kernel: bool = False) -> float:
+        two, four = (
+            sum(counted_step(*model_and_method(name, layers, fused=True), kernel=kernel).ops.values())
+            for layers in (2, 4)
+        )
         return (four - two) / 2
 
     eager = {name: per_layer(name) for name in ("rope", "string")}
     monkeypatch.setattr(decode_kernel, "usable", lambda queries: True)
     monkeypatch.setattr(decode_kernel, "launch", lambda *args: None)
-    kernel = {name: per_layer(name) for name in ("rope", "string")}
+    assert {name: per_layer(name) for name in ("rope", "string")} == eager  # a cache without the kernel
+    kernel = {name: per_layer(name, kernel=True) for name in ("rope", "string")}
     assert kernel["string"] == kernel["rope"], kernel
     assert eager["string"] >= eager["rope"] + 3, eager
+
+
+def reference_launch(launches: list):
+    """`decode_kernel.launch` as the float64 union softmax, each launch's output logged."""
+
+    def launch(queries, k, v, seen, out, scale, buffers) -> None:
+        launches.append(out)
+        out.copy_(union_reference(queries, k, v, seen.bool(), scale))
+
+    return launch
+
+
+def test_the_kernel_runs_only_for_a_cache_that_opts_in(monkeypatch):
+    """Where the kernel can run (stubbed as on CUDA, the launch a float64 reference): a
+    default cache (`eval.cuda_decoding=eager`) decodes in torch's kernels; a cache that opts
+    in launches once per layer and step (2 x 3), and its logits agree (fp32, 1e-5 of their
+    range)."""
+    from tests.model.test_decode_step import model_and_method
+
+    launches: list[torch.Tensor] = []
+    monkeypatch.setattr(decode_kernel, "usable", lambda queries: True)
+    monkeypatch.setattr(decode_kernel, "launch", reference_launch(launches))
+    model, method = model_and_method("string")
+    ids = torch.randint(0, model.config.vocab_size, (2, 23), generator=torch.Generator().manual_seed(3))
+    logits, counts = [], []
+    for cache in (model.new_kv_cache(2, 23), model.new_kv_cache(2, 23, decode_kernel=True)):
+        launches.clear()
+        with torch.no_grad():
+            model(ids[:, :20], kv_cache=cache, position_method=method)
+            steps = [model(ids[:, t : t + 1], kv_cache=cache, position_method=method) for t in range(20, 23)]
+        logits.append(torch.cat(steps, dim=1))
+        counts.append(len(launches))
+    assert counts == [0, 6]
+    assert (logits[1] - logits[0]).abs().max() <= 1e-5 * logits[0].abs().max()
+
+
+def test_two_caches_never_share_the_kernels_output(monkeypatch):
+    """Two models decoding at one shape: each cache's steps write their own output, the
+    same one at every layer and step (allocated once), never the other's."""
+    from tests.model.test_decode_step import model_and_method
+
+    launches: list[torch.Tensor] = []
+    monkeypatch.setattr(decode_kernel, "usable", lambda queries: True)
+    monkeypatch.setattr(decode_kernel, "launch", reference_launch(launches))
+    models = [model_and_method("rope")[0] for _ in range(2)]
+    caches = [model.new_kv_cache(1, 12, decode_kernel=True) for model in models]
+    outputs = []
+    with torch.no_grad():
+        for model, cache in zip(models, caches, strict=True):
+            model(torch.zeros(1, 8, dtype=torch.long), kv_cache=cache)
+        for _ in range(2):
+            for model, cache in zip(models, caches, strict=True):
+                launches.clear()
+                model(torch.ones(1, 1, dtype=torch.long), kv_cache=cache)
+                outputs.append({out.data_ptr() for out in launches})
+    assert outputs[0] == outputs[2] and outputs[1] == outputs[3] and len(outputs[0]) == 1
+    assert outputs[0] != outputs[1]
+
+
+def test_each_stream_of_a_cache_has_its_own_buffers(monkeypatch):
+    """One owner on two streams (a graph's capture stream beside the eager steps): another
+    output and workspace per stream; back on the first stream, the first's again. A cache
+    that does not opt in has no buffers."""
+    buffers = decode_kernel.KernelBuffers()
+    shape, cpu = (1, 1, 4, 16), torch.device("cpu")
+    first = buffers.output(shape, torch.float32, cpu), buffers.workspace((4,), torch.int32, cpu, zero=True)
+    monkeypatch.setattr(decode_kernel, "stream_key", lambda device: 7)
+    other = buffers.output(shape, torch.float32, cpu), buffers.workspace((4,), torch.int32, cpu, zero=True)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(first, other, strict=True))
+    monkeypatch.setattr(decode_kernel, "stream_key", lambda device: None)
+    assert buffers.output(shape, torch.float32, cpu) is first[0]
+    from tests.model.test_decode_step import model_and_method
+
+    assert model_and_method("rope")[0].new_kv_cache(1, 4).kernel_buffers is None

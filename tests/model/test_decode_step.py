@@ -73,14 +73,14 @@ def model_and_method(name: str, layers: int = 2, fused: bool = False):
     return model, method
 
 
-def counted_step(model, method, prompt: int = 40, batch: int = 2) -> Counter:
+def counted_step(model, method, prompt: int = 40, batch: int = 2, kernel: bool = False) -> Counter:
     """Prefill `prompt` tokens of `batch` rows (two documents in row 0), decode one
-    warm-up step, count the next."""
+    warm-up step, count the next; `kernel`: on a cache that opts in to the decoding kernel."""
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt + 2), generator=generator)
     documents = torch.zeros(batch, prompt, dtype=torch.long)
     documents[0, prompt // 3 :] = 1
-    cache = model.new_kv_cache(batch, prompt + 4)
+    cache = model.new_kv_cache(batch, prompt + 4, decode_kernel=kernel)
     with torch.no_grad():
         model(ids[:, :prompt], document_ids=documents, kv_cache=cache, position_method=method)
         model(ids[:, prompt : prompt + 1], kv_cache=cache, position_method=method)

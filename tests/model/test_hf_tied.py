@@ -18,7 +18,7 @@ import sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from longctx.config import load
 from longctx.model.llama import Llama
-from longctx.train.module import LanguageModelModule
+from longctx.train.module import LanguageModelModule, shard_model
 
 dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{sys.argv[1]}")
 config = load([], ["model.tie_embeddings=true", "model.vocab_size=300", "train.precision=32-true"])
@@ -27,7 +27,7 @@ reference = Llama(config.model)
 module = LanguageModelModule(config, initial_state=reference.state_dict())
 module.configure_model()  # the init weights, as a run starts; then the trainer's sharding:
 model = module.model
-module._fully_shard(model, init_device_mesh("cpu", (1,)))  # fully_shard per block, then the root
+shard_model(model, init_device_mesh("cpu", (1,)), config.train.precision)  # fully_shard per block, then the root
 assert type(model.output.weight).__name__ == "DTensor", type(model.output.weight)
 assert model.output.weight is model.tok_embeddings.weight
 assert len(list(model.parameters())) == len(list(reference.parameters()))

@@ -10,7 +10,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from longctx.config import load
 from longctx.model.llama import Llama
-from longctx.train.module import LanguageModelModule
+from longctx.train.module import shard_model
 
 
 def free_port() -> int:
@@ -50,9 +50,8 @@ def test_fsdp_bf16_blocks_receive_the_single_device_fp32_cos_sin(one_process_gro
     single = Llama(config.model).to(torch.bfloat16)
     expected = positions_reaching_blocks(single, position_ids)
 
-    module = LanguageModelModule(config)
     sharded = Llama(config.model)
-    module._fully_shard(sharded, one_process_group["data_parallel"])
+    shard_model(sharded, one_process_group["data_parallel"], config.train.precision)
     got = positions_reaching_blocks(sharded, position_ids)
 
     assert len(got) == len(expected) == config.model.n_layers

@@ -144,3 +144,20 @@ def test_niah_after_sft_runs_on_the_evaluation_device(workspace, pretrained, tmp
     with pytest.raises(InterruptedError):
         niah_after_sft(config, load_tokenizer(config.data.tokenizer), 128)
     assert searched_on == [torch.device("meta")]
+
+
+def test_max_steps_set_for_sft_is_an_error_naming_sft_epochs(tmp_path, capsys):
+    """`longctx sft` computes train.max_steps from sft.epochs: a value the user sets would be
+    replaced silently (4 steps asked, 2 epochs trained), so it is refused, naming both keys
+    and where the value was set."""
+    from longctx.cli import main
+
+    args = ["sft", "experiments/sft/tiny_skipalign.yaml", f"init={tmp_path / 'missing.ckpt'}", "train.max_steps=4"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "train.max_steps" in err and "sft.epochs" in err and "override 'train.max_steps=4'" in err
+    # the shipped SFT configs set no train.max_steps (they inherit experiments/base.yaml)
+    from longctx import config as config_module
+
+    for path in ("experiments/sft/tiny_normal.yaml", "experiments/replicate/cpu_sft.yaml"):
+        assert "train.max_steps" not in config_module.where_set([path])

@@ -44,7 +44,7 @@ from longctx.cli import (
     training_commands,
 )
 from longctx.errors import LongctxError
-from longctx.runtime import tune_cpu_allocator
+from longctx.runtime import quiet_third_party, tune_cpu_allocator
 
 COMMAND_MODULES = (
     experiment_commands,
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     tune_cpu_allocator()  # reuse freed activation memory (runtime.py: 12% of a CPU training step)
+    quiet_third_party()
     try:
         return args.run(args)
     except (LongctxError, FileNotFoundError) as error:

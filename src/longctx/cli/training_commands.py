@@ -40,10 +40,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     from longctx.model_tokenizer import tokenizer_for_model
-    from longctx.train.sft import check_sft_config, finetune
+    from longctx.train.sft import check_not_derived, check_sft_config, finetune
 
     paths, overrides = split_overrides(args.items)
     cfg = config_module.load(paths, overrides)
+    check_not_derived(config_module.where_set(paths, overrides))
     check_sft_config(cfg)
     check_world_size(cfg, paths, overrides)
     trainer = finetune(cfg, tokenizer_for_model(cfg.init, user_tokenizer(cfg.data.tokenizer)))

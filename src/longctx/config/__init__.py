@@ -14,7 +14,7 @@ validated `ExperimentConfig`, errors naming the key and file:line).
 from longctx.config.data import DataConfig, DataSource, LongRecipeConfig, PoseConfig, RetrievalConfig
 from longctx.config.eval import EvalConfig, NiahConfig, ProbeConfig
 from longctx.config.experiment import ExperimentConfig, LogConfig
-from longctx.config.loader import as_dict, from_dict, load, locate, to_yaml
+from longctx.config.loader import as_dict, from_dict, load, locate, to_yaml, where_set
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.config.train import SftConfig, TrainConfig
@@ -39,4 +39,5 @@ __all__ = [
     "load",
     "locate",
     "to_yaml",
+    "where_set",
 ]

@@ -16,6 +16,9 @@ from longctx.config.model import AttentionTemperature
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 
+CUDA_DECODING = ("eager", "kernel", "graph", "graph+kernel")
+"""The values of `eval.cuda_decoding` (EvalConfig)."""
+
 REPLACED_NIAH_TASKS = {
     "ruler-multikey": "ruler-niah_multikey_1",
     "ruler-multivalue": "ruler-niah_multivalue",
@@ -207,6 +210,18 @@ class EvalConfig:
     checkpoint's `model.attn_temperature`; any other type replaces it, fields as there
     (`eval.attn_temperature.type=llama4`), when the checkpoint is loaded for evaluation
     (eval/model_setup.py `with_eval_temperature`)."""
+    cuda_decoding: str = "eager"
+    """How a decoding step runs on CUDA, everywhere the engine generates (`longctx niah`,
+    `niah-table`, `eval-suite`, the in-training NIAH probe, lm-eval's `longctx` model):
+    eager | kernel | graph | graph+kernel. eager: each step's operations dispatched one by
+    one, attention in torch's kernels; kernel: each step's attention in the Triton decoding
+    kernel (model/decode_kernel.py: every pass in one launch); graph: the step recorded
+    once as a CUDA graph and replayed (model/decode_graph.py: one launch per step instead
+    of ~400 dispatches); graph+kernel: both. On CPU every value decodes eagerly with
+    torch's kernels. A model with sharded parameters (FSDP) is never recorded: it decodes
+    eagerly, with a log line. graph and kernel are opt-in until the GPU checklist
+    (scripts/device/gpu_steps.toml, steps speed-decode and main-job) records a pass of them
+    on this code."""
 
     def __post_init__(self) -> None:
         if isinstance(self.attn_temperature, dict):
@@ -223,6 +238,7 @@ class EvalConfig:
             )
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
+        choice("eval.cuda_decoding", self.cuda_decoding, CUDA_DECODING)
 
     def validate_for_model(self, max_position: int) -> None:
         """The position method's parameters, resolved against the model's training length."""

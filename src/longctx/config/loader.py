@@ -92,16 +92,27 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
         raise ConfigError(getattr(error, "full_key", "?") or "?", str(error)) from None
 
 
+def where_set(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> dict[str, str]:
+    """Each dotted key the YAML files and overrides set (inherited files and `inherit=`
+    overrides included) -> where it was last set (`file.yaml:LINE` or `override 'k=v'`);
+    the keys a user chose, as opposed to the dataclass defaults."""
+    sources = []
+    for path in paths:
+        sources += _read_yaml(Path(path), chain=())
+    for text in overrides:
+        key, _, value = text.partition("=")
+        sources += _read_yaml(Path(value.strip()), chain=()) if key.strip() == "inherit" else [_read_override(text)]
+    locations: dict[str, str] = {}
+    for source in sources:
+        locations.update(source.locations)
+    return locations
+
+
 def locate(error: ConfigError, paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ConfigError:
     """`error` with where its key (and related keys) were set among the YAML files and
     overrides `load` read: for checks that need more than the config (the world size a
     launch gives), made after loading."""
-    locations: dict[str, str] = {}
-    for source in [s for path in paths for s in _read_yaml(Path(path), chain=())] + [
-        _read_override(text) for text in overrides if text.partition("=")[0].strip() != "inherit"
-    ]:
-        locations.update(source.locations)
-    return _located(error, locations)
+    return _located(error, where_set(paths, overrides))
 
 
 def to_yaml(config: ExperimentConfig) -> str:

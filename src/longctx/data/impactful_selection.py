@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from litdata import StreamingDataset, optimize
 
-from longctx.data.packing import LENGTHS_FILE
+from longctx.data.packing import LENGTHS_FILE, item_count
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
 from longctx.data.sentences import sentence_end_table, sentence_lengths
 from longctx.data.tokenizer import Tokenizer
@@ -180,7 +180,7 @@ def write_selection(
     documents = StreamingDataset(str(data), shuffle=False)
     rng = np.random.default_rng(seed)
     selected, tokens_in = [], 0
-    for index in range(len(documents)):
+    for index in range(item_count(documents)):
         document = np.asarray(documents[index]).astype(np.int64)
         body = document[:-1] if document[-1] == manifest["eos_id"] else document
         tokens_in += len(body)

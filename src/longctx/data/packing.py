@@ -119,6 +119,14 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     }
 
 
+def item_count(dataset: StreamingDataset) -> int:
+    """Every item of a litdata dataset, whatever process reads it. `len(dataset)` counts only
+    this rank's share once litdata sees a distributed launch (torch.distributed initialised,
+    or torchrun's WORLD_SIZE in the environment, before any process group exists), so code
+    that reads a whole dataset (the lengths table, a selection pass) must not use it."""
+    return sum(end - start for start, end in dataset.region_of_interest)
+
+
 class PackedSource:
     """One prepared dataset read as an endless, per-epoch shuffled stream of tokens."""
 
@@ -135,10 +143,12 @@ class PackedSource:
         self.documents = StreamingDataset(self.path, shuffle=False)
         self._chunks = ChunkLocator(self.path)
         self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
-        # All items, not len(): under torch.distributed, len() counts this rank's share only.
-        items = sum(end - start for start, end in self.documents.region_of_interest)
+        items = item_count(self.documents)
         if len(self.lengths) != items:
-            raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {items}")
+            raise ValueError(
+                f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {items}; "
+                "the dataset was not written whole: remove the directory and prepare it again"
+            )
         self.epoch_tokens = int(self.lengths.sum())
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")

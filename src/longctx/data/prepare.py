@@ -37,7 +37,7 @@ from litdata import StreamingDataset, optimize
 from longctx.data import storage
 from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, source_texts
 from longctx.data.integrity import MANIFEST_FILE, record_chunks
-from longctx.data.packing import LENGTHS_FILE
+from longctx.data.packing import LENGTHS_FILE, item_count
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
 from longctx.errors import DataError
 
@@ -114,11 +114,11 @@ def prepare(
         chunk_bytes=chunk_bytes,
         num_workers=num_workers,
         use_checkpoint=True,
-        verbose=verbose,
+        verbose=False,  # litdata's own lines (an advertisement, worker chatter); ours say what was written
         start_method="fork",  # workers inherit the loaded tokenizer module; no re-import of __main__
     )
     written = StreamingDataset(str(output_dir), shuffle=False)
-    lengths = np.asarray([len(written[i]) for i in range(len(written))], dtype=np.int64)
+    lengths = np.asarray([len(written[i]) for i in range(item_count(written))], dtype=np.int64)
     buffer = io.BytesIO()
     np.save(buffer, lengths)
     storage.write_bytes(storage.join(output_dir, LENGTHS_FILE), buffer.getvalue())

@@ -52,7 +52,7 @@ from litdata import StreamingDataset, optimize
 from longctx.data import storage
 from longctx.data.corpus import format_length_report, length_report
 from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, record_chunks
-from longctx.data.packing import LENGTHS_FILE
+from longctx.data.packing import LENGTHS_FILE, item_count
 from longctx.data.shard_reader import (
     EXAMPLES_KEPT,
     CorpusReport,
@@ -201,7 +201,7 @@ def _run_round(
     documents = sum(r["documents"] for r in records)
     if documents:
         written = StreamingDataset(str(directory), shuffle=False)
-        lengths = np.asarray([len(written[i]) for i in range(len(written))], dtype=np.int64)
+        lengths = np.asarray([len(written[i]) for i in range(item_count(written))], dtype=np.int64)
         chunks = record_chunks(directory)
     else:
         lengths, chunks = np.zeros(0, dtype=np.int64), []

@@ -31,6 +31,7 @@ class Batching(Protocol):
 
     prefill_chunk_tokens: int
     attention_backend: str | None
+    cuda_decoding: str
     memory_limit_gib: float
 
 
@@ -62,6 +63,7 @@ def _decode(
             batch_size=rows,
             prefill_chunk_tokens=decoding.prefill_chunk_tokens,
             attention_backend=decoding.attention_backend,
+            cuda_decoding=decoding.cuda_decoding,
         )
         for position, generation in zip(positions, generations, strict=True):
             outputs[position] = generation

@@ -114,6 +114,8 @@ class Decoding:
     """None = the model's configured backend."""
     memory_limit_gib: float = 0.0
     """eval.memory_limit_gib: what one rank's device may use (0: its free memory)."""
+    cuda_decoding: str = "eager"
+    """eager | kernel | graph | graph+kernel: how decoding steps run on CUDA (`eval.cuda_decoding`)."""
 
     def rows(self, longest_prompt: int) -> int:
         return max(1, min(self.batch_size, self.batch_tokens // longest_prompt))

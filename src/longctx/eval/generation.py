@@ -33,6 +33,12 @@ tokens up to the one that completed the string are kept, as Hugging Face `genera
 them; `Generation.text` is cut before the string). Decoding stops when every row of the
 batch has stopped. Stop strings need `decode`.
 
+Decoding steps run eagerly unless `cuda_decoding` (`eval.cuda_decoding`) opts in to the
+Triton decoding kernel (`kernel`), to steps recorded as a CUDA graph and replayed
+(`graph`), or to both; on CPU every mode decodes eagerly with torch's kernels. The mode is
+decided once per call for the model (model/decode_graph.py `decoding_mode`): a model with
+sharded parameters (FSDP, the in-training NIAH probe's) is never recorded.
+
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
 once; `longctx.model.decoding.prefill`): chunk c attends the cached keys of chunks
 0..c-1 and causally itself, so the logits do not depend on the chunk size.
@@ -53,9 +59,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.tensor import DTensor
 
-from longctx.model.decode_graph import DecodeGraph, recordable
+from longctx.model.decode_graph import DecodeGraph, DecodingMode, decoding_mode
 from longctx.model.decoding import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
@@ -118,23 +123,19 @@ def _generate_batch(
     position_method: PositionMethod | None,
     prefill_chunk_tokens: int,
     attention_backend: str | None,
+    mode: DecodingMode,
 ) -> list[Generation]:
     device = model.tok_embeddings.weight.device
     ids, positions, documents = _padded_batch(prompts, device)
     rows, width = ids.shape
     switch = _longrope_switch(model)
-    cache = model.new_kv_cache(rows, width + max_new_tokens)
+    cache = model.new_kv_cache(rows, width + max_new_tokens, decode_kernel=mode.kernel)
     options = dict(kv_cache=cache, attention_backend=attention_backend, position_method=position_method)
     with longrope_forced(model, True) if switch is not None and width > switch else nullcontext():
         logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
-    # Steps recorded once and replayed as a CUDA graph on a GPU (eager on CPU), where the
-    # method has a fixed-shape decoding step (model/decode_graph.py); a longrope model that
-    # re-runs its sequence at the switch decodes eagerly
-    graph = (
-        DecodeGraph(model, cache, position_method, attention_backend=attention_backend)
-        if recordable(position_method) and switch is None and not isinstance(model.tok_embeddings.weight, DTensor)
-        else None
-    )  # a model sharded by FSDP2 (eval/layout.py) decodes eagerly: its forwards gather weights
+    # Steps recorded once and replayed as a CUDA graph on a GPU (eager on CPU) where the
+    # mode says so (model/decode_graph.py `decoding_mode`)
+    graph = DecodeGraph(model, cache, position_method, attention_backend=attention_backend) if mode.graph else None
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
     # Pipelined: step t+1 is queued before the host reads step t's tokens, so the device
@@ -163,7 +164,7 @@ def _generate_batch(
             positions = torch.cat([positions, positions[:, -1:] + 1], dim=1)
             documents = torch.cat([documents, documents[:, -1:]], dim=1)
             if ids.shape[1] == switch + 1 and width <= switch:  # module docstring
-                options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens)
+                options["kv_cache"] = model.new_kv_cache(rows, width + max_new_tokens, decode_kernel=mode.kernel)
                 with longrope_forced(model, True):
                     logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
             else:
@@ -199,13 +200,16 @@ def generate(
     batch_size: int = 8,
     prefill_chunk_tokens: int = 0,
     attention_backend: str | None = None,
+    cuda_decoding: str = "eager",
 ) -> list[Generation]:
     """Greedy continuations of `prompts` (token id lists of any lengths), in input order.
 
     Rows go `batch_size` at a time, left-padded (module docstring); `position_method`
     (StRing, a baseline; None = the model's RoPE) sees each row's true positions;
     `prefill_chunk_tokens`: prompt columns per prefill forward (0 = all at once);
-    `attention_backend`: None = the model's configured backend."""
+    `attention_backend`: None = the model's configured backend; `cuda_decoding`: how the
+    decoding steps run on CUDA, eager | kernel | graph | graph+kernel (`eval.cuda_decoding`,
+    decided for this model by model/decode_graph.py `decoding_mode`)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if batch_size < 1:
@@ -217,6 +221,7 @@ def generate(
     empty = [index for index, prompt in enumerate(prompts) if len(prompt) == 0]
     if empty:
         raise ValueError(f"prompts {empty[:5]} are empty; every prompt needs at least one token")
+    mode = decoding_mode(cuda_decoding, model, position_method)
     order = sorted(range(len(prompts)), key=lambda index: len(prompts[index]))
     results: list[Generation | None] = [None] * len(prompts)
     for first in range(0, len(order), batch_size):
@@ -230,6 +235,7 @@ def generate(
             position_method,
             prefill_chunk_tokens,
             attention_backend,
+            mode,
         )
         for index, generation in zip(indices, batch, strict=True):
             results[index] = generation

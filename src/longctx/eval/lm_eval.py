@@ -74,7 +74,7 @@ def position_method_overrides(name: str, params: dict[str, Any]) -> list[str]:
             raise ConfigError(
                 f"model_args {key}",
                 "is not an argument of the longctx model (pretrained, position_method, dtype, device, batch_size, "
-                "max_length, max_gen_toks, chunk_tokens, tokenizer) nor a position method parameter "
+                "max_length, max_gen_toks, chunk_tokens, tokenizer, cuda_decoding) nor a position method parameter "
                 "(<method>.<parameter>, e.g. string.shift=1365)",
             )
         overrides.append(f"{METHOD_KEY}.{key}={value}")
@@ -97,6 +97,7 @@ class LongctxLM(TemplateLM):
         max_gen_toks: int = 256,
         chunk_tokens: int = 4096,
         tokenizer: str | None = None,
+        cuda_decoding: str = "eager",
         **method_params: Any,
     ) -> None:
         super().__init__()
@@ -112,7 +113,9 @@ class LongctxLM(TemplateLM):
                 torch.cuda.set_device(device)
             if not torch.distributed.is_initialized():
                 torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        settings = load(overrides=position_method_overrides(position_method, method_params)).eval.position_method
+        overrides = [*position_method_overrides(position_method, method_params), f"eval.cuda_decoding={cuda_decoding}"]
+        evaluation = load(overrides=overrides).eval
+        settings, self.cuda_decoding = evaluation.position_method, evaluation.cuda_decoding
         self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = load_model(pretrained, dtype=DTYPES[dtype], device=self._device).eval().fuse_projections_()
         self.tokenizer: Tokenizer = tokenizer_for_model(pretrained, override=tokenizer)
@@ -275,6 +278,7 @@ class LongctxLM(TemplateLM):
                 position_method=self.position_method,
                 batch_size=self.batch_size,
                 prefill_chunk_tokens=self.chunk_tokens,
+                cuda_decoding=self.cuda_decoding,
             )
             for context, gen_kwargs, generation in zip(contexts, all_gen_kwargs, generations, strict=True):
                 text = generation.text or ""  # always decoded: generate was given `decode`

@@ -164,6 +164,7 @@ def run_suite(
         batch_tokens=config.eval.niah.batch_tokens,
         prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens,
         memory_limit_gib=config.eval.memory_limit_gib,
+        cuda_decoding=config.eval.cuda_decoding,
     )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
     left_out: list[tuple[Cell, str]] = []

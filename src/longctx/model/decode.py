@@ -22,8 +22,9 @@ once per step and every layer reads:
   over the passes, one matmul). GQA is read natively, k/v never copied per query head:
   on CPU torch's fused kernel takes fewer key/value heads; elsewhere (fp64, no Triton)
   `_attend_math` folds each key/value head's query group into its query rows (sdpa with
-  a mask and fewer k/v heads would run its math kernel, which expands k/v). On CUDA one
-  Triton kernel (model/decode_kernel.py) computes the union softmax of all passes
+  a mask and fewer k/v heads would run its math kernel, which expands k/v). On CUDA, for
+  a cache that carries the kernel's buffers (`eval.cuda_decoding` kernel | graph+kernel),
+  one Triton kernel (model/decode_kernel.py) computes the union softmax of all passes
   directly: no merge operations, one launch per layer for RoPE and StRing alike.
 """
 
@@ -54,6 +55,8 @@ class DecodeKeys:
     """[max_len] 0..max_len-1, the cache's (allocated once)."""
     held: int
     """Sliding layers: keys read = the kept ones + the new (host int, cache bookkeeping)."""
+    kernel: decode_kernel.KernelBuffers | None = None
+    """The cache's decoding-kernel buffers; None: the step's attention runs in torch's kernels."""
 
     def allowed(self, bands: list[tuple[int, int | None]], span: int | None = None) -> torch.Tensor:
         """[B, P, Tk] boolean: key j of the read seen by pass p (distances [nearest,
@@ -78,6 +81,11 @@ class DecodeMask:
     """[B, P, Tk] boolean."""
     dtype: torch.dtype
     """The activations' dtype, the additive form's."""
+    kernel: decode_kernel.KernelBuffers | None = None
+    """Where the decoding kernel writes (the cache's, `DecodeKeys.kernel`); None: torch's
+    kernels. It rides with the mask because the mask is what every attention call of the
+    step already receives from the step's plan: the decision reaches `decode_attention`
+    from the generation that made the cache, with no flag shared between generations."""
 
     @functools.cached_property
     def bias(self) -> torch.Tensor:
@@ -150,9 +158,9 @@ def decode_attention(
         if passes != 1:
             raise ValueError("attention sinks take one pass")
         return dense_with_sinks(q4, k4, v4, mask.allowed[:, None], scale, sinks).transpose(1, 2)
-    # CUDA: every pass and the merge in one launch (its products take one dtype)
-    if queries.dtype == k.dtype == v.dtype and decode_kernel.usable(queries):
-        return decode_kernel.decode_attend(queries, k, v, mask.allowed, scale)
+    # CUDA, where the cache opted in: every pass and the merge in one launch (its products take one dtype)
+    if mask.kernel is not None and queries.dtype == k.dtype == v.dtype and decode_kernel.usable(queries):
+        return decode_kernel.decode_attend(queries, k, v, mask.allowed, scale, mask.kernel)
     if queries.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, False, attn_mask=mask.bias, scale=scale

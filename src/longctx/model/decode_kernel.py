@@ -26,7 +26,9 @@ Scores, softmax and the accumulator are fp32; the weights are rounded to v's dty
 second product (as FlashAttention does). A row that sees no key gets zeros. fp32 inputs
 use IEEE products (not TF32). Used on CUDA for fp16/bf16/fp32 without attention sinks
 (model/decode.py); on CPU the fused CPU kernel and the merge run, and the tests run this
-kernel through Triton's interpreter (TRITON_INTERPRET=1) against them.
+kernel through Triton's interpreter (TRITON_INTERPRET=1) against them. It runs only
+for a KV cache that carries `KernelBuffers` (`eval.cuda_decoding` kernel | graph+kernel:
+eval/generation.py); its workspaces and output are that cache's.
 """
 
 from __future__ import annotations
@@ -84,8 +86,38 @@ def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << (n - 1).bit_length())
 
 
-_WORKSPACES: dict[tuple, torch.Tensor] = {}
-_OUTPUTS: dict[tuple, torch.Tensor] = {}
+class KernelBuffers:
+    """The kernel's workspaces and output for one owner: the KV cache of one generation
+    (model/kv_cache.py `KVCache.kernel_buffers`; a cache without them decodes with torch's
+    kernels), each allocated once per (shape, dtype, device, stream).
+
+    Why buffers at all: a step recorded as a CUDA graph reads the same buffers at every
+    replay, and an eager step allocates nothing. The output is one buffer for every layer
+    of a step, safe only because each layer's output projection reads it before the next
+    layer's attention writes it, in order on one stream. Why per owner and stream: work
+    that is not ordered with it, another model's steps on another stream, or this cache's
+    steps on a graph's capture stream beside its eager ones, would overwrite an output
+    that is yet to be read; each (owner, stream) gets its own. The arrival counters
+    (`zero`) are back to zero after every launch (the merging program resets its own). The
+    buffers live as long as the owner, so a graph that reads them lives no longer than its
+    cache, and nothing is held after a generation ends."""
+
+    def __init__(self) -> None:
+        self.workspaces: dict[tuple, torch.Tensor] = {}
+        self.outputs: dict[tuple, torch.Tensor] = {}
+
+    def output(self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return _buffer(self.outputs, shape, dtype, device)
+
+    def workspace(
+        self, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, zero: bool = False
+    ) -> torch.Tensor:
+        return _buffer(self.workspaces, shape, dtype, device, zero)
+
+
+def stream_key(device: torch.device) -> int | None:
+    """The current stream of `device` as a buffer key (None off CUDA: one stream)."""
+    return torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None
 
 
 def _buffer(
@@ -95,23 +127,24 @@ def _buffer(
     device: torch.device,
     zero: bool = False,
 ) -> torch.Tensor:
-    """A tensor allocated once per (shape, dtype, device): a step recorded as a CUDA graph
-    reads the same buffers at every replay, and an eager step allocates nothing. The
-    arrival counters (`zero`) are back to zero after every launch (the merging program
-    resets its own). The output is one buffer for every layer: each layer's output
-    projection reads it before the next layer's attention writes it (one stream)."""
-    key = (shape, dtype, device)
+    key = (shape, dtype, device, stream_key(device))
     if key not in cache:
         cache[key] = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
     return cache[key]
 
 
 def decode_attend(
-    queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float
+    queries: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    buffers: KernelBuffers,
 ) -> torch.Tensor:
     """queries [B, P, H, D] (pass p's rotated query), k/v [B, Tk, Hkv, D] (any strides,
     the last dimension contiguous), allowed [B, P, Tk] boolean -> [B, 1, H, D] in the
-    queries' dtype: the softmax over the union of the passes (module docstring)."""
+    queries' dtype, written into `buffers`' output: the softmax over the union of the
+    passes (module docstring)."""
     batch, passes, heads, dim = queries.shape
     keys, kv_heads = k.shape[1], k.shape[2]
     if allowed.shape != (batch, passes, keys) or v.shape != k.shape or heads % kv_heads:
@@ -121,16 +154,22 @@ def decode_attend(
         )
     if queries.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("decode_attend: the head dimension must be contiguous in queries, k and v")
-    out = _buffer(_OUTPUTS, (batch, 1, heads, dim), queries.dtype, queries.device)
-    launch(queries, k, v, allowed.view(torch.uint8), out, scale)
+    out = buffers.output((batch, 1, heads, dim), queries.dtype, queries.device)
+    launch(queries, k, v, allowed.view(torch.uint8), out, scale, buffers)
     return out
 
 
 def launch(
-    queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seen: torch.Tensor, out: torch.Tensor, scale: float
+    queries: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seen: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    buffers: KernelBuffers,
 ) -> None:
     """One launch of the kernel writing `out` (seen: `allowed` as uint8). Everything it
-    reads besides its arguments is allocated once per shape."""
+    reads besides its arguments is in `buffers`, allocated once per shape."""
     batch, passes, heads, dim = queries.shape
     keys, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -140,9 +179,9 @@ def launch(
     per_split = math.ceil(math.ceil(keys / splits) / BLOCK_N) * BLOCK_N
     splits = math.ceil(keys / per_split)
     device, interpreter = queries.device, interpreted()
-    acc = _buffer(_WORKSPACES, (programs, splits, block_g, block_d), torch.float32, device)
-    ml = _buffer(_WORKSPACES, (programs, splits, 2, block_g), torch.float32, device)
-    counters = _buffer(_WORKSPACES, (programs,), torch.int32, device, zero=True)
+    acc = buffers.workspace((programs, splits, block_g, block_d), torch.float32, device)
+    ml = buffers.workspace((programs, splits, 2, block_g), torch.float32, device)
+    counters = buffers.workspace((programs,), torch.int32, device, zero=True)
     _kernel()[(programs, splits)](
         queries, k, v, seen, out, acc, ml, counters,
         scale, keys, per_split, splits,

@@ -21,6 +21,9 @@ The design (docs/design.md §8, "The KV cache"):
 - A decoding step (`fixed_reads`, model/decode.py) writes at `end`, the length kept on
   the device, and reads the whole buffer; `document_start` [B] holds where each row's
   current document starts, so the step's masks need no host sync.
+- `decode_kernel`: the decoding steps' attention runs in the Triton decoding kernel
+  (model/decode_kernel.py, CUDA), whose buffers the cache owns (`kernel_buffers`), so two
+  generations never share the kernel's output; off, torch's kernels.
 - Keys are cached rotated, except on full layers under position methods that rotate keys
   at rewritten positions (ReRoPE, Self-Extend, DCA), which cache them un-rotated; sliding
   and NoPE layers never run a position method, so theirs are always as the layer made them.
@@ -32,6 +35,7 @@ import torch
 
 from longctx.batch import document_start_index
 from longctx.config.model import ModelConfig
+from longctx.model.decode_kernel import KernelBuffers
 
 __all__ = ["KVCache"]
 
@@ -39,7 +43,7 @@ __all__ = ["KVCache"]
 class KVCache:
     """Preallocated keys/values of every layer for batched incremental decoding."""
 
-    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None):
+    def __init__(self, config: ModelConfig, batch_size: int, max_len: int, device=None, decode_kernel: bool = False):
         # Keys/values are allocated at the first `store`, in the dtype the layers compute in:
         # under bf16 autocast the projections give bf16 k/v while the weights stay float32,
         # and a float32 cache would hand the attention kernel bf16 queries with float32 keys
@@ -78,6 +82,9 @@ class KVCache:
         buffer (a decoding step, model/decode.py), else the slice [0, length + T)."""
         self._length = 0
         self.max_len = max_len
+        self.kernel_buffers = KernelBuffers() if decode_kernel else None
+        """The decoding kernel's workspaces and output for this cache's steps (model/decode_kernel.py);
+        None: the steps' attention runs in torch's kernels."""
 
     @property
     def length(self) -> int:

@@ -261,8 +261,12 @@ class Llama(nn.Module):
                 module.fuse_()
         return self
 
-    def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
-        return KVCache(self.config, batch_size, max_len, device=self.tok_embeddings.weight.device)
+    def new_kv_cache(self, batch_size: int, max_len: int, *, decode_kernel: bool = False) -> KVCache:
+        """A cache for `batch_size` rows of up to `max_len` positions; `decode_kernel`: its
+        decoding steps' attention in the Triton decoding kernel where it can run
+        (model/decode_kernel.py; CUDA), else in torch's kernels."""
+        device = self.tok_embeddings.weight.device
+        return KVCache(self.config, batch_size, max_len, device=device, decode_kernel=decode_kernel)
 
     def forward(
         self,
@@ -323,7 +327,9 @@ class Llama(nn.Module):
             key_document_ids, key_position_ids = kv_cache.write_ids(new_documents, document_ids, position_ids)
             if kv_cache.fixed_reads:  # a decoding step (model/decode.py): no host sync, fixed-shape reads
                 held = kv_cache.window_span(1)
-                decode = DecodeKeys(kv_cache.end, kv_cache.document_start, kv_cache.key_index, held)
+                decode = DecodeKeys(
+                    kv_cache.end, kv_cache.document_start, kv_cache.key_index, held, kv_cache.kernel_buffers
+                )
         else:
             key_document_ids, key_position_ids = document_ids, position_ids
 
@@ -411,7 +417,7 @@ class _Layouts:
         if spec.window not in self.decode_masks:
             span = self.decode.held if spec.window else None
             allowed = self.decode.allowed([(0, None)], span)
-            self.decode_masks[spec.window] = DecodeMask(allowed, self.dtype)
+            self.decode_masks[spec.window] = DecodeMask(allowed, self.dtype, self.decode.kernel)
         mask = self.decode_masks[spec.window]
         if not spec.rope:
             return DecodeUnrotated(mask)

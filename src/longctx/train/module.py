@@ -78,6 +78,25 @@ def rescale_gradients(parameters: list[torch.nn.Parameter], capacity: torch.Tens
         torch._foreach_mul_(same, scale.to(torch.promote_types(dtype, torch.float32)))
 
 
+def shard_model(model: Llama, mesh: DeviceMesh, precision: str) -> None:
+    """FSDP2 over `mesh`: each transformer block, then the root, `fully_shard`ed in place
+    (parameter names unchanged, so checkpoints load into a plain Llama). Under bf16
+    (`precision` bf16-*, or auto on CUDA) the forward gathers bf16 parameters and gradients
+    are reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if precision.startswith("bf16") or (precision == "auto" and torch.cuda.is_available()):
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # A block's inputs are left as they come: the activations are already in param_dtype
+    # (the embedding's output), and casting them would also cast the fp32 RoPE cos/sin that
+    # FSDP2 finds inside the positions dataclass (single-device runs rotate in fp32).
+    block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=block_policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
 class LanguageModelModule(L.LightningModule):
     """`LanguageModelModule.load_from_checkpoint(path)` rebuilds the module from the saved
     hyper-parameters: `config` (the experiment as a dict) and `model` (the ModelConfig, what
@@ -121,23 +140,7 @@ class LanguageModelModule(L.LightningModule):
                 block.compile()
         device_mesh = getattr(self, "device_mesh", None)
         if device_mesh is not None:
-            self._fully_shard(model, device_mesh["data_parallel"])
-
-    def _fully_shard(self, model: Llama, mesh: DeviceMesh) -> None:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        policy = MixedPrecisionPolicy()
-        if self.config.train.precision.startswith("bf16") or (
-            self.config.train.precision == "auto" and torch.cuda.is_available()
-        ):
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        # A block's inputs are left as they come: the activations are already in param_dtype
-        # (the embedding's output), and casting them would also cast the fp32 RoPE cos/sin that
-        # FSDP2 finds inside the positions dataclass (single-device runs rotate in fp32).
-        block_policy = dataclasses.replace(policy, cast_forward_inputs=False)
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, mp_policy=block_policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+            shard_model(model, device_mesh["data_parallel"], self.config.train.precision)
 
     def _llama(self) -> Llama:
         """The model `configure_model` built (Lightning calls it before any step)."""

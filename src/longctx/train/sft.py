@@ -34,6 +34,8 @@ from longctx.errors import ConfigError
 from longctx.model.checkpoint import load_model
 from longctx.model.rope import RopeScaling
 from longctx.train.callbacks.frequency import HostBatchDataModule
+from longctx.train.callbacks.training import METRICS_FILE, append_metrics
+from longctx.train.loggers import log_scalars, logger_step
 from longctx.train.trainer import batch_plan, fit, world_size_from_environment
 
 
@@ -102,6 +104,22 @@ def check_sft_config(config: ExperimentConfig) -> None:
         raise ConfigError("train.loss_weighting", "weights pretraining rows by position; SFT uses the plain loss")
 
 
+DERIVED_KEYS = {"train.max_steps": "sft.epochs"}
+"""Keys `longctx sft` computes from another (key -> the key it comes from): a value the
+user sets for one would be replaced silently, so setting it is an error (cli)."""
+
+
+def check_not_derived(set_at: dict[str, str]) -> None:
+    """`set_at` (dotted key -> where the config set it) sets no key SFT derives."""
+    for key, source in DERIVED_KEYS.items():
+        if key in set_at:
+            raise ConfigError(
+                key,
+                f"is set ({set_at[key]}), but `longctx sft` computes it from {source} "
+                f"(steps = ceil({source} x rows / rows per step)); set {source} instead and remove {key}",
+            )
+
+
 def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
     check_sft_config(config)
     base = load_model(config.init)
@@ -132,24 +150,31 @@ def finetune(config: ExperimentConfig, tokenizer: Tokenizer) -> L.Trainer:
         train=dataclasses.replace(config.train, max_steps=steps),
     )
     print(f"sft: {len(rows)} rows of {config.data.window} tokens, {rows_per_step} per step -> {steps} steps")
-    trainer = fit(
+
+    def after(trainer: L.Trainer) -> None:
+        if trainer.global_step < steps:  # stopped early (SIGTERM: a lease or time budget ran out)
+            print(f"sft: stopped at step {trainer.global_step} of {steps}; the NIAH check runs when a resumed run ends")
+            return
+        effective = niah_after_sft(config, tokenizer, base.config.max_position)
+        metrics = {"niah_after/effective_length": float(effective)}
+        append_metrics(Path(config.train.out_dir) / METRICS_FILE, trainer.global_step, metrics)
+        log_scalars(trainer, metrics, logger_step(trainer))
+
+    return fit(
         config,
         SFTDataModule(config, rows, rows_per_step),
         fi_window=rows.position_limit,
         initial_state=base.state_dict(),
         tokenizer=tokenizer,
+        after=after if config.sft.niah_after else None,
     )
-    if config.sft.niah_after and trainer.is_global_zero:
-        if trainer.global_step < steps:  # stopped early (SIGTERM: a lease or time budget ran out)
-            print(f"sft: stopped at step {trainer.global_step} of {steps}; the NIAH check runs when a resumed run ends")
-        else:
-            niah_after_sft(config, tokenizer, base.config.max_position)
-    return trainer
 
 
-def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> Path:
+def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_window: int) -> int:
     """The effective-length search of the fine-tuned model within and beyond the base
-    model's window (SkipAlign Figure 3); rank 0, from the final checkpoint."""
+    model's window (SkipAlign Figure 3); rank 0, from the final checkpoint. Writes
+    `<out_dir>/niah_after_sft/` and returns the effective length, which `finetune` logs as
+    `niah_after/effective_length` (metrics.jsonl and the run's loggers) at the last step."""
     from longctx.eval.niah import evaluation
 
     out_dir = Path(config.train.out_dir)
@@ -162,5 +187,5 @@ def niah_after_sft(config: ExperimentConfig, tokenizer: Tokenizer, original_wind
     out = out_dir / "niah_after_sft"
     result = evaluation.evaluate(model, config, tokenizer, haystack, settings=settings, cells_dir=out / "cells")
     print(evaluation.format_search(result))
-    numbers, _ = evaluation.write_result(result, out, f"after SFT ({config.sft.variant})")
-    return numbers
+    evaluation.write_result(result, out, f"after SFT ({config.sft.variant})")
+    return result.effective_length

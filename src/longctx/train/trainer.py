@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
@@ -253,10 +254,13 @@ def fit(
     initial_state: dict[str, torch.Tensor] | None = None,
     tokenizer=None,
     loss_weights: torch.Tensor | None = None,
+    after: Callable[[L.Trainer], None] | None = None,
 ) -> L.Trainer:
     """Run the Trainer on `datamodule`; f(i) is counted up to relative position `fi_window`.
     `tokenizer` is needed when `probe.niah_every_steps` runs NIAH during training;
-    `loss_weights`: w(p) of train.loss_weighting (train/loss_weights.py)."""
+    `loss_weights`: w(p) of train.loss_weighting (train/loss_weights.py); `after`: rank 0's
+    work once training ends, while the loggers' runs are still open (what it logs joins
+    the run's history)."""
     world = world_size_from_environment(config)
     accumulation, _ = batch_plan(config, world)
     out_dir = Path(config.train.out_dir)
@@ -321,5 +325,7 @@ def fit(
     module = LanguageModelModule(config, initial_state=None if resume else initial_state, loss_weights=loss_weights)
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume, weights_only=True)  # never unpickle objects
     if trainer.is_global_zero:
+        if after is not None:
+            after(trainer)
         finish_loggers(trainer.loggers)
     return trainer

@@ -112,6 +112,7 @@ def evaluate(
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
         attention_backend=attention_backend,
         memory_limit_gib=config.eval.memory_limit_gib,
+        cuda_decoding=config.eval.cuda_decoding,
     )
     lengths = settings.evaluated_lengths()
     if lengths:  # the longest length refused before any cell runs

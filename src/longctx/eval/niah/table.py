@@ -115,6 +115,7 @@ def method_table(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
         memory_limit_gib=config.eval.memory_limit_gib,
+        cuda_decoding=config.eval.cuda_decoding,
     )
     grid = niah_grid(models, arms, config, haystack, lengths)
     results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length, ranks=ranks)

@@ -337,7 +337,7 @@ class PositionMethod(nn.Module):
         if self.query_scale is not None:
             factor = self.query_scale(position_ids).to(cos.dtype)[..., None]
             cos, sin = cos * factor, sin * factor
-        mask = DecodeMask(keys.allowed([p.band for p in passes if p.band is not None]), dtype)
+        mask = DecodeMask(keys.allowed([p.band for p in passes if p.band is not None]), dtype, keys.kernel)
         if passes[0].query_positions is own_positions and self.query_scale is None:
             # the new key rotates with the first pass's query, as one tensor: no angles of its own
             return DecodePasses(cos, signed_sin(sin), None, None, mask, self.score_multiplier, shared=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 import lightning as L
 
 from longctx.config import ExperimentConfig
+from longctx.config.eval import NiahConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.eval.niah.evaluation import evaluate, search_settings, write_result
 from longctx.eval.niah.haystack import Haystack
@@ -36,6 +37,16 @@ from longctx.model.llama import Llama
 from longctx.train.callbacks.frequency import PositionFrequencyCallback
 from longctx.train.callbacks.training import METRICS_FILE, append_metrics
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
+
+
+def probe_settings(config: ExperimentConfig, model: Llama) -> NiahConfig:
+    """The search this probe runs: `eval.niah` with `probe.niah_tests_per_length` tests,
+    up to the longest position trained (the window, or the target length L_t that a
+    `data.position_transform` spreads the ids over)."""
+    settings = search_settings(config, model, tests_per_length=config.probe.niah_tests_per_length)
+    data = config.data
+    trained = data.window if data.position_transform == "none" else data.target_length
+    return dataclasses.replace(settings, max_length=min(settings.max_length, trained))
 
 
 class EffectiveLengthCallback(L.Callback):
@@ -54,10 +65,7 @@ class EffectiveLengthCallback(L.Callback):
             return
         model = pl_module.model
         assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`
-        settings = search_settings(self.config, model, tests_per_length=self.config.probe.niah_tests_per_length)
-        data = self.config.data
-        trained = data.window if data.position_transform == "none" else data.target_length  # ids reach L_t
-        settings = dataclasses.replace(settings, max_length=min(settings.max_length, trained))
+        settings = probe_settings(self.config, model)
         out = self.out_dir / "niah" / f"step-{step:07d}"
         cells = None  # the other ranks take part in every forward but keep nothing
         if trainer.is_global_zero:
