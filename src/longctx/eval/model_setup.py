@@ -63,7 +63,7 @@ def model_device(model: Llama) -> torch.device:
 
 def position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
     """None for plain RoPE (the model's own path), else the method on the model's device."""
-    if config.name == "rope" and not config.rope.repo_score_scale:
+    if config.name == "rope" and not config.params_of("rope").repo_score_scale:
         return None
     return build_position_method(config, model.config).to(model_device(model))
 
