@@ -330,6 +330,7 @@ def _reused(cell, records, count, summary_path, team, progress) -> CellResult:
         merge_records(summary_path.parent, records)
     result = CellResult(cell, kept, summary)
     if progress is not None:
+        progress.cell_started(cell, total=count, done=count)  # nothing of it left to decode
         progress.cell_done(result, reused=True)
     return result
 
@@ -394,8 +395,10 @@ def _gathered(mine: dict[int, CellResult | str], ranks: Ranks, progress: Progres
             continue
         for position, outcome in theirs.items():
             if progress is not None and isinstance(outcome, CellResult):
+                count = outcome.summary["count"]
+                progress.cell_started(outcome.cell, total=count, done=count - outcome.decoded)
                 progress.advance(outcome.decoded)
-                progress.cell_done(outcome, reused=False)
+                progress.cell_done(outcome, reused=outcome.decoded == 0)
             yield position, outcome
 
 
