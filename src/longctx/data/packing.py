@@ -77,7 +77,7 @@ from litdata import StreamingDataset
 from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
-from longctx.data.integrity import ChunkLocator, verify_dataset
+from longctx.data.integrity import ChunkLocator, item_count, verify_dataset
 from longctx.data.transforms import PositionTransform
 from longctx.errors import ConfigError, DataError
 
@@ -119,14 +119,6 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     }
 
 
-def item_count(dataset: StreamingDataset) -> int:
-    """Every item of a litdata dataset, whatever process reads it. `len(dataset)` counts only
-    this rank's share once litdata sees a distributed launch (torch.distributed initialised,
-    or torchrun's WORLD_SIZE in the environment, before any process group exists), so code
-    that reads a whole dataset (the lengths table, a selection pass) must not use it."""
-    return sum(end - start for start, end in dataset.region_of_interest)
-
-
 class PackedSource:
     """One prepared dataset read as an endless, per-epoch shuffled stream of tokens."""
 
@@ -144,11 +136,8 @@ class PackedSource:
         self._chunks = ChunkLocator(self.path)
         self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
         items = item_count(self.documents)
-        if len(self.lengths) != items:
-            raise ValueError(
-                f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {items}; "
-                "the dataset was not written whole: remove the directory and prepare it again"
-            )
+        if len(self.lengths) != items:  # not written whole
+            raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} of {items} documents; prepare it anew")
         self.epoch_tokens = int(self.lengths.sum())
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")
