@@ -32,6 +32,7 @@ ISSUE_ORDER = [
     "ruler-smollm2",
     "twin-tuning",
     "twin-seeds",
+    "eval-ranks",
 ]
 
 
