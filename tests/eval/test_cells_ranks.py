@@ -235,12 +235,21 @@ def test_a_model_that_fits_no_layout_is_refused_naming_why():
 
 
 @pytest.mark.slow
-def test_niah_table_under_torchrun_writes_the_one_process_table_once(tmp_path, haystack_file):
+@pytest.mark.parametrize("kind", ["checkpoint", "hf"])
+def test_niah_table_under_torchrun_writes_the_one_process_table_once(tmp_path, haystack_file, kind):
     """`torchrun --nproc_per_node=2 -m longctx niah-table` (gloo ranks on CPU): the table, the
-    cells and one W&B run, as `longctx niah-table` writes them (~1 min on 2 loaded cores)."""
-    checkpoint = tmp_path / "m.safetensors"
+    cells and one W&B run, as `longctx niah-table` writes them (~1 min on 2 loaded cores);
+    for one of our checkpoints and for a Hugging Face directory alike."""
+    from longctx.data.tokenizer import load_tokenizer
+    from longctx.model.hf import export_hf
+
     torch.manual_seed(0)
-    save_model(Llama(ModelConfig.from_preset("debug", max_position=256, init_std=0.2)), checkpoint)
+    model = Llama(ModelConfig.from_preset("debug", max_position=256, init_std=0.2))
+    if kind == "hf":
+        checkpoint = export_hf(model, tmp_path / "hf-model", tokenizer=load_tokenizer("bpe-8192"))
+    else:
+        checkpoint = tmp_path / "m.safetensors"
+        save_model(model, checkpoint)
     sets = [
         f"eval.niah.haystack={haystack_file}",
         "eval.niah.tests_per_length=3",
@@ -264,7 +273,7 @@ def test_niah_table_under_torchrun_writes_the_one_process_table_once(tmp_path, h
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("| method |") == 1  # rank 0 prints the table, rank 1 nothing
     assert "models whole on every rank" in done.stderr and "evaluating on 2 ranks" in done.stderr
-    assert done.stderr.count("done  m.safetensors") == 4  # rank 0's lines: its cells and rank 1's
+    assert done.stderr.count(f"done  {checkpoint.name}") == 4  # rank 0's lines: its cells and rank 1's
     for name in ("table.md", "table.json"):
         assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text()
     assert cell_files(tmp_path / "two" / "cells") == cell_files(tmp_path / "one" / "cells")
