@@ -8,7 +8,7 @@ import pytest
 from longctx.eval import cell_decoding
 from longctx.eval.cell_records import CellMismatchError, read_records
 from longctx.eval.cells import Decoding, run_grid
-from tests.eval.helpers import CopyTask, Tokens, copy_grid, copy_model
+from tests.eval.helpers import CopyTask, KillAfter, Tokens, copy_grid, copy_model
 
 
 @pytest.fixture(scope="module")
@@ -18,25 +18,6 @@ def model():
 
 def grid(model, count=5, task=None, lengths=(24, 40)):
     return copy_grid(model, count, task, lengths)
-
-
-class Stop(Exception):
-    pass
-
-
-class StopAfter:
-    """A progress that raises (a kill) after `batches` batches of decoding."""
-
-    def __init__(self, batches: int):
-        self.batches = batches
-
-    def cell_started(self, cell, total, done):
-        pass
-
-    def advance(self, samples):
-        self.batches -= 1
-        if self.batches == 0:
-            raise Stop
 
     def cell_done(self, result, reused):
         pass
@@ -65,8 +46,8 @@ def test_cells_are_written_reused_and_resumed_with_the_same_samples(model, tmp_p
     assert clean[1].records != clean[3].records
 
     # A killed run: the third batch raises; the first cell is done, the second half-written.
-    with pytest.raises(Stop):
-        run_grid(grid(model), Tokens(), tmp_path / "killed", decoding, progress=StopAfter(4))
+    with pytest.raises(RuntimeError, match="killed"):
+        run_grid(grid(model), Tokens(), tmp_path / "killed", decoding, progress=KillAfter(4))
     first, second = (c.directory(tmp_path / "killed") for c in (clean[0].cell, clean[1].cell))
     assert (first / "summary.json").exists() and not (second / "summary.json").exists()
     assert len(read_records(second / "samples.jsonl")) == 1
