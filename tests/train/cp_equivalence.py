@@ -24,12 +24,10 @@ from longctx.batch import IGNORE_INDEX
 from longctx.config import load
 from longctx.model.llama import Llama
 from longctx.train.context_parallel import (
-    balance_indices,
     context_parallel_mesh,
     fsdp_mesh,
     shard_batch,
     unshard,
-    work_per_rank,
 )
 from longctx.train.module import rescale_gradients, shard_model
 
@@ -104,7 +102,7 @@ def main(argv: list[str]) -> None:
     shard_model(sharded, fsdp_mesh(mesh), "32-true")
     row = mesh.get_local_rank("data_parallel")
     mine = {key: value[row : row + 1] for key, value in batch.items()}
-    local, shard = shard_batch(mine, mesh["context_parallel"], balance)
+    local, shard, work = shard_batch(mine, mesh["context_parallel"], balance)
     local_sum = summed_loss(sharded, local, sequence_shard=shard, attention_backend="sdpa")
     capacity = local["labels"].numel()
     (local_sum / capacity).backward()
@@ -119,7 +117,6 @@ def main(argv: list[str]) -> None:
         got = parameter.grad.full_tensor()  # a collective: every rank takes part
         gradients[name] = float((got - expected.grad).abs().max())
     positions = unshard(local["position_ids"], shard, mesh["context_parallel"])
-    index = balance_indices(mine["document_ids"], size, balance)
     if dist.get_rank() == 0:
         result = {
             "loss": float(totals[0] / totals[1]),
@@ -127,7 +124,7 @@ def main(argv: list[str]) -> None:
             "gradients": gradients,
             "largest_gradient": max(float(p.grad.abs().max()) for p in reference.parameters()),
             "positions_equal": bool(torch.equal(positions, mine["position_ids"])),
-            "work_per_rank": work_per_rank(mine["document_ids"], index, size).tolist(),
+            "work_per_rank": work.tolist(),
         }
         with open(out, "w") as file:
             json.dump(result, file, indent=1)

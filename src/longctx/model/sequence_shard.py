@@ -79,7 +79,9 @@ class SequenceShard:
     def mask(self, window: int, backend: str) -> AttentionMask:
         """The local queries' mask over the whole row (cached per window and backend)."""
         if backend not in SHARD_BACKENDS:
-            raise ValueError(f"attention backend {backend!r} does not run on a sequence shard; use one of {SHARD_BACKENDS}")
+            raise ValueError(
+                f"attention backend {backend!r} does not run on a sequence shard; use one of {SHARD_BACKENDS}"
+            )
         if (window, backend) not in self.masks:
             build = _dense_shard_mask if backend == "sdpa" else _flex_shard_mask
             extra = build(self.query_index, self.document_ids, window)

@@ -30,7 +30,7 @@ attend, sum over its queries q of (q - first_seen(q) + 1).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -125,29 +125,31 @@ def document_lengths(document_ids: torch.Tensor) -> list[list[int]]:
 
 def shard_batch(
     batch: dict[str, torch.Tensor], mesh: DeviceMesh, method: str = "head_tail"
-) -> tuple[dict[str, torch.Tensor], SequenceShard]:
-    """This rank's part of `batch` along the sequence and the shard that attention gathers
-    over; `mesh`: the 1-D context-parallel mesh (or its dimension of the 2-D one)."""
+) -> tuple[dict[str, torch.Tensor], SequenceShard, torch.Tensor]:
+    """This rank's part of `batch` along the sequence, the shard that attention gathers
+    over and the work per rank (full attention); `mesh`: the 1-D context-parallel mesh."""
     from torch.distributed.tensor.experimental._context_parallel import _context_parallel_shard
 
     documents = batch["document_ids"]
     index = balance_indices(documents, mesh.size(), method)
     rows = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
     tensors = [batch[key] for key in SHARDED_KEYS] + [rows]
-    local = _context_parallel_shard(mesh, tensors, [1] * len(tensors), _Rearranged(index))
+    local = cast(list[torch.Tensor], _context_parallel_shard(mesh, tensors, [1] * len(tensors), _rearranged(index)))
     shard = SequenceShard(local[-1], documents, torch.argsort(index, dim=1), mesh.get_group().group_name)
-    return dict(zip(SHARDED_KEYS, local[:-1], strict=True)), shard
+    work = work_per_rank(documents, index, mesh.size())
+    return dict(zip(SHARDED_KEYS, local[:-1], strict=True)), shard, work
 
 
-class _Rearranged:
-    """A load balancer whose indices are already made (torch's `_LoadBalancer` protocol):
-    the one rearrangement serves every tensor of the batch."""
+def _rearranged(index: torch.Tensor):
+    """A torch `_LoadBalancer` whose indices are already made: the one rearrangement
+    serves every tensor of the batch."""
+    from torch.distributed.tensor.experimental._context_parallel import _LoadBalancer
 
-    def __init__(self, index: torch.Tensor):
-        self.index = index
+    class Rearranged(_LoadBalancer):
+        def _generate_indices(self, restore: bool = False) -> torch.Tensor:
+            return torch.argsort(index, dim=1) if restore else index
 
-    def _generate_indices(self, restore: bool = False) -> torch.Tensor:
-        return torch.argsort(self.index, dim=1) if restore else self.index
+    return Rearranged()
 
 
 def unshard(local: torch.Tensor, shard: SequenceShard, mesh: DeviceMesh) -> torch.Tensor:

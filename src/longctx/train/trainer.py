@@ -10,7 +10,8 @@ node and nodes are read from LOCAL_WORLD_SIZE and WORLD_SIZE, and `train.devices
 `train.num_nodes`, when set, must agree (a mismatch is an error, not a silent re-launch).
 
 Batch. `train.global_batch_tokens` is fixed; accumulation = global / (window x micro-batch
-x world). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
+x data-parallel size), the data-parallel size = world / `train.context_parallel` (the N
+ranks of a context-parallel group share their rows: train/context_parallel.py). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
 take the same tokens per optimizer step (STRING A.2: 4M tokens at both windows).
 
 Resume. `train.resume=auto|PATH` first checks that the checkpoint's saved config agrees on
@@ -58,6 +59,17 @@ class WorldSize:
     def total(self) -> int:
         return self.devices * self.num_nodes
 
+    def data_parallel(self, config: ExperimentConfig) -> int:
+        """Ranks reading different rows: the world over the context-parallel size, which
+        must divide it."""
+        size = config.train.context_parallel
+        if self.total % size:
+            raise ConfigError(
+                "train.context_parallel",
+                f"{size} does not divide the world size {self.total} ({self.num_nodes} node(s) x {self.devices} devices)",
+            )
+        return self.total // size
+
 
 def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
     """Devices per node and nodes, from torchrun's environment or the config."""
@@ -92,6 +104,10 @@ def resolve_precision(config: ExperimentConfig) -> Precision:
 
 
 def make_strategy(config: ExperimentConfig, world: WorldSize):
+    if config.train.context_parallel > 1:
+        from longctx.train.context_parallel import ContextParallelStrategy
+
+        return ContextParallelStrategy(world.data_parallel(config), config.train.context_parallel)
     if config.train.strategy == "fsdp":
         # Consolidated (not sharded) checkpoints: one file, resumable at any world size.
         return ModelParallelStrategy(
@@ -149,12 +165,13 @@ class PackedDataModule(HostBatchDataModule):
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
+        context = self.config.train.context_parallel  # a group's ranks are adjacent and share rows
         rows = packed_rows(
             self.config.data,
             self.sources,
             self.eos_id,
-            rank=trainer.global_rank,
-            world_size=trainer.world_size,
+            rank=trainer.global_rank // context,
+            world_size=trainer.world_size // context,
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
             micro_batch_size=self.config.train.micro_batch_size,
@@ -242,7 +259,7 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
     """(gradient accumulation steps, rows per optimizer step) for this world size."""
     return tokens_per_step(
-        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
+        config.data.window, config.train.micro_batch_size, world.data_parallel(config), config.train.global_batch_tokens
     )
 
 
@@ -275,7 +292,7 @@ def fit(
         NonFiniteCheck(config.log.every_steps),  # before any callback that writes
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
-        TrainingSpeed(config, world.total, accumulation),
+        TrainingSpeed(config, world.data_parallel(config), accumulation),
         MetricsFile(out_dir / METRICS_FILE),
         ConfigLogger(config),
         step_progress_bar(),
@@ -288,6 +305,7 @@ def fit(
                 config.probe.fi_every_steps,
                 config.probe.fi_count_only_labeled,
                 config.model.sliding_window if "sliding" in config.model.layer_kinds() else 0,
+                config.train.context_parallel,
             )
         )
     if config.probe.niah_every_steps:
