@@ -66,6 +66,43 @@ def test_the_flex_shard_block_mask_attends_as_the_dense_one(window):
         assert (got - expected).abs().max() < 1e-12
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [0, 300])
+def test_flex_on_every_rank_s_shard_mask_trains_as_the_dense_reference_on_cuda(window):
+    """The backward FlexAttention lacks on CPU: N = 4 ranks simulated in one process, each
+    rank's queries against the whole row's k/v (the gathered keys) through the compiled
+    kernel with the shard's BlockMask; outputs and q/k/v gradients against dense sdpa in
+    float32 (atol 2e-3: the kernels' TF32/accumulation order)."""
+    from longctx.model.attention import _compiled_flex_attention
+
+    documents = packed_documents([1000, 24, 512, 512]).cuda()  # 2,048 tokens
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 2048, 64, device="cuda", generator=generator).requires_grad_() for _ in range(3))
+    index = balance_indices(documents, 4, "head_tail")
+
+    def attend(flex: bool) -> list[torch.Tensor]:
+        outputs = []
+        for rank in range(4):
+            rows = local_rows(4, index, rank)
+            local_q = q[:, :, rows[0]]
+            if flex:
+                mask = _flex_shard_mask(rows, documents, window)
+                outputs.append(_compiled_flex_attention()(local_q, k, v, block_mask=mask))
+            else:
+                dense = _dense_shard_mask(rows, documents, window)
+                outputs.append(torch.nn.functional.scaled_dot_product_attention(local_q, k, v, attn_mask=dense))
+        return outputs
+
+    grad = torch.randn(1, 4, 512, 64, device="cuda", generator=generator)
+    results = []
+    for flex in (True, False):
+        outputs = attend(flex)
+        gradients = torch.autograd.grad(sum((out * grad).sum() for out in outputs), (q, k, v))
+        results.append((outputs, gradients))
+    for got, expected in zip([*results[0][0], *results[0][1]], [*results[1][0], *results[1][1]], strict=True):
+        torch.testing.assert_close(got, expected, atol=2e-3, rtol=0)
+
+
 def test_head_tail_balances_one_document_and_document_balances_any_packing():
     one = packed_documents([256])
     assert imbalance(work_per_rank(one, balance_indices(one, 4, "head_tail"), 4)) == 1.0
@@ -87,10 +124,18 @@ CP = ["train.strategy=fsdp", "train.context_parallel=2", "data.window=64", "mode
     ("extra", "key"),
     [
         (["train.context_parallel=2", "data.window=64", "model.max_position=64"], "train.context_parallel"),
-        ([*CP[:2], "data.window=62", "model.max_position=64", "train.global_batch_tokens=62", "train.micro_batch_size=1"], "train.context_parallel"),
+        (
+            [
+                *CP[:2],
+                "data.window=62",
+                "model.max_position=64",
+                "train.global_batch_tokens=62",
+                "train.micro_batch_size=1",
+            ],
+            "train.context_parallel",
+        ),
         ([*CP, "model.attention_backend=varlen"], "model.attention_backend"),
         ([*CP, "model.attention_backend=flash"], "model.attention_backend"),
-        ([*CP, "train.load_balance=document"], "train.load_balance"),
     ],
 )
 def test_context_parallel_settings_that_cannot_work_are_one_line_errors_naming_the_key(extra, key):
@@ -174,3 +219,19 @@ def test_pretrain_under_cp2_equals_one_process_counts_fi_once_and_resumes_at_cp1
     more = {**HYBRID_CP, "train.max_steps": 6, "train.resume": checkpoint}
     finish(launch(overrides(workspace, resumed, **more)))
     assert sorted(losses(resumed)) == [5, 6]
+
+
+def test_the_memory_estimate_divides_activations_by_n_and_adds_the_gathered_keys():
+    """At 64K on tinyllama-1.1b shapes: CP 8 holds 1/8 of the tokens' activations, plus per
+    local token and layer the other 7 ranks' k and v (bf16: 2 x 2 x 4 heads x 64 x 7)."""
+    from longctx.train.memory_budget import estimate_memory
+
+    shape = ["model.preset=tinyllama-1.1b", "model.max_position=65536", "data.window=65536", "train.micro_batch_size=1"]
+    shape += ["train.strategy=fsdp", "train.global_batch_tokens=1048576", "train.loss_chunk_tokens=4096"]
+    one = estimate_memory(load([], shape), 8, "bf16-mixed")
+    cp = estimate_memory(load([], [*shape, "train.context_parallel=8"]), 8, "bf16-mixed")
+    layers = load([], shape).model.n_layers + 1  # each held layer and the backward's temporaries
+    gathered = 2 * 2 * 4 * 64 * 7
+    assert cp.activations * 8 - one.activations == 65536 * layers * gathered
+    assert cp.activations < one.activations / 6
+    assert cp.parameters == one.parameters

@@ -109,9 +109,10 @@ class TrainConfig:
     the world size; the data-parallel size is world / N. Needs train.strategy=fsdp."""
     load_balance: str = "head_tail"
     """How a row is dealt to the context-parallel ranks, each taking two of 2N chunks:
-    head_tail (chunk r and chunk 2N-1-r of the whole row; any packing) | document (the
-    same within every document; data.packing=documents pads each document to a multiple
-    of 2N). Both equalise the causal work of a row (train/context_parallel.py)."""
+    head_tail (chunk r and chunk 2N-1-r of the whole row; any packing; balanced for one
+    document per row) | document (the same within every document: balanced for any
+    packing, but every document's length must be a multiple of 2N, else the step stops
+    naming this key). train/context_parallel.py."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -194,7 +195,7 @@ class TrainConfig:
                 ("data.window", "train.micro_batch_size"),
             )
 
-    def validate_for_context_parallel(self, window: int, backend: str, packing: str) -> None:
+    def validate_for_context_parallel(self, window: int, backend: str) -> None:
         """Under context parallelism a row splits into 2N equal chunks (each rank a head and a
         tail chunk), and attention runs on a backend that takes an explicit query index."""
         size = self.context_parallel
@@ -211,12 +212,6 @@ class TrainConfig:
                 "model.attention_backend",
                 f"{backend!r} does not run under train.context_parallel={size}; use flex (GPU) or sdpa (CPU reference)",
                 ("train.context_parallel",),
-            )
-        if self.load_balance == "document" and packing != "documents":
-            raise ConfigError(
-                "train.load_balance",
-                "document needs data.packing=documents (each document padded to a multiple of 2 x CP)",
-                ("data.packing",),
             )
 
 

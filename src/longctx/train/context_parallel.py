@@ -13,8 +13,8 @@ labels, position and document ids) is dealt out along the sequence by torch's
   model/sequence_shard.py), balanced exactly for one document per row.
 - `document` (`_PerDocumentHeadTailLoadBalancer`): the same inside every document, so
   each rank's work is 1/N of every document's |doc|^2 / 2 whatever the packing. Every
-  document's length must divide by 2N: `data.packing=documents` pads each (unlabelled,
-  outside f(i)); torch's own check is a bare AssertionError, ours names the key.
+  document's length must divide by 2N (torch's own check is a bare AssertionError; ours
+  names the key and the length).
 
 The position ids travel with their tokens, so the position transforms (PoSE, RandPos,
 LongRecipe, SkipAlign rows, DroPE) are the unsharded ones (`unshard` restores them).
@@ -109,7 +109,7 @@ def balance_indices(document_ids: torch.Tensor, size: int, method: str) -> torch
         raise ConfigError(
             "train.load_balance",
             f"document needs every document a multiple of 2 x train.context_parallel = {2 * size} tokens; "
-            f"found {odd[0]} (data.packing=documents pads them)",
+            f"found {odd[0]}; use train.load_balance=head_tail (any packing)",
         )
     return _PerDocumentHeadTailLoadBalancer(lengths, size, document_ids.device)._generate_indices().long()
 

@@ -292,7 +292,7 @@ def fit(
         NonFiniteCheck(config.log.every_steps),  # before any callback that writes
         step_checkpoints(out_dir / "checkpoints", config.train.checkpoint_every_steps),
         LastCheckpoint(out_dir / "checkpoints" / "last.ckpt", config.train.checkpoint_every_steps),
-        TrainingSpeed(config, world.data_parallel(config), accumulation),
+        TrainingSpeed(config, world.total, accumulation),
         MetricsFile(out_dir / METRICS_FILE),
         ConfigLogger(config),
         step_progress_bar(),
