@@ -27,20 +27,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import report
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import report  # noqa: E402
-
-from longctx.config.model import ModelConfig  # noqa: E402
-from longctx.model.llama import Llama  # noqa: E402
-from longctx.model.sequence_shard import SequenceShard  # noqa: E402
-from longctx.train.context_parallel import context_parallel_mesh, shard_batch  # noqa: E402
+from longctx.config.model import ModelConfig
+from longctx.model.llama import Llama
+from longctx.model.sequence_shard import SequenceShard
+from longctx.train.context_parallel import context_parallel_mesh, shard_batch
 
 
 def packed_row(length: int, vocab: int, device: torch.device) -> dict[str, torch.Tensor]:

@@ -8,10 +8,13 @@ against the data window is `ExperimentConfig.validate`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longctx.config.checks import choice, component_spec, positive_int
 from longctx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from longctx.config.data import DataConfig
 
 LOSS_WEIGHTINGS = ("none", "inverse_frequency")
 """Values of `train.loss_weighting` (train/loss_weights.py)."""
@@ -110,9 +113,9 @@ class TrainConfig:
     load_balance: str = "head_tail"
     """How a row is dealt to the context-parallel ranks, each taking two of 2N chunks:
     head_tail (chunk r and chunk 2N-1-r of the whole row; any packing; balanced for one
-    document per row) | document (the same within every document: balanced for any
-    packing, but every document's length must be a multiple of 2N, else the step stops
-    naming this key). train/context_parallel.py."""
+    document per row) | document (the same within every document, balanced whatever the
+    documents; needs data.packing=documents, which then pads each document to a multiple
+    of 2N with unlabelled tokens: data/row_padding.py). train/context_parallel.py."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -195,7 +198,7 @@ class TrainConfig:
                 ("data.window", "train.micro_batch_size"),
             )
 
-    def validate_for_context_parallel(self, window: int, backend: str) -> None:
+    def validate_for_context_parallel(self, window: int, backend: str, data: DataConfig) -> None:
         """Under context parallelism a row splits into 2N equal chunks (each rank a head and a
         tail chunk), and attention runs on a backend that takes an explicit query index."""
         size = self.context_parallel
@@ -212,6 +215,12 @@ class TrainConfig:
                 "model.attention_backend",
                 f"{backend!r} does not run under train.context_parallel={size}; use flex (GPU) or sdpa (CPU reference)",
                 ("train.context_parallel",),
+            )
+        if self.load_balance == "document" and (data.packing != "documents" or not data.doc_mask):
+            raise ConfigError(
+                "train.load_balance",
+                "document needs data.packing=documents and data.doc_mask=true (each document padded to a multiple of 2N)",
+                ("data.packing", "data.doc_mask"),
             )
 
 

@@ -12,9 +12,10 @@ labels, position and document ids) is dealt out along the sequence by torch's
   holds one cheap and one dear chunk; correct for any packing (the mask reads row indices,
   model/sequence_shard.py), balanced exactly for one document per row.
 - `document` (`_PerDocumentHeadTailLoadBalancer`): the same inside every document, so
-  each rank's work is 1/N of every document's |doc|^2 / 2 whatever the packing. Every
-  document's length must divide by 2N (torch's own check is a bare AssertionError; ours
-  names the key and the length).
+  each rank's work is 1/N of every document's |doc|^2 / 2 whatever the documents. Every
+  document's length must divide by 2N: `data.packing=documents` pads each
+  (data/row_padding.py; unlabelled, outside f(i)); torch's own check is a bare
+  AssertionError, ours names the key and the length.
 
 The position ids travel with their tokens, so the position transforms (PoSE, RandPos,
 LongRecipe, SkipAlign rows, DroPE) are the unsharded ones (`unshard` restores them).
@@ -109,7 +110,7 @@ def balance_indices(document_ids: torch.Tensor, size: int, method: str) -> torch
         raise ConfigError(
             "train.load_balance",
             f"document needs every document a multiple of 2 x train.context_parallel = {2 * size} tokens; "
-            f"found {odd[0]}; use train.load_balance=head_tail (any packing)",
+            f"found {odd[0]} (data.packing=documents pads them)",
         )
     return _PerDocumentHeadTailLoadBalancer(lengths, size, document_ids.device)._generate_indices().long()
 

@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.data.packing import tokens_per_step
+from longctx.data.batch_plan import tokens_per_step
 from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
@@ -118,6 +118,13 @@ def make_strategy(config: ExperimentConfig, world: WorldSize):
     return "auto"
 
 
+def document_granule(config: ExperimentConfig) -> int:
+    """2 x CP under `train.load_balance=document` (each document padded to a multiple of
+    it, data/row_padding.py), else 1."""
+    train = config.train
+    return 2 * train.context_parallel if train.context_parallel > 1 and train.load_balance == "document" else 1
+
+
 def resolve_resume(config: ExperimentConfig) -> str | None:
     resume = config.train.resume
     if not resume:
@@ -175,6 +182,7 @@ class PackedDataModule(HostBatchDataModule):
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
             micro_batch_size=self.config.train.micro_batch_size,
+            document_granule=document_granule(self.config),
         )
         workers = self.config.train.loader_workers
         return torch.utils.data.DataLoader(
@@ -203,7 +211,9 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
     if config.train.loss_weighting == "inverse_frequency":
         from longctx.train.loss_weights import run_loss_weights
 
-        rows = packed_rows(config.data, sources, tokenizer.eos_id, transform=transform)
+        rows = packed_rows(
+            config.data, sources, tokenizer.eos_id, transform=transform, document_granule=document_granule(config)
+        )
         count = config.train.max_steps * rows_per_step
         out_dir = Path(config.train.out_dir) if int(os.environ.get("RANK", "0")) == 0 else None
         loss_weights = run_loss_weights(rows, count, fi_window, config.train.loss_weight_cap, out_dir)
@@ -224,7 +234,7 @@ def write_masking_report(config: ExperimentConfig, sources: list[tuple[str, floa
     """<out_dir>/answer_masking.json: per source, the answers the run's `rows` rows supervise
     and how many of them a row edge cut from their fact (data/answer_spans.py), and whether
     those were masked (`data.mask_cut_answers`)."""
-    report = packed_rows(config.data, sources, eos_id).masking_report(rows)
+    report = packed_rows(config.data, sources, eos_id, document_granule=document_granule(config)).masking_report(rows)
     out_dir = Path(config.train.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     body = {
