@@ -31,6 +31,7 @@ ISSUE_ORDER = [
     "ruler-smollm2",
     "twin-tuning",
     "twin-seeds",
+    "context-parallel",
 ]
 
 

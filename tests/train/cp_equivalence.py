@@ -9,7 +9,8 @@ carry: sliding and full layers (window 12 over rows of 64 with documents longer 
 a NoPE layer, GQA, qk-norm. Each data-parallel rank d trains row d of the global batch;
 its CP group shards it (train/context_parallel.py), every layer gathers keys/values, the
 loss is normalised as train/module.py does (local sum / local capacity, FSDP2's mean over
-the world, then rescaled by the all-reduced capacity / labelled). The reference: one
+the world, then rescaled by the all-reduced capacity / labelled); activation checkpointing
+on, so the backward's recomputation gathers again. The reference: one
 unsharded model, sum(CE) / labelled over all rows, backward. Written: the largest
 differences of the loss, of every parameter gradient (full tensors) and of the position
 ids after the round trip through the shards, and the work per rank."""
@@ -99,6 +100,7 @@ def main(argv: list[str]) -> None:
     (loss_sum / labelled).backward()
 
     mesh = context_parallel_mesh(data_parallel, size, "cpu")
+    sharded.activation_checkpointing = True  # the backward recomputes each block, its all-gather too
     shard_model(sharded, fsdp_mesh(mesh), "32-true")
     row = mesh.get_local_rank("data_parallel")
     mine = {key: value[row : row + 1] for key, value in batch.items()}
