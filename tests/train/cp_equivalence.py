@@ -15,6 +15,7 @@ unsharded model, sum(CE) / labelled over all rows, backward. Written: the larges
 differences of the loss, of every parameter gradient (full tensors) and of the position
 ids after the round trip through the shards, and the work per rank."""
 
+import copy
 import json
 import sys
 
@@ -82,6 +83,22 @@ def summed_loss(model: Llama, batch: dict[str, torch.Tensor], **kwargs) -> torch
     return model(*ids, labels=batch["labels"], loss_chunk_tokens=16, **kwargs)
 
 
+def flex_forward_difference(reference: Llama, mine, local, shard, mesh) -> float:
+    """The largest difference, over the CP group, of this rank's logits through compiled
+    FlexAttention with the shard's BlockMask (keys all-gathered) from one process's sdpa
+    logits at the same row positions: float32 (CPU flex takes no float64), no grad (CPU
+    flex has no backward), a plain copy of the reference weights on every rank."""
+    model = copy.deepcopy(reference).float()
+    with torch.no_grad():
+        ids = (mine["input_ids"], mine["position_ids"], mine["document_ids"])
+        expected = model(*ids).gather(1, shard.query_index[..., None].expand(-1, -1, 97))
+        local_ids = (local["input_ids"], local["position_ids"], local["document_ids"])
+        got = model(*local_ids, sequence_shard=shard, attention_backend="flex")
+    difference = torch.tensor([float((got - expected).abs().max())])
+    dist.all_reduce(difference, op=dist.ReduceOp.MAX, group=mesh.get_group("context_parallel"))
+    return float(difference)
+
+
 def main(argv: list[str]) -> None:
     dist.init_process_group("gloo")
     torch.set_default_dtype(torch.float64)
@@ -119,6 +136,7 @@ def main(argv: list[str]) -> None:
         got = parameter.grad.full_tensor()  # a collective: every rank takes part
         gradients[name] = float((got - expected.grad).abs().max())
     positions = unshard(local["position_ids"], shard, mesh["context_parallel"])
+    flex = flex_forward_difference(reference, mine, local, shard, mesh) if "flex" in argv[3:] else None
     if dist.get_rank() == 0:
         result = {
             "loss": float(totals[0] / totals[1]),
@@ -127,6 +145,7 @@ def main(argv: list[str]) -> None:
             "largest_gradient": max(float(p.grad.abs().max()) for p in reference.parameters()),
             "positions_equal": bool(torch.equal(positions, mine["position_ids"])),
             "work_per_rank": work.tolist(),
+            "flex_forward": flex,
         }
         with open(out, "w") as file:
             json.dump(result, file, indent=1)

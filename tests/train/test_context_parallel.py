@@ -152,12 +152,12 @@ def test_a_context_parallel_size_that_does_not_divide_the_world_names_the_key():
     assert WorldSize(devices=3, num_nodes=2).data_parallel(config) == 2
 
 
-def equivalence(nproc: int, size: int, tmp_path: Path, balance: str = "head_tail") -> dict:
+def equivalence(nproc: int, size: int, tmp_path: Path, balance: str = "head_tail", *extra: str) -> dict:
     out = tmp_path / f"cp{size}-{nproc}.json"
     script = ROOT / "tests" / "train" / "cp_equivalence.py"
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--standalone"]
     done = subprocess.run(
-        [*command, str(script), str(size), str(out), balance],
+        [*command, str(script), str(size), str(out), balance, *extra],
         cwd=ROOT,
         env=environment(),
         capture_output=True,
@@ -188,6 +188,20 @@ def test_four_gloo_ranks_equal_one_process(size, balance, tmp_path):
     check_equal_to_one_process(result)
     if balance == "document":
         assert len(set(result["work_per_rank"])) == 1
+
+
+FLEX_TOLERANCE = 1e-6
+"""float32 (CPU FlexAttention takes no float64): compiled flex against sdpa, logits ~1e1."""
+
+
+@pytest.mark.slow
+def test_the_flex_path_s_forward_under_cp2_equals_one_process(tmp_path):
+    """The model's flex backend on 2 gloo ranks (keys all-gathered, the shard's BlockMask,
+    compiled) against one process's sdpa logits at each rank's row positions (measured
+    8.9e-8); its backward is the `gpu` test above."""
+    result = equivalence(2, 2, tmp_path, "head_tail", "flex")
+    assert result["flex_forward"] < FLEX_TOLERANCE
+    check_equal_to_one_process(result)
 
 
 HYBRID_CP = {
