@@ -80,8 +80,9 @@ class PositionFrequencyCallback(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         # The same rows before the device copy (Lightning sets `trainer.datamodule` at fit time).
         host_batch = getattr(getattr(trainer, "datamodule", None), "host_batch", None)
-        if trainer.global_rank % self.context_parallel == 0:
-            self.counts.update(batch if host_batch is None else host_batch)
+        if self.context_parallel > 1 and trainer.global_rank % self.context_parallel:
+            return  # another rank of this row's group counts it
+        self.counts.update(batch if host_batch is None else host_batch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         step = trainer.global_step
