@@ -19,11 +19,14 @@ import copy
 import json
 import sys
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from longctx.batch import IGNORE_INDEX
 from longctx.config import load
+from longctx.data.positions import INSTRUCTION, RESPONSE, skipalign_position_ids
+from longctx.data.transforms import PositionTransform
 from longctx.model.llama import Llama
 from longctx.train.context_parallel import (
     context_parallel_mesh,
@@ -99,6 +102,31 @@ def flex_forward_difference(reference: Llama, mine, local, shard, mesh) -> float
     return float(difference)
 
 
+def transformed_rows(row: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The row's position ids under each position transform (PoSE, RandPos, LongRecipe:
+    data/transforms.py, to a 4x target; SkipAlign's skipped ids, data/positions.py), [1, T]
+    each; DroPE rows keep their ids (its layers are NoPE)."""
+    ends_sentence = np.arange(97) % 7 == 0
+    rows = {}
+    for method in ("pose", "randpos", "longrecipe"):
+        transform = PositionTransform(method, 4 * WINDOW, seed=3, ends_sentence=ends_sentence)
+        rows[method] = transform.apply({key: value[0] for key, value in row.items()}, 5)["position_ids"][None]
+    skipped = skipalign_position_ids(
+        [16, 16, 32], [INSTRUCTION, RESPONSE, INSTRUCTION], 4 * WINDOW, "all", 0.5, np.random.default_rng(0)
+    )
+    rows["skipalign"] = torch.as_tensor(skipped)[None]
+    return rows
+
+
+def transforms_round_trip(row: dict[str, torch.Tensor], mesh, balance: str) -> dict[str, bool]:
+    """Each transform's position ids, sharded with the row and gathered back: equal?"""
+    equal = {}
+    for method, positions in transformed_rows(row).items():
+        local, shard, _ = shard_batch({**row, "position_ids": positions}, mesh, balance)
+        equal[method] = bool(torch.equal(unshard(local["position_ids"], shard, mesh), positions))
+    return equal
+
+
 def main(argv: list[str]) -> None:
     dist.init_process_group("gloo")
     torch.set_default_dtype(torch.float64)
@@ -136,6 +164,7 @@ def main(argv: list[str]) -> None:
         got = parameter.grad.full_tensor()  # a collective: every rank takes part
         gradients[name] = float((got - expected.grad).abs().max())
     positions = unshard(local["position_ids"], shard, mesh["context_parallel"])
+    transforms = transforms_round_trip(mine, mesh["context_parallel"], balance)
     flex = flex_forward_difference(reference, mine, local, shard, mesh) if "flex" in argv[3:] else None
     if dist.get_rank() == 0:
         result = {
@@ -144,6 +173,7 @@ def main(argv: list[str]) -> None:
             "gradients": gradients,
             "largest_gradient": max(float(p.grad.abs().max()) for p in reference.parameters()),
             "positions_equal": bool(torch.equal(positions, mine["position_ids"])),
+            "transforms_equal": transforms,
             "work_per_rank": work.tolist(),
             "flex_forward": flex,
         }

@@ -174,6 +174,7 @@ def check_equal_to_one_process(result: dict) -> None:
     worst = max(result["gradients"].items(), key=lambda item: item[1])
     assert worst[1] < GRADIENT_TOLERANCE, worst
     assert result["positions_equal"]
+    assert result["transforms_equal"] == dict.fromkeys(("pose", "randpos", "longrecipe", "skipalign"), True)
 
 
 def test_cp2_on_two_gloo_ranks_equals_one_process(tmp_path):
