@@ -21,6 +21,7 @@ SCRIPTS = {
     "decode_gpu.py": ["decode_gpu"],
     "niah_decode_gpu.py": ["niah_decode_gpu"],
     "profiles_gpu.py": ["profiles_gpu"],
+    "context_parallel_gpu.py": ["cp_single"],
 }
 
 

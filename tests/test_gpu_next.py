@@ -33,6 +33,7 @@ ISSUE_ORDER = [
     "twin-tuning",
     "twin-seeds",
     "eval-ranks",
+    "context-parallel",
 ]
 
 
