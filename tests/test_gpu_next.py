@@ -67,7 +67,8 @@ WANDB_BYTES = 24_281_616
 def test_the_main_job_fits_its_limit_and_one_call_with_room(tmp_path, monkeypatch):
     """main-job: at most 420 s (its script's budget is 390 s of it), its command the script
     with the wandb set sourced; .device and .device-wandb at their measured sizes (sparse)
-    with this checkout's working tree fit MAX_CALL_MIB less 8 MiB."""
+    with this checkout's working tree fit MAX_CALL_MIB less 6 MiB (room for the tree to grow;
+    it measured 6.8 MiB, the two wheel sets 49.1 MiB)."""
     step = next(step for step in gpu_next.load_steps() if step.id == "main-job")
     assert step.ready and step.limit_s <= 420 and step.carry == [".device", ".device-wandb"]
     assert (
@@ -83,7 +84,7 @@ def test_the_main_job_fits_its_limit_and_one_call_with_room(tmp_path, monkeypatc
             handle.truncate(size)
     monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
     monkeypatch.setattr(gpu_next, "tree_bytes", lambda: tree)
-    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 8)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 6)
     assert gpu_next.call_problems(step) == []
     monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 40)
     assert [problem.split(" takes")[0] for problem in gpu_next.call_problems(step)] == ["the step's call"]
@@ -320,7 +321,7 @@ def test_each_call_of_the_fa4_step_fits_a_call_with_room(tmp_path, monkeypatch):
             handle.truncate(size)
     monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
     monkeypatch.setattr(gpu_next, "tree_bytes", lambda: tree)
-    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 8)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 6)
     monkeypatch.setattr(gpu_next, "STAGED", {})  # the lock comparison is the next test's
     assert gpu_next.call_problems(step) == []
     monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 40)
