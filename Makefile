@@ -147,8 +147,12 @@ format: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python -m tests.train.test_golden --update
 
+# The slow suite, the composition matrix included (docs/composition.md: ~1 h on 2 cores). Its
+# cells are kept in $(COMPOSITION_DIR), keyed by the code they ran: a rerun after a stop
+# runs only what has not passed on this code.
+COMPOSITION_DIR ?= runs/composition
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m "slow and not gpu" -q
+	LONGCTX_COMPOSITION_DIR=$(COMPOSITION_DIR) $(BIN)/python -m pytest -m "slow and not gpu" -q
 
 # Every `gpu` test, the heavy ones included (StRing prefill at 32K; a 20-step fsdp + compile
 # pretrain resumed from step 10), with the GPU image's python; the GPU replication
