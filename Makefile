@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf device-fa4 gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf device-fa4 device-wandb gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -147,8 +147,12 @@ format: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python -m tests.train.test_golden --update
 
+# The slow suite, the composition matrix included (docs/composition.md: ~1 h on 2 cores). Its
+# cells are kept in $(COMPOSITION_DIR), keyed by the code they ran: a rerun after a stop
+# runs only what has not passed on this code.
+COMPOSITION_DIR ?= runs/composition
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m "slow and not gpu" -q
+	LONGCTX_COMPOSITION_DIR=$(COMPOSITION_DIR) $(BIN)/python -m pytest -m "slow and not gpu" -q
 
 # Every `gpu` test, the heavy ones included (StRing prefill at 32K; a 20-step fsdp + compile
 # pretrain resumed from step 10), with the GPU image's python; the GPU replication
@@ -196,6 +200,14 @@ device-ruler: $(STAMP)
 	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-ruler/whl/*.whl >/dev/null' \
 		> .device-ruler/env.sh
 	du -sh .device-ruler
+
+# wandb for the `main-job` step (benchmarks/main_job_gpu.py logs its pretrain to W&B offline and
+# reads the run back; the image has no wandb): 18 wheels, 23.2 MiB, carried beside .device.
+device-wandb: $(STAMP)
+	$(STAGE) wandb
+	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-wandb/whl/*.whl >/dev/null' \
+		> .device-wandb/env.sh
+	du -sh .device-wandb
 
 # flash-attn-4 for benchmarks/fa4_gpu.py (GPU step speed-fa4). The set (8 wheels, 102,118,546
 # bytes, measured 2026-11-28) is more than one device call carries beside .device (~24 MiB) and the

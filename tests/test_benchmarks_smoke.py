@@ -21,6 +21,7 @@ SCRIPTS = {
     "decode_gpu.py": ["decode_gpu"],
     "niah_decode_gpu.py": ["niah_decode_gpu"],
     "profiles_gpu.py": ["profiles_gpu"],
+    "context_parallel_gpu.py": ["cp_single"],
 }
 
 
@@ -173,3 +174,21 @@ def test_hf_attention_benchmark_runs_its_three_arms_and_the_tiny_table(tmp_path)
     assert [row[-1] for row in rows[1:]] == ["yes", "yes"]
     tiny = json.loads((out / "hf_attention_tiny.json").read_text())["rows"]
     assert [row[1] for row in tiny] == ["sdpa", "longctx_string", "longctx_rope"]
+
+
+@pytest.mark.slow
+def test_the_evaluation_ranks_benchmark_compares_one_rank_with_two_on_the_same_grids(tmp_path):
+    """benchmarks/eval_ranks.py --smoke: each grid timed on 1 process and on 2 torchrun gloo
+    ranks, every sample decoded in both (~2 min on the loaded 2-core machine: 4 launches)."""
+    out = tmp_path / "bench"
+    command = [sys.executable, "benchmarks/eval_ranks.py", "--smoke", "--out", str(out)]
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads((out / "eval_ranks.json").read_text())["rows"]
+    assert [row[:3] for row in rows] == [
+        ["whole cells", "1", "16"],  # rope and string at 128 and 256, 4 tests each
+        ["whole cells", "2", "16"],
+        ["one cell, spread", "1", "4"],
+        ["one cell, spread", "2", "4"],
+    ]
+    assert rows[0][-1] == rows[2][-1] == "1.00x" and all(float(row[4]) > 0 for row in rows)

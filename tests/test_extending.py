@@ -5,6 +5,7 @@ model) and as `longctx_grouped_rope` inside a tiny transformers Llama."""
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -81,8 +82,7 @@ HF_CHECK = textwrap.dedent(
     plain = transformers.AutoModelForCausalLM.from_pretrained("llama").eval()
     hfa.apply(hf, "grouped_rope", group=4)
     own = import_hf("llama").eval()
-    method = build_position_method(PositionMethodConfig(name="grouped_rope", params={"grouped_rope": {"group": 4}}),
-        own.config)
+    method = build_position_method(PositionMethodConfig(name="grouped_rope", grouped_rope={"group": 4}), own.config)
     with torch.no_grad():
         got, expected, rope = hf(ids).logits, own(ids, position_method=method), plain(ids).logits
     error = ((got.double() - expected.double()).norm() / expected.double().norm()).item()
@@ -90,7 +90,7 @@ HF_CHECK = textwrap.dedent(
     print(f"error {error:.2e} effect {effect:.2e}")
     assert error < 1e-4 and effect > 1e-3, (error, effect)
     try:
-        PositionMethodConfig(name="grouped_rope", params={"grouped_rope": {"gruop": 4}}).resolved(256)
+        PositionMethodConfig(name="grouped_rope", grouped_rope={"gruop": 4}).resolved(256)
     except ConfigError as bad:
         print(bad)
     # the lm-eval backend, by name, its parameter as lm-eval's model_args give it
@@ -116,10 +116,9 @@ def test_a_misspelt_parameter_of_the_plugin_is_an_error_naming_it(plugin, tmp_pa
     )
     assert done.returncode != 0
     assert (
-        "eval.position_method.params.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']"
-        in done.stderr
+        "eval.position_method.grouped_rope.gruop: unknown key (at override 'eval.position_method.grouped_rope.gruop=4');"
+        " did you mean eval.position_method.grouped_rope.group?" in done.stderr
     )
-    assert "override 'eval.position_method.grouped_rope.gruop=4'" in done.stderr
     assert "group: 4" in run([*command, "eval.position_method.grouped_rope.group=4"], plugin, tmp_path)
 
 
@@ -133,9 +132,7 @@ def test_the_plugin_runs_inside_a_transformers_llama_as_longctx_does(plugin, tmp
     command = f"import sys; sys.path[:0] = {paths!r}; exec(open({str(script)!r}).read())"
     output = run([sys.executable, "-c", command], plugin, tmp_path)
     assert "error" in output
-    assert (
-        "eval.position_method.params.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']" in output
-    )
+    assert "eval.position_method.grouped_rope.gruop: unknown key: grouped_rope has parameters ['group']" in output
     assert "lm-eval: grouped_rope {'group': 3}" in output
 
 
@@ -153,3 +150,74 @@ def test_an_installed_package_registers_through_its_entry_point(plugin, tmp_path
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "grouped_rope  [passes, plugin from grouped_rope]" in done.stdout
+
+
+IN_TREE_SPEC = '''"""Grouped RoPE: every position floor-divided by G."""
+
+from dataclasses import dataclass
+
+from longctx.config.methods.registry import MethodSpec, register_method
+
+
+@dataclass
+class GroupedConfig:
+    group: int = 2
+    """G: queries and keys sit at floor(position / G)."""
+
+
+SPEC = register_method(MethodSpec("grouped", GroupedConfig, "passes", "positions floor-divided by G"))
+'''
+IN_TREE_BUILDER = '''"""Grouped RoPE: every position floor-divided by G."""
+
+import torch
+
+from longctx.model.position_methods import PositionMethod, band_pass, register_builder
+
+
+@register_builder("grouped")
+def build(rotary, group: int) -> PositionMethod:
+    def grouped(positions: torch.Tensor) -> torch.Tensor:
+        return torch.div(positions, group, rounding_mode="floor")
+
+    return PositionMethod("grouped", rotary, [band_pass("grouped", 0, None, grouped, grouped)], params={"group": group})
+'''
+IN_TREE_CHECK = textwrap.dedent(
+    """
+    import torch
+    import longctx
+    from longctx.config import load
+    from longctx.config.methods.registry import in_tree_names, method_spec
+    from longctx.model.llama import Llama
+    from longctx.model.position_methods import build_position_method
+
+    assert longctx.__file__.startswith(sys.argv[1]), longctx.__file__
+    assert "grouped" in in_tree_names() and method_spec("grouped").plugin == ""
+    cfg = load([], ["model.preset=debug", "eval.position_method.name=grouped", "eval.position_method.grouped.group=4",
+        "eval.arms.g.name=grouped", "eval.arms.g.grouped.group=3"])
+    assert cfg.eval.arms["g"].params_of("grouped").group == 3
+    model = Llama(cfg.model).eval()
+    method = build_position_method(cfg.eval.position_method, cfg.model)
+    ids = torch.randint(0, cfg.model.vocab_size, (1, 64))
+    with torch.no_grad():
+        effect = (model(ids, position_method=method) - model(ids)).abs().max().item()
+    print("grouped", method.params, effect > 1e-4)
+    """
+)
+
+
+def test_an_in_tree_method_is_its_spec_and_its_builder(tmp_path):
+    """A copy of longctx with two files added, the new method's spec and its builder, and no
+    other edit: the method is in-tree, its parameters are `eval.position_method.<name>.<field>`
+    (and under an arm), and it builds and moves the model's logits."""
+    package = tmp_path / "src" / "longctx"
+    shutil.copytree(ROOT / "src" / "longctx", package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "config" / "methods" / "grouped.py").write_text(IN_TREE_SPEC)
+    (package / "model" / "position_methods" / "methods" / "grouped.py").write_text(IN_TREE_BUILDER)
+    script = tmp_path / "check.py"
+    script.write_text("import sys\n" + IN_TREE_CHECK)
+    env = dict(os.environ, PYTHONPATH=str(package.parent), OMP_NUM_THREADS="1")
+    env.pop("LONGCTX_PLUGINS", None)
+    command = [sys.executable, str(script), str(package)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grouped {'group': 4} True" in done.stdout

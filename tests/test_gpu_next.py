@@ -18,19 +18,22 @@ import gpu_next  # noqa: E402  (a script directory, not a package)
 sys.path[:] = SAVED_PATH
 
 ISSUE_ORDER = [
+    "main-job",
     "gpu-check",
-    "test-gpu",
     "speed-decode",
+    "designs",
+    "checkpoints-2025",
+    "test-gpu",
     "speed-niah-profiles",
     "speed-training",
     "speed-fa4",
-    "designs",
-    "checkpoints-2025",
     "table1-smollm2",
     "table1-smollm2-agreement",
     "ruler-smollm2",
     "twin-tuning",
     "twin-seeds",
+    "eval-ranks",
+    "context-parallel",
     "dpe-smollm2-16k",
 ]
 
@@ -45,7 +48,47 @@ def test_the_checklist_is_in_order_and_each_ready_step_names_scripts_that_exist(
                 assert (ROOT / script).exists(), f"{step.id}: {script}"
         else:
             assert step.waits, step.id
-    assert gpu_next.next_step(steps).id == "gpu-check"  # the first H100 run failed its hf check
+    assert gpu_next.next_step(steps).id == "main-job"  # no GPU has run it yet
+
+
+def test_plan_lists_the_main_job_first_and_names_it_next(capsys):
+    """The main job leads the checklist: a GPU window spends its first call on it."""
+    gpu_next.plan(gpu_next.load_steps())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["due", "main-job"]
+    order = [line.split()[1].rstrip(",") for line in lines[1:5]]  # "<state>  <id>[, last <date> on <device>]"
+    assert order == ["gpu-check", "speed-decode", "designs", "checkpoints-2025"]
+    assert any(line.startswith("next: main-job: ") for line in lines)
+
+
+WANDB_BYTES = 24_281_616
+"""`make device-wandb`'s 18 wheels, as staged (scripts/device/staging/wandb.lock.json)."""
+
+
+def test_the_main_job_fits_its_limit_and_one_call_with_room(tmp_path, monkeypatch):
+    """main-job: at most 420 s (its script's budget is 390 s of it), its command the script
+    with the wandb set sourced; .device and .device-wandb at their measured sizes (sparse)
+    with this checkout's working tree fit MAX_CALL_MIB less 6 MiB (room for the tree to grow;
+    it measured 6.8 MiB, the two wheel sets 49.1 MiB)."""
+    step = next(step for step in gpu_next.load_steps() if step.id == "main-job")
+    assert step.ready and step.limit_s <= 420 and step.carry == [".device", ".device-wandb"]
+    assert (
+        step.command == "source .device-wandb/env.sh && python3 benchmarks/main_job_gpu.py --out {out} --budget-s 390"
+    )
+    assert "benchmarks/main_job_gpu.py" in step.repeat and "src/longctx" in step.repeat
+    tree = gpu_next.tree_bytes()
+    if tree == 0:
+        pytest.skip("not a git checkout: the working tree a call copies cannot be listed")
+    for path, size in {".device/whl/all.whl": DEVICE_BYTES, ".device-wandb/whl/all.whl": WANDB_BYTES}.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        with (tmp_path / path).open("wb") as handle:
+            handle.truncate(size)
+    monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
+    monkeypatch.setattr(gpu_next, "tree_bytes", lambda: tree)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 6)
+    assert gpu_next.call_problems(step) == []
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 40)
+    assert [problem.split(" takes")[0] for problem in gpu_next.call_problems(step)] == ["the step's call"]
 
 
 def write_steps(path: Path, body: str) -> Path:
@@ -279,7 +322,7 @@ def test_each_call_of_the_fa4_step_fits_a_call_with_room(tmp_path, monkeypatch):
             handle.truncate(size)
     monkeypatch.setattr(gpu_next, "REPOSITORY", tmp_path)
     monkeypatch.setattr(gpu_next, "tree_bytes", lambda: tree)
-    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 8)
+    monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", gpu_next.MAX_CALL_MIB - 6)
     monkeypatch.setattr(gpu_next, "STAGED", {})  # the lock comparison is the next test's
     assert gpu_next.call_problems(step) == []
     monkeypatch.setattr(gpu_next, "MAX_CALL_MIB", 40)

@@ -45,3 +45,18 @@ def test_a_block_naming_a_missing_file_says_which(tmp_path):
     doc.write_text("<!-- gpu-table docs/gpu-results/none/x.md -->\n<!-- /gpu-table -->\n")
     with pytest.raises(FileNotFoundError, match=r"docs/gpu-results/none/x\.md: no such result file"):
         gpu_results.sync(doc)
+
+
+def test_a_targets_block_names_the_device_torch_cuda_and_commit_it_was_measured_on():
+    """A target is met only by a GPU row: the block says which GPU, torch and commit."""
+    run = ROOT / "docs" / "gpu-results" / "h100-2026-11-27" / "run1"
+    first = gpu_results.render_targets(run).splitlines()[0]
+    assert first == "measured on NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, CUDA 13.0, commit 8087401"
+    h200 = gpu_results.provenance(ROOT / "docs" / "gpu-results" / "h200-2026-11-27" / "gpu-check")
+    assert h200.endswith("torch 2.11.0+cu130, CUDA 13.0, commit 843f4ed") and "H200" in h200
+
+
+def test_a_folder_without_tables_or_a_record_says_so(tmp_path):
+    assert gpu_results.provenance(tmp_path) == (
+        "measured on an unrecorded device, torch not recorded, CUDA not recorded, commit not recorded"
+    )

@@ -145,3 +145,26 @@ def test_sigterm_to_the_batch_shell_reaches_the_trainer(cluster):
     assert (record / "trainer.sigterm").exists(), stderr
     assert batch.returncode == 7  # the batch script waits for the step and exits with its status
     assert "forwarding it to the training step" in stderr
+
+
+EVAL_SCRIPT = SCRIPT.with_name("eval.sbatch")
+
+
+def test_the_evaluation_job_runs_the_longctx_command_it_is_given_on_every_node(cluster):
+    work, record, env = cluster
+    command = ["eval-suite", "hf/m", "--suite", "ruler", "--lengths", "4096", "eval.benchmarks.samples_per_length=5"]
+    done = subprocess.run(
+        ["bash", str(EVAL_SCRIPT), *command],
+        cwd=work,
+        check=False,
+        env=_job_env(env, TRAIN_SECONDS="0"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    torchrun_args = (record / "torchrun.args").read_text().splitlines()
+    assert torchrun_args[torchrun_args.index("--nnodes") + 1] == "2"
+    assert torchrun_args[torchrun_args.index("--nproc-per-node") + 1] == "8"
+    assert torchrun_args[torchrun_args.index("--rdzv-endpoint") + 1] == "node-a:29500"
+    assert torchrun_args[-len(command) - 2 :] == ["-m", "longctx", *command]  # nothing appended: no train.resume

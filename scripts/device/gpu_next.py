@@ -56,7 +56,13 @@ CALL_MARGIN_S = 60
 """What `plan` adds to a step's limit for the call's timeout (packing, the summary)."""
 STEP_KEYS = {"id", "what", "carry", "command", "limit_s", "ready", "waits", "repeat", "resume", "resume_step"}
 STEP_KEYS |= {"complete", "setup", "results", "done"}
-STAGED = {".device": "base", ".device-hf": "hf", ".device-ruler": "ruler", ".device-fa4": "fa4"}
+STAGED = {
+    ".device": "base",
+    ".device-hf": "hf",
+    ".device-ruler": "ruler",
+    ".device-fa4": "fa4",
+    ".device-wandb": "wandb",
+}
 """Staged folder -> its staging set (scripts/device/staging/sets.toml); a call may carry the
 folder or paths under it (`make device-fa4` sends its set in parts)."""
 SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}

@@ -13,8 +13,13 @@ compares:
     <!-- /gpu-table -->
 
     <!-- gpu-targets docs/gpu-results/h100-2026-11-27/run1 -->
-    (one row per documented target and measured row: the number and met / missed)
+    (where it was measured: device, torch, CUDA and commit; then one row per documented
+    target and measured row: the number and met / missed)
     <!-- /gpu-targets -->
+
+A target is met only by a row measured on a GPU, so a targets block names the device and
+the torch and CUDA versions its tables recorded and the commit of the checklist record
+(scripts/device/gpu_steps.toml) whose results folder holds them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import json
 import re
 import sys
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,8 +131,23 @@ def target_rows(results: Path) -> list[list[str]]:
     return out
 
 
+def provenance(results: Path) -> str:
+    """'measured on DEVICE, torch T, CUDA C, commit X' for a results folder: the versions its
+    first target table recorded, the commit of the checklist record that holds the folder."""
+    tables = [results / f"{target.table}.json" for target in TARGETS]
+    settings = next((read_table(path)["settings"] for path in tables if path.exists()), {})
+    relative = str(results.relative_to(REPOSITORY)) if results.is_relative_to(REPOSITORY) else str(results)
+    steps = tomllib.loads((REPOSITORY / "scripts" / "device" / "gpu_steps.toml").read_text())["step"]
+    records = [record for step in steps for record in step.get("done", [])]
+    commit = next((r["commit"] for r in records if relative.startswith(r["results"])), "not recorded")
+    versions = ", ".join(
+        f"{name} {settings.get(key, 'not recorded')}" for key, name in (("torch", "torch"), ("cuda", "CUDA"))
+    )
+    return f"measured on {settings.get('device', 'an unrecorded device')}, {versions}, commit {commit}"
+
+
 def render_targets(results: Path) -> str:
-    lines = ["| target | row | measured | verdict |", "| --- | --- | ---: | --- |"]
+    lines = [provenance(results), "", "| target | row | measured | verdict |", "| --- | --- | ---: | --- |"]
     lines += ["| " + " | ".join(row) + " |" for row in target_rows(results)]
     return "\n".join(lines) + "\n"
 

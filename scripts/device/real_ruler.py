@@ -36,7 +36,7 @@ from pathlib import Path
 
 from real_table1 import GPU_BATCH_TOKENS, RESERVE_S, pack_cells, run_child, tiny_model, unpack_cells
 
-from longctx.eval.cells import read_records
+from longctx.eval.cell_records import read_records
 
 CONFIG = "experiments/real/smollm2_ruler.yaml"
 ARCHIVE = "ruler_cells.tar.xz"

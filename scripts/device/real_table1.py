@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # r
 import report
 
 from longctx.analysis.paired import table1_rules
-from longctx.eval.cells import Cell, Decoding, read_records
+from longctx.eval.cell_records import read_records
+from longctx.eval.cells import Cell, Decoding
 
 TABLE = "experiments/real/smollm2_table1.yaml"
 TASK = "niah-paper"

@@ -15,7 +15,8 @@ A cell is (configuration, strategy). The miniature is one override set (`miniatu
   sliding layers add their own f(i);
 - data: a corpus a fresh clone lacks (`data/...`, `.device/...`) is the embedded corpus
   prepared with the configuration's tokenizer (a tokenizer file a fresh clone lacks is
-  `bpe-<model vocabulary>`); retrieval sources keep their settings with 200 documents;
+  `bpe-<model vocabulary>`, a vocabulary over 32K is bpe-8192); retrieval sources keep
+  their settings with 200 documents;
 - `init`: SFT and extension cells start from the one-process `pretrain/tiny_512` cell's
   checkpoint (stage 2 of LongRecipe too).
 
@@ -48,6 +49,9 @@ PROBE_METRICS = {
     "niah_after": "niah_after/effective_length",
 }
 """The metric each probe logs (one is enough to prove it fired)."""
+MAX_VOCAB = 32768
+"""A larger vocabulary (llama3's 128,256) becomes bpe-8192 in the miniature: its logits, 0.5 GB
+per 1K-token row in fp32, made a 4-step CPU cell take minutes."""
 NOISE = ("💡 Tip", "litlogger", "anonymous setting", "LeafSpec", "Create an account")
 """Third-party tips and deprecation warnings a run must not print."""
 
@@ -136,6 +140,9 @@ def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = 
     if _missing(tokenizer):
         tokenizer = f"bpe-{loaded.model.vocab_size}"
         values["data.tokenizer"] = tokenizer
+    if loaded.model.vocab_size > MAX_VOCAB:
+        tokenizer = "bpe-8192"
+        values |= {"data.tokenizer": tokenizer, "model.vocab_size": 8192}
     if _missing(loaded.data.path):
         values["data.path"] = "''"  # the embedded corpus
     for index, source in enumerate(loaded.data.mixture):

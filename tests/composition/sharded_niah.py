@@ -45,13 +45,26 @@ def main(argv: list[str]) -> None:
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
     evaluate(model, config, tokenizer, haystack, settings=settings, cells_dir=out / "cells" if rank0 else None)
     task = search_task(settings, config, haystack)
-    samples = task.samples(settings.seed, settings.evaluated_lengths()[0], settings.tests_per_length, tokenizer)
+    samples = first_samples(task, settings, tokenizer)
     with torch.no_grad():
         logits = [model(torch.tensor([sample.prompt_ids]))[0].float() for sample in samples]
     if rank0:
         torch.save(logits, out / "logits.pt")
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def first_samples(task, settings, tokenizer) -> list:
+    """The samples of the search's first length that holds the task's prompt (the search
+    leaves out a length below the prompt's fixed tokens: 228 for `paper` under bpe-512)."""
+    from longctx.eval.niah.needles import NiahPromptTooShortError
+
+    for length in settings.evaluated_lengths():
+        try:
+            return task.samples(settings.seed, length, settings.tests_per_length, tokenizer)
+        except NiahPromptTooShortError:
+            continue
+    raise ValueError(f"no length of {settings.evaluated_lengths()} holds the task's prompt")
 
 
 if __name__ == "__main__":

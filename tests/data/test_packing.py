@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from longctx.batch import check_batch
+from longctx.data.batch_plan import tokens_per_step
 from longctx.data.packing import (
     IGNORE_INDEX,
     Mixture,
@@ -17,7 +18,6 @@ from longctx.data.packing import (
     PackedSource,
     contract_from_blocks,
     pad_documents_row,
-    tokens_per_step,
 )
 from longctx.errors import ConfigError, DataError
 from tests.data.helpers import EOS, random_documents, write_token_dataset

@@ -3,82 +3,21 @@ kill with the same samples, refused when the settings or the prompts changed."""
 
 import json
 
-import numpy as np
 import pytest
-import torch
 
-from longctx.config.model import ModelConfig
-from longctx.config.position_methods import PositionMethodConfig, StringConfig
-from longctx.eval import cells as cells_module
-from longctx.eval.cells import CellMismatchError, Decoding, Grid, read_records, run_grid
-from longctx.eval.generation import StopRule
-from longctx.eval.task import Sample, Task
-from longctx.model.llama import Llama
-
-
-class Tokens:
-    """A tokenizer double: ids spelled as space-separated numbers."""
-
-    name = "numbers"
-
-    def decode(self, ids):
-        return " ".join(map(str, ids))
-
-
-class CopyTask(Task):
-    """Prompts of random ids (a function of seed, length, index); score 1 when the output
-    repeats the prompt's last id."""
-
-    name = "copy"
-
-    def __init__(self, salt: int = 0):
-        self.salt = salt
-
-    def samples(self, seed, length, count, tokenizer):
-        out = []
-        for index in range(count):
-            ids = np.random.default_rng([seed, length, index, self.salt]).integers(0, 256, length - index % 3)
-            out.append(Sample(index, tuple(int(i) for i in ids), 4, StopRule(), (str(ids[-1]),)))
-        return out
-
-    def score(self, sample, generation):
-        return float(sample.references[0] in (generation.text or "").split())
-
-    def details(self, sample, generation):
-        return {"first_token": generation.token_ids[0]}
+from longctx.eval import cell_decoding
+from longctx.eval.cell_records import CellMismatchError, read_records
+from longctx.eval.cells import Decoding, run_grid
+from tests.eval.helpers import CopyTask, KillAfter, Tokens, copy_grid, copy_model
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    return Llama(ModelConfig.from_preset("debug", vocab_size=256, max_position=32, init_std=0.2)).eval()
+    return copy_model()
 
 
 def grid(model, count=5, task=None, lengths=(24, 40)):
-    methods = {
-        "rope": PositionMethodConfig(name="rope"),
-        "string": PositionMethodConfig(name="string", string=StringConfig(local_window=4)),
-    }
-    return Grid({"m": model}, methods, [task or CopyTask()], list(lengths), seed=3, count=count)
-
-
-class Stop(Exception):
-    pass
-
-
-class StopAfter:
-    """A progress that raises (a kill) after `batches` batches of decoding."""
-
-    def __init__(self, batches: int):
-        self.batches = batches
-
-    def cell_started(self, cell, total, done):
-        pass
-
-    def advance(self, samples):
-        self.batches -= 1
-        if self.batches == 0:
-            raise Stop
+    return copy_grid(model, count, task, lengths)
 
     def cell_done(self, result, reused):
         pass
@@ -107,21 +46,21 @@ def test_cells_are_written_reused_and_resumed_with_the_same_samples(model, tmp_p
     assert clean[1].records != clean[3].records
 
     # A killed run: the third batch raises; the first cell is done, the second half-written.
-    with pytest.raises(Stop):
-        run_grid(grid(model), Tokens(), tmp_path / "killed", decoding, progress=StopAfter(4))
+    with pytest.raises(RuntimeError, match="killed"):
+        run_grid(grid(model), Tokens(), tmp_path / "killed", decoding, progress=KillAfter(4))
     first, second = (c.directory(tmp_path / "killed") for c in (clean[0].cell, clean[1].cell))
     assert (first / "summary.json").exists() and not (second / "summary.json").exists()
     assert len(read_records(second / "samples.jsonl")) == 1
     with (second / "samples.jsonl").open("a") as torn:
         torn.write('{"index": 4, "prom')  # killed inside a write
     decoded = []
-    generate = cells_module.generate
+    generate = cell_decoding.generate
 
     def counting(model, prompts, **options):
         decoded.extend(prompts)
         return generate(model, prompts, **options)
 
-    monkeypatch.setattr(cells_module, "generate", counting)
+    monkeypatch.setattr(cell_decoding, "generate", counting)
     resumed = run_grid(grid(model), Tokens(), tmp_path / "killed", decoding)
     assert len(decoded) == 4 + 5 + 5  # the second cell's 4 missing samples, then the two string cells
     assert [_strip(r.records) for r in resumed] == [_strip(r.records) for r in clean]
@@ -129,9 +68,11 @@ def test_cells_are_written_reused_and_resumed_with_the_same_samples(model, tmp_p
     decoded.clear()
     again = run_grid(grid(model), Tokens(), tmp_path / "killed", decoding)
     assert decoded == [] and [r.summary for r in again] == [r.summary for r in resumed]
-    # More samples extend the cells (only the new ones decoded), fewer reuse the first records.
+    # More samples extend the cells, fewer reuse the first records. Sample 5 joins sample 4's
+    # batch (rows of 2 at L=24), which is decoded whole: 2 + 1 + 2 + 1 prompts, 4 new records.
     more = run_grid(grid(model, count=6), Tokens(), tmp_path / "killed", decoding)
-    assert len(decoded) == 4 and [len(r.records) for r in more] == [6] * 4
+    assert len(decoded) == 6 and [len(r.records) for r in more] == [6] * 4
+    assert [r.decoded for r in more] == [1] * 4
     fewer = run_grid(grid(model, count=2), Tokens(), tmp_path / "killed", decoding)
     assert [r.summary["count"] for r in fewer] == [2] * 4
     assert _strip(fewer[0].records) == _strip(clean[0].records[:2])

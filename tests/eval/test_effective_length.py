@@ -11,8 +11,9 @@ import torch
 from longctx.config import EvalConfig, ExperimentConfig, NiahConfig
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
-from longctx.eval import cells as cells_module
-from longctx.eval.cells import Cell, CellResult, Decoding, read_records, summarize
+from longctx.eval import cell_decoding
+from longctx.eval.cell_records import read_records
+from longctx.eval.cells import Cell, CellResult, Decoding, summarize
 from longctx.eval.effective_length import plot_heatmap, search_effective_length
 from longctx.eval.errors import PromptTooShortError
 from longctx.eval.generation import Generation
@@ -250,13 +251,13 @@ def test_the_search_decodes_as_eval_cuda_decoding_says(
     """`longctx niah` and the in-training probe (both `evaluate`) hand eval.cuda_decoding to
     every `generate` call (eager by default)."""
     seen = []
-    generate = cells_module.generate
+    generate = cell_decoding.generate
 
     def spied(model, prompts, **options):
         seen.append(options["cuda_decoding"])
         return generate(model, prompts, **options)
 
-    monkeypatch.setattr(cells_module, "generate", spied)
+    monkeypatch.setattr(cell_decoding, "generate", spied)
     cfg = config(lengths=[128], tests_per_length=2, max_new_tokens=2)
     experiment = ExperimentConfig(eval=EvalConfig(cuda_decoding=setting)) if setting != "eager" else ExperimentConfig()
     evaluate(debug_llama, experiment, tokenizer, haystack, settings=cfg, cells_dir=tmp_path)

@@ -10,7 +10,7 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
-from longctx.eval.generation import StopRule, generate
+from longctx.eval.generation import StopRule, generate, observe_logits
 from longctx.eval.niah.generator import make_samples
 from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.hf import import_hf
@@ -174,3 +174,21 @@ def test_the_next_step_is_queued_before_the_host_reads_the_tokens(debug_model, m
     else:  # both rows stop at their third token: the third read follows the queued fourth step
         assert [len(g.token_ids) for g in generated] == [2, 2]
         assert decoding == ["step", "read"] * 3
+
+
+def test_an_observer_sees_each_steps_logits_before_the_argmax_and_only_inside_its_block(debug_model):
+    """observe_logits: per batch, step 0 (the prefill's last column) then one call per
+    generated token but the last (no step is decoded past max_new_tokens); each logits'
+    argmax is the token generated; outside the block nothing is observed."""
+    seen = []
+    prompts = [[5, 9, 11, 4], [7, 3], [8, 8, 1]]
+    with observe_logits(lambda step, logits: seen.append((step, logits.clone()))):
+        generated = generate(debug_model, prompts, max_new_tokens=4, batch_size=2)
+    assert [step for step, _ in seen] == [0, 1, 2, 3] * 2
+    assert [tuple(logits.shape) for _, logits in seen] == [(2, 256)] * 4 + [(1, 256)] * 4
+    by_length = sorted(range(3), key=lambda i: len(prompts[i]))  # batches go shortest first
+    first = torch.stack([logits.argmax(-1) for _, logits in seen[:4]], dim=1).tolist()
+    assert first == [generated[i].token_ids for i in by_length[:2]]
+    assert [int(logits.argmax()) for _, logits in seen[4:]] == generated[by_length[2]].token_ids
+    generate(debug_model, prompts, max_new_tokens=4)
+    assert len(seen) == 8

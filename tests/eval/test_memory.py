@@ -51,9 +51,8 @@ def test_weight_casts_are_one_compute_copy_under_autocast_and_hold_the_graph_cas
     """fp32 weights with bf16 compute: one bf16 copy of the weights (autocast's casts, then
     the decoding graph's); none without autocast. The casts a recorded bf16 decoding step
     actually keeps (model/decode_graph.py, traced on CPU) fit in it."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     from longctx.model.decode_graph import DecodeGraph
+    from tests.model.helpers import Traced
 
     autocast = estimate_evaluation_memory(CONFIG, 40, rows=2, tests=1, new_tokens=4, compute_bytes=2)
     assert autocast.weight_casts == CONFIG.num_parameters() * 2
@@ -62,11 +61,11 @@ def test_weight_casts_are_one_compute_copy_under_autocast_and_hold_the_graph_cas
     cache = model.new_kv_cache(2, 44)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.zeros(2, 40, dtype=torch.long), kv_cache=cache)
-        graph = DecodeGraph(model, cache, record=lambda step: (make_fx(lambda: step())(), True))
+        graph = DecodeGraph(model, cache, record=Traced())
         for _ in range(2):
             graph.step(torch.zeros(2, 1, dtype=torch.long))
     assert graph.casts is not None
-    kept = sum(cast.nbytes for cast in graph.casts.casts.values())
+    kept = sum(cast.nbytes for _, _, cast in graph.casts.casts.values())  # (weight, its version, cast)
     assert 0 < kept <= autocast.weight_casts
 
 

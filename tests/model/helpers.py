@@ -3,6 +3,7 @@ paper's modified relative position P', its inputs, one instance of every method,
 `string_attention` (StRing on un-rotated q/k/v in one call), and the dense flex
 BlockMask reference."""
 
+import contextlib
 import math
 
 import pytest
@@ -287,3 +288,22 @@ def require_backend(backend: str) -> None:
             pytest.skip("no varlen flash kernel: flash-attn 2 or torch >= 2.11's varlen_attn")
         return
     pytest.importorskip({"xformers": "xformers", "flex": "torch"}[backend])
+
+
+class Traced:
+    """A decoding-step recorder for CPU tests (model/decode_graph.py `Recorder`): the step
+    traced with make_fx, which bakes host numbers in as a CUDA graph does; `graphs` keeps
+    each trace."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def warm_up(self):
+        return contextlib.nullcontext()
+
+    def record(self, step):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        graph = make_fx(lambda: step())()
+        self.graphs.append(graph)
+        return graph, True

@@ -6,35 +6,19 @@ A step that depended on the cache's host length (a slice at it, a fill with it) 
 replay the recorded position and diverge from the eager model at the next step. The
 eager reference is the same model on its own cache."""
 
-import contextlib
 import copy
 
 import pytest
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
 from longctx.model.decode_graph import DecodeGraph
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method, string_method
+from tests.model.helpers import Traced
 
 PROMPT, STEPS = 20, 6
-
-
-class Traced:
-    """A recorder that traces the step (module docstring); `graphs` keeps each trace."""
-
-    def __init__(self):
-        self.graphs = []
-
-    def warm_up(self):
-        return contextlib.nullcontext()
-
-    def record(self, step):
-        graph = make_fx(lambda: step())()
-        self.graphs.append(graph)
-        return graph, True
 
 
 def model_for(design: str) -> Llama:

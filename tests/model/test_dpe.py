@@ -155,7 +155,7 @@ def test_dpe_on_the_varlen_kernel_matches_the_reference(version, monkeypatch):
 def test_model_with_dpe_decodes_as_it_prefills():
     config = ModelConfig.from_preset("debug", vocab_size=256, init_std=0.1, max_position=24)
     model = Llama(config).double().eval()
-    method_config = PositionMethodConfig(name="dpe", params={"dpe": {"local_window": 8, "scale_factors": "1-2-4-8"}})
+    method_config = PositionMethodConfig(name="dpe", dpe={"local_window": 8, "scale_factors": "1-2-4-8"})
     method = build_position_method(method_config, config).double()
     ids = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
@@ -171,7 +171,7 @@ def test_longctx_dpe_in_transformers_equals_longctxs_model(tmp_path):
     own = own_model(model, tmp_path)
     params = {"local_window": 8, "scale_factors": "1-2-4-8"}
     hfa.apply(model, "dpe", **params)
-    method = build_position_method(PositionMethodConfig(name="dpe", params={"dpe": params}), own.config)
+    method = build_position_method(PositionMethodConfig(name="dpe", dpe=params), own.config)
     ids = tokens()
     with torch.no_grad():
         got = model(ids).logits
@@ -181,17 +181,17 @@ def test_longctx_dpe_in_transformers_equals_longctxs_model(tmp_path):
 
 def test_dpe_config_resolves_and_names_the_key():
     def resolved(**values):
-        return PositionMethodConfig(name="dpe", params={"dpe": values}).resolved(8192)
+        return PositionMethodConfig(name="dpe", dpe=values).resolved(8192)
 
     assert resolved() == {"local_window": 1024, "scale_factors": "2-2-2-2-2-2-2-2"}
     assert resolved(scale_factors=" 2-8-2-8-32-32-32-4")["scale_factors"] == "2-8-2-8-32-32-32-4"
-    with pytest.raises(ConfigError, match=r"eval.position_method.params.dpe.scale_factors: scale 3 does not divide"):
+    with pytest.raises(ConfigError, match=r"eval.position_method.dpe.scale_factors: scale 3 does not divide"):
         resolved(scale_factors="3-2")
-    with pytest.raises(ConfigError, match=r"params.dpe.scale_factors: expected positive integers"):
+    with pytest.raises(ConfigError, match=r"position_method.dpe.scale_factors: expected positive integers"):
         resolved(scale_factors="2-x")
-    with pytest.raises(ConfigError, match=r"params.dpe.scale_factors: every scale must be >= 1"):
+    with pytest.raises(ConfigError, match=r"position_method.dpe.scale_factors: every scale must be >= 1"):
         resolved(scale_factors="2-0")
-    with pytest.raises(ConfigError, match=r"params.dpe.local_window: must be > 0"):
+    with pytest.raises(ConfigError, match=r"position_method.dpe.local_window: must be > 0"):
         resolved(local_window=-4)
     with pytest.raises(ValueError, match="3 scale factors cannot split 8 rotated frequency pairs"):
         dpe_method(rotary(), 8, (1, 2, 4))
@@ -207,7 +207,7 @@ def test_the_probing_grid_is_the_authors_detection_script():
     assert sorted({f for _, f in at_training_length}) == [1, 2, 4, 8]
     assert grid[3, 4] == at_training_length[3, 4].replace("2", "4")
     for scales in grid.values():  # every entry is a valid DPE at the authors' W = 1024
-        PositionMethodConfig(name="dpe", params={"dpe": {"scale_factors": scales}}).resolved(8192)
+        PositionMethodConfig(name="dpe", dpe={"scale_factors": scales}).resolved(8192)
 
 
 def test_longctx_dpe_cached_generate_in_transformers_equals_a_full_forward():

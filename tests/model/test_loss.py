@@ -15,10 +15,9 @@ from tests.helpers import packed_document_ids, reset_position_ids
 def loss_and_grads(model, ids, labels, options, chunk_tokens):
     model.zero_grad(set_to_none=True)
     if chunk_tokens is None:
-        logits = model(ids, **options)
-        loss = F.cross_entropy(
-            logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
+        logits = model(ids, **options)  # at least fp32, as the chunked loss computes it (fp64 stays fp64)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
     else:
         loss = model(ids, labels=labels, loss_chunk_tokens=chunk_tokens, **options)
     loss.backward()
@@ -39,7 +38,7 @@ def test_chunked_loss_matches_plain_loss_and_gradients(chunk_tokens):
     }
     expected_loss, expected_grads = loss_and_grads(model, ids, labels, options, None)
     loss, grads = loss_and_grads(model, ids, labels, options, chunk_tokens)
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=0)  # both fp32 (logits are upcast to fp32)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=0)  # both fp64 (an fp64 model's logits)
     for name, grad in expected_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-9, msg=name)
 

@@ -10,14 +10,14 @@ from longctx.config.methods import registry
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, arm_config
 from longctx.errors import ConfigError
 from longctx.gpu_checks import hf_arms
-from longctx.hf_attention.methods import ROPE_METHODS, attention_methods
+from longctx.hf_attention.methods import attention_methods, rope_methods
 from longctx.model.position_methods.registry import builder_names
 
 
 def test_every_spec_has_a_builder_and_every_builder_a_spec():
     assert sorted(builder_names()) == sorted(registry.method_names())
     assert registry.in_tree_names() == ("rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string", "dpe")
-    assert registry.in_tree_names()[:7] == POSITION_METHODS  # dpe keeps its parameters under `params`
+    assert registry.in_tree_names() == POSITION_METHODS
 
 
 @pytest.mark.parametrize("name", registry.in_tree_names())
@@ -31,10 +31,10 @@ def test_every_parameter_has_a_default_and_a_docstring(name):
 
 
 def test_the_derived_lists_are_the_ones_the_suite_kept_by_hand():
-    """What gpu_checks.HF_ARMS, hf_attention's ATTENTION_METHODS / ROPE_METHODS and
+    """What gpu_checks.HF_ARMS, hf_attention's attention and rope methods and
     gpu_check_correctness.BAND_METHODS listed before the registry."""
     assert set(attention_methods()) == {"rope", "string", "rerope", "self_extend", "dca", "dpe"}
-    assert set(registry.method_names("rope")) == set(ROPE_METHODS) == {"ntk", "yarn"}
+    assert set(registry.method_names("rope")) == set(rope_methods()) == {"ntk", "yarn"}
     assert set(hf_arms()) == {"rope", "string", "string-repo", "rerope", "self_extend", "dca", "dpe"}
     assert registry.arm_names() == ("string-repo",)
 
@@ -58,18 +58,3 @@ def test_a_taken_name_cannot_be_registered_again():
         registry.register_arm("string-x", "string", compat_mode="repo")
     with pytest.raises(ValueError, match="kind 'bands' is not one of"):
         registry.register_method(dataclasses.replace(spec, name="other", kind="bands"))
-
-
-def test_a_method_without_a_section_takes_params_and_rejects_unknown_keys():
-    with pytest.raises(ConfigError, match=r"params.string: string has a section of its own"):
-        PositionMethodConfig(name="string", params={"string": {"shift": 3}})
-    # a method without a section (as a plugin): its params are checked against its dataclass
-    spec = registry.MethodSpec("params_probe", registry.method_spec("rerope").params, "passes", "probe")
-    registry._METHODS[spec.name] = spec
-    try:
-        good = PositionMethodConfig(name="params_probe", params={"params_probe": {"window": 5}})
-        assert good.resolved(1024) == {"window": 5, "log_scale_length": 0}
-        with pytest.raises(ConfigError, match=r"eval.position_method.params.params_probe.widnow: unknown key"):
-            PositionMethodConfig(name="params_probe", params={"params_probe": {"widnow": 5}})  # checked when built
-    finally:
-        del registry._METHODS[spec.name]

@@ -44,3 +44,15 @@ def test_callback_counts_the_batch_when_the_datamodule_keeps_none(tmp_path):
     expected = PositionFrequency(8, max_position=8)
     expected.update(batch)
     assert torch.equal(callback.counts.relative, expected.relative)
+
+
+def test_under_context_parallelism_only_the_first_rank_of_each_group_counts(tmp_path):
+    """CP 2: ranks 0 and 2 count their group's rows, ranks 1 and 3 (the same rows) do not,
+    so the all-reduced f(i) is the unsharded count once."""
+    rows = contract(1, 16, first_document=5)
+    counted = []
+    for rank in range(4):
+        callback = PositionFrequencyCallback(16, tmp_path, every_steps=100, context_parallel=2)
+        callback.on_train_batch_start(SimpleNamespace(global_rank=rank), None, rows, 0)
+        counted.append(int(callback.counts.relative.sum()))
+    assert counted[0] == counted[2] > 0 and counted[1] == counted[3] == 0

@@ -25,8 +25,10 @@ from pathlib import Path
 from longctx.cli.common import (
     RefusedSet,
     checkpoints_and_config,
+    evaluation_ranks,
     evaluation_setup,
     load_table_models,
+    place_models,
     table_arms,
     write_table,
 )
@@ -45,13 +47,26 @@ def cmd_eval_suite(args: argparse.Namespace) -> int:
     names = args.tasks.split(",") if args.tasks else None
     tasks = suite_tasks(args.suite, names, cfg, haystack)
     lengths = [int(length) for length in args.lengths.split(",")]
-    models = load_table_models(checkpoints, cfg)
     out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
-    with CellProgress(quiet=args.quiet) as progress:
-        table, results = run_suite(
-            models, arms, cfg, tokenizer, tasks, lengths, suite=args.suite, cells_dir=cells_dir, progress=progress
-        )
+    with evaluation_ranks(cfg) as ranks:
+        models = load_table_models(checkpoints, cfg)
+        ranks = place_models(models, cfg, ranks, lengths, cfg.eval.benchmarks.samples_per_length)
+        with CellProgress(quiet=args.quiet or not ranks.lead) as progress:
+            table, results = run_suite(
+                models,
+                arms,
+                cfg,
+                tokenizer,
+                tasks,
+                lengths,
+                suite=args.suite,
+                cells_dir=cells_dir,
+                progress=progress,
+                ranks=ranks,
+            )
+    if not ranks.lead:  # rank 0 writes and logs the table every rank assembled
+        return 0
     text = format_markdown(table)
     print(text)
     write_table(args.out, text, table)

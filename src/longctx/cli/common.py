@@ -93,6 +93,15 @@ def evaluation_setup(items: list[str], checkpoints: list[str]):
     return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
 
 
+def evaluation_ranks(cfg):
+    """The evaluation's ranks (eval/ranks.py): torchrun's process group joined on each rank's
+    eval.device (cuda:LOCAL_RANK), or this process alone; a context manager."""
+    from longctx.eval.model_setup import evaluation_device
+    from longctx.eval.ranks import Ranks
+
+    return Ranks.joined(evaluation_device(cfg.eval.device))
+
+
 def table_arms(cfg, methods: str, subset: str = "") -> dict:
     """The table's arms: `eval.arms` when the config names them, else one arm per name in
     `methods` (a registered method or arm, e.g. string-repo; empty = every registered
@@ -111,17 +120,47 @@ def table_arms(cfg, methods: str, subset: str = "") -> dict:
 
 
 def load_table_models(checkpoints: list[str], cfg) -> dict:
-    """Each checkpoint's model on eval.device, named by its run directory (a .ckpt's
-    runs/NAME/checkpoints/last.ckpt) or its own directory / file name."""
+    """Each checkpoint's model in host memory (`place_models` puts it on eval.device), named
+    by its run directory (a .ckpt's runs/NAME/checkpoints/last.ckpt) or its own directory /
+    file name."""
     from longctx.eval.model_setup import with_eval_temperature
-    from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
 
     models = {}
     for path in checkpoints:
         name = Path(path).parent.parent.name if path.endswith(".ckpt") else Path(path).name
-        models[name] = with_eval_temperature(load_model(path).to(evaluation_device(cfg)), cfg.eval).fuse_projections_()
+        models[name] = with_eval_temperature(load_model(path), cfg.eval).fuse_projections_()
     return models
+
+
+def place_models(models: dict, cfg, ranks, lengths: list[int], tests: int):
+    """The models on each rank's eval.device, whole or sharded over the node's ranks as the
+    memory estimate of the longest length decides (eval/layout.py; rank 0 prints the
+    estimate and the layout first); returns the ranks the grid is dealt to."""
+    import sys
+
+    from longctx.eval.cells import Decoding
+    from longctx.eval.layout import choose_layout
+    from longctx.eval.layout import place_models as place
+    from longctx.eval.model_setup import evaluation_device
+
+    device = evaluation_device(cfg.eval.device)
+    longest = max(lengths)
+    largest = max(models.values(), key=lambda model: model.config.num_parameters())
+    layout = choose_layout(
+        largest.config,
+        ranks,
+        device,
+        length=longest,
+        rows=Decoding(batch_tokens=cfg.eval.niah.batch_tokens).rows(longest),
+        tests=tests,
+        new_tokens=cfg.eval.niah.max_new_tokens,
+        prefill_chunk_tokens=cfg.eval.niah.prefill_chunk_tokens,
+        limit_gib=cfg.eval.memory_limit_gib,
+    )
+    if ranks.lead:
+        print(layout.describe(), file=sys.stderr, flush=True)
+    return place(models, layout, ranks, device)
 
 
 def write_table(out: str, text: str, table: dict) -> None:

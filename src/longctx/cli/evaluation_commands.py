@@ -8,8 +8,10 @@ from pathlib import Path
 from longctx.cli.common import (
     RefusedSet,
     checkpoints_and_config,
+    evaluation_ranks,
     evaluation_setup,
     load_table_models,
+    place_models,
     table_arms,
     write_table,
 )
@@ -20,21 +22,28 @@ def cmd_niah(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
     from longctx.eval.model_setup import with_eval_temperature
     from longctx.eval.niah.evaluation import (
+        SEARCH_MODEL,
         evaluate,
-        evaluation_device,
         format_search,
         log_to_wandb,
         method_settings,
+        search_settings,
         write_result,
     )
     from longctx.model.checkpoint import load_model
 
     items = [*args.items, f"eval.niah.lengths=[{args.lengths}]"] if args.lengths else args.items
     cfg, tokenizer, haystack, (checkpoint,) = evaluation_setup(items, [args.checkpoint])
-    model = with_eval_temperature(load_model(checkpoint).to(evaluation_device(cfg)), cfg.eval).fuse_projections_()
-    out_dir = args.out or cfg.eval.out_dir
-    with CellProgress() as progress:
-        result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=Path(out_dir) / "cells")
+    with evaluation_ranks(cfg) as ranks:
+        model = with_eval_temperature(load_model(checkpoint), cfg.eval).fuse_projections_()
+        lengths = search_settings(cfg, model).evaluated_lengths() or [model.config.max_position]
+        ranks = place_models({SEARCH_MODEL: model}, cfg, ranks, lengths, cfg.eval.niah.tests_per_length)
+        out_dir = args.out or cfg.eval.out_dir
+        with CellProgress(quiet=not ranks.lead) as progress:
+            cells = Path(out_dir) / "cells"
+            result = evaluate(model, cfg, tokenizer, haystack, progress=progress, cells_dir=cells, ranks=ranks)
+    if not ranks.lead:  # rank 0 writes and logs the result every rank computed
+        return 0
     print(format_search(result))
     title = f"{checkpoint} ({cfg.eval.position_method.name})"
     numbers, figure = write_result(result, out_dir, title, position_method=method_settings(cfg, model))
@@ -53,13 +62,18 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     cfg, tokenizer, haystack, checkpoints = evaluation_setup(items, checkpoints)
     arms = table_arms(cfg, args.methods, args.arms)
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
-    models = load_table_models(checkpoints, cfg)
     out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
     cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
-    with CellProgress(quiet=args.quiet) as progress:
-        table, results = method_table(
-            models, arms, cfg, tokenizer, haystack, lengths, cells_dir=cells_dir, progress=progress
-        )
+    with evaluation_ranks(cfg) as ranks:
+        models = load_table_models(checkpoints, cfg)
+        tested = lengths or [model.config.max_position for model in models.values()]
+        ranks = place_models(models, cfg, ranks, tested, cfg.eval.niah.tests_per_length)
+        with CellProgress(quiet=args.quiet or not ranks.lead) as progress:
+            table, results = method_table(
+                models, arms, cfg, tokenizer, haystack, lengths, cells_dir=cells_dir, progress=progress, ranks=ranks
+            )
+    if not ranks.lead:  # rank 0 writes and logs the table every rank assembled
+        return 0
     text = format_table(table, list(arms))
     print(text)
     write_table(args.out, text, table)

@@ -200,6 +200,11 @@ class EvalConfig:
     threads: int = 0
     """torch CPU threads for `longctx niah`; 0 = torch's default (decoding a tiny model is
     dominated by per-op overhead, where fewer threads can be faster)."""
+    memory_limit_gib: float = 0.0
+    """Memory one rank's device may use for an evaluation, weights included, in GiB; 0 = what
+    the device offers (free CUDA memory, MemAvailable on CPU). The memory estimate is held
+    against it: a model whose weights do not fit it whole is sharded over the node's ranks
+    under torchrun (docs/cluster.md), and a cell that cannot fit is refused."""
     attn_temperature: AttentionTemperature = field(default_factory=lambda: AttentionTemperature(type="model"))
     """The attention temperature evaluation runs under: `type: model` (the default) keeps the
     checkpoint's `model.attn_temperature`; any other type replaces it, fields as there
@@ -227,6 +232,10 @@ class EvalConfig:
         self.attn_temperature.validate("eval.attn_temperature", allow_model=True)
         if self.threads < 0:
             raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
+        if self.memory_limit_gib < 0:
+            raise ConfigError(
+                "eval.memory_limit_gib", f"must be >= 0 (0 = the device's memory), got {self.memory_limit_gib}"
+            )
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
         choice("eval.cuda_decoding", self.cuda_decoding, CUDA_DECODING)

@@ -81,4 +81,5 @@ class ExperimentConfig:
         """The checks across sections (each section checked its own fields when it was built)."""
         self.data.validate_for_model(self.model.max_position)
         self.train.validate_for_data(self.data.window)
+        self.train.validate_for_context_parallel(self.data.window, self.model.attention_backend, self.data)
         self.eval.validate_for_model(self.model.max_position)

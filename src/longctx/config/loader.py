@@ -16,8 +16,10 @@ and where it was set (`file.yaml:LINE` or `override 'key=value'`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from longctx.config.experiment import ExperimentConfig
-from longctx.config.methods.registry import method_names
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
@@ -57,7 +58,7 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
             sources += _read_yaml(Path(value.strip()), chain=())
         else:
             sources.append(_read_override(text))
-    sources = [_method_sections(source) for source in sources]
+    sources = [_params_spelling(source) for source in sources]
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
@@ -76,6 +77,7 @@ def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> Exp
     merged = cast(DictConfig, OmegaConf.structured(base))
     for source in sources:
         try:
+            _with_arms(merged, source.values)
             if source.list_item is None:
                 # In place: OmegaConf.merge deep-copies the whole config once per source,
                 # which was half of a load's time (74 experiment loads: 15.4 s -> 7.9 s).
@@ -102,6 +104,7 @@ def where_set(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -
     for text in overrides:
         key, _, value = text.partition("=")
         sources += _read_yaml(Path(value.strip()), chain=()) if key.strip() == "inherit" else [_read_override(text)]
+    sources = [_params_spelling(source, notice=False) for source in sources]
     locations: dict[str, str] = {}
     for source in sources:
         locations.update(source.locations)
@@ -125,10 +128,13 @@ def as_dict(config: ExperimentConfig) -> dict:
 
 def from_dict(values: dict) -> ExperimentConfig:
     """The inverse of `as_dict` (a checkpoint's hyper-parameters), validated."""
+    values = copy.deepcopy(values)
+    _read_params_spelling(values)
     try:
-        return cast(
-            ExperimentConfig, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ExperimentConfig), values))
-        )
+        merged = cast(DictConfig, OmegaConf.structured(ExperimentConfig))
+        _with_arms(merged, values)
+        merged.merge_with(values)
+        return cast(ExperimentConfig, OmegaConf.to_object(merged))
     except OmegaConfBaseException as error:
         raise ConfigError(getattr(error, "full_key", "?") or "?", str(error).splitlines()[0]) from None
 
@@ -165,31 +171,54 @@ def _read_yaml(path: Path, chain: tuple[Path, ...]) -> list[_Source]:
     return sources
 
 
-def _method_sections(source: _Source) -> _Source:
-    """A registered method without a section of its own in PositionMethodConfig (a plugin)
-    may be set as an in-tree one is, `eval.position_method.<name>.<field>` (and under an
-    arm): moved under `params.<name>`, where the config keeps it and checks its fields
-    against the method's parameter dataclass, with its file:line kept for errors. A key
-    that names no registered method is left for the unknown-key error."""
-    evaluation = source.values.get("eval")
+def _method_sections(values: dict) -> list[tuple[str, dict]]:
+    """(config key, section) of `eval.position_method` and of each `eval.arms.<arm>` in `values`."""
+    evaluation = values.get("eval")
     if not isinstance(evaluation, dict):
-        return source
+        return []
     sections = [("eval.position_method", evaluation.get("position_method"))]
     arms = evaluation.get("arms")
     if isinstance(arms, dict):
         sections += [(f"eval.arms.{name}", arm) for name, arm in arms.items()]
-    known = {field.name for field in dataclasses.fields(PositionMethodConfig)}
-    for prefix, section in sections:
-        if not isinstance(section, dict):
-            continue
-        for key in [key for key in section if key not in known]:
-            if key not in method_names():  # the registry is asked only for a key it may know
-                continue
-            section.setdefault("params", {})[key] = section.pop(key)
-            old, new = f"{prefix}.{key}", f"{prefix}.params.{key}"
-            for where in [where for where in source.locations if where == old or where.startswith(old + ".")]:
-                source.locations[new + where[len(old) :]] = source.locations[where]
+    return [(prefix, section) for prefix, section in sections if isinstance(section, dict)]
+
+
+def _read_params_spelling(values: dict) -> list[tuple[str, str]]:
+    """Read `<section>.params.<method>.<field>` as `<section>.<method>.<field>` (in place),
+    so that the configs, sweeps and checkpoints that keep a method's parameters under
+    `params` load to the same settings; returns (that key, the key it is read as) per method.
+    A field set both ways takes the `<method>.<field>` value."""
+    moved = []
+    for prefix, section in _method_sections(values):
+        params = section.get("params")
+        if not isinstance(params, dict) or not all(isinstance(fields, dict) for fields in params.values()):
+            continue  # left for the unknown-key error
+        del section["params"]
+        for method, fields in params.items():
+            section[method] = {**fields, **(section.get(method) or {})}
+            moved.append((f"{prefix}.params.{method}", f"{prefix}.{method}"))
+    return moved
+
+
+def _params_spelling(source: _Source, notice: bool = True) -> _Source:
+    """`_read_params_spelling` on a YAML file or override, with where each key was set kept
+    for errors and (`notice`) a one-line notice naming the key to write instead."""
+    for old, new in _read_params_spelling(source.values):
+        for key in [key for key in source.locations if key == old or key.startswith(old + ".")]:
+            source.locations[new + key[len(old) :]] = source.locations[key]
+        where = source.locations.get(old, source.name)
+        if notice:
+            warnings.warn(f"{old}.<field> (at {where}) is read as {new}.<field>: write the latter", FutureWarning, 2)
     return source
+
+
+def _with_arms(merged: DictConfig, values: dict) -> None:
+    """Give each arm `values` names a section of its own before merging it: `eval.arms` is
+    typed as PositionMethodConfig, whose method fields only an instance has (position_methods.py)."""
+    for prefix, _ in _method_sections(values):
+        name = prefix.removeprefix("eval.arms.")
+        if prefix.startswith("eval.arms.") and name not in merged.eval.arms:
+            merged.eval.arms[name] = PositionMethodConfig()
 
 
 def _read_override(text: str) -> _Source:

@@ -1,20 +1,19 @@
 """Configuration of the evaluation-time position methods and STRING §4.2's baseline protocol.
 
-`PositionMethodConfig` is the `eval.position_method` config section; `resolved()` fills
-the fields left at 0 by the method's spec (the baselines' protocol, StRing's shift_ratio)
-and names the config key of an impossible value. What methods exist, with which
-parameters, is the registry's (longctx.config.methods.registry): the seven in-tree methods
-have a section each here (`eval.position_method.string.local_window`); any other registered
-method, a plugin or a newer in-tree one, keeps its parameters under
-`eval.position_method.params.<name>` (the loader moves `eval.position_method.<name>.*`
-there), checked against its spec's parameter dataclass as the config is built (an unknown
-key is a ConfigError naming it, as everywhere).
+`PositionMethodConfig` is the `eval.position_method` config section (and each entry of
+`eval.arms`): the method's `name` and, under each registered method's own name, its
+parameters (`eval.position_method.string.local_window`,
+`eval.position_method.grouped_rope.group`), one spelling for in-tree and plugin methods.
+The sections are not written here: they are the registry's (longctx.config.methods.registry),
+each the parameter dataclass of the method's spec, with its defaults, docstrings and
+checks. `resolved()` fills the fields left at 0 by the method's spec (the baselines'
+protocol, StRing's shift_ratio) and names the config key of an impossible value.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from longctx.config.methods.dca import DcaConfig
@@ -33,11 +32,9 @@ from longctx.config.methods.string import REPO_STRING_ATTENTION_FACTOR, STRING_C
 from longctx.config.methods.yarn import YarnConfig
 from longctx.errors import ConfigError
 
-POSITION_METHODS = tuple(
-    name for name in in_tree_names() if name in {"rope", "ntk", "yarn", "rerope", "self_extend", "dca", "string"}
-)
-"""The in-tree methods with a section of their own below, STRING Table 1's order; newer
-in-tree methods (dpe) and plugins keep theirs under `params`; `method_names()` lists all."""
+POSITION_METHODS = in_tree_names()
+"""The in-tree methods, STRING Table 1's order; `method_names()` adds the plugins."""
+PREFIX = "eval.position_method"
 
 __all__ = [
     "BASELINE_TRAINING_FRACTION",
@@ -57,66 +54,68 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(eq=False)
 class PositionMethodConfig:
-    """Which position method evaluation uses, and the parameters of each."""
+    """Which position method evaluation uses, and the parameters of every registered method.
+
+    `PositionMethodConfig(...)` is an instance of a subclass with one field per registered
+    method, named after it and typed by its spec's parameter dataclass (`_with_sections`).
+    A field per method, rather than a mapping of them, is what lets OmegaConf check each
+    key and type of a YAML file against the method's dataclass (naming the dotted key and
+    where it was set), resolve `${eval.position_method.string.local_window}`, and write
+    configs and checkpoints in the spelling they are read in; made from the registry, a
+    plugin's section is made as an in-tree method's is, with no edit here. A method
+    registered after a config was made reads as its defaults there (`params_of`).
+    """
 
     name: str = "rope"
     """rope | ntk | yarn | rerope | self_extend | dca | string, or any registered method
-    (`longctx methods` lists them)."""
-    rope: RopeConfig = field(default_factory=RopeConfig)
-    """Plain RoPE parameters (name=rope)."""
-    string: StringConfig = field(default_factory=StringConfig)
-    """StRing parameters (name=string)."""
-    ntk: NtkConfig = field(default_factory=NtkConfig)
-    """NTK-aware scaling parameters (name=ntk)."""
-    yarn: YarnConfig = field(default_factory=YarnConfig)
-    """YaRN parameters (name=yarn)."""
-    rerope: ReRopeConfig = field(default_factory=ReRopeConfig)
-    """ReRoPE parameters (name=rerope)."""
-    self_extend: SelfExtendConfig = field(default_factory=SelfExtendConfig)
-    """Self-Extend parameters (name=self_extend)."""
-    dca: DcaConfig = field(default_factory=DcaConfig)
-    """Dual Chunk Attention parameters (name=dca)."""
-    params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Parameters of registered methods without a section above (plugins, newer in-tree
-    methods), by method name: `eval.position_method.params.my_method.alpha=2`."""
+    (`longctx methods` lists them); its parameters: `eval.position_method.<name>.<field>`."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> PositionMethodConfig:
+        made: PositionMethodConfig = object.__new__(_with_sections() if cls is PositionMethodConfig else cls)
+        return made
 
     def __post_init__(self) -> None:
-        for name in self.params:
-            self._checked_params(name, "eval.position_method")
+        for method in method_names():
+            values = getattr(self, method, None)
+            if isinstance(values, dict):  # from Python: `PositionMethodConfig(grouped_rope={"group": 4})`
+                setattr(self, method, method_spec(method).params(**_known(method, values, f"{PREFIX}.{method}")))
 
-    def _checked_params(self, name: str, prefix: str) -> Any:
-        """`params[name]` as its method's parameter dataclass; a method that is not
-        registered, or a field it does not have, is a ConfigError naming the key."""
-        key = f"{prefix}.params.{name}"
-        spec = method_spec(name, key)
-        if name in POSITION_METHODS:
-            raise ConfigError(key, f"{name} has a section of its own: set {prefix}.{name}.<field>")
-        values = dict(self.params.get(name) or {})
-        known = [f.name for f in dataclasses.fields(spec.params)]
-        for unknown in sorted(set(values) - set(known)):
-            raise ConfigError(f"{key}.{unknown}", f"unknown key: {name} has parameters {known}")
-        return spec.params(**values)
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PositionMethodConfig):
+            return NotImplemented
+        return (self.name, self.sections()) == (other.name, other.sections())
+
+    def __reduce__(self) -> tuple:
+        """Pickled as its name and sections: the subclass is made at run time, so pickle
+        could not find it by its name."""
+        return _restored, (self.name, self.sections())
+
+    def params_of(self, method: str) -> Any:
+        """The parameter dataclass of `method` as configured (its defaults where this config
+        was made before the method registered)."""
+        values = getattr(self, method, None)
+        return values if values is not None else method_spec(method, f"{PREFIX}.name").params()
+
+    def sections(self) -> dict[str, Any]:
+        """{method: its parameters as configured} for every registered method."""
+        return {method: self.params_of(method) for method in method_names()}
 
     def with_params(self, name: str, values: dict[str, Any]) -> PositionMethodConfig:
-        """This config switched to method `name` with `values` set on its parameters: its
-        own section for an in-tree method, `params[name]` for any other."""
-        config = dataclasses.replace(self, name=name)
-        if not values:
-            return config
-        if name in POSITION_METHODS:
-            return dataclasses.replace(config, **{name: dataclasses.replace(getattr(config, name), **values)})
-        return dataclasses.replace(config, params={**config.params, name: {**config.params.get(name, {}), **values}})
+        """This config switched to method `name` with `values` set on its parameters; a
+        parameter the method does not have is a ConfigError naming its key."""
+        sections = self.sections()
+        method_spec(name, f"{PREFIX}.name")
+        sections[name] = dataclasses.replace(sections[name], **_known(name, values, f"{PREFIX}.{name}"))
+        return PositionMethodConfig(name=name, **sections)
 
-    def section(self, prefix: str = "eval.position_method") -> tuple[Any, str]:
+    def section(self, prefix: str = PREFIX) -> tuple[Any, str]:
         """(the parameters dataclass of `name` as configured, its config key)."""
         method_spec(self.name, f"{prefix}.name")
-        if self.name in POSITION_METHODS:
-            return getattr(self, self.name), f"{prefix}.{self.name}"
-        return self._checked_params(self.name, prefix), f"{prefix}.params.{self.name}"
+        return self.params_of(self.name), f"{prefix}.{self.name}"
 
-    def resolved(self, training_length: int, prefix: str = "eval.position_method") -> dict:
+    def resolved(self, training_length: int, prefix: str = PREFIX) -> dict:
         """Parameters of the selected method with 0-valued fields filled in (by the
         baseline protocol, or StRing's shift_ratio); raises ConfigError naming the key
         (`prefix`.name, `prefix`.string.shift, ...) of an impossible value."""
@@ -126,11 +125,45 @@ class PositionMethodConfig:
             return dict(vars(section))
         return spec.resolve(section, training_length, key)
 
-    def settings(self, training_length: int, prefix: str = "eval.position_method") -> dict:
+    def settings(self, training_length: int, prefix: str = PREFIX) -> dict:
         """What a result records of its method: the name, the parameters as set (StRing's
         shift_ratio, say) and what they resolved to for a model of this training length."""
         section, _ = self.section(prefix)
         return {"name": self.name, **vars(section), "resolved": self.resolved(training_length, prefix)}
+
+
+_SUBCLASSES: dict[tuple[str, ...], type] = {}
+
+
+def _with_sections() -> type:
+    """PositionMethodConfig with a field per registered method (made once per set of methods)."""
+    names = method_names()
+    if names not in _SUBCLASSES:
+        taken = [name for name in names if hasattr(PositionMethodConfig, name) or name == "params"]
+        if taken:
+            raise ValueError(
+                f"position methods {taken}: the names are taken by eval.position_method's own keys "
+                "(its attributes, and `params`, which the loader reads as <method> sections)"
+            )
+        fields = [(n, method_spec(n).params, dataclasses.field(default_factory=method_spec(n).params)) for n in names]
+        namespace = {"__module__": __name__, "__doc__": PositionMethodConfig.__doc__}
+        made = dataclasses.make_dataclass(
+            "PositionMethodConfig", fields, bases=(PositionMethodConfig,), eq=False, namespace=namespace
+        )
+        _SUBCLASSES[names] = made
+    return _SUBCLASSES[names]
+
+
+def _restored(name: str, sections: dict[str, Any]) -> PositionMethodConfig:
+    return PositionMethodConfig(name=name, **sections)
+
+
+def _known(method: str, values: dict[str, Any], key: str) -> dict[str, Any]:
+    """`values`, if each is a parameter of `method`; else a ConfigError naming `key.<field>`."""
+    known = [field.name for field in dataclasses.fields(method_spec(method, key).params)]
+    for unknown in sorted(set(values) - set(known)):
+        raise ConfigError(f"{key}.{unknown}", f"unknown key: {method} has parameters {known}")
+    return values
 
 
 def baseline_protocol(method_name: str, training_length: int) -> dict:

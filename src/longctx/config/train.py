@@ -8,15 +8,23 @@ against the data window is `ExperimentConfig.validate`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longctx.config.checks import choice, component_spec, positive_int
 from longctx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from longctx.config.data import DataConfig
 
 LOSS_WEIGHTINGS = ("none", "inverse_frequency")
 """Values of `train.loss_weighting` (train/loss_weights.py)."""
 LOSS_KERNELS = ("chunked", "compiled", "liger")
 """Values of `train.loss_kernel` (model/loss.py)."""
+LOAD_BALANCERS = ("head_tail", "document")
+"""Values of `train.load_balance` (train/context_parallel.py)."""
+CONTEXT_PARALLEL_BACKENDS = ("auto", "flex", "sdpa")
+"""`model.attention_backend` values that run under train.context_parallel > 1: flex (CUDA;
+auto there), sdpa (the dense reference, any device; auto on CPU)."""
 
 
 @dataclass
@@ -97,6 +105,17 @@ class TrainConfig:
     max_skipped_steps: int = 10
     """on_nonfinite=skip: more dropped steps than this (over the whole run, resumes
     included) end the run as `stop` does."""
+    context_parallel: int = 1
+    """Context parallelism: this many ranks share each packed row, each holding 1/N of its
+    tokens (input ids, labels, position and document ids) and all-gathering every layer's
+    keys/values (train/context_parallel.py, docs/long_sequences.md); 1 = off. Must divide
+    the world size; the data-parallel size is world / N. Needs train.strategy=fsdp."""
+    load_balance: str = "head_tail"
+    """How a row is dealt to the context-parallel ranks, each taking two of 2N chunks:
+    head_tail (chunk r and chunk 2N-1-r of the whole row; any packing; balanced for one
+    document per row) | document (the same within every document, balanced whatever the
+    documents; needs data.packing=documents, which then pads each document to a multiple
+    of 2N with unlabelled tokens: data/row_padding.py). train/context_parallel.py."""
     callbacks: list[Any] = field(default_factory=list)
     """Extra Lightning callbacks: [{class_path: pkg.Class, init_args: {...}}, ...] (or bare
     class paths); added after the suite's own (train/loggers.py)."""
@@ -155,6 +174,14 @@ class TrainConfig:
                 f"{self.loss_weighting} needs per-token losses; train.loss_chunk_tokens must be 0",
                 ("train.loss_chunk_tokens",),
             )
+        positive_int("train.context_parallel", self.context_parallel)
+        choice("train.load_balance", self.load_balance, LOAD_BALANCERS)
+        if self.context_parallel > 1 and self.strategy != "fsdp":
+            raise ConfigError(
+                "train.context_parallel",
+                f"{self.context_parallel} shards rows over FSDP2's device mesh; set train.strategy=fsdp",
+                ("train.strategy",),
+            )
         for i, entry in enumerate(self.callbacks):
             class_path, _ = component_spec(entry, f"train.callbacks.{i}")
             if "." not in class_path:
@@ -169,6 +196,31 @@ class TrainConfig:
                 f"{self.global_batch_tokens} is not a multiple of data.window x train.micro_batch_size "
                 f"= {window} x {self.micro_batch_size} = {tokens_per_micro_batch}",
                 ("data.window", "train.micro_batch_size"),
+            )
+
+    def validate_for_context_parallel(self, window: int, backend: str, data: DataConfig) -> None:
+        """Under context parallelism a row splits into 2N equal chunks (each rank a head and a
+        tail chunk), and attention runs on a backend that takes an explicit query index."""
+        size = self.context_parallel
+        if size == 1:
+            return
+        if window % (2 * size):
+            raise ConfigError(
+                "train.context_parallel",
+                f"data.window={window} is not a multiple of 2 x train.context_parallel = {2 * size}",
+                ("data.window",),
+            )
+        if backend not in CONTEXT_PARALLEL_BACKENDS:
+            raise ConfigError(
+                "model.attention_backend",
+                f"{backend!r} does not run under train.context_parallel={size}; use flex (GPU) or sdpa (CPU reference)",
+                ("train.context_parallel",),
+            )
+        if self.load_balance == "document" and (data.packing != "documents" or not data.doc_mask):
+            raise ConfigError(
+                "train.load_balance",
+                "document needs data.packing=documents and data.doc_mask=true (each document padded to a multiple of 2N)",
+                ("data.packing", "data.doc_mask"),
             )
 
 

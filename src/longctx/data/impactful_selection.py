@@ -44,7 +44,8 @@ from pathlib import Path
 import numpy as np
 from litdata import StreamingDataset, optimize
 
-from longctx.data.packing import LENGTHS_FILE, item_count
+from longctx.data.integrity import item_count
+from longctx.data.packing import LENGTHS_FILE
 from longctx.data.prepare import MANIFEST_FILE, check_dataset
 from longctx.data.sentences import sentence_end_table, sentence_lengths
 from longctx.data.tokenizer import Tokenizer

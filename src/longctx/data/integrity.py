@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -168,3 +169,11 @@ class ChunkLocator:
             f"document {item} cannot be read from this chunk ({type(error).__name__}: {str(error).splitlines()[0]}); "
             "check the dataset with `longctx prepare --verify DIR`",
         )
+
+
+def item_count(dataset: Any) -> int:
+    """Every item of a litdata dataset, whatever process reads it. `len(dataset)` counts only
+    this rank's share once litdata sees a distributed launch (torch.distributed initialised,
+    or torchrun's WORLD_SIZE in the environment, before any process group exists), so code
+    that reads a whole dataset (the lengths table, a selection pass) must not use it."""
+    return sum(end - start for start, end in dataset.region_of_interest)

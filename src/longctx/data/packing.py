@@ -77,9 +77,10 @@ from litdata import StreamingDataset
 from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
-from longctx.data.integrity import ChunkLocator, verify_dataset
+from longctx.data.integrity import ChunkLocator, item_count, verify_dataset
+from longctx.data.row_padding import pad_each_document
 from longctx.data.transforms import PositionTransform
-from longctx.errors import ConfigError, DataError
+from longctx.errors import DataError
 
 LENGTHS_FILE = "lengths.npy"
 PACKINGS = ("stream", "documents")
@@ -119,14 +120,6 @@ def contract_from_blocks(blocks: torch.Tensor, eos_id: int, doc_mask: bool) -> d
     }
 
 
-def item_count(dataset: StreamingDataset) -> int:
-    """Every item of a litdata dataset, whatever process reads it. `len(dataset)` counts only
-    this rank's share once litdata sees a distributed launch (torch.distributed initialised,
-    or torchrun's WORLD_SIZE in the environment, before any process group exists), so code
-    that reads a whole dataset (the lengths table, a selection pass) must not use it."""
-    return sum(end - start for start, end in dataset.region_of_interest)
-
-
 class PackedSource:
     """One prepared dataset read as an endless, per-epoch shuffled stream of tokens."""
 
@@ -144,11 +137,8 @@ class PackedSource:
         self._chunks = ChunkLocator(self.path)
         self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
         items = item_count(self.documents)
-        if len(self.lengths) != items:
-            raise ValueError(
-                f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} documents, the dataset has {items}; "
-                "the dataset was not written whole: remove the directory and prepare it again"
-            )
+        if len(self.lengths) != items:  # not written whole
+            raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} of {items} documents; prepare it anew")
         self.epoch_tokens = int(self.lengths.sum())
         if self.epoch_tokens == 0:
             raise ValueError(f"{path} holds no tokens")
@@ -162,7 +152,7 @@ class PackedSource:
         # packing=documents: rows per epoch (filled in order as rows are asked for) and the
         # row table of one epoch, for the (row tokens, long_documents) in `_table_key`.
         self._epoch_rows: list[int] = []
-        self._table_key: tuple[int, str] = (0, "")
+        self._table_key: tuple[int, str, int] = (0, "", 1)
         self._table_epoch = -1
         self._table: np.ndarray = np.empty((0, 3), dtype=np.int64)
 
@@ -207,39 +197,44 @@ class PackedSource:
         ]
         return torch.cat(parts).long()
 
-    def document_rows(self, epoch: int, block: int, long_documents: str = "split") -> np.ndarray:
+    def document_rows(self, epoch: int, block: int, long_documents: str = "split", granule: int = 1) -> np.ndarray:
         """The rows of `epoch` under packing=documents: int64 [rows, 3] of (first slot, end
         slot, piece) into `document_order(epoch)`; piece -1 = whole documents first..end-1,
         piece p >= 0 = tokens [p block, (p + 1) block) of the one longer document `first`.
-        long_documents="drop" leaves documents longer than `block` out instead of splitting."""
+        long_documents="drop" leaves documents longer than `block` out instead of splitting;
+        `granule` g: a document takes its length rounded up to a multiple of g (data/row_padding.py)."""
         lengths = self.lengths[self.document_order(epoch)]
+        rounded = -(-lengths // granule) * granule
         rows: list[tuple[int, int, int]] = []
         first, used = 0, 0
-        for slot, length in enumerate(lengths.tolist()):
+        for slot, (length, padded) in enumerate(zip(lengths.tolist(), rounded.tolist(), strict=True)):
             if length > block:
                 if used:
                     rows.append((first, slot, -1))
                 if long_documents == "split":
                     rows += [(slot, slot + 1, piece) for piece in range(-(-length // block))]
                 first, used = slot + 1, 0
-            elif used + length > block:
-                rows.append((first, slot, -1))
-                first, used = slot, length
+            elif used + padded > block:
+                if used:
+                    rows.append((first, slot, -1))
+                first, used = slot, padded
             else:
-                used += length
+                used += padded
         if used:
             rows.append((first, len(lengths), -1))
         return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
 
-    def row_pieces(self, row: int, block: int, long_documents: str = "split") -> list[tuple[int, int, int]]:
+    def row_pieces(
+        self, row: int, block: int, long_documents: str = "split", granule: int = 1
+    ) -> list[tuple[int, int, int]]:
         """The documents of row `row` of the endless packing=documents sequence, as
         `stream_pieces` gives them: (item, first token of the item in the row, its position)."""
-        if (block, long_documents) != self._table_key:
-            self._epoch_rows, self._table_key, self._table_epoch = [], (block, long_documents), -1
+        if (block, long_documents, granule) != self._table_key:
+            self._epoch_rows, self._table_key, self._table_epoch = [], (block, long_documents, granule), -1
         epoch = 0
         while True:
             if epoch == len(self._epoch_rows):  # first visit: its table is counted and kept
-                self._table, self._table_epoch = self.document_rows(epoch, block, long_documents), epoch
+                self._table, self._table_epoch = self.document_rows(epoch, block, long_documents, granule), epoch
                 if len(self._table) == 0:
                     raise DataError(f"{self.path}: no document fits a row of {block} tokens (data.long_documents=drop)")
                 self._epoch_rows.append(len(self._table))
@@ -248,7 +243,7 @@ class PackedSource:
             row -= self._epoch_rows[epoch]
             epoch += 1
         if epoch != self._table_epoch:
-            self._table, self._table_epoch = self.document_rows(epoch, block, long_documents), epoch
+            self._table, self._table_epoch = self.document_rows(epoch, block, long_documents, granule), epoch
         self._use_epoch(epoch)
         first, end, piece = (int(value) for value in self._table[row])
         if piece >= 0:
@@ -261,11 +256,11 @@ class PackedSource:
         """The epoch of row `row` of the packing=documents sequence `row_pieces` last read."""
         return int(np.searchsorted(np.cumsum(self._epoch_rows), row, side="right"))
 
-    def read_row(self, row: int, block: int, long_documents: str = "split") -> torch.Tensor:
+    def read_row(self, row: int, block: int, long_documents: str = "split", granule: int = 1) -> torch.Tensor:
         """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
         parts = [
             torch.as_tensor(self._document(item))[first : first + block - at]
-            for item, first, at in self.row_pieces(row, block, long_documents)
+            for item, first, at in self.row_pieces(row, block, long_documents, granule)
         ]
         return torch.cat(parts).long()
 
@@ -363,6 +358,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         long_documents: str = "split",
         micro_batch_size: int = 1,
         mask_cut_answers: bool = False,
+        document_granule: int = 1,
     ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world size {world_size}")
@@ -379,6 +375,7 @@ class PackedRows(torch.utils.data.IterableDataset):
         self.transform, self.packing, self.long_documents = transform, packing, long_documents
         self.micro_batch_size = micro_batch_size
         self.mask_cut_answers = mask_cut_answers
+        self.granule = document_granule  # packing=documents: each document padded to a multiple
 
     def global_rows(self) -> Iterator[tuple[int, int, int]]:
         """(global row index, source, row index within that source) for this rank, from the
@@ -401,16 +398,17 @@ class PackedRows(torch.utils.data.IterableDataset):
     def _pieces(self, source: int, row: int) -> list[tuple[int, int, int]]:
         block = self.window + 1
         if self.packing == "documents":
-            return self.sources[source].row_pieces(row, block, self.long_documents)
+            return self.sources[source].row_pieces(row, block, self.long_documents, self.granule)
         return self.sources[source].stream_pieces(row * block, block)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         block = self.window + 1
         for index, source, row in self.worker_rows():
             if self.packing == "documents":
-                contract = pad_documents_row(
-                    self.sources[source].read_row(row, block, self.long_documents), block, self.eos_id, self.doc_mask
-                )
+                tokens = self.sources[source].read_row(row, block, self.long_documents, self.granule)
+                contract = pad_documents_row(tokens, block, self.eos_id, self.doc_mask)
+                if self.granule > 1:
+                    contract = pad_each_document(contract, min(len(tokens), self.window), self.granule)
             else:
                 tokens = self.sources[source].read(row * block, block)
                 contract = {k: v[0] for k, v in contract_from_blocks(tokens[None], self.eos_id, self.doc_mask).items()}
@@ -449,40 +447,6 @@ class PackedRows(torch.utils.data.IterableDataset):
             None if self.sources[i].answers is None else masking_report(len(seen[i]), len(cut[i]))
             for i in range(len(self.sources))
         ]
-
-
-def tokens_per_step(window: int, micro_batch_size: int, world_size: int, global_batch_tokens: int) -> tuple[int, int]:
-    """(gradient accumulation steps, rows per optimizer step) for a global batch in tokens.
-
-    2K and 4K windows at the same `global_batch_tokens` consume the same tokens per step;
-    the 4K run accumulates twice as many micro-batches (STRING A.2). A global batch that is
-    not a whole number of micro-steps (window x micro-batch x world size tokens) is a
-    `ConfigError` on `train.global_batch_tokens` naming the nearest valid values and the
-    world sizes the configured batch does divide: training on more nodes than a config was
-    written for is where this is met.
-    """
-    rows_per_micro_step = micro_batch_size * world_size
-    tokens_per_micro_step = window * rows_per_micro_step
-    if global_batch_tokens % tokens_per_micro_step:
-        below = global_batch_tokens // tokens_per_micro_step * tokens_per_micro_step
-        above = below + tokens_per_micro_step
-        nearest = " or ".join(f"{value:,}" for value in (below, above) if value > 0)
-        rows = (
-            global_batch_tokens // (window * micro_batch_size)
-            if global_batch_tokens % (window * micro_batch_size) == 0
-            else 0
-        )
-        sizes = [size for size in range(1, min(rows, 4096) + 1) if rows % size == 0]
-        fits = f"; as it is, it divides into world sizes {', '.join(map(str, sizes[:12]))}" if sizes else ""
-        raise ConfigError(
-            "train.global_batch_tokens",
-            f"{global_batch_tokens:,} is not a multiple of data.window x train.micro_batch_size x world size = "
-            f"{window} x {micro_batch_size} x {world_size} = {tokens_per_micro_step:,}; the nearest valid values are "
-            f"{nearest} (or change train.micro_batch_size or the number of devices{fits})",
-            ("data.window", "train.micro_batch_size"),
-        )
-    accumulation = global_batch_tokens // tokens_per_micro_step
-    return accumulation, accumulation * rows_per_micro_step
 
 
 class GlobalOrderSampler(torch.utils.data.Sampler[int]):

@@ -29,10 +29,13 @@ def packed_rows(
     start_row: int = 0,
     transform: PositionTransform | None = None,
     micro_batch_size: int = 1,
+    document_granule: int = 1,
 ) -> PackedRows:
     """The rows one rank trains on: the prepared `sources` [(path, weight)] mixed and packed
     as `data` says (source i shuffled with seed data.seed + i), from global row `start_row`;
-    DataLoader workers split them by whole micro-batches of `micro_batch_size` rows."""
+    DataLoader workers split them by whole micro-batches of `micro_batch_size` rows;
+    `document_granule` g > 1 (packing=documents): every document padded to a multiple of g
+    (data/row_padding.py)."""
     return PackedRows(
         [PackedSource(path, seed=data.seed + i) for i, (path, _) in enumerate(sources)],
         [weight for _, weight in sources],
@@ -47,6 +50,7 @@ def packed_rows(
         long_documents=data.long_documents,
         micro_batch_size=micro_batch_size,
         mask_cut_answers=data.mask_cut_answers,
+        document_granule=document_granule,
     )
 
 

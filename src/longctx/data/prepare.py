@@ -36,8 +36,8 @@ from litdata import StreamingDataset, optimize
 
 from longctx.data import storage
 from longctx.data.corpus import CorpusReport, Document, format_length_report, length_report, source_texts
-from longctx.data.integrity import MANIFEST_FILE, record_chunks
-from longctx.data.packing import LENGTHS_FILE, item_count
+from longctx.data.integrity import MANIFEST_FILE, item_count, record_chunks
+from longctx.data.packing import LENGTHS_FILE
 from longctx.data.tokenizer import Tokenizer, load_tokenizer
 from longctx.errors import DataError
 

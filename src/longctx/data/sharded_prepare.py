@@ -51,8 +51,8 @@ from litdata import StreamingDataset, optimize
 
 from longctx.data import storage
 from longctx.data.corpus import format_length_report, length_report
-from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, record_chunks
-from longctx.data.packing import LENGTHS_FILE, item_count
+from longctx.data.integrity import INDEX_FILE, MANIFEST_FILE, item_count, record_chunks
+from longctx.data.packing import LENGTHS_FILE
 from longctx.data.shard_reader import (
     EXAMPLES_KEPT,
     CorpusReport,

@@ -1,7 +1,15 @@
-"""Progress of an evaluation: a bar per cell and a line per finished cell.
+"""Progress of an evaluation: a bar per cell (a grid: one bar for the whole grid) and a line
+per finished cell.
 
     model rope paper L=8192 ━━━━━━━━━━━━━━━━━━━━━━━━━━━ 3/8 0:01:12 • 0:02:00 0.04it/s
     done  smollm2 rope niah-paper L=8192: 0.750 (6/8, Wilson 95% [0.41, 0.93]) in 3.1 min
+
+A grid (`grid_started`, eval/cells.py `run_grid`) has one bar for all its cells: samples
+decoded of the samples to decode (a cell's samples that an earlier run decoded leave the
+total when the cell starts), the rate and the time left of this run, the running cell as
+its description. Under torchrun only rank 0 shows it: its own batches count as they finish,
+the other ranks' when they are gathered (a spread cell's at its end, the whole cells after
+every rank has run its own), so while ranks run whole cells the rate is rank 0's alone.
 
 The display is the one Lightning's training bar uses (train/progress_bar.py): Rich with
 Lightning's own columns (description, bar, done/total, elapsed • remaining, rate) when Rich
@@ -43,6 +51,16 @@ class CellProgress:
         self._progress: Any = None  # rich Progress, started at the first cell
         self._task: Any = None
         self._bar: Any = None  # Lightning's Tqdm without Rich
+        self._grid = False  # one bar for a whole grid
+
+    def grid_started(self, total: int, layout: str = "") -> None:
+        """One bar for the grid's `total` samples from now on; `layout`: how ranks share it."""
+        if self.quiet:
+            return
+        if layout:
+            print(f"evaluating on {layout}", file=self.stream, flush=True)
+        self._grid = True
+        self._start_bar("grid", total, 0)
 
     def __enter__(self) -> CellProgress:
         return self
@@ -53,13 +71,24 @@ class CellProgress:
     def cell_started(self, cell: Cell, total: int, done: int) -> None:
         if self.quiet:
             return
+        if not self._grid:
+            self._start_bar(cell.name, total, done)
+        elif self._progress is not None and self._task is not None:
+            task = self._progress.tasks[self._task]
+            self._progress.update(self._task, description=cell.name, total=task.total - done)
+        elif self._bar is not None:
+            self._bar.set_description(cell.name)
+            self._bar.total -= done
+            self._bar.refresh()
+
+    def _start_bar(self, description: str, total: int, done: int) -> None:
         if _RICH_AVAILABLE:
-            self._rich_bar(cell.name, total, done)
+            self._rich_bar(description, total, done)
         else:
             from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
             self._close_bar()
-            self._bar = Tqdm(total=total, initial=done, desc=cell.name, unit="sample", file=self.stream)
+            self._bar = Tqdm(total=total, initial=done, desc=description, unit="sample", file=self.stream)
 
     def _rich_bar(self, description: str, total: int, done: int) -> None:
         from lightning.pytorch.callbacks.progress.rich_progress import (
@@ -107,10 +136,12 @@ class CellProgress:
             return
         line = describe(result, reused)
         if self._progress is not None:
-            if self._task is not None:
+            if self._task is not None and not self._grid:
                 self._progress.remove_task(self._task)
                 self._task = None
             self._progress.console.print(line, highlight=False, markup=False)
+        elif self._grid and self._bar is not None:
+            self._bar.write(line, file=self.stream)
         else:
             self._close_bar()
             print(line, file=self.stream, flush=True)

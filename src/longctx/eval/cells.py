@@ -12,7 +12,12 @@ greedily by `eval.generation.generate` and scored. Its directory
 - `cell.json`     what fixes its results (the `CellSpec`): model fingerprint, method
                   settings, task settings, length, seed; written when the cell starts;
 - `samples.jsonl` one record per finished sample (index, prompt hash, score, output text,
-                  stop reason, the task's details), appended batch by batch as decoded;
+                  stop reason, the task's details), appended batch by batch as decoded
+                  (under torchrun each rank appends to its own `samples.rank<r>.jsonl`,
+                  merged into samples.jsonl when the cell finishes: eval/cell_records.py);
+- `batches.json`  how many rows a batch holds: the samples are decoded in fixed blocks of
+                  consecutive indices (`batch_rows`), so a sample's batch-mates do not depend on
+                  what was pending or on how many ranks ran;
 - `summary.json`  written when the cell has its `count` records: mean score, count, and for
                   pass/fail scores the passes and their Wilson 95% interval.
 
@@ -27,6 +32,9 @@ Device, precision (bf16 autocast on CUDA, the fp32 weights on CPU), position met
 memory check: eval/model_setup.py, before decoding; a cell whose longest prompt, KV cache and
 prefill chunk cannot fit the device is refused with its limit named (eval/memory_estimate.py).
 The effective-length search (eval/effective_length.py) runs one cell per length.
+
+Under torchrun the grid's cells and a cell's batches are dealt to the ranks by
+eval/ranks.py's rule; the records, summaries and tables are those of one process.
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,24 +50,20 @@ from typing import Any, Protocol
 from torch.distributed.tensor import DTensor
 
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.errors import LongctxError
-from longctx.eval.generation import generate
-from longctx.eval.model_setup import check_memory, evaluating, position_method
+from longctx.eval.cell_decoding import decode_batches
+from longctx.eval.cell_records import CellMismatchError, merge_records, read_cell, read_records, records_file
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.ranks import Ranks, check_same_models, check_shared_directory, share, whole_cells
 from longctx.eval.stats import wilson_interval
 from longctx.eval.task import Sample, Task
 from longctx.model.llama import Llama
-from longctx.model.position_methods import PositionMethod
 
-SAMPLES_FILE, SUMMARY_FILE, SPEC_FILE = "samples.jsonl", "summary.json", "cell.json"
-
-
-class CellMismatchError(LongctxError):
-    """A cell on disk was written under other settings or for other samples."""
+SUMMARY_FILE, SPEC_FILE, BATCHES_FILE = "summary.json", "cell.json", "batches.json"
 
 
 class Progress(Protocol):
-    """What the grid reports while it runs (eval/cell_progress.py's `CellProgress` shows it)."""
+    """What the grid reports while it runs (eval/cell_progress.py's `CellProgress` shows it;
+    `run_grid` also calls its `grid_started(samples, layout)` where it has one)."""
 
     def cell_started(self, cell: Cell, total: int, done: int) -> None: ...
 
@@ -93,6 +96,8 @@ class CellResult:
     cell: Cell
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+    decoded: int = 0
+    """How many of its samples this run decoded (0: reused from an earlier run)."""
 
 
 @dataclass
@@ -107,6 +112,8 @@ class Decoding:
     """Prompt tokens per row per prefill forward (0 = the whole prompt)."""
     attention_backend: str | None = None
     """None = the model's configured backend."""
+    memory_limit_gib: float = 0.0
+    """eval.memory_limit_gib: what one rank's device may use (0: its free memory)."""
     cuda_decoding: str = "eager"
     """eager | kernel | graph | graph+kernel: how decoding steps run on CUDA (`eval.cuda_decoding`)."""
 
@@ -175,22 +182,6 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a samples.jsonl; a torn last line is dropped from the file too."""
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines(keepends=True)
-    records = []
-    for number, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number != len(lines) - 1:
-                raise CellMismatchError(f"{path}:{number + 1}: not a JSON record") from None
-            path.write_text("".join(lines[:number]))
-    return records
-
-
 def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
     path = directory / SPEC_FILE
     if path.exists():
@@ -208,35 +199,28 @@ def _check_spec(directory: Path, spec: dict[str, Any]) -> None:
         path.write_text(json.dumps(spec, indent=1) + "\n")
 
 
-def _decode(
-    model: Llama,
-    batch: list[Sample],
-    method: PositionMethod | None,
-    decoding: Decoding,
-    decode: Callable[[list[int]], str],
-    rows: int,
-):
-    """Generations of samples that share max_new_tokens and stop rule, in order."""
-    groups: dict[tuple, list[int]] = {}
-    for position, sample in enumerate(batch):
-        groups.setdefault((sample.max_new_tokens, sample.stop), []).append(position)
-    outputs: list[Any] = [None] * len(batch)
-    for (max_new_tokens, stop), positions in groups.items():
-        generations = generate(
-            model,
-            [batch[p].prompt_ids for p in positions],
-            max_new_tokens=max_new_tokens,
-            stop=stop,
-            decode=decode,
-            position_method=method,
-            batch_size=rows,
-            prefill_chunk_tokens=decoding.prefill_chunk_tokens,
-            attention_backend=decoding.attention_backend,
-            cuda_decoding=decoding.cuda_decoding,
+def _check_batches(directory: Path, rows: int) -> None:
+    """Refuse to resume a cell whose records were decoded in batches of another size: a
+    sample's batch-mates and padding, and so its output, would differ from theirs."""
+    path = directory / BATCHES_FILE
+    if not path.exists():
+        path.write_text(json.dumps({"rows": rows}) + "\n")
+        return
+    stored = json.loads(path.read_text())["rows"]
+    if stored != rows:
+        raise CellMismatchError(
+            f"{path}: the cell's samples were decoded in batches of {stored} rows and this run would batch "
+            f"{rows} (eval.niah.batch_tokens or the batch size changed); set them back to resume, or delete "
+            f"{directory} to evaluate it again"
         )
-        for position, generation in zip(positions, generations, strict=True):
-            outputs[position] = generation
-    return outputs
+
+
+def batch_rows(samples: list[Sample], decoding: Decoding, length: int) -> int:
+    """Rows per batch of a cell: as many as the cell's length allows (a longer prompt: its
+    length). The batches are fixed blocks of that many consecutive indices, so they depend
+    on the cell and the decoding settings only, never on which samples are pending or on how
+    many ranks run."""
+    return decoding.rows(max(length, *(len(sample.prompt_ids) for sample in samples)))
 
 
 def run_cell(
@@ -251,78 +235,111 @@ def run_cell(
     root: str | Path,
     decoding: Decoding,
     progress: Progress | None = None,
+    ranks: Ranks | None = None,
+    alone: bool = False,
 ) -> CellResult:
-    """Evaluate one cell, or finish or reuse it from `root` (module docstring)."""
+    """Evaluate one cell, or finish or reuse it from `root` (module docstring). `ranks`
+    (eval/ranks.py; None: this process alone) call it together and share the cell's pending
+    batches, rank 0 merging their records; `alone`: this rank of `ranks` runs the whole cell
+    by itself. A caller whose ranks must all run the same forwards (a model sharded by FSDP
+    in training) leaves `ranks` None on every rank."""
     if count < 1:
         raise ValueError(f"a cell needs count >= 1 samples, got {count}")
+    ranks = Ranks() if ranks is None else ranks
+    team = ranks.replica() if alone else ranks
     directory = cell.directory(root)
-    _check_spec(directory, cell_spec(cell, model, method_config, task, seed))
-    summary_path, records_path = directory / SUMMARY_FILE, directory / SAMPLES_FILE
-    records = {record["index"]: record for record in read_records(records_path)}
+    own = records_file(directory, ranks) if ranks.writer else None
+    records = _opened(directory, cell_spec(cell, model, method_config, task, seed), own, team)
+    summary_path = directory / SUMMARY_FILE
     if summary_path.exists() and all(index in records for index in range(count)):
-        kept = [records[index] for index in range(count)]
-        summary = json.loads(summary_path.read_text())
-        if summary.get("count") != count:
-            summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
-        result = CellResult(cell, kept, summary)
-        if progress is not None:
-            progress.cell_done(result, reused=True)
-        return result
+        return _reused(cell, records, count, summary_path, team, progress)
     samples = task.samples(seed, cell.length, count, tokenizer)
     for sample in samples:
         stored = records.get(sample.index)
         if stored is not None and stored["prompt_hash"] != sample.prompt_hash:
             raise CellMismatchError(
-                f"{records_path}: sample {sample.index} was decoded from another prompt; "
+                f"{directory / 'samples*.jsonl'}: sample {sample.index} was decoded from another prompt; "
                 f"delete {directory} to evaluate it again"
             )
-    pending = [sample for sample in samples if sample.index not in records]
+    rows = batch_rows(samples, decoding, cell.length)
+    blocks = [samples[first : first + rows] for first in range(0, count, rows)]
+    pending = [block for block in blocks if any(sample.index not in records for sample in block)]
     if progress is not None:
-        progress.cell_started(cell, total=count, done=count - len(pending))
-    if pending:
-        _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress)
+        progress.cell_started(cell, total=count, done=sum(index in records for index in range(count)))
+    team.barrier()  # every rank has read the records before any rank appends to its file
+    error: Exception | None = None
+    decoded: dict[int, dict[str, Any]] = {}
+    try:
+        if team.lead:
+            _check_batches(directory, rows)
+        mine = share(pending, team)
+        if mine:
+            decoded = decode_batches(model, method_config, task, tokenizer, mine, decoding, records, own, progress)
+    except Exception as failed:  # every rank stops with it, the failing rank named
+        error = failed
+    team.settle(error)
+    fresh = _gathered_records(decoded, records, team, progress)
     kept = [records[index] for index in range(count)]
     summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
-    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
-    result = CellResult(cell, kept, summary)
+    if team.lead:
+        merge_records(directory, records)
+        summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    result = CellResult(cell, kept, summary, decoded=sum(index < count for index in fresh))
     if progress is not None:
         progress.cell_done(result, reused=False)
     return result
 
 
-def _run_pending(model, method_config, task, tokenizer, pending, decoding, records, records_path, progress) -> None:
-    """Decode `pending` samples batch by batch, appending each batch's records at once."""
-    longest = max(len(s.prompt_ids) for s in pending)
-    rows = decoding.rows(longest)
-    new_tokens = max(s.max_new_tokens for s in pending)
-    prefill_chunk = decoding.prefill_chunk_tokens
-    check_memory(
-        model, longest, rows=rows, tests=len(pending), new_tokens=new_tokens, prefill_chunk_tokens=prefill_chunk
-    )
-    method = position_method(method_config, model)
-    with evaluating(model), records_path.open("a") as out:
-        for first in range(0, len(pending), rows):
-            batch = pending[first : first + rows]
-            start = time.perf_counter()
-            generations = _decode(model, batch, method, decoding, tokenizer.decode, rows)
-            seconds = (time.perf_counter() - start) / len(batch)
-            for sample, generation in zip(batch, generations, strict=True):
-                record = {
-                    "index": sample.index,
-                    "prompt_hash": sample.prompt_hash,
-                    "prompt_tokens": len(sample.prompt_ids),
-                    "score": float(task.score(sample, generation)),
-                    "text": generation.text,
-                    "stopped_by": generation.stopped_by,
-                    "new_tokens": len(generation.token_ids),
-                    "seconds": seconds,
-                    **task.details(sample, generation),
-                }
-                records[sample.index] = record
-                out.write(json.dumps(record) + "\n")
-            out.flush()
-            if progress is not None:
-                progress.advance(len(batch))
+def _opened(directory: Path, spec: dict[str, Any], own: Path | None, team: Ranks) -> dict[int, dict[str, Any]]:
+    """The cell's records, read by every rank of `team` once its `cell.json` is checked (by
+    its lead) and each writer has cut its own file's torn last line: no rank writes the
+    cell until every rank has read it."""
+    error: Exception | None = None
+    try:
+        if own is not None:
+            read_records(own)
+        if team.lead:
+            _check_spec(directory, spec)
+    except CellMismatchError as failed:
+        error = failed
+    team.settle(error)
+    return read_cell(directory)
+
+
+def _gathered_records(decoded, records, team: Ranks, progress: Progress | None) -> set[int]:
+    """Every rank's new records added to `records` (the indices returned); rank 0's bar
+    counts the other ranks' samples."""
+    fresh: set[int] = set()
+    for rank, theirs in enumerate(team.gather(decoded)):
+        records.update(theirs)
+        fresh.update(theirs)
+        if progress is not None and rank != team.rank:
+            progress.advance(len(theirs))
+    return fresh
+
+
+def _reused(cell, records, count, summary_path, team, progress) -> CellResult:
+    """A finished cell's first `count` records and its summary (recomputed for another count);
+    rank 0 merges records a kill left in rank files once every rank has read them."""
+    kept = [records[index] for index in range(count)]
+    summary = json.loads(summary_path.read_text())
+    if summary.get("count") != count:
+        summary = {**summarize(kept), "cell": dataclasses.asdict(cell)}
+    team.barrier()
+    if team.lead:
+        merge_records(summary_path.parent, records)
+    result = CellResult(cell, kept, summary)
+    if progress is not None:
+        progress.cell_started(cell, total=count, done=count)  # nothing of it left to decode
+        progress.cell_done(result, reused=True)
+    return result
+
+
+def check_ranks(root: str | Path, models: dict[str, Llama], ranks: Ranks) -> None:
+    """Before any cell, on every rank: the cells directory is one every rank sees, and every
+    rank holds the same weights under each model name (eval/ranks.py)."""
+    check_shared_directory(root, ranks)
+    check_same_models({name: model_fingerprint(model) for name, model in models.items()}, root, ranks)
 
 
 def run_grid(
@@ -332,29 +349,79 @@ def run_grid(
     decoding: Decoding,
     progress: Progress | None = None,
     on_error: Callable[[Cell, Exception], bool] | None = None,
+    ranks: Ranks | None = None,
+    left_out: list[tuple[Cell, str]] | None = None,
 ) -> list[CellResult]:
-    """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order. `on_error(cell,
-    error)`: True = leave that cell out and go on (NIAH: a length below a task's prompt
-    overhead); without it, or when it returns False, the error propagates."""
-    results = []
-    for cell, model, method, task in grid.cells():
-        method.resolved(model.config.max_position, f"eval.arms.{cell.method}")
+    """Every cell of `grid` (run, resumed or reused), in `Grid.cells` order, on every rank.
+    `on_error(cell, error)`, a decision without side effects: True = leave that cell out and
+    go on (NIAH: a length below a task's prompt overhead), the cell and the error's message
+    appended to `left_out` in grid order; without it, or when it returns False, the error
+    propagates.
+
+    With `ranks` (eval/ranks.py; None: this process alone), every rank calls it and the
+    cells are dealt by eval/ranks.py's rule: whole cells first, each rank on its own, then
+    the rest spread over every rank by batches; the finished cells (and the left-out ones)
+    are gathered so that every rank returns all of them."""
+    ranks = Ranks() if ranks is None else ranks
+    cells = grid.cells()
+    check_ranks(root, grid.models, ranks)
+    if progress is not None and hasattr(progress, "grid_started"):
+        progress.grid_started(len(cells) * grid.count, ranks.layout(len(cells)) if ranks.world > 1 else "")
+    whole = whole_cells(len(cells), ranks)
+    outcomes: dict[int, CellResult | str] = {}
+    error: Exception | None = None
+    for position in share(list(range(whole)), ranks):
         try:
-            results.append(
-                run_cell(
-                    cell,
-                    model,
-                    method,
-                    task,
-                    tokenizer,
-                    seed=grid.seed,
-                    count=grid.count,
-                    root=root,
-                    decoding=decoding,
-                    progress=progress,
-                )
+            outcomes[position] = _cell(
+                grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, True
             )
-        except Exception as error:
-            if on_error is None or not on_error(cell, error):
-                raise
-    return results
+        except Exception as failed:  # the other ranks stop with it at the gather below
+            error = failed
+            break
+    ranks.settle(error)
+    outcomes.update(_gathered(outcomes, ranks, progress))
+    for position in range(whole, len(cells)):
+        outcomes[position] = _cell(grid, cells[position], tokenizer, root, decoding, progress, on_error, ranks, False)
+    for position, outcome in sorted(outcomes.items()):
+        if isinstance(outcome, str) and left_out is not None:
+            left_out.append((cells[position][0], outcome))
+    return [outcome for _, outcome in sorted(outcomes.items()) if isinstance(outcome, CellResult)]
+
+
+def _gathered(mine: dict[int, CellResult | str], ranks: Ranks, progress: Progress | None):
+    """The whole cells every other rank ran or left out (rank 0 reports them as finished)."""
+    for rank, theirs in enumerate(ranks.gather(mine)):
+        if rank // ranks.shard == ranks.worker or rank % ranks.shard:  # this replica's, or a copy
+            continue
+        for position, outcome in theirs.items():
+            if progress is not None and isinstance(outcome, CellResult):
+                count = outcome.summary["count"]
+                progress.cell_started(outcome.cell, total=count, done=count - outcome.decoded)
+                progress.advance(outcome.decoded)
+                progress.cell_done(outcome, reused=outcome.decoded == 0)
+            yield position, outcome
+
+
+def _cell(grid, entry, tokenizer, root, decoding, progress, on_error, ranks, alone) -> CellResult | str:
+    """One cell of the grid; the error's message when `on_error` leaves it out."""
+    cell, model, method, task = entry
+    method.resolved(model.config.max_position, f"eval.arms.{cell.method}")
+    try:
+        return run_cell(
+            cell,
+            model,
+            method,
+            task,
+            tokenizer,
+            seed=grid.seed,
+            count=grid.count,
+            root=root,
+            decoding=decoding,
+            progress=progress,
+            ranks=ranks,
+            alone=alone,
+        )
+    except Exception as error:
+        if on_error is None or not on_error(cell, error):
+            raise
+        return str(error)

@@ -54,8 +54,8 @@ L_orig rotates every chunk long (`rope.longrope_forced`), as one forward over it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -68,6 +68,32 @@ from longctx.model.rope import longrope_forced
 
 STOPPED_BY = ("eos", "stop_string", "length")
 PADDING_DOCUMENT, PROMPT_DOCUMENT = 0, 1
+LogitsObserver = Callable[[int, torch.Tensor], None]
+_observers: list[LogitsObserver] = []
+
+
+@contextmanager
+def observe_logits(observer: LogitsObserver) -> Iterator[None]:
+    """Within the block, `observer(step, logits)` sees the next-token logits [rows, vocab] of
+    every step `generate` decodes, batch after batch (step 0: the prefill's last column; step
+    s: after s generated tokens), before the argmax picks the tokens. For checks that compare
+    two ways of decoding by more than their tokens: an untrained model's argmax says little,
+    its logits say how far apart the two are (benchmarks/main_job_gpu.py: a CUDA graph and
+    the decoding kernel against eager). The tensor may be a recorded graph's output buffer,
+    which the next step overwrites: copy what you keep. Without an observer nothing is called."""
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
+
+
+def _next_tokens(logits: torch.Tensor, step: int) -> torch.Tensor:
+    """The greedy tokens [rows] of a forward's last column, shown to the observers first."""
+    last = logits[:, -1]
+    for observer in _observers:
+        observer(step, last)
+    return last.argmax(-1)
 
 
 @dataclass(frozen=True)
@@ -143,7 +169,7 @@ def _generate_batch(
     # argmax); when every row has stopped, the one queued step is wasted. A longrope model
     # decides its re-run from the tokens, so it reads them first.
     pipelined = switch is None
-    next_tokens = logits[:, -1].argmax(-1)
+    next_tokens = _next_tokens(logits, 0)
     for step in range(max_new_tokens):
         last = step + 1 == max_new_tokens
         if pipelined and not last:
@@ -169,7 +195,7 @@ def _generate_batch(
                     logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
             else:
                 logits = model(next_tokens[:, None], **options)
-        next_tokens = logits[:, -1].argmax(-1)
+        next_tokens = _next_tokens(logits, step + 1)
     generations = []
     for row_tokens, reason in zip(tokens, stopped_by, strict=True):
         text = None

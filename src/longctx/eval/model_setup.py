@@ -2,7 +2,8 @@
 whether it fits, decided here once for the engine's cells (eval/cells.py), the
 effective-length search and the in-training probe.
 
-- device: `eval.device` (auto = cuda when available, else cpu);
+- device: `eval.device` (auto = cuda when available, else cpu; cuda:LOCAL_RANK on a
+  torchrun rank);
 - precision: bf16 autocast on CUDA (the flash kernels' dtype, half the KV cache), the fp32
   weights on CPU (the reference); the memory estimate counts the same bytes per value;
 - position method: None for plain RoPE (the model's own path), else the configured method
@@ -19,21 +20,31 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from longctx.config.eval import EvalConfig
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.eval.memory_estimate import available_memory, check_evaluation_memory, estimate_evaluation_memory
+from longctx.eval.memory_estimate import (
+    GIB,
+    available_memory,
+    check_evaluation_memory,
+    estimate_evaluation_memory,
+)
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
 
 
 def evaluation_device(name: str) -> torch.device:
-    """`eval.device` resolved: auto = cuda when available, else cpu."""
+    """`eval.device` resolved: auto = cuda when available, else cpu; a torchrun rank's cuda
+    is cuda:LOCAL_RANK (one GPU per rank of a node)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and "LOCAL_RANK" in os.environ:
+        name = f"cuda:{os.environ['LOCAL_RANK']}"
     return torch.device(name)
 
 
@@ -52,7 +63,7 @@ def model_device(model: Llama) -> torch.device:
 
 def position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
     """None for plain RoPE (the model's own path), else the method on the model's device."""
-    if config.name == "rope" and not config.rope.repo_score_scale:
+    if config.name == "rope" and not config.params_of("rope").repo_score_scale:
         return None
     return build_position_method(config, model.config).to(model_device(model))
 
@@ -78,10 +89,19 @@ def evaluating(model: Llama) -> Iterator[None]:
 
 
 def check_memory(
-    model: Llama, longest: int, *, rows: int, tests: int, new_tokens: int, prefill_chunk_tokens: int
+    model: Llama,
+    longest: int,
+    *,
+    rows: int,
+    tests: int,
+    new_tokens: int,
+    prefill_chunk_tokens: int,
+    limit_gib: float = 0.0,
 ) -> None:
     """Refuse, naming the limit, prompts of `longest` tokens decoded `rows` at a time that
-    cannot fit the model's device (eval/memory_estimate.py)."""
+    cannot fit the model's device (eval/memory_estimate.py); `limit_gib` (eval.memory_limit_gib,
+    0: the device's free memory) bounds what the evaluation may use, the weights this rank
+    holds (its shards, for a sharded model) included."""
     device = model_device(model)
     cuda = device.type == "cuda"
     estimate = estimate_evaluation_memory(
@@ -95,4 +115,12 @@ def check_memory(
         dense_attention=not cuda,
     )
     available, source = available_memory(device)
+    if limit_gib > 0:
+        held = sum(_local(p).numel() * p.element_size() for p in model.parameters())
+        available, source = int(limit_gib * GIB) - held, "eval.memory_limit_gib less the weights this rank holds"
     check_evaluation_memory(estimate, available, source, length=longest)
+
+
+def _local(parameter: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter (a DTensor's shard; a plain tensor whole)."""
+    return parameter.to_local() if isinstance(parameter, DTensor) else parameter

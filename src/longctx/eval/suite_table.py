@@ -29,6 +29,7 @@ from longctx.eval.cell_progress import CellProgress
 from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
 from longctx.eval.errors import PromptTooShortError
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.ranks import Ranks
 from longctx.eval.registry import benchmark_spec
 from longctx.eval.stats import averages
 from longctx.eval.task import Task
@@ -154,33 +155,37 @@ def run_suite(
     suite: str,
     cells_dir: str | Path,
     progress: CellProgress | None = None,
+    ranks: Ranks | None = None,
 ) -> tuple[dict[str, Any], list[CellResult]]:
+    """The suite's table (`assemble`) and its cells, run or reused under `cells_dir` (dealt
+    to `ranks`, eval/ranks.py; None: this process alone)."""
     settings = config.eval.benchmarks
     decoding = Decoding(
         batch_tokens=config.eval.niah.batch_tokens,
         prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens,
+        memory_limit_gib=config.eval.memory_limit_gib,
         cuda_decoding=config.eval.cuda_decoding,
     )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
-    skipped: list[dict[str, Any]] = []
-    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skipper(skipped))
+    left_out: list[tuple[Cell, str]] = []
+    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, _too_short, ranks, left_out)
+    skipped = []
+    for cell, reason in left_out:
+        skipped.append(
+            {"model": cell.model, "method": cell.method, "task": cell.task, "length": cell.length, "reason": reason}
+        )
+        if ranks is None or ranks.lead:
+            print(
+                f"skipped {cell.task} at length {cell.length} ({cell.model}, {cell.method}): {reason}", file=sys.stderr
+            )
     return assemble(results, suite, skipped), results
 
 
-def _skipper(skipped: list[dict[str, Any]]):
+def _too_short(cell: Cell, error: Exception) -> bool:
     """run_grid's on_error: a (task, length) whose prompt cannot fit the length
     (PromptTooShortError, any benchmark) is left out of the table with a line on stderr and
     an entry in the table's "skipped"; any other error stops the suite."""
-
-    def on_error(cell: Cell, error: Exception) -> bool:
-        if not isinstance(error, PromptTooShortError):
-            return False
-        skip = {"model": cell.model, "method": cell.method, "task": cell.task, "length": cell.length}
-        skipped.append({**skip, "reason": str(error)})
-        print(f"skipped {cell.task} at length {cell.length} ({cell.model}, {cell.method}): {error}", file=sys.stderr)
-        return True
-
-    return on_error
+    return isinstance(error, PromptTooShortError)
 
 
 def log_suite(config: ExperimentConfig, table: dict[str, Any], results: list[CellResult], out_dir) -> None:

@@ -37,28 +37,26 @@ from typing import Any
 
 from transformers import AttentionInterface, AttentionMaskInterface, __version__
 
-from longctx.config.methods.registry import MethodSpec, load_plugins, on_register
+from longctx.config.methods.registry import MethodSpec, load_plugins, method_spec, on_register
 from longctx.errors import HFAttentionError
 from longctx.hf_attention.kernel import CompactMask, attention_function, mask_function
 from longctx.hf_attention.methods import (
     CONFIG_KEY,
     ORIGINAL_ROPE_KEY,
     PREFIX,
-    ROPE_METHODS,
     attention_methods,
     attention_name,
     check_model,
     fail,
     layer_designs,
     method_for,
-    ntk_rope,
     partial_rotary_factor,
     per_layer_type,
     resolve,
+    rope_methods,
     rope_parameters,
     training_length_of,
     with_full_rope,
-    yarn_rope,
 )
 
 TESTED_TRANSFORMERS = "5.23.0"
@@ -105,7 +103,7 @@ _REGISTERED: list[bool] = []
 
 
 register()
-METHODS = attention_methods() + ROPE_METHODS
+METHODS = attention_methods() + rope_methods()
 """What `apply` runs, as of import (`attention_methods()` sees later registrations)."""
 ATTENTION_NAMES = tuple(attention_name(method) for method in attention_methods())
 
@@ -138,6 +136,27 @@ def _set_rope(model, parameters: dict) -> None:
         setattr(parent, attribute, new)
 
 
+def _rope_edit(config, method: str, own_rope: dict, resolved: dict) -> dict:
+    """The rope parameters that run `rope`-kind `method` in the model: its spec's `hf_rope`."""
+    shared = [i for i, (window, rotates) in enumerate(layer_designs(config)) if window is not None and rotates]
+    if shared and not per_layer_type(config.rope_parameters):
+        raise fail(
+            method,
+            f"layer {shared[0]} slides and rotates with the full layers' RoPE: {method} would rescale it too "
+            "(longctx's sliding layers rotate unscaled)",
+        )
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head_dim = int(head_dim * partial_rotary_factor(config))  # NTK's d: the rotated channels (model/rope.py)
+    hf_rope = method_spec(method).hf_rope
+    assert hf_rope is not None  # rope_methods() has only methods with one
+    edited = hf_rope(own_rope, resolved, head_dim)
+    if edited["rope_type"] == "yarn" and config.model_type == "phi3":
+        raise fail(
+            method, "transformers' Phi-3 config reads rope_type 'yarn' as longrope: use ntk, or an attention method"
+        )
+    return edited
+
+
 def apply(model, method: str, *, training_length: int | None = None, **params: Any):
     """Run `method` in `model` (a transformers model of methods.MODEL_TYPES); returns it.
 
@@ -148,10 +167,11 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
     longctx's defaults against the training length L (max_position_embeddings, or
     `training_length`). The resolved parameters are stored in `model.config` (saved by
     `save_pretrained`). Attention methods switch the model's attention to
-    longctx_<method>; ntk and yarn replace the rope parameters (the model's own are kept
-    in the config and restored by the next `apply`) and rebuild the rotary embedding,
-    leaving the attention implementation as it is (a longctx_ one becomes sdpa)."""
-    methods = attention_methods() + ROPE_METHODS
+    longctx_<method>; ntk and yarn (the `rope`-kind methods whose spec has an `hf_rope`)
+    replace the rope parameters (the model's own are kept in the config and restored by
+    the next `apply`) and rebuild the rotary embedding, leaving the attention
+    implementation as it is (a longctx_ one becomes sdpa)."""
+    methods = attention_methods() + rope_methods()
     if method not in methods:
         raise HFAttentionError(f"unknown method {method!r}; longctx.hf_attention applies {methods}")
     config = model.config
@@ -174,20 +194,7 @@ def apply(model, method: str, *, training_length: int | None = None, **params: A
             # generate compiles a StaticCache's decoding step on CUDA; the plans read sizes on the host
             model.generation_config.disable_compile = True
         return model
-    if method == "yarn" and config.model_type == "phi3":
-        raise fail(
-            method, "transformers' Phi-3 config reads rope_type 'yarn' as longrope: use ntk, or an attention method"
-        )
-    shared = [i for i, (window, rotates) in enumerate(layer_designs(config)) if window is not None and rotates]
-    if shared and not per_layer_type(config.rope_parameters):
-        raise fail(
-            method,
-            f"layer {shared[0]} slides and rotates with the full layers' RoPE: {method} would rescale it too "
-            "(longctx's sliding layers rotate unscaled)",
-        )
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    head_dim = int(head_dim * partial_rotary_factor(config))  # NTK's d: the rotated channels (model/rope.py)
-    edited = ntk_rope(own_rope, head_dim, resolved["factor"]) if method == "ntk" else yarn_rope(own_rope, resolved)
+    edited = _rope_edit(config, method, own_rope, resolved)
     _set_rope(model, edited)
     setattr(config, ORIGINAL_ROPE_KEY, own_rope)
     setattr(config, CONFIG_KEY, settings)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 from typing import Any
 
 import torch
@@ -37,15 +36,18 @@ from longctx.model.position_methods.method import own_positions
 from longctx.model.rope import RopeScaling, RotaryEmbedding
 
 PREFIX = "longctx_"
-ROPE_METHODS = ("ntk", "yarn")
-"""The `rope`-kind methods `apply` can run: it edits the config's rope parameters with
-their transformers equivalents (ntk_rope, yarn_rope)."""
 
 
 def attention_methods() -> tuple[str, ...]:
     """Every registered `passes`-kind method (plugins included): each has an attention
     function, `longctx_<name>`."""
     return method_names("passes")
+
+
+def rope_methods() -> tuple[str, ...]:
+    """Every registered `rope`-kind method with a transformers equivalent (its spec's
+    `hf_rope`): `apply` edits the model's rope parameters into it."""
+    return tuple(name for name in method_names("rope") if method_spec(name).hf_rope is not None)
 
 
 CONFIG_KEY = "longctx_position_method"
@@ -372,33 +374,3 @@ def check_window(method: PositionMethod, name: str, window: int | None) -> None:
             f"the method changes distances below {method.exact_below}, and the sliding layers' window "
             f"sliding_window={window} sees them: use parameters whose exact band covers the window",
         )
-
-
-def ntk_rope(parameters: dict, head_dim: int, factor: float) -> dict:
-    """NTK-aware scaling as rope parameters: the default type with base * a^(d/(d-2))
-    (longctx's `ntk`, exported the same way by model/hf_config.py)."""
-    base = parameters["rope_theta"]
-    edited = {"rope_type": "default", "rope_theta": base * factor ** (head_dim / (head_dim - 2))}
-    return _keep_partial(parameters, edited)
-
-
-def _keep_partial(parameters: dict, edited: dict) -> dict:
-    """`edited` with the model's partial_rotary_factor, where it has one (Phi-3/4)."""
-    if parameters.get("partial_rotary_factor") not in (None, 1, 1.0):
-        edited["partial_rotary_factor"] = parameters["partial_rotary_factor"]
-    return edited
-
-
-def yarn_rope(parameters: dict, resolved: dict) -> dict:
-    """YaRN as rope parameters (transformers' `yarn`: the same ramp and 0.1 ln(s) + 1)."""
-    if not math.isfinite(resolved["factor"]):
-        raise fail("yarn", f"factor={resolved['factor']} is not finite")
-    edited = {
-        "rope_type": "yarn",
-        "rope_theta": parameters["rope_theta"],
-        "factor": float(resolved["factor"]),
-        "original_max_position_embeddings": int(resolved["original_max_position"]),
-        "beta_fast": float(resolved["beta_fast"]),
-        "beta_slow": float(resolved["beta_slow"]),
-    }
-    return _keep_partial(parameters, edited)

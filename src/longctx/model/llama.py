@@ -45,6 +45,7 @@ from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weigh
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.positions import Positions, PositionsProvider
 from longctx.model.rope import RotaryEmbedding, apply_rotary
+from longctx.model.sequence_shard import SequenceShard
 from longctx.model.temperature import temperature_factor
 
 __all__ = ["KVCache", "Llama", "RMSNorm"]
@@ -291,6 +292,7 @@ class Llama(nn.Module):
         loss_chunk_tokens: int = 0,
         loss_kernel: str = "chunked",
         max_seqlen: int | None = None,
+        sequence_shard: SequenceShard | None = None,
     ) -> torch.Tensor:
         """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
         [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
@@ -304,6 +306,8 @@ class Llama(nn.Module):
         replaces plain RoPE attention; use the same method for the prefill and every
         decoding step of one cache. `max_seqlen`: a host-side bound on every document's
         length, which spares the `flash` backend a device read (attention.build_mask).
+        `sequence_shard`: the batch is this rank's tokens of longer rows, whose keys and
+        values every layer gathers (context parallelism, model/sequence_shard.py).
 
         With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
         keeps the uncompiled call as `_call_impl`): a prefill's key length changes every
@@ -352,6 +356,9 @@ class Llama(nn.Module):
         )
         if position_method is not None:
             _check_method_on_layers(position_method, self.layer_specs, self.config)
+        if sequence_shard is not None and (kv_cache is not None or position_method is not None):
+            raise ValueError("a sequence shard trains: it takes no kv_cache and no position_method")
+        layouts.shard = sequence_shard
         built: dict[LayerSpec, Positions] = {}
         for spec in self.layer_specs:
             if spec not in built:
@@ -390,6 +397,8 @@ class _Layouts:
     max_seqlen: int | None
     decode: DecodeKeys | None = None
     """Set in a decoding step: every layer reads model/decode.py's fixed-shape plan."""
+    shard: SequenceShard | None = None
+    """Set under context parallelism: every layer gathers keys/values over the shard."""
 
     def __post_init__(self) -> None:
         self.masks: dict[int, AttentionMask] = {}
@@ -413,11 +422,14 @@ class _Layouts:
             )
         mask = self.mask(spec.window, kv_cache)
         if not spec.rope:
-            return UnrotatedPositions(mask)
+            return self.sharded(UnrotatedPositions(mask))
         if spec.kind not in self.angles:
             rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
             self.angles[spec.kind] = rope(self.position_ids, self.dtype)
-        return RotaryPositions(*self.angles[spec.kind], mask)
+        return self.sharded(RotaryPositions(*self.angles[spec.kind], mask))
+
+    def sharded(self, positions: Positions) -> Positions:
+        return positions if self.shard is None else self.shard.wrap(positions)
 
     def decode_positions(self, spec: LayerSpec, method: PositionsProvider | None) -> Positions:
         """`positions` in a decoding step: cos/sin and masks once per step for all layers."""
@@ -453,6 +465,8 @@ class _Layouts:
         return TemperedPositions(positions, factor)
 
     def mask(self, window: int, kv_cache: KVCache | None) -> AttentionMask:
+        if self.shard is not None:
+            return self.shard.mask(window, self.backend)
         if window not in self.masks:
             documents = self.key_document_ids
             if window and kv_cache is not None:  # a sliding layer reads only its kept keys + the new

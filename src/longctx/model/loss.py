@@ -39,8 +39,9 @@ LIGER_MISSING = (
 
 
 def _chunk_loss(head: nn.Module, chunk: torch.Tensor, chunk_labels: torch.Tensor, ignore_index: int) -> torch.Tensor:
-    """sum over labelled tokens of -log softmax(head(chunk) in fp32)[label]."""
-    logits = head(chunk).float()
+    """sum over labelled tokens of -log softmax(head(chunk) in fp32, or wider)[label]."""
+    logits = head(chunk)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return F.cross_entropy(logits, chunk_labels, ignore_index=ignore_index, reduction="sum")
 
 
@@ -97,7 +98,7 @@ def chunked_cross_entropy(
         return liger_cross_entropy(hidden, head, labels, ignore_index)
     chunk_loss = _compiled_chunk_loss() if kernel == "compiled" else _chunk_loss
 
-    total = hidden.new_zeros((), dtype=torch.float32)
+    total = hidden.new_zeros((), dtype=torch.promote_types(hidden.dtype, torch.float32))
     for chunk, chunk_labels in zip(hidden.split(chunk_tokens), labels.split(chunk_tokens), strict=True):
         if torch.is_grad_enabled():
             total = total + checkpoint(chunk_loss, head, chunk, chunk_labels, ignore_index, use_reentrant=False)

@@ -24,6 +24,12 @@ Terms, bytes on the busiest device:
   stream's element size (4, or 2 under `bf16-true`), c the compute dtype's (2 under bf16,
   else 4). The per-layer terms are measured on CPU by tests/train/test_memory.py: the
   bytes one eager and one compiled block save, counted with saved-tensor hooks.
+- context parallelism (`train.context_parallel` N): a device holds T / N tokens of each
+  row, so every per-token term above counts micro-batch x window / N tokens; each layer's
+  kernel also saves the all-gathered keys and values of the other N - 1 ranks, c 2 d_kv
+  (N - 1) bytes per local token and layer (the gathered [B, T] k and v in the compute
+  dtype; train/context_parallel.py), held for every layer or, with activation
+  checkpointing, for the one recomputed.
 - logits: tokens x vocab x 16 bytes without `train.loss_chunk_tokens` (the bf16 logits,
   their fp32 copy, log-softmax's saved fp32 output, and in backward its fp32 and bf16
   gradients); with chunks, the same for one chunk (model/loss.py recomputes each chunk).
@@ -217,8 +223,9 @@ def estimate_memory(
     parameters = local * param_size
     optimizer = 2 * local * param_size + 4 * len(shapes)
 
-    tokens = train.micro_batch_size * config.data.window
+    tokens = train.micro_batch_size * config.data.window // train.context_parallel
     per_layer = activation_bytes_per_token_layer(model, stream, compute, train.compile, kernel_kv_heads(model))
+    per_layer += compute * 2 * kernel_kv_heads(model) * model.head_size * (train.context_parallel - 1)
     held = model.n_layers * (stream * model.d_model if train.activation_checkpointing else per_layer)
     recomputed = per_layer if train.activation_checkpointing else 0
     root = 8 * model.head_size + 3 * stream * model.d_model + 4 + 4 * 8
@@ -233,6 +240,7 @@ def estimate_memory(
     setting = (
         f"{model.n_layers} layers x d {model.d_model}, vocab {model.vocab_size}; {train.micro_batch_size} x "
         f"{config.data.window} tokens per micro-batch; {precision}; strategy {train.strategy} over {world_size}; "
+        f"context parallel {train.context_parallel}; "
         f"blocks {'compiled' if train.compile else 'eager'}; "
         f"activation checkpointing {'on' if train.activation_checkpointing else 'off'}; "
         f"loss_chunk_tokens {train.loss_chunk_tokens}; gradients "

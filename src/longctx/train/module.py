@@ -26,7 +26,11 @@ the next logging or checkpoint boundary (`train.on_nonfinite`, train/nonfinite.p
 
 Under FSDP2 (`ModelParallelStrategy`), `configure_model` shards each transformer block
 and then the root with `fully_shard`, optionally after activation checkpointing and
-`torch.compile` per block (order: AC -> compile -> FSDP, as torchtitan does).
+`torch.compile` per block (order: AC -> compile -> FSDP, as torchtitan does). Under
+context parallelism (`train.context_parallel` N > 1, train/context_parallel.py) FSDP2
+shards over the data x context mesh and each step first deals the rows out along the
+sequence: each rank's loss is the sum over its own tokens, and the capacity and labelled
+counts above are all-reduced over every rank, so the update is the one-process update.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ import torch.nn.functional as F
 from longctx.batch import IGNORE_INDEX
 from longctx.config import ExperimentConfig, as_dict, from_dict
 from longctx.config.model import config_dict
+from longctx.model.attention import resolve_backend
 from longctx.model.llama import Llama
+from longctx.model.sequence_shard import SequenceShard
 from longctx.train.nonfinite import NonFiniteGuard
 
 if TYPE_CHECKING:
@@ -140,7 +146,9 @@ class LanguageModelModule(L.LightningModule):
                 block.compile()
         device_mesh = getattr(self, "device_mesh", None)
         if device_mesh is not None:
-            shard_model(model, device_mesh["data_parallel"], self.config.train.precision)
+            from longctx.train.context_parallel import fsdp_mesh
+
+            shard_model(model, fsdp_mesh(device_mesh), self.config.train.precision)
 
     def _llama(self) -> Llama:
         """The model `configure_model` built (Lightning calls it before any step)."""
@@ -148,19 +156,48 @@ class LanguageModelModule(L.LightningModule):
             raise RuntimeError("LanguageModelModule.configure_model() has not run: no model yet")
         return self.model
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(self, batch: dict[str, torch.Tensor], shard: SequenceShard | None = None) -> torch.Tensor:
         ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
         # A row's length bounds every document in it: the flash backend then reads no
         # maximum document length from the device (one host sync per step fewer).
-        return self._llama()(*ids, max_seqlen=batch["input_ids"].shape[1])
+        return self._llama()(*ids, max_seqlen=batch["input_ids"].shape[1], **self._shard_arguments(shard))
 
-    def summed_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shard_arguments(self, shard: SequenceShard | None) -> dict:
+        """The model's keyword arguments for a sequence shard: the shard and its backend
+        (flex on CUDA, the dense sdpa reference elsewhere, for `auto`)."""
+        if shard is None:
+            return {}
+        backend = self.config.model.attention_backend
+        if backend == "auto":
+            backend = "flex" if resolve_backend("auto", shard.document_ids.device) != "varlen" else "sdpa"
+        return {"sequence_shard": shard, "attention_backend": backend}
+
+    def shard_batch(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], SequenceShard | None]:
+        """This rank's part of the rows under context parallelism (else the batch as it is),
+        logging the micro-batch's measured balance: max / mean attended pairs per rank."""
+        mesh = getattr(self, "device_mesh", None)
+        if (
+            mesh is None
+            or "context_parallel" not in (mesh.mesh_dim_names or ())
+            or mesh["context_parallel"].size() == 1
+        ):
+            return batch, None
+        from longctx.train.context_parallel import imbalance, shard_batch
+
+        local, shard, work = shard_batch(batch, mesh["context_parallel"], self.config.train.load_balance)
+        self.log("train/cp_imbalance", imbalance(work), on_step=True)
+        return local, shard
+
+    def summed_loss(
+        self, batch: dict[str, torch.Tensor], shard: SequenceShard | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(sum of next-token cross-entropy over labelled tokens, number of labelled tokens),
-        both 0-dim tensors on the batch's device; with `loss_weights`, (sum of w CE, sum of w)."""
+        both 0-dim tensors on the batch's device; with `loss_weights`, (sum of w CE, sum of w).
+        With a `shard`: over this rank's tokens of the rows."""
         labels = batch["labels"].flatten()
         if self.loss_weights is not None:
             losses = F.cross_entropy(
-                self(batch).float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="none"
+                self(batch, shard).float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="none"
             )
             positions = batch["position_ids"].flatten().clamp(max=self.loss_weights.numel() - 1)
             weights = self.loss_weights[positions] * (labels != IGNORE_INDEX)
@@ -174,14 +211,16 @@ class LanguageModelModule(L.LightningModule):
                 loss_chunk_tokens=chunk_tokens,
                 loss_kernel=self.config.train.loss_kernel,
                 max_seqlen=batch["input_ids"].shape[1],
+                **self._shard_arguments(shard),
             )
         else:
-            logits = self(batch)
+            logits = self(batch, shard)
             loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")
         return loss, (labels != IGNORE_INDEX).sum()
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss_sum, labelled = self.summed_loss(batch)
+        batch, shard = self.shard_batch(batch)
+        loss_sum, labelled = self.summed_loss(batch, shard)
         capacity = batch["labels"].numel()
         # Kept on the batch's device and built without a host copy (`new_full` is a fill
         # kernel; `new_tensor` would copy from pageable memory and wait for the stream).

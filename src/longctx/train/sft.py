@@ -80,11 +80,12 @@ class SFTDataModule(HostBatchDataModule):
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
+        context = self.config.train.context_parallel  # a group's adjacent ranks share rows
         sampler = GlobalOrderSampler(
             len(self.rows),
             seed=self.config.data.seed,
-            rank=trainer.global_rank,
-            world_size=trainer.world_size,
+            rank=trainer.global_rank // context,
+            world_size=trainer.world_size // context,
             start_row=trainer.global_step * self.rows_per_step,
         )
         return torch.utils.data.DataLoader(self.rows, batch_size=self.config.train.micro_batch_size, sampler=sampler)

@@ -10,7 +10,8 @@ node and nodes are read from LOCAL_WORLD_SIZE and WORLD_SIZE, and `train.devices
 `train.num_nodes`, when set, must agree (a mismatch is an error, not a silent re-launch).
 
 Batch. `train.global_batch_tokens` is fixed; accumulation = global / (window x micro-batch
-x world). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
+x data-parallel size), the data-parallel size = world / `train.context_parallel` (the N
+ranks of a context-parallel group share their rows: train/context_parallel.py). A 4K run therefore accumulates twice as many micro-batches as a 2K run and both
 take the same tokens per optimizer step (STRING A.2: 4M tokens at both windows).
 
 Resume. `train.resume=auto|PATH` first checks that the checkpoint's saved config agrees on
@@ -33,7 +34,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
 
 from longctx.config import ExperimentConfig
-from longctx.data.packing import tokens_per_step
+from longctx.data.batch_plan import tokens_per_step
 from longctx.data.pipeline import packed_rows, position_transform
 from longctx.data.transforms import PositionTransform
 from longctx.errors import CheckpointError, ConfigError
@@ -57,6 +58,17 @@ class WorldSize:
     @property
     def total(self) -> int:
         return self.devices * self.num_nodes
+
+    def data_parallel(self, config: ExperimentConfig) -> int:
+        """Ranks reading different rows: the world over the context-parallel size, which
+        must divide it."""
+        size = config.train.context_parallel
+        if self.total % size:
+            raise ConfigError(
+                "train.context_parallel",
+                f"{size} does not divide the world size {self.total} ({self.num_nodes} node(s) x {self.devices} devices)",
+            )
+        return self.total // size
 
 
 def world_size_from_environment(config: ExperimentConfig) -> WorldSize:
@@ -92,6 +104,10 @@ def resolve_precision(config: ExperimentConfig) -> Precision:
 
 
 def make_strategy(config: ExperimentConfig, world: WorldSize):
+    if config.train.context_parallel > 1:
+        from longctx.train.context_parallel import ContextParallelStrategy
+
+        return ContextParallelStrategy(world.data_parallel(config), config.train.context_parallel)
     if config.train.strategy == "fsdp":
         # Consolidated (not sharded) checkpoints: one file, resumable at any world size.
         return ModelParallelStrategy(
@@ -100,6 +116,13 @@ def make_strategy(config: ExperimentConfig, world: WorldSize):
     if config.train.strategy == "ddp" or world.total > 1:
         return DDPStrategy()
     return "auto"
+
+
+def document_granule(config: ExperimentConfig) -> int:
+    """2 x CP under `train.load_balance=document` (each document padded to a multiple of
+    it, data/row_padding.py), else 1."""
+    train = config.train
+    return 2 * train.context_parallel if train.context_parallel > 1 and train.load_balance == "document" else 1
 
 
 def resolve_resume(config: ExperimentConfig) -> str | None:
@@ -149,15 +172,17 @@ class PackedDataModule(HostBatchDataModule):
     def train_dataloader(self) -> torch.utils.data.DataLoader:
         trainer = self.trainer
         assert trainer is not None  # Lightning attaches the trainer before it asks for data
+        context = self.config.train.context_parallel  # a group's ranks are adjacent and share rows
         rows = packed_rows(
             self.config.data,
             self.sources,
             self.eos_id,
-            rank=trainer.global_rank,
-            world_size=trainer.world_size,
+            rank=trainer.global_rank // context,
+            world_size=trainer.world_size // context,
             start_row=trainer.global_step * self.rows_per_step,
             transform=self.transform,
             micro_batch_size=self.config.train.micro_batch_size,
+            document_granule=document_granule(self.config),
         )
         workers = self.config.train.loader_workers
         return torch.utils.data.DataLoader(
@@ -186,7 +211,9 @@ def pretrain(config: ExperimentConfig, sources: list[tuple[str, float]], tokeniz
     if config.train.loss_weighting == "inverse_frequency":
         from longctx.train.loss_weights import run_loss_weights
 
-        rows = packed_rows(config.data, sources, tokenizer.eos_id, transform=transform)
+        rows = packed_rows(
+            config.data, sources, tokenizer.eos_id, transform=transform, document_granule=document_granule(config)
+        )
         count = config.train.max_steps * rows_per_step
         out_dir = Path(config.train.out_dir) if int(os.environ.get("RANK", "0")) == 0 else None
         loss_weights = run_loss_weights(rows, count, fi_window, config.train.loss_weight_cap, out_dir)
@@ -207,7 +234,7 @@ def write_masking_report(config: ExperimentConfig, sources: list[tuple[str, floa
     """<out_dir>/answer_masking.json: per source, the answers the run's `rows` rows supervise
     and how many of them a row edge cut from their fact (data/answer_spans.py), and whether
     those were masked (`data.mask_cut_answers`)."""
-    report = packed_rows(config.data, sources, eos_id).masking_report(rows)
+    report = packed_rows(config.data, sources, eos_id, document_granule=document_granule(config)).masking_report(rows)
     out_dir = Path(config.train.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     body = {
@@ -242,7 +269,7 @@ def initial_weights(config: ExperimentConfig) -> dict[str, torch.Tensor]:
 def batch_plan(config: ExperimentConfig, world: WorldSize) -> tuple[int, int]:
     """(gradient accumulation steps, rows per optimizer step) for this world size."""
     return tokens_per_step(
-        config.data.window, config.train.micro_batch_size, world.total, config.train.global_batch_tokens
+        config.data.window, config.train.micro_batch_size, world.data_parallel(config), config.train.global_batch_tokens
     )
 
 
@@ -288,6 +315,7 @@ def fit(
                 config.probe.fi_every_steps,
                 config.probe.fi_count_only_labeled,
                 config.model.sliding_window if "sliding" in config.model.layer_kinds() else 0,
+                config.train.context_parallel,
             )
         )
     if config.probe.niah_every_steps:

@@ -2,7 +2,13 @@
 
 from dataclasses import dataclass
 
-from longctx.config.methods.registry import MethodSpec, pretended, protocol_resolver, register_method
+from longctx.config.methods.registry import (
+    MethodSpec,
+    keep_partial_rotary,
+    pretended,
+    protocol_resolver,
+    register_method,
+)
 from longctx.errors import ConfigError
 
 
@@ -23,6 +29,13 @@ def _check(values: dict, prefix: str) -> None:
         raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
 
 
+def hf_rope(parameters: dict, resolved: dict, head_dim: int) -> dict:
+    """NTK-aware scaling as transformers rope parameters: the default type with base *
+    a^(d/(d-2)) (as model/rope.py's `ntk` and model/families/common.py's export)."""
+    base = parameters["rope_theta"] * resolved["factor"] ** (head_dim / (head_dim - 2))
+    return keep_partial_rotary(parameters, {"rope_type": "default", "rope_theta": base})
+
+
 SPEC = register_method(
     MethodSpec(
         "ntk",
@@ -32,5 +45,6 @@ SPEC = register_method(
         protocol_resolver(protocol, ("factor",), _check),
         protocol,
         order=1,
+        hf_rope=hf_rope,
     )
 )

@@ -55,6 +55,9 @@ KINDS = ("passes", "rope")
 Resolver = Callable[[Any, int, str], dict]
 """(the parameters dataclass as configured, training length L, config key prefix) ->
 the resolved parameters, raising ConfigError naming `prefix.<field>` for an impossible value."""
+HfRope = Callable[[dict, dict, int], dict]
+"""(a transformers model's rope parameters, the method's resolved parameters, the rotated
+channels d of a head) -> the transformers rope parameters that rotate as the method does."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,10 @@ class MethodSpec:
     """Where a method registered from outside longctx came from ('' = in-tree)."""
     order: int = 100
     """Place in listings and default tables (in-tree: STRING Table 1's column order)."""
+    hf_rope: HfRope | None = None
+    """A `rope`-kind method's transformers equivalent: how longctx.hf_attention runs it in a
+    Hugging Face model (by editing its rope parameters); None = it runs there only as an
+    attention function (`passes`), or not at all."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,13 @@ def pretended(training_length: int) -> tuple[int, float]:
         raise ValueError(f"training_length={training_length} is too short for the baseline protocol (needs >= 16)")
     pretend = round(BASELINE_TRAINING_FRACTION * training_length)
     return pretend, training_length / pretend
+
+
+def keep_partial_rotary(parameters: dict, edited: dict) -> dict:
+    """`edited` rope parameters with the model's partial_rotary_factor, where it has one (Phi-3/4)."""
+    if parameters.get("partial_rotary_factor") not in (None, 1, 1.0):
+        edited["partial_rotary_factor"] = parameters["partial_rotary_factor"]
+    return edited
 
 
 def protocol_resolver(

@@ -1,9 +1,16 @@
 """YaRN (Peng et al., 2023, §3.2-3.4): per-dimension interpolation and an attention factor."""
 
+import math
 from dataclasses import dataclass
 
-from longctx.config.methods.registry import MethodSpec, pretended, protocol_resolver, register_method
-from longctx.errors import ConfigError
+from longctx.config.methods.registry import (
+    MethodSpec,
+    keep_partial_rotary,
+    pretended,
+    protocol_resolver,
+    register_method,
+)
+from longctx.errors import ConfigError, HFAttentionError
 
 
 @dataclass
@@ -32,6 +39,21 @@ def _check(values: dict, prefix: str) -> None:
         raise ConfigError(f"{prefix}.beta_fast", f"{values['beta_fast']} must exceed beta_slow={values['beta_slow']}")
 
 
+def hf_rope(parameters: dict, resolved: dict, head_dim: int) -> dict:
+    """YaRN as transformers rope parameters (its `yarn` type: the same ramp and 0.1 ln(s) + 1)."""
+    if not math.isfinite(resolved["factor"]):
+        raise HFAttentionError(f"longctx_yarn: factor={resolved['factor']} is not finite")
+    edited = {
+        "rope_type": "yarn",
+        "rope_theta": parameters["rope_theta"],
+        "factor": float(resolved["factor"]),
+        "original_max_position_embeddings": int(resolved["original_max_position"]),
+        "beta_fast": float(resolved["beta_fast"]),
+        "beta_slow": float(resolved["beta_slow"]),
+    }
+    return keep_partial_rotary(parameters, edited)
+
+
 SPEC = register_method(
     MethodSpec(
         "yarn",
@@ -41,5 +63,6 @@ SPEC = register_method(
         protocol_resolver(protocol, ("factor", "original_max_position"), _check),
         protocol,
         order=2,
+        hf_rope=hf_rope,
     )
 )

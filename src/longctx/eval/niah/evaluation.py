@@ -25,13 +25,14 @@ from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.eval import model_setup
-from longctx.eval.cells import Cell, Decoding, Progress, run_cell
+from longctx.eval.cells import Cell, Decoding, Progress, check_ranks, run_cell
 from longctx.eval.effective_length import EffectiveLengthResult, plot_heatmap, search_effective_length
 from longctx.eval.niah.benchmark import SPEC as NIAH
 from longctx.eval.niah.engine_task import NiahTask
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import TASKS as NEEDLE_TASKS
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.ranks import Ranks
 from longctx.eval.registry import BenchmarkSpec, owner_of
 from longctx.eval.task import Task
 from longctx.model.llama import Llama
@@ -95,11 +96,14 @@ def evaluate(
     progress: Progress | None = None,
     cells_dir: str | Path | None = None,
     attention_backend: str | None = None,
+    ranks: Ranks | None = None,
 ) -> EffectiveLengthResult:
     """The effective-length search of `model` under a position method (default
     eval.position_method): one engine cell per length under `cells_dir` (None: a temporary
     directory, nothing kept); `progress`: a bar per cell and a line per finished one;
-    `attention_backend`: None = the model's configured backend."""
+    `attention_backend`: None = the model's configured backend; `ranks` (eval/ranks.py;
+    None: this process alone): every rank calls it and each length's batches are spread
+    over them, the length decided from all their records before the next starts."""
     method_config = method or config.eval.position_method
     settings = settings or search_settings(config, model)
     task = search_task(settings, config, haystack)
@@ -107,6 +111,7 @@ def evaluate(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
         attention_backend=attention_backend,
+        memory_limit_gib=config.eval.memory_limit_gib,
         cuda_decoding=config.eval.cuda_decoding,
     )
     lengths = settings.evaluated_lengths()
@@ -119,7 +124,12 @@ def evaluate(
             tests=settings.tests_per_length,
             new_tokens=settings.max_new_tokens,
             prefill_chunk_tokens=settings.prefill_chunk_tokens,
+            limit_gib=config.eval.memory_limit_gib,
         )
+    if ranks is not None and ranks.world > 1:
+        if cells_dir is None:
+            raise ValueError("a search spread over ranks needs a cells_dir every rank sees")
+        check_ranks(cells_dir, {SEARCH_MODEL: model}, ranks)
     with tempfile.TemporaryDirectory() if cells_dir is None else contextlib.nullcontext(str(cells_dir)) as root:
 
         def run_length(length: int):
@@ -135,6 +145,7 @@ def evaluate(
                 root=root,
                 decoding=decoding,
                 progress=progress,
+                ranks=ranks,
             )
 
         return search_effective_length(run_length, settings)

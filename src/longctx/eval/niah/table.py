@@ -34,6 +34,7 @@ from longctx.eval.errors import PromptTooShortError
 from longctx.eval.niah.evaluation import peak_failure_band, search_task
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.eval.ranks import Ranks
 from longctx.model.llama import Llama
 
 
@@ -105,16 +106,19 @@ def method_table(
     *,
     cells_dir: str | Path,
     progress: CellProgress | None = None,
+    ranks: Ranks | None = None,
 ) -> tuple[dict, list[CellResult]]:
-    """The table (`assemble_table`) and its cells, run or reused under `cells_dir`."""
+    """The table (`assemble_table`) and its cells, run or reused under `cells_dir` (dealt to
+    `ranks`, eval/ranks.py; None: this process alone)."""
     settings = config.eval.niah
     decoding = Decoding(
         batch_tokens=settings.batch_tokens,
         prefill_chunk_tokens=settings.prefill_chunk_tokens,
+        memory_limit_gib=config.eval.memory_limit_gib,
         cuda_decoding=config.eval.cuda_decoding,
     )
     grid = niah_grid(models, arms, config, haystack, lengths)
-    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length)
+    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length, ranks=ranks)
     return assemble_table(results, models, lengths, settings.depth_bands), results
 
 

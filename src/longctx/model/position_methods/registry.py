@@ -48,7 +48,7 @@ def position_method(
     """Decorator for a method of one's own: registers its spec (`params`: a dataclass of its
     parameters with defaults; `spec` the other MethodSpec fields, e.g. `resolve`) and the
     decorated builder under `name`. It then runs by name wherever a method is named: YAML
-    (`eval.position_method.name`, its parameters under `eval.position_method.params.<name>`),
+    (`eval.position_method.name`, its parameters as `eval.position_method.<name>.<field>`),
     the CLI, the evaluation engine, the lm-eval backend and `longctx_<name>` in transformers."""
 
     def register(builder: Builder) -> Builder:

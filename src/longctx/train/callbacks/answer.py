@@ -13,8 +13,9 @@ but the `template: repeat` copying drills, and appends to metrics.jsonl
     answers/loss_s<i>     the same loss for source i alone
 
 A run "leaves chance" at the first probe with answers/loss below 2.0 nats
-(longctx_replication.seed_verdicts.LEAVES_CHANCE_NATS). Rank 0 measures and logs; the other ranks
-skip (a teacher-forced forward of a few documents). With `probe.answer_stop_below` > 0 the
+(longctx_replication.seed_verdicts.LEAVES_CHANCE_NATS). Every rank measures (under FSDP each
+forward is a collective over the shards, so all ranks must take part; the held-out documents
+are the same on every rank) and rank 0 logs. With `probe.answer_stop_below` > 0 the
 run ends at the first probe below it: a recipe-tuning run needs only the step at which it
 left chance (sweeps/replicate_tuning.yaml), and a run that has left it would spend the
 rest of its steps on a question already answered. Every rank then joins one boolean
@@ -53,10 +54,10 @@ class AnswerLossCallback(L.Callback):
         completed, self._steps_seen = step != self._steps_seen, step
         if not completed or step % self.config.probe.answer_every_steps:
             return
-        loss = self._measure(trainer, pl_module, step) if trainer.is_global_zero else None
+        loss = self._measure(trainer, pl_module, step)
         threshold = self.config.probe.answer_stop_below
         if threshold:  # every rank reaches this step: one boolean collective, rank 0 decides
-            left = loss is not None and loss < threshold
+            left = trainer.is_global_zero and loss < threshold
             if trainer.strategy.reduce_boolean_decision(left, all=False):
                 trainer.should_stop = True
 
@@ -77,6 +78,7 @@ class AnswerLossCallback(L.Callback):
         model.train(was_training)
         metrics["answers/loss"] = loss_sum / answers
         metrics["answers/value_exact"] = exact_sum / answers
-        append_metrics(self.out_dir / METRICS_FILE, step, metrics)
-        log_scalars(trainer, metrics, logger_step(trainer))
+        if trainer.is_global_zero:
+            append_metrics(self.out_dir / METRICS_FILE, step, metrics)
+            log_scalars(trainer, metrics, logger_step(trainer))
         return metrics["answers/loss"]

@@ -53,10 +53,20 @@ class HostBatchDataModule(L.LightningDataModule):
 
 
 class PositionFrequencyCallback(L.Callback):
+    """`context_parallel` N > 1: the N adjacent ranks of a group train the same rows, so
+    only the first of each group counts them (whole, before they are sharded)."""
+
     def __init__(
-        self, window: int, out_dir: Path, every_steps: int, count_only_labeled: bool = True, sliding_window: int = 0
+        self,
+        window: int,
+        out_dir: Path,
+        every_steps: int,
+        count_only_labeled: bool = True,
+        sliding_window: int = 0,
+        context_parallel: int = 1,
     ):
         self.window = window
+        self.context_parallel = context_parallel
         self.out_dir = out_dir
         self.every_steps = every_steps
         self.counts = PositionFrequency(window, window, count_only_labeled, sliding_window)
@@ -70,6 +80,8 @@ class PositionFrequencyCallback(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         # The same rows before the device copy (Lightning sets `trainer.datamodule` at fit time).
         host_batch = getattr(getattr(trainer, "datamodule", None), "host_batch", None)
+        if self.context_parallel > 1 and trainer.global_rank % self.context_parallel:
+            return  # another rank of this row's group counts it
         self.counts.update(batch if host_batch is None else host_batch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:

@@ -83,10 +83,13 @@ class LastCheckpoint(L.Callback):
 
 
 class TrainingSpeed(L.Callback):
-    """Logs tokens seen, tokens/s, MFU and peak memory at every optimizer step."""
+    """Logs tokens seen, tokens/s, MFU and peak memory at every optimizer step. The ranks of
+    a context-parallel group share their rows: a step holds world / train.context_parallel
+    x accumulation micro-batches, and MFU divides by every device's peak."""
 
     def __init__(self, config: ExperimentConfig, world_size: int, accumulation: int):
-        self.tokens_per_step = config.data.window * config.train.micro_batch_size * world_size * accumulation
+        data_parallel = world_size // config.train.context_parallel
+        self.tokens_per_step = config.data.window * config.train.micro_batch_size * data_parallel * accumulation
         self.flops_per_token = training_flops_per_token(config)
         self.world_size = world_size
         self.peak: float | None = None
