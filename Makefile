@@ -150,7 +150,7 @@ golden: $(STAMP)
 # The slow suite, the composition matrix included (docs/composition.md: ~1 h on 2 cores). Its
 # cells are kept in $(COMPOSITION_DIR), keyed by the code they ran: a rerun after a stop
 # runs only what has not passed on this code.
-COMPOSITION_DIR ?= runs/composition
+COMPOSITION_DIR ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/composition
 test-slow: $(STAMP)
 	LONGCTX_COMPOSITION_DIR=$(COMPOSITION_DIR) $(BIN)/python -m pytest -m "slow and not gpu" -q
 

@@ -178,10 +178,10 @@ def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = 
         }
     else:
         values["train.max_steps"] = STEPS
-    if not config.init:
+    if config.command != "sft":  # SFT's model is its init checkpoint's; an extension's must match it
         values |= {"model.n_layers": 2, "model.d_model": 64, "model.n_heads": 4, "model.n_kv_heads": 2}
         values |= {"model.d_ff": 128}
-    else:
+    if config.init:
         assert init is not None, f"{config.name} starts from a pretrain cell's checkpoint"
         values["init"] = init
     if "answer" in config.probes:
