@@ -97,11 +97,15 @@ def test_cell(name, strategy, workspace, pretrained):
 
 
 def _kill_and_resume(config, reference: Path, out: Path) -> None:
+    """SIGKILL every rank after step 2's checkpoint, then `train.resume=auto`: the losses of
+    steps 3 and 4 and the final f(i) are the uninterrupted run's."""
     helpers.kill_after_checkpoint(config, "fsdp", out, step=2)
     helpers.run(config, "fsdp", out, extra=["train.resume=auto"])
     expected = {r["step"]: r["train/loss"] for r in helpers.metrics(reference) if "train/loss" in r}
     got = {r["step"]: r["train/loss"] for r in helpers.metrics(out) if "train/loss" in r}
     assert {s: got[s] for s in (3, 4)} == {s: expected[s] for s in (3, 4)}
+    for key, counts in helpers.final_fi(reference).items():
+        np.testing.assert_array_equal(helpers.final_fi(out)[key], counts, err_msg=f"f(i) {key}")
 
 
 def test_table_in_docs():
