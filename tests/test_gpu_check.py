@@ -85,7 +85,7 @@ def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path)
     assert [row[0] for row in summary["rows"]] == ["correctness", "training", "kernels", "long-context"]
     assert all(row[1] == "ok" for row in summary["rows"]), summary["rows"]
     checks = json.loads((out / "correctness.json").read_text())
-    assert len(checks["rows"]) == 18 and all(row[1] == "passed" for row in checks["rows"]), checks["rows"]
+    assert len(checks["rows"]) == 19 and all(row[1] == "passed" for row in checks["rows"]), checks["rows"]
     for table in ("train_step", "positions_debug"):
         record = json.loads((out / f"{table}.json").read_text())
         assert record["settings"]["device"] == "CPU" and record["rows"], record

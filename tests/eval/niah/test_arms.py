@@ -54,7 +54,7 @@ def test_arms_are_named_position_method_sections_of_the_config(tmp_path):
         load([path])
 
 
-def test_the_shipped_real_model_table_fixes_the_nine_arms():
+def test_the_shipped_real_model_table_fixes_the_ten_arms():
     arms = load(["experiments/real/smollm2_table1.yaml"]).eval.arms
     assert list(arms) == [
         "rope",
@@ -66,7 +66,9 @@ def test_the_shipped_real_model_table_fixes_the_nine_arms():
         "rerope",
         "self_extend",
         "dca",
+        "dpe",
     ]
+    assert arms["dpe"].resolved(8192) == {"local_window": 1024, "scale_factors": "2-2-2-2-2-2-2-2"}
     assert arms["string-paper"].resolved(8192) == {"shift": 2731, "local_window": 128, "compat": "paper"}
 
 
