@@ -45,7 +45,7 @@ PROBE_METRICS = {
     "fi": "fi/tokens_seen",
     "fi_sliding": "fi/sliding_f@W-1",
     "niah": "niah/effective_length",
-    "answer": "answers/loss_s0",
+    "answer": "answers/loss",
     "niah_after": "niah_after/effective_length",
 }
 """The metric each probe logs (one is enough to prove it fired)."""
