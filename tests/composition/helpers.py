@@ -165,6 +165,7 @@ def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = 
         "probe.niah_every_steps": 2,
         "probe.niah_tests_per_length": 1,
         "eval.niah.max_new_tokens": 16,
+        "eval.niah.batch_tokens": 8192,  # the memory check sizes a batch of the longest length
         "eval.niah.step": 128,
     }
     if config.command == "sft":
