@@ -27,8 +27,9 @@ TABLE = helpers.ROOT / "docs" / "composition.md"
 BEGIN, END = "<!-- composition table: begin -->", "<!-- composition table: end -->"
 
 
-CODE = ("src", "experiments")
-"""What a cell's run depends on: a finished run stands while these trees are unchanged."""
+CODE = ("src", "experiments", "tests/composition/helpers.py")
+"""What a cell's run depends on (the library, the configs, the miniature's overrides): a
+finished run stands while these are unchanged."""
 HARNESS = ("tests/composition",)
 """What its checks depend on: when these change, the kept runs are checked again."""
 
