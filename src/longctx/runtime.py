@@ -54,12 +54,16 @@ class _DropMessages(logging.Filter):
         return not any(fragment in record.getMessage() for fragment in self.fragments)
 
 
+_LITLOGGER_TIP = _DropMessages("litlogger")
+"""One instance, so that calling `quiet_third_party` again (each in-process `main`) adds nothing."""
+
+
 def quiet_third_party() -> None:
     """Silence, narrowly, what other packages print that says nothing about the run:
     Lightning's advertisement for its LitLogger (logged at every Trainer start), and the
     deprecation of `LeafSpec` that torch >= 2.10 raises inside Lightning's own pytree code
     (nothing a user of Lightning can change). Each filter matches its one message."""
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMessages("litlogger"))
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_LITLOGGER_TIP)
     warnings.filterwarnings(
         "ignore",
         message=r".*isinstance\(treespec, LeafSpec\)` is deprecated",
