@@ -74,12 +74,9 @@ def test_cell(name, strategy, workspace, pretrained):
     out = workspace / config.slug / strategy
     kept, ran = (workspace / config.slug / f"{strategy}.{kind}.json" for kind in ("result", "run"))
     harness = code_key(HARNESS)
-    if kept.exists() and json.loads(kept.read_text()) == {
-        **json.loads(kept.read_text()),
-        "pass": True,
-        "harness": harness,
-    }:
-        RESULTS[name, strategy] = json.loads(kept.read_text())
+    earlier = json.loads(kept.read_text()) if kept.exists() else {}
+    if earlier.get("pass") and earlier.get("harness") == harness:  # passed under these checks
+        RESULTS[name, strategy] = earlier
         return
     reference = name == "pretrain/tiny_512" and strategy == "single"  # the `pretrained` fixture ran it
     RESULTS[name, strategy] = row = {"pass": False, "seconds": 0.0, "fired": {}, "checks": [], "harness": harness}
