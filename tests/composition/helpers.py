@@ -72,7 +72,7 @@ class Config:
         return self.name.replace("/", "-")
 
 
-def _pretrain(name: str, *extra: str, probes=("fi", "niah"), init=False) -> Config:
+def _pretrain(name: str, probes=("fi", "niah"), init=False) -> Config:
     return Config(name, (f"experiments/{name}.yaml",), probes=probes, init=init)
 
 
