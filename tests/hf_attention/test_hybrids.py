@@ -393,3 +393,13 @@ def test_ntk_and_yarn_equal_transformers_own_model_with_their_rope(models, famil
     model.set_attn_implementation("eager")
     with torch.no_grad():
         assert (model(tokens()).logits - eager).abs().max() <= 1e-12
+
+
+def test_a_model_whose_full_layers_are_all_nope_is_rope_free_too():
+    """SmolLM3 with every layer NoPE (`no_rope_layers` all 0): RoPE configured, nothing rotates."""
+    model = build_family("smollm3", no_rope_layers=[0, 0, 0, 0])
+    with pytest.raises(HFAttentionError) as error:
+        hfa.apply(model, "string", **PARAMS["string"])
+    assert str(error.value).startswith(
+        "longctx_string: smollm3 is a rope-free model (every full attention layer is NoPE): no full attention layer"
+    )

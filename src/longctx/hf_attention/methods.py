@@ -229,7 +229,11 @@ def check_model(config, method: str, training_length: int) -> None:
     set of frequencies (`relative_method`), but longrope's set changes with each forward's
     largest position, and a cache that crossed the switch in a raw cached forward holds keys
     of both sets, so no rewritten distance would be exact; ntk / yarn would drop its factors.
-    longctx's own model refuses the methods on longrope for the same reason."""
+    longctx's own model refuses the methods on longrope for the same reason.
+
+    A rope-free model (no full attention layer rotates: released OLMo Hybrid, whose
+    `rope_theta` is None) is refused for every method, `rope`, ntk and yarn included: the
+    methods rewrite RoPE distances on the full layers that rotate, and it has none."""
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPES:
         raise fail(
@@ -238,11 +242,15 @@ def check_model(config, method: str, training_length: int) -> None:
             "q/k rotated by the config's RoPE and the layer's cache",
         )
     if not rotary_full_layers(config):
-        why = "rope_theta=None: its attention layers are NoPE" if not has_rope(config) else "every full layer is NoPE"
+        why = (
+            "rope_theta=None: its attention layers are NoPE, as in the released OLMo Hybrid checkpoints"
+            if not has_rope(config)
+            else "every full attention layer is NoPE"
+        )
         raise fail(
             method,
-            f"{model_type} is a rope-free model ({why}, as in the released OLMo Hybrid checkpoints): "
-            "no full attention layer rotates, so the method has nothing to act on",
+            f"{model_type} is a rope-free model ({why}): no full attention layer rotates, so the method has "
+            "nothing to act on",
         )
     for key, what in (
         ("attn_logit_softcapping", "attention logit soft-capping"),
