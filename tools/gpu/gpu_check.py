@@ -1,5 +1,6 @@
 """`make gpu-check`: the GPU path proved in one command of at most 5.5 minutes on one H100,
-so that a second, partial run fits the same 15-minute device session.
+so that a second, partial run fits the same device session (the lender's session_s,
+tools/lender.toml).
 
     python tools/gpu/gpu_check.py --out DIR [--parts correctness kernels] [--smoke]
 
