@@ -1,7 +1,8 @@
 """HELMET's summary judge (scripts/eval_gpt4_summ.py) with a scripted judge in GPT-4o's place:
 the rendered prompts and parse_json against HELMET's own code (tests/fixtures/helmet/
 judge_summ.json: sha256, length and tail of each prompt, and parse_json's results, made by
-executing that file's prompt strings, format calls and parse_json at the commit it names),
+executing that file's prompt strings, format calls and parse_json at the commit it names:
+tools/fixtures/make_helmet_fixtures.py),
 the F1 formula on hand-worked rows, and `eval-score --judge` end to end on HELMET's output
 format and on longctx's prediction lines, with key points from tests/fixtures/helmet/data."""
 

@@ -220,7 +220,7 @@ class EvalConfig:
     of ~400 dispatches); graph+kernel: both. On CPU every value decodes eagerly with
     torch's kernels. A model with sharded parameters (FSDP) is never recorded: it decodes
     eagerly, with a log line. graph and kernel are opt-in until the GPU checklist
-    (scripts/device/gpu_steps.toml, steps speed-decode and main-job) records a pass of them
+    (tools/gpu/gpu_steps.toml, steps speed-decode and main-job) records a pass of them
     on this code."""
 
     def __post_init__(self) -> None:

@@ -1,11 +1,11 @@
 """DPE on SmolLM2-135M-Instruct: the authors' probing of the per-group scales, then NIAH of
 rope, string-repo and dpe with the probed scales (a driver: its JSON and tables are results).
 
-    python3 scripts/device/dpe_probe.py probe MODEL_DIR --length 8192 --tests 4 --out DIR [--budget-s S]
-    python3 scripts/device/dpe_probe.py compare MODEL_DIR --length 8192 --tests 4 --out DIR [--budget-s S]
-    python3 scripts/device/dpe_probe.py both MODEL_DIR --length 16384 --tests 20 --compare-tests 100 \
+    python3 scripts/real_models/dpe_probe.py probe MODEL_DIR --length 8192 --tests 4 --out DIR [--budget-s S]
+    python3 scripts/real_models/dpe_probe.py compare MODEL_DIR --length 8192 --tests 4 --out DIR [--budget-s S]
+    python3 scripts/real_models/dpe_probe.py both MODEL_DIR --length 16384 --tests 20 --compare-tests 100 \
         --out $OUT --budget-s 480 [--resume-from CELLS.tar.xz]
-    python3 scripts/device/dpe_probe.py smoke --out DIR          # `both` on CPU, tiny model, resumed
+    python3 scripts/real_models/dpe_probe.py smoke --out DIR          # `both` on CPU, tiny model, resumed
 
 - `probe`: every entry of `probing_grid` (longctx/config/methods/dpe.py, the authors'
   run_niah_detect.sh: group g at factor f, the others at 2 x length / L) as an arm of

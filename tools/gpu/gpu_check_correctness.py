@@ -1,8 +1,8 @@
 """`make gpu-check`, part `correctness`: the GPU path against independent references.
 
-    python scripts/device/gpu_check_correctness.py --out DIR [--smoke]
+    python tools/gpu/gpu_check_correctness.py --out DIR [--smoke]
 
-(src/ on PYTHONPATH, as scripts/device/gpu_check.py sets it). Each check is a function of
+(src/ on PYTHONPATH, as tools/gpu/gpu_check.py sets it). Each check is a function of
 longctx.gpu_checks, which the `gpu` tests call at small sizes; here at the sizes that make
 the proof of one device session, in this order:
 
@@ -50,7 +50,7 @@ failed.
 training length's method parameters), with the backend that CPU has in place of flash:
 `varlen` (pure torch), so the smoke proves every check's code and the part's reporting
 but not the flash kernel; without the sync-debug mode (CUDA only) and with compile, fsdp
-and bf16 off in the kill + resume. tests/test_gpu_check.py also calls `checks(...,
+and bf16 off in the kill + resume. tests/tools/test_gpu_check.py also calls `checks(...,
 backend="flash")` in its own process with the CPU stand-in of torch's varlen kernel
 installed, which runs the flash path of every check but the kill + resume (a pretrain in
 processes of its own, where no stand-in reaches; it runs on varlen either way on CPU).
@@ -110,7 +110,8 @@ baselines' protocol parameters), so 48-token rows reach past S and every pass ru
 def smoke_method(name: str) -> PositionMethod:
     """`name` built from longctx's own config for the debug preset (heads of 16) at
     SMOKE_TRAINING_LENGTH, StRing with a local window of 3 (its default 128 needs S > 128)."""
-    config = arm_config(name, PositionMethodConfig(string=StringConfig(local_window=3)))
+    # the per-method sections are keyword arguments made from the registry at run time
+    config = arm_config(name, PositionMethodConfig(string=StringConfig(local_window=3)))  # type: ignore[call-arg]
     return build_position_method(config, ModelConfig.from_preset("debug", max_position=SMOKE_TRAINING_LENGTH))
 
 
@@ -185,7 +186,7 @@ def hf_check(tokens: int, device: torch.device, scratch: Path) -> Callable[[], s
             ran = version if version == HF_PIN else f"{version} (the image's; pinned {HF_PIN}, none staged)"
         else:
             errors, ran = hf_in_child(tokens, device, site, version, scratch)
-        worst = max(errors, key=errors.get)
+        worst = max(errors, key=lambda name: errors[name])
         bound = 3e-2 if device.type == "cuda" else 1e-4
         return f"transformers {ran}: largest relative L2 error {errors[worst]:.1e} ({worst}; bound {bound:g})"
 

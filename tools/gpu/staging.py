@@ -1,10 +1,10 @@
 """Wheels for the GPU image, staged here and proved complete here, before GPU time is spent.
 
-    python scripts/device/staging.py stage SET     # network: download, resolve, write the lock
-    python scripts/device/staging.py check [SET]   # no network: every requirement satisfied?
+    python tools/gpu/staging.py stage SET     # network: download, resolve, write the lock
+    python tools/gpu/staging.py check [SET]   # no network: every requirement satisfied?
 
 The GPU machine has no network, so what its image lacks travels as wheels (`make device`,
-`make device-hf`, `make device-ruler`; the sets are scripts/device/staging/sets.toml). A
+`make device-hf`, `make device-ruler`; the sets are tools/gpu/staging/sets.toml). A
 hand-written wheel list misses what the wheels themselves need: the first H100 run lost its
 hf attention check to huggingface-hub 2.4.0 needing httpx2, which needs httpcore2 and
 truststore, neither staged nor on the image. So staging resolves:
@@ -12,12 +12,12 @@ truststore, neither staged nor on the image. So staging resolves:
 1. each pin is downloaded (`pip download --no-deps` for CPython 3.12 on manylinux x86-64);
 2. each staged wheel's Requires-Dist whose marker holds on the image (Python 3.12.3, Linux,
    x86-64, no extras) is satisfied, in this order, by a staged wheel, by the image
-   (scripts/device/staging/image.txt: a package listed with a version must meet the
+   (tools/gpu/staging/image.txt: a package listed with a version must meet the
    specifier; a bare name counts as met, its version was never recorded), by the set's
    `allow` list; else it is downloaded and followed in turn (`no_deps` wheels are not
    followed);
-3. the set's lock, scripts/device/staging/<set>.lock.json, records every staged wheel with
-   its Requires-Dist. The lock is committed; `check` (and tests/test_device_staging.py,
+3. the set's lock, tools/gpu/staging/<set>.lock.json, records every staged wheel with
+   its Requires-Dist. The lock is committed; `check` (and tests/tools/test_device_staging.py,
    without network) re-derives step 2 from the lock alone and lists what nothing satisfies.
 """
 

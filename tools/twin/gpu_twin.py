@@ -1,26 +1,28 @@
 """The GPU twin of the replication, one verdict seed per device call.
 
-    python -m longctx_replication.gpu_twin --tuning --out "$OUT"      # first job: the recipe rule
-    python -m longctx_replication.gpu_twin --out "$OUT"               # once per seed until all archived
-    python -m longctx_replication.gpu_twin --report                   # on CPU, from the committed archives
-    python -m longctx_replication.gpu_twin --dry-run                  # the next call's jobs, nothing run
+    python tools/twin/gpu_twin.py --tuning --out "$OUT"      # first job: the recipe rule
+    python tools/twin/gpu_twin.py --out "$OUT"               # once per seed until all archived
+    python tools/twin/gpu_twin.py --report                   # on CPU, from the committed archives
+    python tools/twin/gpu_twin.py --dry-run                  # the next call's jobs, nothing run
 
-A GPU lease comes 15 minutes at a time, one command runs at most 10 minutes, and a fresh
-machine keeps nothing of the last. So the unit of resumption is **one seed finished on one
-machine**: a call takes the first seed of the plan (sweeps/gpu_twin/plan.yaml,
-twin_plan.py) with no archive under ARCHIVES (docs/replication/gpu/), deletes whatever an
-earlier call left of that seed's runs, and runs them from scratch within `budget_s`: its
+The lender's calls are short (one command's limit and what comes back: tools/lender.toml)
+and a fresh machine keeps nothing of the last. So the unit of resumption is **one seed
+finished on one machine**: a call takes the first seed of the plan
+(sweeps/gpu_twin/plan.yaml, longctx_replication/twin_plan.py) with no archive under ARCHIVES
+(docs/replication/gpu/), deletes whatever an earlier call left of that seed's runs, and runs
+them from scratch within the lease's `budget_s` (tools/twin/lease.yaml, lease.py): its
 three pretraining runs side by side (the points of the pretraining sweep for that seed,
 `train.max_steps` at the cut in force), then, once its largest-window model is done, its
-SFT arms and Table 1 evaluations (side_by_side.py: SIGTERM 45 s before the deadline). A
-seed whose jobs all finish becomes one archive of its records (seed_archive.py: metrics,
-f(i), NIAH and answer-loss files, no checkpoints, <= 1 MiB) in ARCHIVES and in `--out`;
-commit it, and the next call, on any machine, skips that seed. A seed that did not finish
-in time records its cut as too long in ARCHIVES/cuts.json (also in `--out`: commit it);
-the next call runs it again at the next, smaller cut of the plan. Seeds finished before
-are never touched. A job that fails by itself leaves the cut alone (`failed`: fix, rerun).
+SFT arms and Table 1 evaluations (longctx_replication/side_by_side.py: SIGTERM
+STOP_BEFORE_S before the deadline). A seed whose jobs all finish becomes one archive of its
+records (longctx_replication/seed_archive.py: metrics, f(i), NIAH and answer-loss files, no
+checkpoints, within the lease's archive_max_bytes) in ARCHIVES and in `--out`; commit it,
+and the next call, on any machine, skips that seed. A seed that did not finish in time
+records its cut as too long in ARCHIVES/cuts.json (also in `--out`: commit it); the next
+call runs it again at the next, smaller cut of the lease. Seeds finished before are never
+touched. A job that fails by itself leaves the cut alone (`failed`: fix, rerun).
 
-`--out` receives at most MAX_OUT_FILES files: twin_status.json / .md (every job's state,
+`--out` receives at most the lender's files_back files: twin_status.json / .md (every job's state,
 last step, loss, tokens/s, MFU, answer loss, effective length, the log tail of a failed
 job), and seed-<s>.tar.xz or cuts.json. `--report` (CPU) extracts every committed archive
 into a temporary root and runs `longctx_replication.report ROOT --docs docs
@@ -46,14 +48,19 @@ from pathlib import Path
 from longctx.sweep.runner import plan as sweep_points
 from longctx.sweep.spec import load_sweep
 from longctx_replication.findings import checkout_commit
-from longctx_replication.seed_archive import archive_path, extract_seed_archives, finished_seeds, write_seed_archive
+from longctx_replication.seed_archive import archive_path, extract_seed_archives, finished_seeds
 from longctx_replication.side_by_side import DONE_FILE, Job, Outcome, run_side_by_side
-from longctx_replication.twin_plan import TwinPlan, TwinPlanError, cut_in_force, load_plan, record_too_long
+from longctx_replication.twin_plan import TwinPlan, TwinPlanError, load_plan
 from longctx_replication.twin_tuning import TUNING_FILE, answer_losses, tuning_jobs, tuning_markdown, tuning_verdict
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: lender.py
+import lender
+from lease import LEASE, Lease, LeaseError, cut_in_force, fit_seed_archive, load_lease, record_too_long
+
 PLAN = Path("sweeps/gpu_twin/plan.yaml")
-MAX_OUT_FILES = 8
-MAX_OUT_BYTES = 16 * 2**20
+TERMS = lender.load()
+MAX_OUT_FILES = TERMS.files_back
+MAX_OUT_BYTES = TERMS.file_mib * 2**20
 ARCHIVE_RESERVE_S = 30.0
 """Seconds of the budget kept for the archive and the copy to --out."""
 STOP_BEFORE_S = 45.0
@@ -226,7 +233,7 @@ def stop_leftovers(job: Job, log_dir: Path, wait_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
+def run_seed(plan: TwinPlan, lease: Lease, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
     """One call: the first seed without an archive, from scratch (module docstring)."""
     start = time.monotonic()
     archived = finished_seeds(plan.archives)
@@ -235,9 +242,9 @@ def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wand
     if not left:
         _write_status({"state": "complete: every seed archived; run --report on CPU", **meta, "jobs": []}, out)
         return 0
-    seed, cut = left[0], cut_in_force(plan)
+    seed, cut = left[0], cut_in_force(lease, plan.archives)
     if cut is None:
-        raise TwinPlanError(f"every cut of {list(plan.max_steps_cuts)} is recorded too long in {plan.archives}")
+        raise LeaseError(f"every cut of {list(lease.max_steps_cuts)} is recorded too long in {plan.archives}")
     pretrain, evaluations = seed_jobs(plan, seed, cut, wandb_mode)
     jobs = pretrain + evaluations
     for job in jobs:  # a seed runs whole on one machine: what an earlier call left is dropped
@@ -251,7 +258,8 @@ def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wand
     if all(job.done for job in jobs):
         manifest_meta = {"seed": seed, "max_steps": cut, "commit": meta["commit"], "jobs": [j.name for j in jobs]}
         path = archive_path(plan.archives, seed)
-        manifest = write_seed_archive(plan.root, [j.out_dir for j in jobs], path, manifest_meta, plan.archive_max_bytes)
+        run_dirs = [j.out_dir for j in jobs]
+        manifest = fit_seed_archive(plan.root, run_dirs, path, manifest_meta, lease.archive_max_bytes)
         state, code = f"seed {seed} archived ({manifest['bytes']:,} bytes)", 0
         meta["archive_left_out"] = manifest["left_out"]
         files.append(path)
@@ -260,7 +268,7 @@ def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wand
     else:
         seconds = round(time.monotonic() - start, 1)
         record = {"seed": seed, "seconds": seconds, "steps": {j.name: _progress(j).get("step", 0) for j in pretrain}}
-        files.append(record_too_long(plan, cut, record))
+        files.append(record_too_long(plan.archives, cut, record))
         state, code = f"seed {seed} did not finish at max_steps {cut}: commit cuts.json and call again", 3
     meta["call_seconds"] = round(time.monotonic() - start, 1)
     body = status(jobs, outcomes, {"state": state, **meta}, pretrain)
@@ -271,7 +279,7 @@ def run_seed(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wand
     return code
 
 
-def run_tuning(plan: TwinPlan, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
+def run_tuning(plan: TwinPlan, lease: Lease, out: Path, budget_s: float, max_parallel: int, wandb_mode: str) -> int:
     """The first job (twin_tuning.py): the tuning arms side by side, then the rule."""
     start = time.monotonic()
     record = plan.archives / TUNING_FILE
@@ -315,7 +323,8 @@ def report(plan: TwinPlan, docs: Path, name: str = "gpu") -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, default=PLAN, help="the committed plan (twin_plan.py)")
-    parser.add_argument("--budget-s", type=float, help="wall-clock seconds of this call (default: the plan's)")
+    parser.add_argument("--lease", type=Path, default=LEASE, help="the plan's lease (lease.py)")
+    parser.add_argument("--budget-s", type=float, help="wall-clock seconds of this call (default: the lease's)")
     parser.add_argument("--out", type=Path, default=Path("runs/replicate_gpu_out"), help="what comes back")
     parser.add_argument("--max-parallel", type=int, default=8, help="processes at a time")
     parser.add_argument("--wandb-mode", default="disabled", help="log.wandb_mode of every job")
@@ -325,13 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--dry-run", action="store_true", help="print the next call's jobs, run nothing")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="with --report: where it writes")
     args = parser.parse_args(argv)
-    plan = load_plan(args.plan)
-    budget_s = args.budget_s if args.budget_s is not None else plan.budget_s
+    plan, lease = load_plan(args.plan), load_lease(args.lease)
+    budget_s = args.budget_s if args.budget_s is not None else lease.budget_s
     if args.report:
         return report(plan, args.docs)
     if args.dry_run:
         left = [s for s in plan.seeds if s not in finished_seeds(plan.archives)]
-        cut = cut_in_force(plan)
+        cut = cut_in_force(lease, plan.archives)
         print(f"archived: {finished_seeds(plan.archives)}; next seed: {left[:1]}; max_steps cut in force: {cut}")
         if left and cut is not None:
             pretrain, evaluations = seed_jobs(plan, left[0], cut, args.wandb_mode)
@@ -339,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{job.name:50} {job.out_dir}")
         return 0
     run = run_tuning if args.tuning else run_seed
-    return run(plan, args.out, budget_s, args.max_parallel, args.wandb_mode)
+    return run(plan, lease, args.out, budget_s, args.max_parallel, args.wandb_mode)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """GPU tables into the docs as measured: copied from the result files, never typed.
 
-    python scripts/device/gpu_results.py sync docs/benchmarks.md      # rewrite the blocks
-    python scripts/device/gpu_results.py sync --check docs/benchmarks.md
+    python tools/gpu/gpu_results.py sync docs/benchmarks.md      # rewrite the blocks
+    python tools/gpu/gpu_results.py sync --check docs/benchmarks.md
 
 A GPU run's tables come back as files (`<table>.md` with a header line and the table, and
 `<table>.json` with its rows), committed under docs/gpu-results/<device>-<date>/. A doc shows
-them through marked blocks, which `sync` fills and `--check` (tests/test_gpu_results.py)
+them through marked blocks, which `sync` fills and `--check` (tests/tools/test_gpu_results.py)
 compares:
 
     <!-- gpu-table docs/gpu-results/h100-2026-11-27/run1/train_step.md -->
@@ -19,7 +19,7 @@ compares:
 
 A target is met only by a row measured on a GPU, so a targets block names the device and
 the torch and CUDA versions its tables recorded and the commit of the checklist record
-(scripts/device/gpu_steps.toml) whose results folder holds them.
+(tools/gpu/gpu_steps.toml) whose results folder holds them.
 """
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ def provenance(results: Path) -> str:
     """'measured on DEVICE, torch T, CUDA C, commit X' for a results folder: the versions its
     first target table recorded, the commit of the checklist record that holds the folder."""
     tables = [results / f"{target.table}.json" for target in TARGETS]
-    settings = next((read_table(path)["settings"] for path in tables if path.exists()), {})
+    settings: dict = next((read_table(path)["settings"] for path in tables if path.exists()), {})
     relative = str(results.relative_to(REPOSITORY)) if results.is_relative_to(REPOSITORY) else str(results)
-    steps = tomllib.loads((REPOSITORY / "scripts" / "device" / "gpu_steps.toml").read_text())["step"]
+    steps = tomllib.loads((REPOSITORY / "tools" / "gpu" / "gpu_steps.toml").read_text())["step"]
     records = [record for step in steps for record in step.get("done", [])]
     commit = next((r["commit"] for r in records if relative.startswith(r["results"])), "not recorded")
     versions = ", ".join(

@@ -1,11 +1,11 @@
 """A model file larger than one device call carries, sent in parts and joined there.
 
-    python -m longctx_replication.gguf_parts split FILE DIR --part-mib 32
-    python -m longctx_replication.gguf_parts join DIR OUT --sha256 HEX
+    python3 tools/gpu/gguf_parts.py split FILE DIR --part-mib 32
+    python3 tools/gpu/gguf_parts.py join DIR OUT --sha256 HEX
 
-A GPU device call takes along at most 64 MiB, the working tree and `.device` (the wheels,
-~24 MiB) included; the SmolLM2-135M-Instruct Q4_1 GGUF file (`fetch_smollm2`) is
-98,362,432 bytes. `split` cuts FILE into DIR/part-<k>-of-<n> of `--part-mib` MiB each,
+A device call takes along at most the lender's carry_mib (tools/lender.toml), the working
+tree and `.device` (the wheels, ~24 MiB) included; the SmolLM2-135M-Instruct Q4_1 GGUF file
+(`fetch_smollm2`) is 98,362,432 bytes. `split` cuts FILE into DIR/part-<k>-of-<n> of `--part-mib` MiB each,
 and writes DIR/parts.json (each part's size and SHA-256, the whole file's); each quick
 device call carries one part and parks it in a temporary folder there. `join` checks
 that every part k of n is present (naming the missing ones), concatenates them in order

@@ -2,10 +2,10 @@
 fit one device command each (a device driver: the tables it writes are the real-model
 results of docs/real_models.md, not timings).
 
-    python3 scripts/device/real_table1.py table MODEL_DIR --out $OUT [--resume-from CELLS.tar.xz]
-    python3 scripts/device/real_table1.py agreement MODEL_DIR --out $OUT [--resume-from ...]
-    python3 scripts/device/real_table1.py side-by-side MODEL_DIR --out $OUT
-    python3 scripts/device/real_table1.py smoke --out DIR            # all three on CPU, tiny model
+    python3 scripts/real_models/real_table1.py table MODEL_DIR --out $OUT [--resume-from CELLS.tar.xz]
+    python3 scripts/real_models/real_table1.py agreement MODEL_DIR --out $OUT [--resume-from ...]
+    python3 scripts/real_models/real_table1.py side-by-side MODEL_DIR --out $OUT
+    python3 scripts/real_models/real_table1.py smoke --out DIR            # all three on CPU, tiny model
 
 - `table`: the nine arms of experiments/real/smollm2_table1.yaml at `--length` (8,192, the
   training length, first; then 6K, 4K, 2K in later calls), `--tests` (500) per cell, bf16 on

@@ -1,6 +1,6 @@
-"""The GPU twin: its configs, its size, its plan (sweeps/gpu_twin/plan.yaml) and the jobs
-the driver builds from it (longctx_replication/gpu_twin.py). Nothing here trains:
-tests/replication/test_twin_calls.py runs the driver's calls on fake jobs,
+"""The GPU twin: its configs, its size, its plan (sweeps/gpu_twin/plan.yaml), its lease
+(tools/twin/lease.yaml) and the jobs the driver builds from them (tools/twin/gpu_twin.py).
+Nothing here trains: tests/tools/test_twin_calls.py runs the driver's calls on fake jobs,
 tests/replication/test_side_by_side.py the stop/resume/skip logic."""
 
 import json
@@ -11,10 +11,11 @@ import pytest
 from longctx import config as config_module
 from longctx.config.model import shape_mismatches
 from longctx.model.llama import Llama
-from longctx_replication import gpu_twin
 from longctx_replication.side_by_side import DONE_FILE
 from longctx_replication.twin_plan import load_plan
+from tests.tools.helpers import lender, twin
 
+gpu_twin, lease = twin("gpu_twin"), twin("lease")
 REPOSITORY = Path(__file__).resolve().parents[2]
 TWIN = REPOSITORY / "experiments" / "replicate"
 
@@ -80,11 +81,13 @@ def test_a_seed_call_runs_that_seed_s_sweep_points_with_the_cut_and_waits_for_it
         assert need.name == DONE_FILE and need.parent.name == "w4096_s11"
 
 
-def test_the_plan_s_verdict_and_tuning_seeds_and_cuts():
+def test_the_plan_s_verdict_and_tuning_seeds_and_the_lease_s_cuts():
     plan = load_plan(REPOSITORY / "sweeps" / "gpu_twin" / "plan.yaml")
     assert plan.seeds == (10, 11, 12) and not set(plan.tuning.seeds) & {10, 11, 12}
-    assert plan.max_steps_cuts[0] == _load("gpu_base.yaml").train.max_steps
-    assert plan.archive_max_bytes == 2**20 and plan.budget_s < 600
+    terms, budget = lender().load(), lease.load_lease()
+    assert budget.max_steps_cuts[0] == _load("gpu_base.yaml").train.max_steps
+    assert budget.budget_s < terms.command_s  # a call ends before the lender's command limit
+    assert budget.archive_max_bytes * len(plan.seeds) < terms.carry_mib * 2**20 / 8  # archives ride along cheaply
     drill = _load("gpu_drill.yaml")
     assert drill.model.init_std == 0.06 and [s.retrieval.template for s in drill.data.mixture][-1] == "repeat"
     assert shape_mismatches(_load("gpu_base.yaml").model, drill.model) == []

@@ -1,4 +1,4 @@
-"""GPU tables in the docs are the result files themselves (scripts/device/gpu_results.py)."""
+"""GPU tables in the docs are the result files themselves (tools/gpu/gpu_results.py)."""
 
 import json
 import sys
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAVED_PATH = list(sys.path)
-sys.path.insert(0, str(ROOT / "scripts" / "device"))
+sys.path.insert(0, str(ROOT / "tools" / "gpu"))
 import gpu_results  # noqa: E402  (a script directory, not a package)
 
 sys.path[:] = SAVED_PATH
@@ -18,7 +18,7 @@ sys.path[:] = SAVED_PATH
 def test_every_gpu_block_in_the_docs_equals_its_result_file(doc):
     before, after = gpu_results.sync(ROOT / doc)
     assert "<!-- gpu-table " in before
-    assert before == after, f"{doc} differs from its result files: python scripts/device/gpu_results.py sync {doc}"
+    assert before == after, f"{doc} differs from its result files: python tools/gpu/gpu_results.py sync {doc}"
 
 
 def write_table(directory: Path, name: str, columns: list[str], rows: list[list[str]]) -> None:

@@ -1,4 +1,4 @@
-"""`make gpu-next` (scripts/device/gpu_next.py): the committed checklist of GPU steps, the step
+"""`make gpu-next` (tools/gpu/gpu_next.py): the committed checklist of GPU steps, the step
 it picks, one call's outputs packed into what comes back, and the record `tick` commits."""
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAVED_PATH = list(sys.path)
-sys.path.insert(0, str(ROOT / "scripts" / "device"))
+sys.path.insert(0, str(ROOT / "tools" / "gpu"))
 import gpu_next  # noqa: E402  (a script directory, not a package)
 
 sys.path[:] = SAVED_PATH
@@ -20,6 +20,7 @@ sys.path[:] = SAVED_PATH
 ISSUE_ORDER = [
     "main-job",
     "gpu-check",
+    "gpu-check-tools",
     "speed-decode",
     "designs",
     "checkpoints-2025",
@@ -42,7 +43,7 @@ def test_the_checklist_is_in_order_and_each_ready_step_names_scripts_that_exist(
     steps = gpu_next.load_steps()
     assert [step.id for step in steps] == ISSUE_ORDER
     for step in steps:
-        assert step.limit_s + gpu_next.CALL_MARGIN_S <= 600, step.id
+        assert step.limit_s + gpu_next.CALL_MARGIN_S <= gpu_next.TERMS.command_s, step.id
         if step.ready:
             for script in [word for word in step.command.split() if word.endswith((".py", ".yaml"))]:
                 assert (ROOT / script).exists(), f"{step.id}: {script}"
@@ -56,13 +57,13 @@ def test_plan_lists_the_main_job_first_and_names_it_next(capsys):
     gpu_next.plan(gpu_next.load_steps())
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["due", "main-job"]
-    order = [line.split()[1].rstrip(",") for line in lines[1:5]]  # "<state>  <id>[, last <date> on <device>]"
-    assert order == ["gpu-check", "speed-decode", "designs", "checkpoints-2025"]
+    order = [line.split()[1].rstrip(",") for line in lines[1:6]]  # "<state>  <id>[, last <date> on <device>]"
+    assert order == ["gpu-check", "gpu-check-tools", "speed-decode", "designs", "checkpoints-2025"]
     assert any(line.startswith("next: main-job: ") for line in lines)
 
 
 WANDB_BYTES = 24_281_616
-"""`make device-wandb`'s 18 wheels, as staged (scripts/device/staging/wandb.lock.json)."""
+"""`make device-wandb`'s 18 wheels, as staged (tools/gpu/staging/wandb.lock.json)."""
 
 
 def test_the_main_job_fits_its_limit_and_one_call_with_room(tmp_path, monkeypatch):
@@ -258,7 +259,7 @@ def test_the_gemma3_steps_setup_calls_send_every_part_once_and_join_them_last():
     parts = [path for carry in carries for path in carry if "gguf_parts_gemma3" in path]
     assert parts == [f"runs/gguf_parts_gemma3/part-{k:03d}-of-008" for k in range(8)]
     assert ".device" in carries[-1] and "source .device/env.sh" in step.setup[-1]
-    assert "gguf_parts join" in step.setup[-1] and "convert-gguf" in step.setup[-1]
+    assert "gguf_parts.py join" in step.setup[-1] and "convert-gguf" in step.setup[-1]
     assert ".device-ruler" in step.carry and "source .device-ruler/env.sh" in step.command
 
 
@@ -289,18 +290,18 @@ def test_the_fa4_steps_setup_calls_send_each_part_once_and_join_the_locked_wheel
     carries = gpu_next.setup_carries(step)
     assert carries == [[f".device-fa4/parts/part-{k:03d}-of-{count:03d}"] for k in range(count)]
     (large,) = [w.file for w in staging_lock("fa4") if w.name == "nvidia-cutlass-dsl-libs-cu13"]
-    assert f"gguf_parts join /tmp/fa4-parts /tmp/fa4-whl/{large} --sha256 " in step.setup[-1]
+    assert f"gguf_parts.py join /tmp/fa4-parts /tmp/fa4-whl/{large} --sha256 " in step.setup[-1]
     assert all("/tmp/fa4-parts/" in line for line in step.setup)
     assert step.ready and step.carry == [".device", ".device-fa4/step"]
     assert step.command.startswith("source .device-fa4/step/env.sh && python3 benchmarks/fa4_gpu.py --out {out}")
 
 
 def staging_lock(name: str) -> list:
-    sys.path.insert(0, str(ROOT / "scripts" / "device"))
+    sys.path.insert(0, str(ROOT / "tools" / "gpu"))
     try:
         import staging
     finally:
-        sys.path.remove(str(ROOT / "scripts" / "device"))
+        sys.path.remove(str(ROOT / "tools" / "gpu"))
     return staging.read_lock(staging.lock_path(name))
 
 

@@ -1,5 +1,5 @@
 """The wheels staged for the GPU image meet every requirement there, checked without network
-(scripts/device/staging.py): the committed locks against the committed image package list."""
+(tools/gpu/staging.py): the committed locks against the committed image package list."""
 
 import sys
 from pathlib import Path
@@ -9,9 +9,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAVED_PATH = list(sys.path)
-sys.path.insert(0, str(ROOT / "scripts" / "device"))
+sys.path.insert(0, str(ROOT / "tools" / "gpu"))
 import staging  # noqa: E402  (a script directory, not a package)
 
 sys.path[:] = SAVED_PATH
@@ -41,7 +41,7 @@ def test_the_first_h100_runs_hand_written_hf_set_fails():
     """The nine wheels `make device-hf` staged for the first H100 run (their Requires-Dist
     recorded from the wheels): huggingface-hub 2.4.0's httpx2 needs httpcore2 and truststore,
     which neither that set nor the image had, and typer 0.29.2 needs pydantic."""
-    wheels = staging.read_lock(ROOT / "tests" / "fixtures" / "hf_before_resolution.lock.json")
+    wheels = staging.read_lock(ROOT / "tests" / "tools" / "fixtures" / "hf_before_resolution.lock.json")
     gaps = staging.unmet(wheels, staging.load_image(), {}, {})
     needed = sorted(gap.split(" needs ")[1].split(";")[0].split("=")[0].split(">")[0] for gap in gaps)
     assert needed == ["httpcore2", "pydantic", "truststore"]

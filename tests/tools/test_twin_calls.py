@@ -1,4 +1,4 @@
-"""The GPU twin's device calls (longctx_replication/gpu_twin.py) on CPU, with tests/sweep_fake_runs.py in
+"""The GPU twin's device calls (tools/twin/gpu_twin.py) on CPU, with tests/sweep_fake_runs.py in
 place of `longctx pretrain | sft | niah`: a seed runs and is archived (<= the size limit,
 no checkpoints), a rerun skips it, a killed call's seed starts again from scratch without
 touching a finished seed, a seed that does not fit moves the plan to its next cut, a
@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from longctx_replication import gpu_twin, twin_tuning
+from longctx_replication import twin_tuning
 from longctx_replication.seed_archive import archive_path, read_manifest
-from longctx_replication.twin_plan import cut_in_force, load_plan
+from longctx_replication.twin_plan import load_plan
+from tests.tools.helpers import TOOLS, twin
 
+gpu_twin, lease = twin("gpu_twin"), twin("lease")
 FAKE = Path(__file__).parents[1] / "sweep_fake_runs.py"
 WINDOWS = [64, 128]
 
@@ -67,9 +69,6 @@ def plan_file(tmp_path, monkeypatch):
         "pretrain_sweep": pretrain,
         "eval_sweeps": [sft, table1],
         "seeds": seeds,
-        "max_steps_cuts": [10, 6],
-        "budget_s": 120,
-        "archive_max_bytes": 2**20,
         "tuning": {
             "seeds": [100, 101],
             "window": 128,
@@ -81,6 +80,8 @@ def plan_file(tmp_path, monkeypatch):
     }
     path = tmp_path / "plan.yaml"
     path.write_text(yaml.safe_dump(plan))
+    budget = {"budget_s": 120, "max_steps_cuts": [10, 6], "archive_max_bytes": 2**20}
+    (tmp_path / "lease.yaml").write_text(yaml.safe_dump(budget))
     monkeypatch.setattr(gpu_twin, "MIN_START_S", 0.0)
     monkeypatch.setattr(gpu_twin, "STOP_BEFORE_S", 1.0)
     monkeypatch.setattr(gpu_twin, "ARCHIVE_RESERVE_S", 0.5)
@@ -90,8 +91,16 @@ def plan_file(tmp_path, monkeypatch):
     return path
 
 
+def _lease_file(plan_file):
+    return plan_file.parent / "lease.yaml"
+
+
+def _cut(plan_file):
+    return lease.cut_in_force(lease.load_lease(_lease_file(plan_file)), load_plan(plan_file).archives)
+
+
 def _call(plan_file, out, *extra):
-    return gpu_twin.main(["--plan", str(plan_file), "--out", str(out), *extra])
+    return gpu_twin.main(["--plan", str(plan_file), "--lease", str(_lease_file(plan_file)), "--out", str(out), *extra])
 
 
 def _digest(path: Path) -> str:
@@ -102,7 +111,7 @@ def test_a_seed_is_archived_without_checkpoints_and_a_rerun_skips_it(plan_file, 
     plan = load_plan(plan_file)
     assert _call(plan_file, tmp_path / "out1") == 0
     archive = archive_path(plan.archives, 10)
-    assert archive.stat().st_size <= plan.archive_max_bytes
+    assert archive.stat().st_size <= lease.load_lease(_lease_file(plan_file)).archive_max_bytes
     assert sorted(p.name for p in (tmp_path / "out1").iterdir()) == [
         "seed-10.tar.xz",
         "twin_status.json",
@@ -138,10 +147,11 @@ def test_a_killed_call_s_seed_starts_again_from_scratch_and_a_finished_seed_is_u
     env = {**os.environ, "FAKE_STEP_S": "1.0", "PYTHONPATH": os.pathsep.join(sys.path)}
     argv = [
         sys.executable,
-        "-m",
-        "longctx_replication.gpu_twin",
+        str(TOOLS / "twin" / "gpu_twin.py"),
         "--plan",
         str(plan_file),
+        "--lease",
+        str(_lease_file(plan_file)),
         "--out",
         str(tmp_path / "o"),
     ]
@@ -173,7 +183,7 @@ def test_a_seed_that_does_not_fit_records_its_cut_and_runs_again_at_the_next(pla
     too_long = json.loads((tmp_path / "out1" / "cuts.json").read_text())["too_long"]
     assert list(too_long) == ["10"] and too_long["10"]["seed"] == 10
     assert all(0 < s < 10 for s in too_long["10"]["steps"].values())
-    assert cut_in_force(plan) == 6 and not archive_path(plan.archives, 10).exists()
+    assert _cut(plan_file) == 6 and not archive_path(plan.archives, 10).exists()
 
     monkeypatch.setenv("FAKE_STEP_S", "0")
     assert _call(plan_file, tmp_path / "out2") == 0
@@ -191,7 +201,7 @@ def test_a_failing_job_leaves_the_cut_alone_and_brings_its_log_back(plan_file, t
     assert states["pre_window-128_seed-10"] == "failed" and states["pre_window-64_seed-10"] == "done"
     assert {s for j, s in states.items() if not j.startswith("pre_")} == {"blocked"}
     assert "fake failure" in next(r["log_tail"] for r in body["jobs"] if r["state"] == "failed")
-    assert cut_in_force(plan) == 10 and not (plan.archives / "cuts.json").exists()
+    assert _cut(plan_file) == 10 and not (plan.archives / "cuts.json").exists()
 
 
 def test_the_tuning_call_applies_the_committed_rule(plan_file, tmp_path):
@@ -211,7 +221,12 @@ def test_the_report_runs_on_the_archives_alone(plan_file, tmp_path):
     for path in sorted(plan.root.iterdir(), reverse=True):  # the runs are gone; the archives remain
         subprocess.run(["rm", "-r", str(path)], check=True)
     docs = tmp_path / "docs"
-    assert gpu_twin.main(["--plan", str(plan_file), "--report", "--docs", str(docs)]) == 0
+    assert (
+        gpu_twin.main(
+            ["--plan", str(plan_file), "--lease", str(_lease_file(plan_file)), "--report", "--docs", str(docs)]
+        )
+        == 0
+    )
     summary = json.loads((docs / "replication_summary_gpu.json").read_text())
     assert summary["meta"]["seeds"] == [10, 11] and summary["meta"]["windows"] == WINDOWS
     assert summary["meta"]["commit"] == "seed 10 at abc123 (10 steps); seed 11 at abc123 (10 steps)"

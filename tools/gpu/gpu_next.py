@@ -1,14 +1,14 @@
 """The next GPU step in one device call: `make gpu-next` runs the first step of the committed
-checklist (scripts/device/gpu_steps.toml) that is ready and not done.
+checklist (tools/gpu/gpu_steps.toml) that is ready and not done.
 
-    python scripts/device/gpu_next.py plan             # here: the steps, the next one's call
-    source .device/env.sh; python3 scripts/device/gpu_next.py run --out $OUT   # the device call
-    python scripts/device/gpu_next.py tick FILES_AT     # here, after the call: commit the outputs
+    python tools/gpu/gpu_next.py plan             # here: the steps, the next one's call
+    source .device/env.sh; python3 tools/gpu/gpu_next.py run --out $OUT   # the device call
+    python tools/gpu/gpu_next.py tick FILES_AT     # here, after the call: commit the outputs
 
-GPU time comes in 15-minute windows (a machine's start included), 10 minutes per command, 64
-MiB carried in and 8 files of 16 MiB back, so each window should need one prepared command.
-`plan` prints each step's state and the next call (carry list, command, timeout) and checks
-what it carries first: the staged sets' locks (scripts/device/staging.py) and that the carried
+GPU time comes on the lender's terms (tools/lender.toml: a session's device time, a machine's
+start included, one command's limit, what a call carries in and what comes back), so each
+session should need one prepared command per step. `plan` prints each step's state and the next call (carry list, command, timeout) and checks
+what it carries first: the staged sets' locks (tools/gpu/staging.py) and that the carried
 folders exist. `run` (the GPU side) runs the step's command in its own process group with a
 hard limit, packs the step's outputs into $OUT/<id>.tar.xz and writes $OUT/gpu_next.json
 (step, status, seconds, content hash, device, versions, what comes next): two files back
@@ -43,11 +43,15 @@ from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 STEPS = Path(__file__).resolve().parent / "gpu_steps.toml"
-MAX_LIMIT_S = 540
-"""A device call runs at most 10 minutes; 9 leave room for start-up and the transfers."""
-MAX_FILE_MIB = 16
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: lender.py
+import lender  # noqa: E402  (a script directory, not a package)
+
+TERMS = lender.load()
+MAX_LIMIT_S = TERMS.step_s
+"""A step's limit: the lender's command limit less room for start-up and the transfers."""
+MAX_FILE_MIB = TERMS.file_mib
 """The largest file that comes back from a device call."""
-MAX_CALL_MIB = 64
+MAX_CALL_MIB = TERMS.carry_mib
 """What one device call takes along: the working tree (tracked and untracked files git does
 not ignore) and its carried paths together."""
 SETUP_CARRY = re.compile(r"carry (\[[^\]]*\]):")
@@ -63,7 +67,7 @@ STAGED = {
     ".device-fa4": "fa4",
     ".device-wandb": "wandb",
 }
-"""Staged folder -> its staging set (scripts/device/staging/sets.toml); a call may carry the
+"""Staged folder -> its staging set (tools/gpu/staging/sets.toml); a call may carry the
 folder or paths under it (`make device-fa4` sends its set in parts)."""
 SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
 
@@ -151,11 +155,11 @@ def resume_argument(step: Step, steps: list[Step]) -> str:
 
 
 def plan(steps: list[Step]) -> int:
-    for step in steps:
-        label = state(step)
-        extra = f" ({step.waits})" if label == "waits" else ""
-        last = f", last {step.done[-1]['date']} on {step.done[-1]['device']}" if step.done else ""
-        print(f"{label:>8}  {step.id}{extra}{last}")
+    for listed in steps:
+        label = state(listed)
+        extra = f" ({listed.waits})" if label == "waits" else ""
+        last = f", last {listed.done[-1]['date']} on {listed.done[-1]['device']}" if listed.done else ""
+        print(f"{label:>8}  {listed.id}{extra}{last}")
     step = next_step(steps)
     if step is None:
         print("\nevery ready step is done")
@@ -167,7 +171,7 @@ def plan(steps: list[Step]) -> int:
     print(f"  carry {json.dumps(step.carry)}, timeout_s {step.limit_s + CALL_MARGIN_S}")
     prefix = "source .device/env.sh; " if ".device" in step.carry else ""
     # python, not make: the image is not known to have make (`make gpu-next` runs the same)
-    print(f"  command: {prefix}WANDB_MODE=disabled python3 scripts/device/gpu_next.py run --out $OUT")
+    print(f"  command: {prefix}WANDB_MODE=disabled python3 tools/gpu/gpu_next.py run --out $OUT")
     for problem in problems:
         print(f"  NOT READY: {problem}")
     return 1 if problems else 0
@@ -304,7 +308,7 @@ def run(steps: list[Step], out: Path, step_id: str | None = None) -> int:
     (out / "gpu_next.json").write_text(json.dumps(summary, indent=1) + "\n")
     print("\n".join(tail))
     print(f"gpu-next: {step.id} {status} (exit {code}) in {seconds} s; outputs in {step.id}.tar.xz")
-    print(f"gpu-next: next: {upcoming or 'nothing ready'}; here: python scripts/device/gpu_next.py tick <files_at>")
+    print(f"gpu-next: next: {upcoming or 'nothing ready'}; here: python tools/gpu/gpu_next.py tick <files_at>")
     return 0 if status in ("ok", "complete", "partial") else 1
 
 

@@ -1,8 +1,8 @@
-"""`make gpu-check` (scripts/device/gpu_check.py): its CPU smoke runs every part end to end,
+"""`make gpu-check` (tools/gpu/gpu_check.py): its CPU smoke runs every part end to end,
 so that a GPU session loses no minute to a typo or an import error; its limits hold: a
 part past its budget is stopped and reported, the next part still runs, and a failed
 correctness check makes the exit status non-zero; and every correctness check
-(scripts/device/gpu_check_correctness.py) runs its flash path on CPU at tiny sizes through
+(tools/gpu/gpu_check_correctness.py) runs its flash path on CPU at tiny sizes through
 the CPU stand-in of torch's varlen kernel, installed here (the script itself imports no test
 code, so its own smoke runs on the pure-torch `varlen` backend)."""
 
@@ -18,8 +18,8 @@ import torch
 from tests.helpers import gpu_image_environment
 from tests.model import varlen_stand_in
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-DEVICE_SCRIPTS = REPOSITORY / "scripts" / "device"
+REPOSITORY = Path(__file__).resolve().parents[2]
+DEVICE_SCRIPTS = REPOSITORY / "tools" / "gpu"
 SAVED_PATH = list(sys.path)
 sys.path.insert(0, str(DEVICE_SCRIPTS))
 import gpu_check  # noqa: E402  (a script directory, not a package)
@@ -75,8 +75,11 @@ def test_a_design_check_can_fail(tmp_path, monkeypatch):
 
 
 def test_smoke_runs_every_part_and_writes_their_tables_and_the_summary(tmp_path):
+    """Through `make gpu-check` as a user runs it (the Makefile's path setup and the driver's
+    place in tools/gpu), with GPU_CHECK_ARGS=--smoke: the CPU smoke of the gpu-check and
+    gpu-check-tools steps."""
     out = tmp_path / "out"
-    command = [sys.executable, "scripts/device/gpu_check.py", "--smoke", "--out", str(out)]
+    command = ["make", "-s", "gpu-check", f"PYTHON_GPU={sys.executable}", f"BENCH_OUT={out}", "GPU_CHECK_ARGS=--smoke"]
     env = gpu_image_environment(tmp_path)  # no wandb, as on the GPU image
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=600, env=env)
     logs = "".join(path.read_text()[-2000:] for path in sorted(out.glob("*.log")))
@@ -163,7 +166,7 @@ def test_exit_status_is_non_zero_when_a_correctness_check_failed(tmp_path, body,
 
 
 def test_parts_option_names_only_known_parts(tmp_path):
-    command = [sys.executable, "scripts/device/gpu_check.py", "--out", str(tmp_path), "--parts", "speed"]
+    command = [sys.executable, "tools/gpu/gpu_check.py", "--out", str(tmp_path), "--parts", "speed"]
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown parts ['speed']" in result.stderr
 

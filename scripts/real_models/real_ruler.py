@@ -1,8 +1,8 @@
 """RULER on SmolLM2-135M-Instruct at 4K and 8K on the GPU, in calls that fit one device
-command each, beside STRING Table 1 (scripts/device/real_table1.py).
+command each, beside STRING Table 1 (scripts/real_models/real_table1.py).
 
-    python3 scripts/device/real_ruler.py run MODEL_DIR --out $OUT [--resume-from RULER_CELLS.tar.xz]
-    python3 scripts/device/real_ruler.py smoke --out DIR       # on CPU, tiny random model
+    python3 scripts/real_models/real_ruler.py run MODEL_DIR --out $OUT [--resume-from RULER_CELLS.tar.xz]
+    python3 scripts/real_models/real_ruler.py smoke --out DIR       # on CPU, tiny random model
 
 - `run`: `longctx eval-suite MODEL --suite ruler` with experiments/real/smollm2_ruler.yaml's
   arms (RoPE, StRing as released: S = L/3, W = 128, compat repo), its chat template and RULER's

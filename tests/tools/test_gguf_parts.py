@@ -1,4 +1,4 @@
-"""longctx_replication/gguf_parts.py: a file split into parts and joined back is the same file (its
+"""tools/gpu/gguf_parts.py: a file split into parts and joined back is the same file (its
 SHA-256 computed here by hashlib on the original bytes), in order whatever order the parts
 arrive in; a missing part is named, a damaged one fails the hash and leaves no output."""
 
@@ -9,7 +9,10 @@ import shutil
 
 import pytest
 
-from longctx_replication.gguf_parts import PartsError, join, main, split
+from tests.tools.helpers import gpu
+
+parts = gpu("gguf_parts")
+PartsError, join, main, split = parts.PartsError, parts.join, parts.main, parts.split
 
 
 @pytest.fixture

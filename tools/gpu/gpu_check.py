@@ -1,7 +1,8 @@
 """`make gpu-check`: the GPU path proved in one command of at most 5.5 minutes on one H100,
-so that a second, partial run fits the same 15-minute device session.
+so that a second, partial run fits the same device session (the lender's session_s,
+tools/lender.toml).
 
-    python scripts/device/gpu_check.py --out DIR [--parts correctness kernels] [--smoke]
+    python tools/gpu/gpu_check.py --out DIR [--parts correctness kernels] [--smoke]
 
 A device driver, not a measurement: it runs the benchmarks/ timing scripts (and the
 correctness script beside it) as its parts, each a process of its own.
@@ -15,7 +16,7 @@ after that table appears: what is left is teardown.
 
 | part | budget | what (script) |
 | --- | ---: | --- |
-| correctness | 150 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; the attention designs as 2-layer models vs float64; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; longctx.hf_attention's functions in a bf16 transformers Llama at 8K vs longctx's flash path; fsdp + compile pretrain killed and resumed, the slowest, last (scripts/device/gpu_check_correctness.py) |
+| correctness | 150 s | flash 4K fwd+bwd vs fp32; StRing / StRing repo / ReRoPE / Self-Extend / DCA band passes at 8K vs the pure-torch fp64 path, gradients included; the attention designs as 2-layer models vs float64; bf16-true RoPE; a 1.1B flash step under sync-debug "error"; longctx.hf_attention's functions in a bf16 transformers Llama at 8K vs longctx's flash path; fsdp + compile pretrain killed and resumed, the slowest, last (tools/gpu/gpu_check_correctness.py) |
 | training | 80 s | tinyllama-1.1b, T=2,048 x 8 rows, bf16, our blocks compiled (flash, chunked loss) vs HF LlamaForCausalLM sdpa uncompiled, plain and packed document-masked rows: tokens/s, MFU, useful MFU, peak vs train/memory_budget.py's estimate (benchmarks/train_gpu.py) |
 | kernels | 55 s | document-masked attention fwd+bwd at 4K/16K/64K, flash vs flex, useful TFLOP/s (benchmarks/attention.py) |
 | long-context | 90 s | tinyllama-1.1b shapes prefilling 32K and 128K, RoPE vs StRing (one warm-up, two timed), decoding with a 32K cache; a random Llama-3.1-8B-shaped model prefilling 128K with StRing, one timed run, ms and peak GiB (benchmarks/position_methods.py) |
@@ -29,7 +30,7 @@ parts named (a rerun after a fix), in the order above.
 
 `--smoke` runs the same scripts on CPU at tiny sizes (their --smoke modes: the correctness
 checks and the kernels on the pure-torch `varlen` backend in place of flash, no compile),
-each part limited to SMOKE_LIMIT_S: tests/test_gpu_check.py runs it in `make test` so that
+each part limited to SMOKE_LIMIT_S: tests/tools/test_gpu_check.py runs it in `make test` so that
 no GPU minute is lost to a typo or an import error.
 """
 
@@ -78,7 +79,7 @@ class Part:
 
 def gpu_parts() -> list[Part]:
     return [
-        Part("correctness", 150, (("scripts/device/gpu_check_correctness.py",),), ("correctness",)),
+        Part("correctness", 150, (("tools/gpu/gpu_check_correctness.py",),), ("correctness",)),
         Part(
             "training",
             80,
@@ -136,13 +137,13 @@ def gpu_parts() -> list[Part]:
 SMOKE_LIMIT_S = 300
 """Each part's limit in the smoke: a shared 2-core CPU starting Python, torch, Lightning and
 two pretrain processes is slower than the GPU machine; the limits themselves are tested
-with stand-in parts (tests/test_gpu_check.py)."""
+with stand-in parts (tests/tools/test_gpu_check.py)."""
 
 
 def smoke_parts() -> list[Part]:
     """The same scripts on CPU at tiny sizes (their --smoke modes), each under SMOKE_LIMIT_S."""
     return [
-        Part("correctness", SMOKE_LIMIT_S, (("scripts/device/gpu_check_correctness.py", "--smoke"),), ("correctness",)),
+        Part("correctness", SMOKE_LIMIT_S, (("tools/gpu/gpu_check_correctness.py", "--smoke"),), ("correctness",)),
         Part(
             "training",
             SMOKE_LIMIT_S,
@@ -251,7 +252,7 @@ def run_part(part: Part, out: Path) -> dict:
         if returncode != 0:
             status = f"failed (exit {returncode})"
             break
-    record = {"part": part.name, "status": status, "seconds": time.monotonic() - start, "budget_s": part.budget_s}
+    record: dict = {"part": part.name, "status": status, "seconds": time.monotonic() - start, "budget_s": part.budget_s}
     record["tables"] = [table for table in part.tables if (out / f"{table}.json").exists()]
     if part.name == "correctness" and "correctness" in record["tables"]:
         rows = json.loads((out / "correctness.json").read_text())["rows"]

@@ -9,7 +9,7 @@ import sys
 
 from tests.helpers import gpu_image_site
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_every_test_module_collects_without_the_packages_the_gpu_image_lacks(tmp_path):
