@@ -95,8 +95,8 @@ def _run_arm(arm: str, model_dir: str, length: int, prompts: int, new_tokens: in
 
     else:
         from longctx.config.position_methods import PositionMethodConfig
-        from longctx.eval.generation import generate
         from longctx.model.hf import import_hf
+        from longctx.model.inference.generation import generate
         from longctx.model.position_methods import build_position_method
 
         own = import_hf(model_dir).eval()

@@ -55,12 +55,12 @@ from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.eval.cells import Decoding
 from longctx.eval.effective_length import plot_heatmap
-from longctx.eval.generation import generate
 from longctx.eval.niah.evaluation import evaluate
 from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.haystack import Haystack
 from longctx.model.checkpoint import load_model
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.generation import generate
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.runtime import tune_cpu_allocator
 

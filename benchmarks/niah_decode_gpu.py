@@ -48,8 +48,8 @@ from hf_attention import prompt_ids
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
-from longctx.eval.generation import generate
 from longctx.model.hf import export_hf
+from longctx.model.inference.generation import generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 

@@ -83,8 +83,8 @@ def _run_arm(arm: str, model_dir: str, length: int, new_tokens: int, threads: in
             return out[0, len(ids) :].tolist()
 
     else:
-        from longctx.eval.generation import generate
         from longctx.model.hf import import_hf
+        from longctx.model.inference.generation import generate
         from longctx.model_tokenizer import tokenizer_for_model
 
         model = import_hf(model_dir).eval()

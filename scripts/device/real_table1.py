@@ -198,10 +198,10 @@ def run_side_by_side(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM
 
     from longctx.cli.common import evaluation_setup
-    from longctx.eval.generation import Generation, generate
     from longctx.eval.niah.engine_task import NiahTask
     from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
+    from longctx.model.inference.generation import Generation, generate
 
     if args.tests > 50:
         raise SystemExit(f"--tests {args.tests}: the side-by-side is capped at 50 prompts")

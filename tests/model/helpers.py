@@ -223,7 +223,7 @@ def cached_greedy(model, input_ids, max_new_tokens, **options):
     attention_backend, position_method, prefill_chunk_tokens."""
     import torch
 
-    from longctx.eval.generation import generate
+    from longctx.model.inference.generation import generate
 
     rows = input_ids.tolist()
     generations = generate(model, rows, max_new_tokens=max_new_tokens, batch_size=len(rows), **options)
@@ -291,7 +291,7 @@ def require_backend(backend: str) -> None:
 
 
 class Traced:
-    """A decoding-step recorder for CPU tests (model/decode_graph.py `Recorder`): the step
+    """A decoding-step recorder for CPU tests (model/inference/graph.py `Recorder`): the step
     traced with make_fx, which bakes host numbers in as a CUDA graph does; `graphs` keeps
     each trace."""
 

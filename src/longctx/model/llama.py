@@ -16,7 +16,7 @@ only its window, with its own RoPE base (Gemma 3, OLMo 3); a NoPE layer rotates 
 (SmolLM3). Each forward builds one `Positions` per distinct layer design, shared by the
 layers of that design: a mask per window, cos/sin per RoPE base.
 
-Inference keeps keys/values in a `KVCache` (model/kv_cache.py; prefill once, then one
+Inference keeps keys/values in a `KVCache` (model/inference/kv_cache.py; prefill once, then one
 token at a time; sliding layers keep only their window):
 
     cache = model.new_kv_cache(batch_size=B, max_len=T + new_tokens)
@@ -38,9 +38,9 @@ from torch.utils.checkpoint import checkpoint
 
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
-from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.gate import gated
-from longctx.model.kv_cache import KVCache
+from longctx.model.inference.kv_cache import KVCache
+from longctx.model.inference.step import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weights, linear_into
 from longctx.model.loss import chunked_cross_entropy
 from longctx.model.positions import Positions, PositionsProvider
@@ -275,7 +275,7 @@ class Llama(nn.Module):
     def new_kv_cache(self, batch_size: int, max_len: int, *, decode_kernel: bool = False) -> KVCache:
         """A cache for `batch_size` rows of up to `max_len` positions; `decode_kernel`: its
         decoding steps' attention in the Triton decoding kernel where it can run
-        (model/decode_kernel.py; CUDA), else in torch's kernels."""
+        (model/inference/kernel.py; CUDA), else in torch's kernels."""
         device = self.tok_embeddings.weight.device
         return KVCache(self.config, batch_size, max_len, device=device, decode_kernel=decode_kernel)
 
@@ -312,7 +312,7 @@ class Llama(nn.Module):
         With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
         keeps the uncompiled call as `_call_impl`): a prefill's key length changes every
         chunk. A decoding step (one token per row) reads fixed shapes without host syncs
-        (model/decode.py); compiling and graph-capturing it is measured on a GPU.
+        (model/inference/step.py); compiling and graph-capturing it is measured on a GPU.
         """
         batch, seq = input_ids.shape
         device = input_ids.device
@@ -339,7 +339,7 @@ class Llama(nn.Module):
         decode = None
         if kv_cache is not None:
             key_document_ids, key_position_ids = kv_cache.write_ids(new_documents, document_ids, position_ids)
-            if kv_cache.fixed_reads:  # a decoding step (model/decode.py): no host sync, fixed-shape reads
+            if kv_cache.fixed_reads:  # a decoding step (model/inference/step.py): no host sync, fixed-shape reads
                 held = kv_cache.window_span(1)
                 decode = DecodeKeys(
                     kv_cache.end, kv_cache.document_start, kv_cache.key_index, held, kv_cache.kernel_buffers
@@ -396,7 +396,7 @@ class _Layouts:
     dtype: torch.dtype
     max_seqlen: int | None
     decode: DecodeKeys | None = None
-    """Set in a decoding step: every layer reads model/decode.py's fixed-shape plan."""
+    """Set in a decoding step: every layer reads model/inference/step.py's fixed-shape plan."""
     shard: SequenceShard | None = None
     """Set under context parallelism: every layer gathers keys/values over the shard."""
 

@@ -71,7 +71,7 @@ from torch import nn
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
-from longctx.model.decode import DecodeKeys, DecodeMask, DecodePasses, signed_sin
+from longctx.model.inference.step import DecodeKeys, DecodeMask, DecodePasses, signed_sin
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
@@ -326,7 +326,7 @@ class PositionMethod(nn.Module):
 
     @property
     def fixed_shape_decoding(self) -> bool:
-        """Whether a decoding step runs as `prepare_decode` (model/decode.py): keys cached
+        """Whether a decoding step runs as `prepare_decode` (model/inference/step.py): keys cached
         rotated and every pass a distance band. ReRoPE, Self-Extend and DCA rotate keys at
         rewritten positions or cover chunks: they take the general plan."""
         return self.caches_rotated_keys and all(p.band is not None for p in self.passes_for(1))

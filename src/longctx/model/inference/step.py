@@ -24,7 +24,7 @@ once per step and every layer reads:
   `_attend_math` folds each key/value head's query group into its query rows (sdpa with
   a mask and fewer k/v heads would run its math kernel, which expands k/v). On CUDA, for
   a cache that carries the kernel's buffers (`eval.cuda_decoding` kernel | graph+kernel),
-  one Triton kernel (model/decode_kernel.py) computes the union softmax of all passes
+  one Triton kernel (model/inference/kernel.py) computes the union softmax of all passes
   directly: no merge operations, one launch per layer for RoPE and StRing alike.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from longctx.model import decode_kernel
+from longctx.model.inference import kernel as decode_kernel
 from longctx.model.rope import rotation_dtype
 from longctx.model.sinks import dense_with_sinks
 
