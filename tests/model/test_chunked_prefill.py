@@ -18,7 +18,7 @@ ARMS = [*POSITION_METHODS, "string-repo"]
 
 def _method(arm: str, config: ModelConfig):
     if arm == "rope":
-        return None  # the model's own RotaryPositions path
+        return None  # the model's own plain RoPE (layer_attention.Dense)
     name, _, compat = arm.partition("-")
     string = StringConfig(local_window=4, compat=compat or "paper")
     return build_position_method(PositionMethodConfig(name=name, string=string), config)

@@ -56,8 +56,8 @@ from torch.overrides import TorchFunctionMode
 
 from longctx.config.eval import CUDA_DECODING
 from longctx.model.inference.kv_cache import KVCache
+from longctx.model.layer_attention import PositionsProvider
 from longctx.model.llama import Llama
-from longctx.model.positions import PositionsProvider
 
 Recorded = Callable[[], torch.Tensor]
 logger = logging.getLogger(__name__)

@@ -36,6 +36,7 @@ import torch
 from longctx.batch import document_start_index
 from longctx.config.model import ModelConfig
 from longctx.model.inference.kernel import KernelBuffers
+from longctx.model.inference.step import DecodeKeys
 
 __all__ = ["KVCache"]
 
@@ -161,6 +162,11 @@ class KVCache:
         """Bytes of cached keys and values (0 before the first store)."""
         tensors = (self.keys, self.values, self.window_keys, self.window_values)
         return sum(t.nbytes for t in tensors if t is not None)
+
+    def step_keys(self) -> DecodeKeys:
+        """Where a decoding step's token finds its keys (model/inference/step.py), from the
+        device tensors the cache keeps: no host sync."""
+        return DecodeKeys(self.end, self.document_start, self.key_index, self.window_span(1), self.kernel_buffers)
 
     def window_span(self, new_tokens: int) -> int:
         """Keys a sliding layer reads in a forward of `new_tokens`: its kept keys + the new."""
