@@ -18,8 +18,8 @@ The path of one batch of prompts, module by module:
    current document start and the length on the device (`end`).
 4. `step`: what a decoding step (one new token per row) builds once and every layer reads:
    `DecodeKeys` (where the token's keys are), `DecodeMask` (which of them each pass sees)
-   and `decode_attention` (every pass in one kernel call). The model picks it when a
-   forward is one token over a cache.
+   and `decode_attention` (every pass in one kernel call). A forward of one token per row
+   over a cache is `Llama.decode_step`; model/layer_attention.py decides each layer's `Step`.
 5. `kernel`: the Triton decoding kernel (CUDA, `eval.cuda_decoding` kernel), the union
    softmax of all passes in one launch.
 6. `graph.DecodeGraph`: the step recorded once as a CUDA graph and replayed
