@@ -19,10 +19,8 @@ LAYERS = ["sliding", "full", "sliding", "full"]
 
 
 def hybrid_model(**overrides) -> Llama:
-    config = ModelConfig.from_preset(
-        "debug", n_layers=4, layer_types=LAYERS, sliding_window=4, nope_layers=[3], max_position=64, **overrides
-    )
-    return Llama(config)
+    values = dict(n_layers=4, layer_types=LAYERS, sliding_window=4, nope_layers=[3], max_position=64) | overrides
+    return Llama(ModelConfig.from_preset("debug", **values))
 
 
 def decisions(model: Llama, method=None) -> list:
@@ -78,3 +76,13 @@ def test_sinks_and_a_method_are_refused_together():
     method = build_position_method(PositionMethodConfig(name="rope"), config)
     with pytest.raises(ValueError, match="does not carry model.attention_sinks"):
         check_forward(config, config.layer_specs(), "sdpa", method)
+
+
+def test_decode_step_refuses_what_is_no_fixed_shape_step():
+    model = hybrid_model(layer_types=None, sliding_window=0, nope_layers=None)
+    cache = model.new_kv_cache(1, 16)
+    method = build_position_method(PositionMethodConfig(name="rerope"), model.config)
+    with pytest.raises(ValueError, match=r"decode_step takes one token.*\(1, 2\)"):
+        model.decode_step(torch.zeros(1, 2, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="position method 'rerope'"):
+        model.decode_step(torch.zeros(1, 1, dtype=torch.long), cache, position_method=method)

@@ -63,7 +63,8 @@ class Positions(Protocol):
 class PositionsProvider(Protocol):
     """An alternative to plain RoPE that the model accepts as `position_method` (the
     evaluation-time methods of model/position_methods/ implement it; the model never
-    imports them). Keys of one KV cache must all come from the same provider."""
+    imports them). Keys of one KV cache must all come from the same provider. What it
+    returns is a dataclass with a `factor` field, which the temperature fills."""
 
     def prepare(
         self,
@@ -155,29 +156,24 @@ class LayerAttention:
 
     def decide(self, spec: LayerSpec) -> Positions:
         """The mask and passes of layers of design `spec`: the one branch per layer design."""
-        method_layer = self.method is not None and spec.rope and spec.kind == "full"
-        step = isinstance(self.keys, DecodeKeys)
         positions: Positions
-        if method_layer and step:
-            assert self.method is not None and isinstance(self.keys, DecodeKeys)
-            positions = self.method.prepare_decode(self.position_ids, self.keys, self.dtype)
-        elif method_layer:
-            positions = self.prepared(spec)
-        elif step:
+        if self.method is not None and spec.rope and spec.kind == "full":
+            positions = self.under_method(self.method)
+        elif isinstance(self.keys, DecodeKeys):
             positions = Step(self.step_mask(spec.window), *self.rotation(spec, signed=True))
         else:
-            assert isinstance(self.keys, SequenceKeys)
             cos, sin = self.rotation(spec)
             positions = Dense(self.mask(spec.window), cos, sin, shard=self.keys.shard)
         factor = self.factor(spec)
         return positions if factor is None else dataclasses.replace(positions, factor=factor)  # type: ignore[type-var]
 
-    def prepared(self, spec: LayerSpec) -> Positions:
-        """A full RoPE layer's positions under the method, for a training/prefill forward."""
-        assert self.method is not None and isinstance(self.keys, SequenceKeys)
-        keys = self.keys
-        q_len = self.position_ids.shape[1]
-        return self.method.prepare(
+    def under_method(self, method: PositionsProvider) -> Positions:
+        """A full RoPE layer under the position method: a decoding step's band passes, or
+        the method's plan over every key of a training/prefill forward."""
+        if isinstance(self.keys, DecodeKeys):
+            return method.prepare_decode(self.position_ids, self.keys, self.dtype)
+        keys, q_len = self.keys, self.position_ids.shape[1]
+        return method.prepare(
             self.position_ids, keys.position_ids, keys.document_ids, q_len, backend=keys.backend, dtype=self.dtype
         )
 

@@ -304,6 +304,12 @@ class Llama(nn.Module):
         CUDA graph can replay it (model/inference/graph.py). Positions continue each row
         from the cache and the token its last document, unless given; `position_method`:
         one whose decoding passes are bands (layer_attention.fixed_shape_step)."""
+        if not fixed_shape_step(input_ids.shape[1], position_method):
+            name = getattr(position_method, "name", None)
+            raise ValueError(
+                f"decode_step takes one token per row under plain RoPE or a banded method; got input_ids "
+                f"{tuple(input_ids.shape)}, position method {name!r}: call the model (forward) instead"
+            )
         backend = attention_backend or self.config.attention_backend
         check_forward(self.config, self.layer_specs, backend, position_method, cached=True)
         kv_cache.fixed_reads = True
