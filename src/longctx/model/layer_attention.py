@@ -6,16 +6,17 @@ before k enters the KV cache, and how do I attend over all keys? The answer is a
 `Positions` (`rotate`, `attend`), and `LayerAttention.decide` gives it, once per distinct
 layer design (`ModelConfig.layer_specs`) and forward, shared by the layers of that design:
 
-| layer design               | training / prefill                        | decoding step (one token over a cache)     |
-| -------------------------- | ----------------------------------------- | ------------------------------------------ |
-| full, RoPE                 | `Dense`: cos/sin at the position ids,      | `Step`: cos/sin' of the step, mask over    |
-|                            | document mask (model/attention.py)         | the fixed-shape read (model/inference/step.py) |
-| sliding (window W)         | `Dense` with the sliding RoPE and the      | `Step` over the kept + new keys            |
-|                            | window in its mask; over a cache only the  |                                            |
-|                            | kept W - 1 keys + the new ones             |                                            |
-| NoPE (`spec.rope` false)   | `Dense` without rotation                   | `Step` without rotation                    |
-| full RoPE, position method | `method.prepare`: its passes               | `method.prepare_decode` where every pass   |
-|                            | (model/position_methods/)                  | is a band, else the prefill path           |
+| layer design               | training / prefill                       | decoding step (one token over a cache)   |
+| -------------------------- | ---------------------------------------- | ---------------------------------------- |
+| full, RoPE                 | `Dense`: cos/sin at the position ids,    | `Step`: cos/sin' of the step, a mask     |
+|                            | the document mask (model/attention.py)   | over the fixed-shape read of the cache   |
+| sliding (window W)         | `Dense`: the sliding RoPE, the window in | `Step` over the kept + new keys          |
+|                            | the mask; cached: kept W - 1 + new keys  |                                          |
+| NoPE (`spec.rope` false)   | `Dense` without rotation                 | `Step` without rotation                  |
+| full RoPE, position method | `method.prepare`: its passes             | `method.prepare_decode` where every pass |
+|                            | (model/position_methods/)                | is a band, else the prefill path         |
+
+`Step` and the decoding step's keys and masks: model/inference/step.py.
 
 On top, for every row of the table: the attention temperature multiplies the rotated
 queries by a factor of their position (`factor`, model/temperature.py) on the layers it
