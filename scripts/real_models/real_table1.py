@@ -21,7 +21,7 @@ results of docs/real_models.md, not timings).
   (eval.device=cpu, cells of their own, resumable likewise), each arm's records compared with
   the CUDA bf16 cells of `table`: the same pass/fail, the same output text ($OUT/agreement-L<L>.*).
 - `side-by-side`: RoPE only, the first `--tests` (<= 50) prompts at `--length`: seconds per
-  test of longctx's batched evaluation (eval.generation.generate with `--batch-tokens`' rows,
+  test of longctx's batched evaluation (model.inference.generation.generate with `--batch-tokens`' rows,
   bf16 autocast on CUDA) and of Hugging Face `generate` at batch size 1 on the same
   token ids (bf16 weights, sdpa: how the STRING repository runs its NIAH; the GPU image has
   no flash-attn), after one warm-up prompt each, and whether they pass the same prompts
@@ -198,10 +198,10 @@ def run_side_by_side(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM
 
     from longctx.cli.common import evaluation_setup
-    from longctx.eval.generation import Generation, generate
     from longctx.eval.niah.engine_task import NiahTask
     from longctx.eval.niah.evaluation import evaluation_device
     from longctx.model.checkpoint import load_model
+    from longctx.model.inference.generation import Generation, generate
 
     if args.tests > 50:
         raise SystemExit(f"--tests {args.tests}: the side-by-side is capped at 50 prompts")

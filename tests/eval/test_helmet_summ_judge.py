@@ -14,7 +14,6 @@ import pytest
 
 from longctx.cli import main
 from longctx.config import ExperimentConfig
-from longctx.eval.generation import Generation
 from longctx.eval.helmet import HelmetError, judge
 from longctx.eval.helmet.summ_judge import (
     SummaryRow,
@@ -25,6 +24,7 @@ from longctx.eval.helmet.summ_judge import (
     summary_rows,
 )
 from longctx.eval.suite_table import suite_tasks
+from longctx.model.inference.generation import Generation
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "helmet"
 DATA = FIXTURES / "data"

@@ -20,15 +20,15 @@ is, so StRing's step dispatches as many operations as RoPE's:
 - the slices' (m, l, acc) go to a workspace; the program that finishes last for its head
   (an acquire/release counter, reset by that program, so a CUDA graph replays it) merges
   them: M = max m_s, out = sum acc_s e^(m_s - M) / sum l_s e^(m_s - M). One launch, no
-  host sync, fixed shapes: the step stays capturable (model/decode_graph.py).
+  host sync, fixed shapes: the step stays capturable (model/inference/graph.py).
 
 Scores, softmax and the accumulator are fp32; the weights are rounded to v's dtype for the
 second product (as FlashAttention does). A row that sees no key gets zeros. fp32 inputs
 use IEEE products (not TF32). Used on CUDA for fp16/bf16/fp32 without attention sinks
-(model/decode.py); on CPU the fused CPU kernel and the merge run, and the tests run this
+(model/inference/step.py); on CPU the fused CPU kernel and the merge run, and the tests run this
 kernel through Triton's interpreter (TRITON_INTERPRET=1) against them. It runs only
 for a KV cache that carries `KernelBuffers` (`eval.cuda_decoding` kernel | graph+kernel:
-eval/generation.py); its workspaces and output are that cache's.
+model/inference/generation.py); its workspaces and output are that cache's.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _pow2(n: int, least: int = 16) -> int:
 
 class KernelBuffers:
     """The kernel's workspaces and output for one owner: the KV cache of one generation
-    (model/kv_cache.py `KVCache.kernel_buffers`; a cache without them decodes with torch's
+    (model/inference/kv_cache.py `KVCache.kernel_buffers`; a cache without them decodes with torch's
     kernels), each allocated once per (shape, dtype, device, stream).
 
     Why buffers at all: a step recorded as a CUDA graph reads the same buffers at every

@@ -18,11 +18,11 @@ The design (docs/design.md §8, "The KV cache"):
   memory stops growing with the prompt: a Gemma-3-like 5:1 model decoding at 32K holds one
   sixth of an all-full cache plus 5 windows. Reading and keeping are fixed-shape once the
   window is full (W keys read per decoding step), what CUDA-graph capture needs.
-- A decoding step (`fixed_reads`, model/decode.py) writes at `end`, the length kept on
+- A decoding step (`fixed_reads`, model/inference/step.py) writes at `end`, the length kept on
   the device, and reads the whole buffer; `document_start` [B] holds where each row's
   current document starts, so the step's masks need no host sync.
 - `decode_kernel`: the decoding steps' attention runs in the Triton decoding kernel
-  (model/decode_kernel.py, CUDA), whose buffers the cache owns (`kernel_buffers`), so two
+  (model/inference/kernel.py, CUDA), whose buffers the cache owns (`kernel_buffers`), so two
   generations never share the kernel's output; off, torch's kernels.
 - Keys are cached rotated, except on full layers under position methods that rotate keys
   at rewritten positions (ReRoPE, Self-Extend, DCA), which cache them un-rotated; sliding
@@ -35,7 +35,8 @@ import torch
 
 from longctx.batch import document_start_index
 from longctx.config.model import ModelConfig
-from longctx.model.decode_kernel import KernelBuffers
+from longctx.model.inference.kernel import KernelBuffers
+from longctx.model.inference.step import DecodeKeys
 
 __all__ = ["KVCache"]
 
@@ -79,11 +80,11 @@ class KVCache:
         """[max_len] 0..max_len-1, shared by every step's masks."""
         self.fixed_reads = False
         """Set per forward by the model: full layers write at `end` and return their whole
-        buffer (a decoding step, model/decode.py), else the slice [0, length + T)."""
+        buffer (a decoding step, model/inference/step.py), else the slice [0, length + T)."""
         self._length = 0
         self.max_len = max_len
         self.kernel_buffers = KernelBuffers() if decode_kernel else None
-        """The decoding kernel's workspaces and output for this cache's steps (model/decode_kernel.py);
+        """The decoding kernel's workspaces and output for this cache's steps (model/inference/kernel.py);
         None: the steps' attention runs in torch's kernels."""
 
     @property
@@ -111,7 +112,7 @@ class KVCache:
         """Record T new positions' document and position ids [B, T] (`new_documents`: as the
         caller gave them, None when they continue each row's last document); return every
         key's ids so far, [B, length + T]. A decoding step writes at `end` (device), so
-        that it can be replayed as a CUDA graph (model/decode_graph.py)."""
+        that it can be replayed as a CUDA graph (model/inference/graph.py)."""
         seq = document_ids.shape[1]
         if self.length + seq > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; {self.length} used + {seq} new")
@@ -136,7 +137,7 @@ class KVCache:
         self.next_position.copy_(position_ids[:, -1] + 1)
 
     def advance_host(self, tokens: int) -> None:
-        """The host's count after a replayed step (model/decode_graph.py), whose recorded
+        """The host's count after a replayed step (model/inference/graph.py), whose recorded
         kernels already advanced the device's."""
         self._length += tokens
 
@@ -161,6 +162,11 @@ class KVCache:
         """Bytes of cached keys and values (0 before the first store)."""
         tensors = (self.keys, self.values, self.window_keys, self.window_values)
         return sum(t.nbytes for t in tensors if t is not None)
+
+    def step_keys(self) -> DecodeKeys:
+        """Where a decoding step's token finds its keys (model/inference/step.py), from the
+        device tensors the cache keeps: no host sync."""
+        return DecodeKeys(self.end, self.document_start, self.key_index, self.window_span(1), self.kernel_buffers)
 
     def window_span(self, new_tokens: int) -> int:
         """Keys a sliding layer reads in a forward of `new_tokens`: its kept keys + the new."""

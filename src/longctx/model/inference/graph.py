@@ -12,7 +12,7 @@ dispatch per aten operation, ~400 operations per step for a 22-layer model, agai
 of memory traffic (docs/benchmarks.md, "Decode step operations"). A CUDA graph replays
 the recorded kernels with one launch, so the step costs what the GPU does.
 
-What makes a step replayable (model/decode.py, model/kv_cache.py): it reads and writes
+What makes a step replayable (model/inference/step.py, model/inference/kv_cache.py): it reads and writes
 fixed shapes (the whole preallocated cache under a mask), it never reads a value back to
 the host, and every position it depends on lives on the device: the new index `end`, each
 row's document start and next position, all updated in place. The host keeps only the
@@ -55,9 +55,9 @@ from torch.distributed.tensor import DTensor
 from torch.overrides import TorchFunctionMode
 
 from longctx.config.eval import CUDA_DECODING
-from longctx.model.kv_cache import KVCache
+from longctx.model.inference.kv_cache import KVCache
+from longctx.model.layer_attention import PositionsProvider
 from longctx.model.llama import Llama
-from longctx.model.positions import PositionsProvider
 
 Recorded = Callable[[], torch.Tensor]
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def decoding_mode(setting: str, model: Llama, position_method: PositionsProvider
     """`eval.cuda_decoding` (eager | kernel | graph | graph+kernel, config/eval.py) for
     this model and position method. A graph is recorded only where the step has a fixed
     shape (`recordable`), the model does not re-run its sequence mid-decoding (longrope,
-    eval/generation.py) and no parameter is sharded: a sharded model's forward gathers and
+    model/inference/generation.py) and no parameter is sharded: a sharded model's forward gathers and
     frees its weights, collectively and on side streams, which a recorded graph would
     replay against freed memory; it decodes eagerly, and says so in one log line."""
     if setting not in CUDA_DECODING:
@@ -189,7 +189,7 @@ class WeightCasts(TorchFunctionMode):
 
 
 def recordable(position_method: PositionsProvider | None) -> bool:
-    """Whether decoding under `position_method` has a fixed-shape step (model/decode.py)."""
+    """Whether decoding under `position_method` has a fixed-shape step (model/inference/step.py)."""
     return position_method is None or bool(getattr(position_method, "fixed_shape_decoding", False))
 
 

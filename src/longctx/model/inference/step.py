@@ -13,7 +13,8 @@ once per step and every layer reads:
   finite value) the fused CPU kernel takes. A finite "minus infinity" makes a pass that
   sees no key (StRing's shifted pass early on) a row of weight exp(min - lse) = 0 in the
   merge, with no separate fix-up of its log-sum-exp.
-- `rotate`: RoPE on the step's q or k with cos/sin computed once for all layers, as
+- `Step`: one layer design's rotations and attention in the step (model/layer_attention.py
+  decides which). `rotate`: RoPE on the step's q or k with cos/sin computed once for all layers, as
   x cos + roll(x, R/2) sin', sin' = [-sin_1, sin_2] (bitwise `rope.apply_rotary`:
   rotate_half(x) sin = roll(x, R/2) sin').
 - `decode_attention`: every pass in one kernel call, the queries of the P passes as P
@@ -24,7 +25,7 @@ once per step and every layer reads:
   `_attend_math` folds each key/value head's query group into its query rows (sdpa with
   a mask and fewer k/v heads would run its math kernel, which expands k/v). On CUDA, for
   a cache that carries the kernel's buffers (`eval.cuda_decoding` kernel | graph+kernel),
-  one Triton kernel (model/decode_kernel.py) computes the union softmax of all passes
+  one Triton kernel (model/inference/kernel.py) computes the union softmax of all passes
   directly: no merge operations, one launch per layer for RoPE and StRing alike.
 """
 
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
-from longctx.model import decode_kernel
+from longctx.model.inference import kernel as decode_kernel
 from longctx.model.rope import rotation_dtype
 from longctx.model.sinks import dense_with_sinks
+from longctx.model.temperature import tempered
 
 wide = rotation_dtype
 """The merge dtype of an activation dtype: fp32, fp64 for fp64 (rope.rotation_dtype)."""
@@ -132,16 +134,6 @@ def joined(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.cat([q, k], dim=2)
 
 
-def rotate_together(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`rotate` of q [B, T, H, D] and k [B, T, Hkv, D] at the same positions as one tensor
-    of H + Hkv heads (one set of operations instead of two); views of it are returned."""
-    heads = q.shape[2]
-    both = rotate(joined(q, k), cos, sin)
-    return both[:, :, :heads], both[:, :, heads:]
-
-
 def decode_attention(
     queries: torch.Tensor,
     k: torch.Tensor,
@@ -195,70 +187,39 @@ def _attend_math(q, k, v, bias, scale: float) -> tuple[torch.Tensor, torch.Tenso
 
 
 @dataclass
-class DecodeRotary:
-    """A decoding step's plain RoPE layer (llama.Positions): cos/sin' of the step, shared
-    by every layer of the design, and its mask."""
+class Step:
+    """One layer design's attention in a decoding step (the `Positions` that
+    model/layer_attention.py decides): q rotated once per pass P ([B, P, H, D]; cos and
+    sin' [B, P, R] of the pass's query positions, sin' from `signed_sin`, times a method's
+    query scale), the new key at its own position, then the queries times the
+    temperature `factor`; every pass in one `decode_attention` call, scores times
+    `score_multiplier`. Plain RoPE is one pass, NoPE no rotation (`query_cos` None).
 
-    cos: torch.Tensor
-    sin: torch.Tensor
-    """signed_sin of the step's sin."""
+    Without `key_cos` (plain RoPE; rope, ntk, yarn and StRing, whose first pass rotates
+    queries at their own positions unscaled) k rotates with the queries as one tensor of
+    H + Hkv heads and takes the first pass's row: one set of operations, no angles of
+    its own."""
+
     mask: DecodeMask
+    query_cos: torch.Tensor | None = None
+    query_sin: torch.Tensor | None = None
+    key_cos: torch.Tensor | None = None
+    key_sin: torch.Tensor | None = None
+    score_multiplier: float = 1.0
+    factor: torch.Tensor | None = None
+    """[B, 1, 1, 1] the temperature's (model/temperature.py); None: no temperature."""
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rotate_together(q, k, self.cos, self.sin)
+        if self.query_cos is not None and self.query_sin is not None:
+            if self.key_cos is None or self.key_sin is None:
+                heads = q.shape[2]
+                both = rotate(joined(q, k), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
+                q, k = both[:, :, :heads], both[:, :1, heads:]
+            else:
+                q, k = rotate(q, self.query_cos, self.query_sin), rotate(k, self.key_cos, self.key_sin)
+        return tempered(q, self.factor), k
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return decode_attention(q, k, v, self.mask, q.shape[-1] ** -0.5, sinks)
-
-
-@dataclass
-class DecodeUnrotated:
-    """A decoding step's NoPE layer: nothing rotates."""
-
-    mask: DecodeMask
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return q, k
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return decode_attention(q, k, v, self.mask, q.shape[-1] ** -0.5, sinks)
-
-
-@dataclass
-class DecodePasses:
-    """A decoding step under a position method whose passes are distance bands over keys
-    rotated at their own positions (rope, ntk, yarn, StRing): q rotated once per pass
-    ([B, P, H, D], cos/sin [B, P, R] of the pass's query positions, times the method's
-    query scale), k at its own position; every pass in one `decode_attention` call."""
-
-    query_cos: torch.Tensor
-    query_sin: torch.Tensor
-    key_cos: torch.Tensor | None
-    key_sin: torch.Tensor | None
-    """None where `shared`."""
-    mask: DecodeMask
-    score_multiplier: float
-
-    shared: bool = False
-    """The first pass rotates queries at their own positions without a query scale (rope,
-    ntk, yarn, StRing's diagonal): k is rotated with the queries, as one tensor, and
-    takes the first pass's row."""
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.shared:
-            heads = q.shape[2]
-            both = rotate(joined(q, k), self.query_cos, self.query_sin)  # [B, P, H + Hkv, D]
-            return both[:, :, :heads], both[:, :1, heads:]
-        assert self.key_cos is not None and self.key_sin is not None
-        return rotate(q, self.query_cos, self.query_sin), rotate(k, self.key_cos, self.key_sin)
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        if sinks is not None:  # the model refuses first (llama._check_method_on_layers)
-            raise ValueError("position methods do not carry model.attention_sinks")
-        return decode_attention(q, k, v, self.mask, q.shape[-1] ** -0.5 * self.score_multiplier)
+        return decode_attention(q, k, v, self.mask, q.shape[-1] ** -0.5 * self.score_multiplier, sinks)

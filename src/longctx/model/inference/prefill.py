@@ -5,7 +5,7 @@ row: chunk c attends to the cached keys of chunks 0..c-1 and causally to itself,
 exactly the unchunked attention row by row, while a forward's activations (and the
 attention scores of the dense CPU kernels, Tq x Tk) grow with the chunk instead of the
 prompt: what lets a long prompt fit (eval/memory_estimate.py). The decoder every evaluation uses,
-one cached token per step after the prefill, is `longctx.eval.generation.generate`.
+one cached token per step after the prefill, is `longctx.model.inference.generation.generate`.
 `greedy_generate_recompute` re-runs the full sequence every step: slow, obviously right,
 and what tests compare against.
 """

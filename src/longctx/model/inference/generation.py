@@ -1,6 +1,6 @@
 """Greedy generation for real prompts: any lengths in one batch, per-row stop rules.
 
-    from longctx.eval.generation import Generation, StopRule, generate
+    from longctx.model.inference.generation import Generation, StopRule, generate
     outputs = generate(model, [ids_a, ids_b], max_new_tokens=64,
                        stop=StopRule(eos_ids=frozenset({2}), stop_strings=("\\n\\n",)), decode=tokenizer.decode)
     outputs[0].text, outputs[0].token_ids, outputs[0].stopped_by      # in input order
@@ -36,11 +36,11 @@ batch has stopped. Stop strings need `decode`.
 Decoding steps run eagerly unless `cuda_decoding` (`eval.cuda_decoding`) opts in to the
 Triton decoding kernel (`kernel`), to steps recorded as a CUDA graph and replayed
 (`graph`), or to both; on CPU every mode decodes eagerly with torch's kernels. The mode is
-decided once per call for the model (model/decode_graph.py `decoding_mode`): a model with
+decided once per call for the model (model/inference/graph.py `decoding_mode`): a model with
 sharded parameters (FSDP, the in-training NIAH probe's) is never recorded.
 
 The prefill runs in chunks of `prefill_chunk_tokens` columns (0 = the whole width at
-once; `longctx.model.decoding.prefill`): chunk c attends the cached keys of chunks
+once; `longctx.model.inference.prefill.prefill`): chunk c attends the cached keys of chunks
 0..c-1 and causally itself, so the logits do not depend on the chunk size.
 
 A `longrope` model (Phi-3; model/rope.py) rotates a forward by its long factors iff the
@@ -60,8 +60,8 @@ from dataclasses import dataclass
 
 import torch
 
-from longctx.model.decode_graph import DecodeGraph, DecodingMode, decoding_mode
-from longctx.model.decoding import prefill
+from longctx.model.inference.graph import DecodeGraph, DecodingMode, decoding_mode
+from longctx.model.inference.prefill import prefill
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
 from longctx.model.rope import longrope_forced
@@ -160,7 +160,7 @@ def _generate_batch(
     with longrope_forced(model, True) if switch is not None and width > switch else nullcontext():
         logits = prefill(model, ids, positions, documents, prefill_chunk_tokens, options)
     # Steps recorded once and replayed as a CUDA graph on a GPU (eager on CPU) where the
-    # mode says so (model/decode_graph.py `decoding_mode`)
+    # mode says so (model/inference/graph.py `decoding_mode`)
     graph = DecodeGraph(model, cache, position_method, attention_backend=attention_backend) if mode.graph else None
     tokens: list[list[int]] = [[] for _ in range(rows)]
     stopped_by: list[str | None] = [None] * rows
@@ -235,7 +235,7 @@ def generate(
     `prefill_chunk_tokens`: prompt columns per prefill forward (0 = all at once);
     `attention_backend`: None = the model's configured backend; `cuda_decoding`: how the
     decoding steps run on CUDA, eager | kernel | graph | graph+kernel (`eval.cuda_decoding`,
-    decided for this model by model/decode_graph.py `decoding_mode`)."""
+    decided for this model by model/inference/graph.py `decoding_mode`)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if batch_size < 1:
