@@ -145,16 +145,16 @@ def test_rescale_equals_the_per_parameter_loop_bitwise(dtype, labelled):
 def test_training_forward_bounds_documents_by_the_row_length(monkeypatch, chunk):
     """The row length reaches build_mask as the host-side `max_seqlen`, so the flash
     backend reads no maximum document length from the device in a training step."""
-    from longctx.model import llama as llama_module
+    from longctx.model import layer_attention
 
     seen = []
-    build_mask = llama_module.build_mask
+    build_mask = layer_attention.build_mask
 
     def recording(*args, **kwargs):
         seen.append(kwargs.get("max_seqlen"))
         return build_mask(*args, **kwargs)
 
-    monkeypatch.setattr(llama_module, "build_mask", recording)
+    monkeypatch.setattr(layer_attention, "build_mask", recording)
     module = LanguageModelModule(load([], ["data.window=32", f"train.loss_chunk_tokens={chunk}"]))
     module.configure_model()
     module.summed_loss(batch(window=32))
