@@ -13,8 +13,9 @@ who attends to whom. Defaults: positions 0..T-1 and one document per row.
 
 Layers differ where the config says so (`ModelConfig.layer_specs`): a sliding layer sees
 only its window, with its own RoPE base (Gemma 3, OLMo 3); a NoPE layer rotates nothing
-(SmolLM3). Each forward builds one `Positions` per distinct layer design, shared by the
-layers of that design: a mask per window, cos/sin per RoPE base.
+(SmolLM3); a linear layer is Gated DeltaNet (model/gated_deltanet.py). Each forward builds
+one `Positions` per layer design (a mask per window, cos/sin per RoPE base), one
+`Recurrence` (where documents start) for the linear layers.
 
 Inference keeps keys/values in a `KVCache` (model/kv_cache.py; prefill once, then one
 token at a time; sliding layers keep only their window):
@@ -23,8 +24,7 @@ token at a time; sliding layers keep only their window):
     logits = model(prompt, kv_cache=cache)                 # prefill
     logits = model(next_token[:, None], kv_cache=cache)    # decode, positions continue
 
-Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, string-1.3b
-1.494B (its 128,256-token vocabulary adds 0.39B over TinyLlama), tiny 8.1M, debug 1.2M.
+Parameters (untied embeddings): tinyllama-1.1b 1.100B, string-1.3b 1.494B, tiny 8.1M, debug 1.2M.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
 from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
 from longctx.model.gate import gated
+from longctx.model.gated_deltanet import GatedDeltaNet, Recurrence
 from longctx.model.kv_cache import KVCache
 from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weights, linear_into
 from longctx.model.loss import chunked_cross_entropy
@@ -189,7 +190,7 @@ class Block(nn.Module):
             return RMSNorm(dim, config.norm_eps, config.norm_offset) if present else nn.Identity()
 
         self.attn_norm, self.attn_post_norm = norm(placement != "post"), norm(placement != "pre")
-        self.attn = Attention(config)
+        self.attn = GatedDeltaNet(config) if config.layer_kinds()[layer] == "linear" else Attention(config)
         self.mlp_norm, self.mlp_post_norm = norm(placement != "post"), norm(placement != "pre")
         self.mlp = FeedForward(config)
         self.pre_only = placement == "pre" and config.attention_bias != "qkvo"
@@ -359,9 +360,11 @@ class Llama(nn.Module):
         if sequence_shard is not None and (kv_cache is not None or position_method is not None):
             raise ValueError("a sequence shard trains: it takes no kv_cache and no position_method")
         layouts.shard = sequence_shard
-        built: dict[LayerSpec, Positions] = {}
+        built: dict[LayerSpec, Positions | Recurrence] = {}
         for spec in self.layer_specs:
-            if spec not in built:
+            if spec.kind == "linear" and spec not in built:  # no positions: where documents start
+                built[spec] = Recurrence.of(document_ids, kv_cache, sharded=sequence_shard is not None)
+            elif spec not in built:
                 built[spec] = layouts.tempered(layouts.positions(spec, position_method, kv_cache), spec)
         for block, spec in zip(self.blocks, self.layer_specs, strict=True):
             positions = built[spec]
