@@ -259,6 +259,6 @@ class DecodePasses:
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if sinks is not None:  # the model refuses first (llama._check_method_on_layers)
+        if sinks is not None:  # the model refuses first (positions.check_method_on_layers)
             raise ValueError("position methods do not carry model.attention_sinks")
         return decode_attention(q, k, v, self.mask, q.shape[-1] ** -0.5 * self.score_multiplier)

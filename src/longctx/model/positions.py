@@ -1,12 +1,15 @@
 """What the model asks of a layer's positions: the `Positions` one forward builds per layer
-design, and the `PositionsProvider` an evaluation-time position method implements
-(model/position_methods/; the model never imports them)."""
+design, the `PositionsProvider` an evaluation-time position method implements
+(model/position_methods/; the model never imports them), and the layers a method may act on
+(`check_method_on_layers`)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 import torch
+
+from longctx.config.model import LayerSpec, ModelConfig
 
 
 class Positions(Protocol):
@@ -39,3 +42,31 @@ class PositionsProvider(Protocol):
         """Per-forward state for queries at position_ids [B, Tq] over all keys (cached +
         new) at key_position_ids / key_document_ids [B, Tk]; dtype: the activations'."""
         ...
+
+
+def check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec], config: ModelConfig) -> None:
+    """A position method acts on the full layers that rotate and leaves the others as trained
+    (docs/design.md §8): sliding layers are exact only if it equals RoPE at every distance
+    the window holds (StRing: W <= S; ReRoPE: W <= its window, no log scaling; Self-Extend:
+    W <= its neighbour window; DCA: W <= its local window); NoPE and linear layers have no
+    positions to change, so a model without a rotary full layer (a NoPE-only hybrid such as
+    OLMo Hybrid as released) is refused. Methods do not carry attention sinks."""
+    window = max(spec.window for spec in specs)
+    name = getattr(method, "name", type(method).__name__)
+    if not any(spec.kind == "full" and spec.rope for spec in specs):
+        kinds = sorted({spec.kind if spec.rope or spec.kind == "linear" else f"NoPE {spec.kind}" for spec in specs})
+        raise ValueError(
+            f"position method {name!r} has nothing to act on: it changes rotary full layers and this model has "
+            f"none (its layers: {', '.join(kinds)}); evaluate it under plain positions (eval.position_method.name=rope)"
+        )
+    if config.attention_sinks:
+        raise ValueError(
+            f"position method {name!r} does not carry model.attention_sinks: evaluate a model with sinks "
+            "under plain RoPE (eval.position_method.name=rope)"
+        )
+    exact = getattr(method, "exact_below", None)
+    if window and (exact is None or window > exact):
+        raise ValueError(
+            f"position method {name!r} changes distances below {exact}; the sliding layers' window "
+            f"model.sliding_window={window} sees them: use a window <= {exact} or a method whose exact band covers it"
+        )
