@@ -162,5 +162,5 @@ def test_a_nope_only_hybrid_refuses_a_position_method_in_one_line():
     model = hybrid("olmo_hybrid", nope_every=4).eval()
     with pytest.raises(ValueError, match="position method 'string' has nothing to act on") as error:
         model(torch.zeros(1, 8, dtype=torch.long), position_method=string_method(model.config))
-    assert "\n" not in str(error.value) and "NoPE full" in str(error.value)
+    assert "\n" not in str(error.value) and "(its layers: NoPE full, linear)" in str(error.value)
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 64)  # plain positions run

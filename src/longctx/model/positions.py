@@ -49,15 +49,15 @@ def check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec], co
     (docs/design.md §8): sliding layers are exact only if it equals RoPE at every distance
     the window holds (StRing: W <= S; ReRoPE: W <= its window, no log scaling; Self-Extend:
     W <= its neighbour window; DCA: W <= its local window); NoPE and linear layers have no
-    positions to change, so a model without a rotary full layer (a NoPE-only hybrid such as
-    OLMo Hybrid as released) is refused. Methods do not carry attention sinks."""
+    positions to change, so a model where no layer rotates (a NoPE-only hybrid such as OLMo
+    Hybrid as released) is refused. Methods do not carry attention sinks."""
     window = max(spec.window for spec in specs)
     name = getattr(method, "name", type(method).__name__)
-    if not any(spec.kind == "full" and spec.rope for spec in specs):
-        kinds = sorted({spec.kind if spec.rope or spec.kind == "linear" else f"NoPE {spec.kind}" for spec in specs})
+    if not any(spec.rope for spec in specs):
+        kinds = sorted({spec.kind if spec.kind == "linear" else f"NoPE {spec.kind}" for spec in specs})
         raise ValueError(
-            f"position method {name!r} has nothing to act on: it changes rotary full layers and this model has "
-            f"none (its layers: {', '.join(kinds)}); evaluate it under plain positions (eval.position_method.name=rope)"
+            f"position method {name!r} has nothing to act on: no layer of this model rotates (its layers: "
+            f"{', '.join(kinds)}); evaluate it under plain positions (eval.position_method.name=rope)"
         )
     if config.attention_sinks:
         raise ValueError(
