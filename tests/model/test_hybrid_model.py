@@ -164,3 +164,11 @@ def test_a_nope_only_hybrid_refuses_a_position_method_in_one_line():
         model(torch.zeros(1, 8, dtype=torch.long), position_method=string_method(model.config))
     assert "\n" not in str(error.value) and "(its layers: NoPE full, linear)" in str(error.value)
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 64)  # plain positions run
+
+
+def test_export_refuses_linear_layers():
+    from longctx.errors import CheckpointError
+    from longctx.model.hf_config import hf_config
+
+    with pytest.raises(CheckpointError, match="cannot export linear"):
+        hf_config(ModelConfig(layer_types=["linear", "full"]))
