@@ -172,3 +172,16 @@ def test_export_refuses_linear_layers():
 
     with pytest.raises(CheckpointError, match="cannot export linear"):
         hf_config(ModelConfig(layer_types=["linear", "full"]))
+
+
+def test_the_designs_hybrid_trains_a_step_at_its_window():
+    from longctx.config import load
+
+    config = load(["experiments/designs/base.yaml", "experiments/designs/hybrid_gdn.yaml"])
+    assert config.model.layer_kinds() == ["linear", "linear", "linear", "full"] * 2
+    torch.manual_seed(0)
+    model = Llama(config.model)
+    ids = torch.randint(0, config.model.vocab_size, (1, config.data.window + 1))
+    loss = model(ids[:, :-1], labels=ids[:, 1:], attention_backend="varlen")
+    loss.backward()
+    assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
