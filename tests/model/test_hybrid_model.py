@@ -185,3 +185,12 @@ def test_the_designs_hybrid_trains_a_step_at_its_window():
     loss = model(ids[:, :-1], labels=ids[:, 1:], attention_backend="varlen")
     loss.backward()
     assert torch.isfinite(loss) and all(p.grad is not None for p in model.parameters())
+
+
+def test_context_parallelism_is_refused_for_linear_layers():
+    from longctx.config import load
+
+    overrides = ["model.linear_attention.full_every=2", "train.context_parallel=2", "model.attention_backend=sdpa"]
+    overrides.append("train.strategy=fsdp")
+    with pytest.raises(ConfigError, match="train.context_parallel: linear"):
+        load([], overrides)
