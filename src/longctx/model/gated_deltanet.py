@@ -92,12 +92,13 @@ class GatedDeltaNet(nn.Module):
 
     def reset_recurrence_parameters(self) -> None:
         """The convolution as nn.Conv1d initialises it (uniform in ±1/sqrt(K)), A uniform in
-        [1, 16] (transformers' Qwen3-Next draws from [0.01, 16]: A = 0.01 decays little), and
-        dt_bias = softplus^-1(dt), dt log-uniform in [0.001, 0.1] (Mamba-2's; transformers')."""
+        [0.01, 16] (transformers' Qwen3-Next; OLMo Hybrid's [0, 16] less log(0) = -inf), and
+        dt_bias = softplus^-1(dt), dt log-uniform in [0.001, 0.1] floored at 1e-4 (Mamba-2's;
+        OLMo Hybrid's defaults)."""
         with torch.no_grad():
             bound = 1 / math.sqrt(self.conv_weight.shape[-1])
             self.conv_weight.uniform_(-bound, bound)
-            self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log())
+            self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16).log())
             dt = torch.exp(torch.rand_like(self.dt_bias) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
             dt = dt.clamp(min=1e-4)
             self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
