@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf device-fa4 device-wandb gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf device-fa4 device-wandb device-fla gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -212,6 +212,13 @@ device-wandb: $(STAMP)
 	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-wandb/whl/*.whl >/dev/null' \
 		> .device-wandb/env.sh
 	du -sh .device-wandb
+
+# fla-core for the linear layers' CUDA kernels (GPU step fla-kernels): 1 wheel, 1.0 MiB.
+device-fla: $(STAMP)
+	$(STAGE) fla
+	echo 'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device-fla/whl/*.whl >/dev/null' \
+		> .device-fla/env.sh
+	du -sh .device-fla
 
 # flash-attn-4 for benchmarks/fa4_gpu.py (GPU step speed-fa4). The set (8 wheels, 102,118,546
 # bytes, measured 2026-11-28) is more than one device call carries beside .device (~24 MiB) and the

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from longctx.config.eval import EvalConfig
-from longctx.config.model import AttentionTemperature, ModelConfig
+from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
+from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
 from longctx.eval.model_setup import with_eval_temperature
 from longctx.model.attention import attention

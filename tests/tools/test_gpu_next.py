@@ -36,6 +36,7 @@ ISSUE_ORDER = [
     "eval-ranks",
     "context-parallel",
     "dpe-smollm2-16k",
+    "fla-kernels",
 ]
 
 

@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from longctx.config.checks import choice, positive_int
-from longctx.config.model import AttentionTemperature
 from longctx.config.position_methods import PositionMethodConfig
+from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
 
 CUDA_DECODING = ("eager", "kernel", "graph", "graph+kernel")

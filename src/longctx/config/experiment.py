@@ -82,4 +82,10 @@ class ExperimentConfig:
         self.data.validate_for_model(self.model.max_position)
         self.train.validate_for_data(self.data.window)
         self.train.validate_for_context_parallel(self.data.window, self.model.attention_backend, self.data)
+        if self.train.context_parallel > 1 and "linear" in self.model.layer_kinds():
+            raise ConfigError(
+                "train.context_parallel",
+                "linear (Gated DeltaNet) layers carry their state along the whole row: no sequence shard",
+                ("model.layer_types", "model.linear_attention.full_every"),
+            )
         self.eval.validate_for_model(self.model.max_position)

@@ -13,6 +13,8 @@ import dataclasses
 import warnings
 from dataclasses import dataclass, field
 
+from longctx.config.linear_attention import LinearAttention
+from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
 
 ATTENTION_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
@@ -20,9 +22,10 @@ ATTENTION_BACKENDS = ("auto", "sdpa", "varlen", "flex", "flash", "xformers")
 
 ROPE_SCALING_TYPES = ("none", "linear", "ntk", "yarn", "llama3", "longrope")
 
-LAYER_TYPES = ("full", "sliding")
-"""Values of `model.layer_types`: a layer attends every earlier key of its document (`full`)
-or only the last `model.sliding_window` of them, itself included (`sliding`)."""
+LAYER_TYPES = ("full", "sliding", "linear")
+"""Values of `model.layer_types`: a layer attends every earlier key of its document (`full`),
+only the last `model.sliding_window` of them, itself included (`sliding`), or none: a Gated
+DeltaNet recurrence without positions (`linear`, config/linear_attention.py)."""
 
 QK_NORMS = ("none", "head", "projection")
 """Values of `model.qk_norm`: no norm on q and k; an RMSNorm over each head's head_dim
@@ -46,16 +49,6 @@ MLP_ACTIVATIONS = ("silu", "gelu_tanh")
 """Values of `model.mlp_activation`: the gate's activation, down(act(gate(x)) * up(x)):
 SwiGLU (`silu`, Llama) or GeGLU with the tanh approximation of GELU (`gelu_tanh`, Gemma's
 `gelu_pytorch_tanh`)."""
-
-TEMPERATURE_TYPES = ("none", "llama4", "ssmax")
-"""Values of `model.attn_temperature.type`: queries times a per-position factor (after
-RoPE; it commutes with the rotation, so it stacks on every position method). `llama4`:
-transformers' Llama 4 `attn_temperature_tuning`, log(floor((p + 1) / floor_scale) + 1) *
-attn_scale + 1; `ssmax`: Scalable-Softmax's s log n with n the keys the query sees."""
-
-TEMPERATURE_LAYERS = ("auto", "all", "nope")
-"""Values of `model.attn_temperature.layers`: which layers scale their queries; `auto` =
-the NoPE layers under `llama4` (as transformers applies it), every layer under `ssmax`."""
 
 ATTENTION_BIASES = ("none", "qkv", "qkvo")
 """Values of `model.attention_bias`: which attention projections carry a bias (Qwen2: qkv;
@@ -89,46 +82,6 @@ class RopeScaling:
     """longrope (Phi-3): theta_i / short_factor[i] in a forward whose positions all lie below
     original_max_position; long_factor[i] in one that reaches past it (model/rope.py)."""
     long_factor: list[float] = field(default_factory=list)
-
-
-@dataclass
-class AttentionTemperature:
-    """Attention temperature (docs/design.md §5): each query times a factor of its position.
-    The same fields serve `eval.attn_temperature`, which overrides the checkpoint's at
-    evaluation (there `type: model`, the default, keeps the checkpoint's)."""
-
-    type: str = "none"
-    """none | llama4 | ssmax (see TEMPERATURE_TYPES)."""
-    layers: str = "auto"
-    """auto | all | nope: the layers that scale their queries (see TEMPERATURE_LAYERS)."""
-    floor_scale: float = 8192.0
-    """llama4: positions are counted in units of floor_scale tokens (transformers' `floor_scale`)."""
-    attn_scale: float = 0.1
-    """llama4: the log's coefficient (transformers' `attn_scale`)."""
-    ssmax_s: float = 0.0
-    """ssmax: s in s log n; 0 = 1 / ln(model.max_position), a factor of 1 at the trained length."""
-
-    def validate(self, prefix: str = "model.attn_temperature", allow_model: bool = False) -> None:
-        types = (*TEMPERATURE_TYPES, "model") if allow_model else TEMPERATURE_TYPES
-        if self.type not in types:
-            raise ConfigError(f"{prefix}.type", f"{self.type!r} is not one of {types}")
-        if self.layers not in TEMPERATURE_LAYERS:
-            raise ConfigError(f"{prefix}.layers", f"{self.layers!r} is not one of {TEMPERATURE_LAYERS}")
-        for name, minimum in (("floor_scale", 0.0), ("attn_scale", None), ("ssmax_s", None)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-                raise ConfigError(f"{prefix}.{name}", f"must be a number, got {value!r}")
-            if minimum is not None and not value > minimum:
-                raise ConfigError(f"{prefix}.{name}", f"must be > {minimum:g}, got {value!r}")
-        if self.ssmax_s < 0:
-            raise ConfigError(f"{prefix}.ssmax_s", f"must be >= 0 (0 = 1 / ln(model.max_position)), got {self.ssmax_s}")
-
-    def applies_to(self, rope: bool) -> bool:
-        """Whether a layer (rope: it rotates) scales its queries."""
-        if self.type == "none":
-            return False
-        layers = self.layers if self.layers != "auto" else ("nope" if self.type == "llama4" else "all")
-        return layers == "all" or not rope
 
 
 @dataclass
@@ -228,10 +181,14 @@ class ModelConfig:
     Qiu et al. 2025's G1 elementwise), or n_heads rows, one a head (`head`: G1 head-wise)."""
     attn_temperature: AttentionTemperature = field(default_factory=AttentionTemperature)
     """Queries times a per-position factor (Llama 4, Scalable-Softmax; see AttentionTemperature)."""
+    linear_attention: LinearAttention = field(default_factory=LinearAttention)
+    """The `linear` layers' Gated DeltaNet (config/linear_attention.py); unused without them."""
 
     def __post_init__(self) -> None:
         if isinstance(self.attn_temperature, dict):
             self.attn_temperature = AttentionTemperature(**self.attn_temperature)
+        if isinstance(self.linear_attention, dict):
+            self.linear_attention = LinearAttention(**self.linear_attention)
         self.validate()
 
     @property
@@ -240,9 +197,11 @@ class ModelConfig:
         return self.head_dim or self.d_model // self.n_heads
 
     def layer_kinds(self) -> list[str]:
-        """`full` or `sliding` for each layer."""
+        """`full`, `sliding` or `linear` for each layer."""
         if self.layer_types is not None:
             return list(self.layer_types)
+        if every := self.linear_attention.full_every:
+            return ["full" if (i + 1) % every == 0 else "linear" for i in range(self.n_layers)]
         if self.global_every:
             return ["full" if (i + 1) % self.global_every == 0 else "sliding" for i in range(self.n_layers)]
         return ["full"] * self.n_layers
@@ -262,8 +221,16 @@ class ModelConfig:
         for index, kind in enumerate(self.layer_kinds()):
             sliding = kind == "sliding"
             base = (self.sliding_rope_base or self.rope_base) if sliding else self.rope_base
-            specs.append(LayerSpec(kind, self.sliding_window if sliding else 0, index not in nope, base))
+            rope = index not in nope and kind != "linear"
+            specs.append(LayerSpec(kind, self.sliding_window if sliding else 0, rope, base))
         return specs
+
+    @property
+    def linear_layout(self) -> tuple:
+        """The linear layers and their shapes: (indices, variant, heads and sizes, conv size)."""
+        linear = tuple(i for i, kind in enumerate(self.layer_kinds()) if kind == "linear")
+        mixer = self.linear_attention
+        return (linear, mixer.variant, mixer.heads(self.n_heads, self.head_size), mixer.conv_size) if linear else ()
 
     @property
     def is_hybrid(self) -> bool:
@@ -294,7 +261,9 @@ class ModelConfig:
         mlp = 3 * self.d_model * self.d_ff
         per_layer = attn + mlp + (4 if self.norm_placement == "sandwich" else 2) * self.d_model
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
-        return embeddings + self.n_layers * per_layer + self.d_model
+        linear = self.layer_kinds().count("linear")
+        mixer = self.linear_attention.num_parameters(self.d_model, self.n_heads, self.head_size)
+        return embeddings + self.n_layers * per_layer + linear * (mixer - attn) + self.d_model
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_position"):
@@ -372,6 +341,9 @@ class ModelConfig:
         """Layer types, window, NoPE layers, qk-norm and partial rotation."""
         if self.layer_types is not None and self.global_every:
             raise ConfigError("model.global_every", "set model.layer_types or model.global_every, not both")
+        self.linear_attention.validate()
+        if self.linear_attention.full_every and (self.layer_types is not None or self.global_every):
+            raise ConfigError("model.linear_attention.full_every", "set it or layer_types / global_every, not both")
         if self.layer_types is not None:
             if len(self.layer_types) != self.n_layers:
                 raise ConfigError(
@@ -386,6 +358,8 @@ class ModelConfig:
             raise ConfigError("model.global_every", f"must be a non-negative integer, got {self.global_every!r}")
         if not isinstance(self.sliding_window, int) or self.sliding_window < 0:
             raise ConfigError("model.sliding_window", f"must be a positive integer, got {self.sliding_window!r}")
+        if "linear" in self.layer_kinds():
+            self.linear_attention.check_heads(self.n_heads, self.head_size)
         if "sliding" in self.layer_kinds():
             if self.sliding_window <= 0:
                 raise ConfigError(
@@ -441,7 +415,7 @@ class LayerSpec:
     """One layer's attention design, resolved from the config (ModelConfig.layer_specs)."""
 
     kind: str
-    """`full` or `sliding`."""
+    """`full`, `sliding` or `linear` (no positions: `rope` False, `window` 0)."""
     window: int
     """W for a sliding layer (query i sees keys i - W < j <= i); 0 for a full one."""
     rope: bool
@@ -480,6 +454,7 @@ SHAPE_FIELDS = (
     "attention_bias",
     "attention_sinks",
     "attention_gate",
+    "linear_layout",
 )
 """ModelConfig fields that fix the parameters and their shapes. Weights move between configs
 that agree on these (continued pretraining at a longer window, a new RoPE base, model merging)."""

@@ -28,12 +28,14 @@ from torch.distributed.tensor import DTensor
 
 from longctx.config.eval import EvalConfig
 from longctx.config.position_methods import PositionMethodConfig
+from longctx.errors import ConfigError
 from longctx.eval.memory_estimate import (
     GIB,
     available_memory,
     check_evaluation_memory,
     estimate_evaluation_memory,
 )
+from longctx.model.layer_attention import check_method_on_layers
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
 
@@ -62,10 +64,16 @@ def model_device(model: Llama) -> torch.device:
 
 
 def position_method(config: PositionMethodConfig, model: Llama) -> PositionMethod | None:
-    """None for plain RoPE (the model's own path), else the method on the model's device."""
+    """None for plain RoPE (the model's own path), else the method on the model's device;
+    refused (naming `eval.position_method.name`) where the model has no layer it can act on."""
     if config.name == "rope" and not config.params_of("rope").repo_score_scale:
         return None
-    return build_position_method(config, model.config).to(model_device(model))
+    method = build_position_method(config, model.config)
+    try:
+        check_method_on_layers(method, model.layer_specs, model.config)
+    except ValueError as error:
+        raise ConfigError("eval.position_method.name", str(error)) from None
+    return method.to(model_device(model))
 
 
 def compute_bytes(device: torch.device) -> int:

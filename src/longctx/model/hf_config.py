@@ -28,6 +28,11 @@ __all__ = ["CONFIG_FILE", "MODEL_TYPES", "hf_config", "model_config_from_hf"]
 
 def hf_config(config: ModelConfig) -> dict:
     """The config.json of `config` in the family that carries it (family_for_export)."""
+    if "linear" in config.layer_kinds():
+        raise CheckpointError(
+            "cannot export linear (Gated DeltaNet) layers (model.layer_types / model.linear_attention.full_every): "
+            "no config.json family longctx writes has them (evaluate the checkpoint with longctx itself)"
+        )
     family = family_for_export(config)
     if family.write is None:
         raise CheckpointError(

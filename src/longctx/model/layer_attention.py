@@ -15,6 +15,8 @@ layer design (`ModelConfig.layer_specs`) and forward, shared by the layers of th
 | NoPE (`spec.rope` false)   | `Dense` without rotation                 | `Step` without rotation                  |
 | full RoPE, position method | `method.prepare`: its passes             | `method.prepare_decode` where every pass |
 |                            | (model/position_methods/)                | is a band, else the prefill path         |
+| linear (Gated DeltaNet)    | `Recurrence`: where documents start, the | the same: the layer's constant-size      |
+|                            | states restart (model/gated_deltanet.py) | states continue from the cache           |
 
 `Step` and the decoding step's keys and masks: model/inference/step.py.
 
@@ -26,11 +28,11 @@ acts on what `attend` returns, so nothing here decides it. Under context paralle
 `Dense` gathers the shard's keys/values before attending (model/sequence_shard.py).
 
 A position method runs only on full RoPE layers; sliding and NoPE layers attend as they
-were trained, which is exact only within the method's exact band (`check_forward`).
+were trained, which is exact only within the method's exact band, and linear layers have
+no positions (`check_method_on_layers`): a model where no layer rotates is refused.
 
-A new layer type is one more branch in `LayerAttention.decide` (and its `Positions`): a
-linear-attention layer, say, whose decoding state lives in the cache, decides its
-passes there beside `full` and `sliding`.
+A new layer type is one more branch in `LayerAttention.decide` (and what its layers
+read), as `linear` is beside `full` and `sliding`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import torch
 
 from longctx.config.model import LayerSpec, ModelConfig
 from longctx.model.attention import AttentionMask, attention, build_mask
+from longctx.model.gated_deltanet import Recurrence
 from longctx.model.inference.step import DecodeKeys, DecodeMask, Step, signed_sin
 from longctx.model.rope import RotaryEmbedding, apply_rotary
 from longctx.model.sequence_shard import SequenceShard
@@ -142,22 +145,27 @@ class LayerAttention:
     dtype: torch.dtype
     """The dtype attention computes in (attention.compute_dtype)."""
     method: PositionsProvider | None = None
+    recurrence: Recurrence | None = None
+    """What the linear layers read (None in a model without them)."""
 
     def __post_init__(self) -> None:
         self.masks: dict[int, AttentionMask | DecodeMask] = {}
         self.angles: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def all_layers(self, specs: list[LayerSpec]) -> dict[LayerSpec, Positions]:
+    def all_layers(self, specs: list[LayerSpec]) -> dict[LayerSpec, Positions | Recurrence]:
         """The Positions of every distinct design among `specs`, built once each."""
-        built: dict[LayerSpec, Positions] = {}
+        built: dict[LayerSpec, Positions | Recurrence] = {}
         for spec in specs:
             if spec not in built:
                 built[spec] = self.decide(spec)
         return built
 
-    def decide(self, spec: LayerSpec) -> Positions:
+    def decide(self, spec: LayerSpec) -> Positions | Recurrence:
         """The mask and passes of layers of design `spec`: the one branch per layer design."""
         positions: Positions
+        if spec.kind == "linear":
+            assert self.recurrence is not None, "a model with linear layers passes their Recurrence"
+            return self.recurrence
         if self.method is not None and spec.rope and spec.kind == "full":
             positions = self.under_method(self.method)
         elif isinstance(self.keys, DecodeKeys):
@@ -244,16 +252,30 @@ def check_forward(
     shard: SequenceShard | None = None,
 ) -> None:
     """What no layer's decision can serve, refused before any work: sinks on xformers, a
-    sequence shard with a cache or a method, a method with sinks, a method that changes
-    distances a sliding layer's window sees (StRing: W <= S; ReRoPE: W <= its window, no
-    log scaling; Self-Extend: W <= its neighbour window; DCA: W <= its local window)."""
+    sequence shard with a cache or a method, a method the layers cannot carry
+    (`check_method_on_layers`)."""
     if config.attention_sinks and backend == "xformers":
         raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     if shard is not None and (cached or method is not None):
         raise ValueError("a sequence shard trains: it takes no kv_cache and no position_method")
-    if method is None:
-        return
+    if method is not None:
+        check_method_on_layers(method, specs, config)
+
+
+def check_method_on_layers(method: PositionsProvider, specs: list[LayerSpec], config: ModelConfig) -> None:
+    """A position method acts on the full layers that rotate and leaves the others as
+    trained (docs/design.md §8): sliding layers are exact only if it equals RoPE at every
+    distance the window holds (StRing: W <= S; ReRoPE: W <= its window, no log scaling;
+    Self-Extend: W <= its neighbour window; DCA: W <= its local window); NoPE and linear
+    layers have no positions to change, so a model where no layer rotates (a NoPE-only
+    hybrid such as OLMo Hybrid as released) is refused. Methods do not carry sinks."""
     name = getattr(method, "name", type(method).__name__)
+    if not any(spec.rope for spec in specs):
+        kinds = sorted({spec.kind if spec.kind == "linear" else f"NoPE {spec.kind}" for spec in specs})
+        raise ValueError(
+            f"position method {name!r} has nothing to act on: no layer of this model rotates (its layers: "
+            f"{', '.join(kinds)}); evaluate it under plain positions (eval.position_method.name=rope)"
+        )
     if config.attention_sinks:
         raise ValueError(
             f"position method {name!r} does not carry model.attention_sinks: evaluate a model with sinks "

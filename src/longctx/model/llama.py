@@ -13,8 +13,10 @@ who attends to whom. Defaults: positions 0..T-1 and one document per row.
 
 Layers differ where the config says so (`ModelConfig.layer_specs`): a sliding layer sees
 only its window, with its own RoPE base (Gemma 3, OLMo 3); a NoPE layer rotates nothing
-(SmolLM3). Each forward builds one `Positions` per distinct layer design, shared by the
-layers of that design: model/layer_attention.py decides each one's mask and passes.
+(SmolLM3); a linear layer is Gated DeltaNet (model/gated_deltanet.py). Each forward builds
+one `Positions` per distinct layer design, shared by the layers of that design, and one
+`Recurrence` (where documents start) for the linear layers: model/layer_attention.py
+decides each one's mask and passes.
 
 Inference keeps keys/values in a `KVCache` (model/inference/, the whole path from prompt to
 tokens; prefill once, then one token at a time; sliding layers keep only their window):
@@ -37,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
 from longctx.model.attention import compute_dtype
 from longctx.model.gate import gated
+from longctx.model.gated_deltanet import GatedDeltaNet, Recurrence
 from longctx.model.inference.kv_cache import KVCache
 from longctx.model.inference.step import DecodeKeys
 from longctx.model.layer_attention import (
@@ -142,7 +145,7 @@ class Block(nn.Module):
             return RMSNorm(dim, config.norm_eps, config.norm_offset) if present else nn.Identity()
 
         self.attn_norm, self.attn_post_norm = norm(placement != "post"), norm(placement != "pre")
-        self.attn = Attention(config)
+        self.attn = GatedDeltaNet(config) if config.layer_kinds()[layer] == "linear" else Attention(config)
         self.mlp_norm, self.mlp_post_norm = norm(placement != "post"), norm(placement != "pre")
         self.mlp = FeedForward(config)
         self.pre_only = placement == "pre" and config.attention_bias != "qkvo"
@@ -280,7 +283,8 @@ class Llama(nn.Module):
         x = self.embed(input_ids)
         span = kv_cache.window_span(input_ids.shape[1]) if kv_cache is not None else None
         keys = SequenceKeys(key_positions, key_documents, backend, max_seqlen, span, sequence_shard)
-        x = self.run_blocks(x, self.decisions(position_ids, keys, x, position_method), kv_cache)
+        decided = self.decisions(position_ids, document_ids, keys, x, position_method, kv_cache)
+        x = self.run_blocks(x, decided, kv_cache)
         if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
             hidden = self.norm(x).flatten(0, 1)
             chunk_tokens = loss_chunk_tokens or hidden.shape[0]
@@ -319,7 +323,8 @@ class Llama(nn.Module):
         _check_ids(input_ids, position_ids, documents)
         kv_cache.write_ids(document_ids, documents, position_ids)
         x = self.embed(input_ids)
-        x = self.run_blocks(x, self.decisions(position_ids, kv_cache.step_keys(), x, position_method), kv_cache)
+        decided = self.decisions(position_ids, documents, kv_cache.step_keys(), x, position_method, kv_cache)
+        x = self.run_blocks(x, decided, kv_cache)
         logits = self.output(self.norm(x))
         kv_cache.advance(position_ids)
         return logits
@@ -333,17 +338,26 @@ class Llama(nn.Module):
     def decisions(
         self,
         position_ids: torch.Tensor,
+        document_ids: torch.Tensor,
         keys: SequenceKeys | DecodeKeys,
         x: torch.Tensor,
         method: PositionsProvider | None,
-    ) -> dict[LayerSpec, Positions]:
-        """Every layer design's mask and passes for this forward (model/layer_attention.py)."""
+        kv_cache: KVCache | None,
+    ) -> dict[LayerSpec, Positions | Recurrence]:
+        """Every layer design's mask and passes for this forward (model/layer_attention.py);
+        the linear layers' document starts from the new tokens' `document_ids` [B, T]."""
         ropes = {"full": self.rope, "sliding": self.sliding_rope}
         dtype = compute_dtype(x.dtype, x.device)
-        decided = LayerAttention(self.config, ropes, position_ids, keys, dtype, method)
+        recurrence = None
+        if any(spec.kind == "linear" for spec in self.layer_specs):
+            sharded = isinstance(keys, SequenceKeys) and keys.shard is not None
+            recurrence = Recurrence.of(document_ids, kv_cache, sharded=sharded)
+        decided = LayerAttention(self.config, ropes, position_ids, keys, dtype, method, recurrence)
         return decided.all_layers(self.layer_specs)
 
-    def run_blocks(self, x: torch.Tensor, built: dict[LayerSpec, Positions], kv_cache: KVCache | None) -> torch.Tensor:
+    def run_blocks(
+        self, x: torch.Tensor, built: dict[LayerSpec, Positions | Recurrence], kv_cache: KVCache | None
+    ) -> torch.Tensor:
         for block, spec in zip(self.blocks, self.layer_specs, strict=True):
             positions = built[spec]
             if kv_cache is not None:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from longctx.config.model import AttentionTemperature
+from longctx.config.temperature import AttentionTemperature
 
 
 def temperature_factor(

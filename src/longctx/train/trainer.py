@@ -316,6 +316,7 @@ def fit(
                 config.probe.fi_count_only_labeled,
                 config.model.sliding_window if "sliding" in config.model.layer_kinds() else 0,
                 config.train.context_parallel,
+                linear_layers="linear" in config.model.layer_kinds(),
             )
         )
     if config.probe.niah_every_steps:

@@ -54,7 +54,11 @@ class KVCache:
         """W of the sliding layers (0: none slides)."""
         self.keep = min(self.window - 1, max_len) if self.window else 0
         """Keys a sliding layer carries from one forward to the next: W - 1."""
-        full = [layer for layer, window in enumerate(windows) if not window]
+        linear = {i for i, kind in enumerate(config.layer_kinds()) if kind == "linear"}
+        self.linear_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        """Per linear layer (model/gated_deltanet.py): its convolution and recurrent states,
+        constant in size; no keys or values."""
+        full = [layer for layer, window in enumerate(windows) if not window and layer not in linear]
         sliding = [layer for layer, window in enumerate(windows) if window]
         self._slot = {layer: index for index, layer in enumerate(full)} | {
             layer: index for index, layer in enumerate(sliding)
@@ -161,7 +165,23 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes of cached keys and values (0 before the first store)."""
         tensors = (self.keys, self.values, self.window_keys, self.window_values)
-        return sum(t.nbytes for t in tensors if t is not None)
+        states = sum(conv.nbytes + state.nbytes for conv, state in self.linear_states.values())
+        return sum(t.nbytes for t in tensors if t is not None) + states
+
+    def linear_state(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """A linear layer's (convolution, recurrent) states after the cached positions (None, None
+        before its first forward)."""
+        return self.linear_states.get(layer, (None, None))
+
+    def store_linear(self, layer: int, conv: torch.Tensor, state: torch.Tensor) -> None:
+        """Keep a linear layer's states after this forward, in place once held (a replayed
+        decoding step writes the same buffers)."""
+        held = self.linear_states.get(layer)
+        if held is None:
+            self.linear_states[layer] = conv.detach().clone(), state.detach().clone()
+        else:
+            held[0].copy_(conv)
+            held[1].copy_(state)
 
     def step_keys(self) -> DecodeKeys:
         """Where a decoding step's token finds its keys (model/inference/step.py), from the

@@ -120,7 +120,7 @@ class MethodPositions:
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if sinks is not None:  # the model refuses first (layer_attention.check_forward)
+        if sinks is not None:  # the model refuses first (layer_attention.check_method_on_layers)
             raise ValueError(f"position method {self.method.name!r} does not carry model.attention_sinks")
         return self.method(q, k, v, self.plan)
 

@@ -10,7 +10,9 @@ to a `PositionFrequency` accumulator (probes/position_frequency.py), and every
   local, so logging twice never double counts),
 - logs scalars `fi/f@L/4`, `fi/f@L/2`, `fi/f@3L/4`, `fi/f@L-1`, `fi/share_ge_half`,
   `fi/tokens_seen` (with sliding layers also `fi/sliding_f@W/2`, `fi/sliding_f@W-1` and
-  `fi/curve_sliding`, what those layers train: probes/sliding_frequency.py) and `fi/curve`, f(i) as a table of at most 10,000 rows drawn as a line
+  `fi/curve_sliding`, what those layers train: probes/sliding_frequency.py; with linear
+  layers, which have no positions, the full layers' f(i) also under the layer type's name,
+  `fi/full_f@...` and `fi/curve_full`) and `fi/curve`, f(i) as a table of at most 10,000 rows drawn as a line
   plot (on W&B a `wandb.Table`: `wandb.Histogram` caps at 512 bins and loses positions),
   through every configured logger (train/loggers.py), at the logger step of Lightning's
   own metrics for that optimizer step,
@@ -64,8 +66,12 @@ class PositionFrequencyCallback(L.Callback):
         count_only_labeled: bool = True,
         sliding_window: int = 0,
         context_parallel: int = 1,
+        linear_layers: bool = False,
     ):
         self.window = window
+        self.linear_layers = linear_layers
+        """The model has linear layers (Gated DeltaNet, no positions): the full layers' f(i) is
+        also logged under their type's name, `fi/full_f@...` and `fi/curve_full`."""
         self.context_parallel = context_parallel
         self.out_dir = out_dir
         self.every_steps = every_steps
@@ -99,12 +105,16 @@ class PositionFrequencyCallback(L.Callback):
         if not trainer.is_global_zero:
             return
         metrics = total.summary(self.window)
+        if self.linear_layers:
+            metrics |= {k.replace("fi/f@", "fi/full_f@"): v for k, v in metrics.items() if k.startswith("fi/f@")}
         append_metrics(self.out_dir / METRICS_FILE, trainer.global_step, metrics)
         step = logger_step(trainer)
         log_scalars(trainer, metrics, step)
         curves = [("fi/curve", total.relative, "f(i): trained pairs per relative position")]
         if total.sliding_window:
             curves.append(("fi/curve_sliding", total.sliding, "f(i) of the sliding layers (window W)"))
+        if self.linear_layers:
+            curves.append(("fi/curve_full", total.relative, "f(i) of the full layers (the linear layers have none)"))
         for name, counts, title in curves:
             distance, count = downsample(counts, MAX_TABLE_ROWS)
             log_table(
