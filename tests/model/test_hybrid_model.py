@@ -166,11 +166,13 @@ def test_a_nope_only_hybrid_refuses_a_position_method_in_one_line():
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 64)  # plain positions run
 
 
-def test_export_refuses_linear_layers():
+def test_export_refuses_a_hybrid_no_family_carries():
+    """OLMo Hybrid's full layers are post-norm blocks: a pre-norm hybrid of its variant has no
+    config.json (the families that do write linear layers: tests/model/test_hf_hybrids.py)."""
     from longctx.errors import CheckpointError
     from longctx.model.hf_config import hf_config
 
-    with pytest.raises(CheckpointError, match="cannot export linear"):
+    with pytest.raises(CheckpointError, match="cannot export model.norm_placement='pre'"):
         hf_config(ModelConfig(layer_types=["linear", "full"]))
 
 
