@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.hf import export_hf, import_hf
-from longctx.model.hf_config import hf_config
+from longctx.model.hf_config import hf_config, model_config_from_hf
 from longctx.model.llama import Llama
 from tests.model.helpers import cached_greedy, stepwise_logits
 
@@ -195,6 +195,21 @@ def test_qwen3_next_maps_its_designs(tmp_path):
     assert torch.equal(
         model.blocks[2].attn.wg.bias, hf.model.layers[2].self_attn.q_proj.bias.view(4, 2, 32)[:, 1].flatten()
     )
+
+
+def test_qwen3_next_reads_the_older_config_form(tmp_path):
+    """transformers 4.x's form: `rope_theta` and `partial_rotary_factor` at the top level, no
+    `layer_types` but `full_attention_interval`."""
+    build("qwen3_next-mlp-only").save_pretrained(tmp_path)
+    config = import_hf(tmp_path).config
+    values = json.loads((tmp_path / "config.json").read_text())
+    assert values["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]  # transformers' default: interval 4
+    for key in ("rope_parameters", "layer_types"):
+        values.pop(key)
+    legacy = {**values, "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "full_attention_interval": 4}
+    (tmp_path / "config.json").write_text(json.dumps(legacy))
+    assert import_hf(tmp_path).config == config
+    assert model_config_from_hf({**legacy, "full_attention_interval": 2}).layer_kinds() == ["linear", "full"] * 2
 
 
 @pytest.mark.parametrize("kind", list(CASES))

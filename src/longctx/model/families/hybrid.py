@@ -44,8 +44,8 @@ def hybrid_layer_types(hf: dict, source: str, default: list[str]) -> list[str]:
 
 
 def check_layout(config: ModelConfig, architecture: str) -> list[str]:
-    """Export: the model's layers are linear and full ones, the full ones all rotating or
-    (`nope_ok`, checked by the caller) all NoPE; returns transformers' `layer_types`."""
+    """Export: the model's layers are linear and full ones, at least one full; returns
+    transformers' `layer_types` (which full layers rotate, each family checks)."""
     kinds = config.layer_kinds()
     if "sliding" in kinds:
         raise CheckpointError(
