@@ -54,6 +54,7 @@ def test_full_every_places_three_linear_layers_to_one_full():
             "model.linear_attention.full_every",
         ),
         ({"layer_types": ["linear", "mamba"]}, "model.layer_types"),
+        ({"linear_attention": {"norm_placement": "middle"}}, "model.linear_attention.norm_placement"),
     ],
 )
 def test_bad_linear_settings_name_their_key(values, key):
@@ -65,6 +66,21 @@ def test_bad_linear_settings_name_their_key(values, key):
 def test_parameter_count_matches_the_model(variant):
     model = hybrid(variant, norm_placement="sandwich")
     assert model.config.num_parameters() == sum(p.numel() for p in model.parameters())
+    linear = dict(variant=variant, n_key_heads=2, n_value_heads=4, full_every=4, norm_placement="sandwich")
+    model = Llama(ModelConfig(vocab_size=64, n_layers=4, norm_placement="post", linear_attention=linear))
+    assert model.config.num_parameters() == sum(p.numel() for p in model.parameters())
+
+
+def test_linear_layers_take_their_own_norm_placement():
+    """OLMo Hybrid: pre-norm linear blocks beside post-norm full ones; '' = the model's placement."""
+    linear = dict(full_every=2, norm_placement="pre")
+    model = Llama(ModelConfig(n_layers=4, norm_placement="post", linear_attention=linear))
+    for index, block in enumerate(model.blocks):
+        pre = index % 2 == 0  # layers 0 and 2 linear
+        assert isinstance(block.attn_norm, torch.nn.Identity) != pre
+        assert isinstance(block.mlp_post_norm, torch.nn.Identity) == pre
+    same = Llama(ModelConfig(n_layers=2, norm_placement="post", linear_attention=dict(full_every=2)))
+    assert isinstance(same.blocks[0].attn_norm, torch.nn.Identity)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -166,11 +182,13 @@ def test_a_nope_only_hybrid_refuses_a_position_method_in_one_line():
     assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 64)  # plain positions run
 
 
-def test_export_refuses_linear_layers():
+def test_export_refuses_a_hybrid_no_family_carries():
+    """OLMo Hybrid's full layers are post-norm blocks: a pre-norm hybrid of its variant has no
+    config.json (the families that do write linear layers: tests/model/test_hf_hybrids.py)."""
     from longctx.errors import CheckpointError
     from longctx.model.hf_config import hf_config
 
-    with pytest.raises(CheckpointError, match="cannot export linear"):
+    with pytest.raises(CheckpointError, match="cannot export model.norm_placement='pre'"):
         hf_config(ModelConfig(layer_types=["linear", "full"]))
 
 

@@ -62,10 +62,15 @@ class LinearAttention:
     state passed between chunks; transformers' and fla's 64)."""
     kernel: str = "torch"
     """torch | fla | auto: where the delta rule runs (see LINEAR_KERNELS)."""
+    norm_placement: str = ""
+    """pre | sandwich | post: where the linear layers' block norms sit, when not where
+    `model.norm_placement` puts the other layers' ('' = the same). OLMo Hybrid: `pre` (its
+    linear layers are Llama blocks, its attention layers OLMo 3's post-norm blocks)."""
 
     def validate(self, prefix: str = "model.linear_attention") -> None:
         choice(f"{prefix}.variant", self.variant, LINEAR_VARIANTS)
         choice(f"{prefix}.kernel", self.kernel, LINEAR_KERNELS)
+        choice(f"{prefix}.norm_placement", self.norm_placement, ("", "pre", "sandwich", "post"))
         for name in ("full_every", "n_key_heads", "n_value_heads", "key_head_dim", "value_head_dim"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -225,6 +225,13 @@ class ModelConfig:
             specs.append(LayerSpec(kind, self.sliding_window if sliding else 0, rope, base))
         return specs
 
+    def block_norm_placement(self, layer: int) -> str:
+        """Where layer `layer`'s block norms sit: `linear_attention.norm_placement` for a
+        linear layer where it is set, else `norm_placement`."""
+        if self.linear_attention.norm_placement and self.layer_kinds()[layer] == "linear":
+            return self.linear_attention.norm_placement
+        return self.norm_placement
+
     @property
     def linear_layout(self) -> tuple:
         """The linear layers and their shapes: (indices, variant, heads and sizes, conv size)."""
@@ -259,11 +266,13 @@ class ModelConfig:
         gate = {"none": 0, "head": 1}.get(self.attention_gate, self.head_size)  # gate values a head
         attn += self.n_heads * (self.attention_sinks + gate * (self.d_model + (self.attention_bias != "none")))
         mlp = 3 * self.d_model * self.d_ff
-        per_layer = attn + mlp + (4 if self.norm_placement == "sandwich" else 2) * self.d_model
+        per_layer = attn + mlp
+        norms = sum(4 if self.block_norm_placement(i) == "sandwich" else 2 for i in range(self.n_layers))
         embeddings = (1 if self.tie_embeddings else 2) * self.vocab_size * self.d_model
         linear = self.layer_kinds().count("linear")
         mixer = self.linear_attention.num_parameters(self.d_model, self.n_heads, self.head_size)
-        return embeddings + self.n_layers * per_layer + linear * (mixer - attn) + self.d_model
+        blocks = self.n_layers * per_layer + norms * self.d_model
+        return embeddings + blocks + linear * (mixer - attn) + self.d_model
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_position"):

@@ -5,8 +5,10 @@
 
 Our parameter names are short (`blocks.3.attn.wq`); this module owns the one mapping to
 the HF names (`model.layers.3.self_attn.q_proj`; Phi-3's fused `qkv_proj` / `gate_up_proj`
-read and written by rows, `Family.fused`). The channel layout is already HF's
-rotate-half RoPE layout, so no weight is permuted. config.json is mapped by
+and Qwen3-Next's q_proj of query and gate rows per head read and written by rows,
+`Family.fused`; OLMo Hybrid's renamed and split tensors through `Family.stored`; a linear
+layer's names by `Family.linear_names`). The channel layout is already HF's rotate-half
+RoPE layout, so no weight is permuted. config.json is mapped by
 model/hf_config.py (which refuses, by field, what longctx cannot represent); the weight
 files are read by model/weight_files.py.
 
@@ -33,7 +35,7 @@ from safetensors.torch import save_file
 from longctx.data.tokenizer import Tokenizer
 from longctx.errors import CheckpointError
 from longctx.model.families import family_for, family_for_export
-from longctx.model.families.common import Family
+from longctx.model.families.common import Family, Rows
 from longctx.model.families.llama import LLAMA
 from longctx.model.hf_config import CONFIG_FILE, hf_config
 from longctx.model.llama import Llama
@@ -66,16 +68,21 @@ def export_hf(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
-    fused: dict[str, list[tuple[int, torch.Tensor]]] = {}
+    fused: dict[str, list[tuple[Rows, torch.Tensor]]] = {}
     for name, tensor in weights(model).items():
         tensor = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous()
         part = family.rows(name, model.config)
         if part is None:
-            tensors[family.hf_name(name)] = tensor
-        else:  # Phi-3's qkv_proj / gate_up_proj: our tensors stacked by their rows
-            fused.setdefault(family.hf_name(name), []).append((part[0], tensor))
+            tensors[family.hf_name(name, model.config)] = tensor
+        else:  # Phi-3's qkv_proj / gate_up_proj, Qwen3-Next's q_proj: our tensors stacked by their rows
+            fused.setdefault(family.hf_name(name, model.config), []).append((part, tensor))
     for key, parts in fused.items():
-        tensors[key] = torch.cat([tensor for _, tensor in sorted(parts, key=lambda part: part[0])])
+        parts.sort(key=lambda part: part[0].start)
+        groups, rest = parts[0][0].groups, parts[0][1].shape[1:]
+        blocks = [tensor.reshape(groups, -1, *rest) for _, tensor in parts]
+        tensors[key] = torch.cat(blocks, dim=1).reshape(-1, *rest)
+    if family.stored is not None:
+        tensors = family.stored.write(tensors, model.config)
     if dtype is not None:
         config["torch_dtype"] = str(dtype).removeprefix("torch.")
     if tokenizer is not None:
@@ -135,17 +142,20 @@ def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device:
         raise CheckpointError(f"{config_path}: not valid JSON ({error})") from None
     family = family_for(hf.get("model_type"), str(config_path))
     config = family.read(hf, str(config_path))
-    files = WeightFiles.find(directory)
+    found = WeightFiles.find(directory)
+    # OLMo Hybrid's files: renamed norms, the convolution in three
+    files = found if family.stored is None else family.stored.view(found)
     model = meta_model(config)
     shapes = {name: tuple(t.shape) for name, t in weights(model).items()}
     rows = {name: family.rows(name, config) for name in shapes}
-    wanted = {family.hf_name(name): name for name in shapes}
+    keys = {name: family.hf_name(name, config) for name in shapes}
+    wanted = {key: name for name, key in keys.items()}
     for name, shape in shapes.items():
-        key = family.hf_name(name)
+        key = keys[name]
         if key not in files.names():
             raise CheckpointError(f"{directory}: tensor {key} (for {name}) is missing")
         stored, part = files.shape(key), rows[name]
-        expected = shape if part is None else (_fused_rows(family, key, shapes, rows), *shape[1:])
+        expected = shape if part is None else (_fused_rows(key, keys, rows), *shape[1:])
         if stored != expected:
             raise CheckpointError(f"{files.source(key)}: {key} has shape {stored}, expected {expected}")
     ignored = {"lm_head.weight"} if config.tie_embeddings else set()
@@ -156,13 +166,17 @@ def import_hf(directory: str | Path, dtype: torch.dtype = torch.float32, device:
         raise CheckpointError(f"{directory}: unexpected tensors {unused[:5]}{' ...' if len(unused) > 5 else ''}")
 
     def read(name: str) -> torch.Tensor:
-        tensor = files.read(family.hf_name(name))
+        tensor = files.read(keys[name])
         part = rows[name]
-        return tensor if part is None else tensor[part[0] : part[1]]
+        if part is None:
+            return tensor
+        blocks = tensor.reshape(part.groups, -1, *tensor.shape[1:])
+        return blocks[:, part.start : part.stop].reshape(-1, *tensor.shape[1:])
 
     return materialize(model, read, dtype, device)
 
 
-def _fused_rows(family: Family, key: str, shapes: dict, rows: dict) -> int:
-    """The rows a fused HF tensor must have: the last row of the parts read from it."""
-    return max(rows[name][1] for name in shapes if family.hf_name(name) == key and rows[name] is not None)
+def _fused_rows(key: str, keys: dict, rows: dict) -> int:
+    """The rows a fused HF tensor must have: the last row of the parts read from it, per block."""
+    parts = [rows[name] for name, hf in keys.items() if hf == key and rows[name] is not None]
+    return max(part.stop for part in parts) * parts[0].groups

@@ -7,7 +7,9 @@ since the weights would load and the outputs silently differ. Export writes `lla
 (q/k/v-only biases: Llama's `attention_bias` puts a bias on o_proj too) `qwen3`
 (per-head qk-norm), `smollm3` (NoPE layers), `olmo2` (post-norm blocks), `olmo3` (post-norm
 blocks with sliding layers), `phi3` (partial or longrope RoPE, a window on every layer; fused
-weights) or `gemma3_text` (Gemma 3's block, sliding layers, RoPE per layer type), with
+weights), `gemma3_text` (Gemma 3's block, sliding layers, RoPE per layer type),
+`olmo_hybrid` (linear layers of its variant, OLMo 3's full layers, NoPE or rotating) or a dense
+`qwen3_next` (linear layers of its variant, gated attention, partial RoPE, 1 + w norms), with
 `tie_word_embeddings` as the model has it.
 
 RoPE scaling is written in the `rope_theta` + `rope_scaling` form that transformers 4.x,
@@ -28,20 +30,16 @@ __all__ = ["CONFIG_FILE", "MODEL_TYPES", "hf_config", "model_config_from_hf"]
 
 def hf_config(config: ModelConfig) -> dict:
     """The config.json of `config` in the family that carries it (family_for_export)."""
-    if "linear" in config.layer_kinds():
-        raise CheckpointError(
-            "cannot export linear (Gated DeltaNet) layers (model.layer_types / model.linear_attention.full_every): "
-            "no config.json family longctx writes has them (evaluate the checkpoint with longctx itself)"
-        )
     family = family_for_export(config)
     if family.write is None:
         raise CheckpointError(
             f"export-hf does not write {family.model_type} models (model.norm_placement={config.norm_placement!r}, "
             f"model.norm_offset={config.norm_offset}): evaluate the checkpoint with longctx itself"
         )
+    gate = config.attention_gate if family.model_type == "qwen3_next" else "none"  # Qwen3-Next's write checks it
     for key, value, plain in (
         ("attention_sinks", config.attention_sinks, False),
-        ("attention_gate", config.attention_gate, "none"),
+        ("attention_gate", config.attention_gate, gate),
         ("attn_temperature.type", config.attn_temperature.type, "none"),
     ):
         if value != plain:

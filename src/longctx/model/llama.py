@@ -139,7 +139,7 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        placement, dim = config.norm_placement, config.d_model
+        placement, dim = config.block_norm_placement(layer), config.d_model
 
         def norm(present: bool) -> nn.Module:
             return RMSNorm(dim, config.norm_eps, config.norm_offset) if present else nn.Identity()

@@ -17,13 +17,16 @@ from longctx.model.families.gemma3 import GEMMA3_TEXT
 from longctx.model.families.llama import LLAMA, MISTRAL, QWEN2
 from longctx.model.families.olmo2 import OLMO2
 from longctx.model.families.olmo3 import OLMO3
+from longctx.model.families.olmo_hybrid import OLMO_HYBRID
 from longctx.model.families.phi3 import PHI3
 from longctx.model.families.phi3 import exports as phi3_exports
 from longctx.model.families.qwen3 import QWEN3
+from longctx.model.families.qwen3_next import QWEN3_NEXT
 from longctx.model.families.smollm3 import SMOLLM3
 
 FAMILIES: dict[str, Family] = {
-    family.model_type: family for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2, OLMO3, PHI3)
+    family.model_type: family
+    for family in (LLAMA, MISTRAL, QWEN2, QWEN3, SMOLLM3, GEMMA3_TEXT, OLMO2, OLMO3, PHI3, OLMO_HYBRID, QWEN3_NEXT)
 }
 
 REFUSED_TYPES = {
@@ -52,11 +55,13 @@ def family_for(model_type: object, source: str) -> Family:
 
 
 def family_for_export(config: ModelConfig) -> Family:
-    """The family whose config.json carries `config`'s designs: gemma3_text for
-    sandwich or offset norms, olmo2 for post-norm blocks (olmo3 with sliding layers), qwen3
+    """The family whose config.json carries `config`'s designs: olmo_hybrid or qwen3_next
+    for linear layers (by `linear_attention.variant`), gemma3_text for sandwich or offset norms, olmo2 for post-norm blocks (olmo3 with sliding layers), qwen3
     for per-head qk-norm, smollm3 for NoPE layers, phi3 for partial (`first`) or longrope
     RoPE or a window on every layer, else llama/qwen2 (each refuses, naming the field, what
     its config.json cannot carry)."""
+    if "linear" in config.layer_kinds():
+        return OLMO_HYBRID if config.linear_attention.variant == "olmo_hybrid" else QWEN3_NEXT
     if config.norm_placement == "sandwich" or config.norm_offset:
         return GEMMA3_TEXT
     if config.norm_placement == "post":

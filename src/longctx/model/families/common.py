@@ -12,10 +12,14 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.rope import RopeScaling
+
+if TYPE_CHECKING:
+    from longctx.model.families.stored import StoredForm
 
 LLAMA_LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -36,6 +40,17 @@ LLAMA_LAYER_NAMES = {
 }
 """Our per-layer name (after `blocks.{i}.`) -> the HF name (after `model.layers.{i}.`):
 Llama, Mistral, Qwen2/3, SmolLM3 (pre-norm blocks)."""
+
+
+class Rows(NamedTuple):
+    """Where one of our tensors lies in a fused HF tensor: the HF tensor is `groups` equal
+    blocks of rows (one per head for Qwen3-Next's doubled q_proj, one for Phi-3's qkv_proj),
+    ours is rows [start, stop) of every block, the blocks stacked in order."""
+
+    start: int
+    stop: int
+    groups: int = 1
+
 
 TOP_NAMES = {
     "tok_embeddings.weight": "model.embed_tokens.weight",
@@ -59,22 +74,32 @@ class Family:
     """One line per refusal (field: why), for the docs and `longctx` messages."""
     write: Callable[[ModelConfig], dict] | None = None
     """ModelConfig -> config.json values for export (refusing what it cannot carry); None: not written."""
-    fused: Callable[[str, ModelConfig], tuple[int, int] | None] | None = None
+    fused: Callable[[str, ModelConfig], tuple[int, ...] | None] | None = None
     """Where layer_names maps several of ours onto one HF tensor (Phi-3's qkv_proj,
-    gate_up_proj): our per-layer name, config -> its rows [start, stop) of that tensor."""
+    gate_up_proj; Qwen3-Next's q_proj of query and gate rows per head): our per-layer name,
+    config -> its `Rows` (start, stop[, groups]) of that tensor."""
+    stored: StoredForm | None = None
+    """Where the files store tensors under other names than transformers' modules (renamed,
+    split) or norms without their offset (families/stored.py); None: as the modules name them."""
 
-    def hf_name(self, name: str) -> str:
-        """Our parameter name -> this family's HF name."""
+    linear_names: dict[str, str] = field(default_factory=dict)
+    """Per-layer names of the `linear` layers where they differ from `layer_names` (OLMo
+    Hybrid's and Qwen3-Next's `linear_attn.*`, and their own norm names)."""
+
+    def hf_name(self, name: str, config: ModelConfig | None = None) -> str:
+        """Our parameter name -> this family's HF name (`config`: which layers are linear)."""
         if name in TOP_NAMES:
             return TOP_NAMES[name]
         _, layer, rest = name.split(".", 2)  # blocks.{i}.rest
-        return f"model.layers.{layer}.{self.layer_names[rest]}"
+        linear = config is not None and self.linear_names and config.layer_kinds()[int(layer)] == "linear"
+        return f"model.layers.{layer}.{(self.linear_names if linear else self.layer_names)[rest]}"
 
-    def rows(self, name: str, config: ModelConfig) -> tuple[int, int] | None:
-        """Our tensor's rows [start, stop) of its HF tensor when that tensor is fused, else None."""
+    def rows(self, name: str, config: ModelConfig) -> Rows | None:
+        """Our tensor's `Rows` of its HF tensor when that tensor is fused, else None."""
         if self.fused is None or name in TOP_NAMES:
             return None
-        return self.fused(name.split(".", 2)[2], config)
+        part = self.fused(name.split(".", 2)[2], config)
+        return None if part is None else Rows(*part)
 
 
 def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
