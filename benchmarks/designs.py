@@ -10,8 +10,12 @@ document per row; step = forward + backward of the summed cross-entropy, median 
 `--repeats` after one warm-up; peak = resident memory above the prepared model
 (benchmarks/cpu_memory.py, a fresh process per design). KV bytes per token: the cache's
 allocated bytes at 2T minus at T, over T (float32 keys and values): a sliding layer's
-memory does not grow with the context, so 5:1 holds about 1/6 of all-full per token.
-A design the model does not build yet is listed as such.
+memory does not grow with the context, so 5:1 holds about 1/6 of all-full per token, and
+a Gated DeltaNet layer holds a constant recurrent and convolution state, so the 3:1 hybrid's
+cache grows only with its full layers (2 of 8; at 8 layers, as the designs sweep's hybrid
+arms, its step is not a like-for-like ratio to the 6-layer rows: 6 linear + 2 full layers;
+its delta rule runs in torch, the CPU path). A design the model does not build yet is
+listed as such.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ DESIGNS: dict[str, dict] = {
     "qk-norm per head": {"qk_norm": "head"},
     "sinks": {"attention_sinks": True},
     "SSMax temperature": {"attn_temperature": {"type": "ssmax"}},
+    "3:1 Gated DeltaNet hybrid (8 layers)": {"n_layers": 8, "linear_attention": {"full_every": 4}},
 }
 """Overrides of the benchmark's base config (see `config`)."""
 
