@@ -10,8 +10,9 @@ answer loss and exact-value rate at its last probe (train/callbacks/answer.py); 
 the full layers (STRING Eq. 2: pairs trained at relative position i; `fi/full_f@...` in a
 model with linear layers, `fi/f@...` where every layer is full, the same count) at L/4,
 L/2, 3L/4 and L-1; the NIAH effective length at the last probe (STRING §3: the longest
-tested length whose pass rate is >= the threshold, 0 when the first fails) with the
-largest pass rate seen; and the wall time from a `/usr/bin/time -f "NAME wall %e s"`
+tested length whose pass rate is >= the threshold, 0 when the first fails) with each
+tested length's pass rate (all 4 needles found) and recall (the share of needles found);
+and the wall time from a `/usr/bin/time -f "NAME wall %e s"`
 log, when given. An arm directory without metrics.jsonl is listed as not run.
 """
 
@@ -38,7 +39,7 @@ COLUMNS = [
     "answer exact",
     *(f"f({d})" for d in DISTANCES),
     "NIAH eff. length",
-    "best NIAH pass rate",
+    "NIAH pass rate / recall by length",
     "wall s",
 ]
 
@@ -52,26 +53,19 @@ def last(rows: list[dict], key: str):
     return values[-1] if values else None
 
 
-def niah_best_pass_rate(run_dir: Path) -> float | None:
-    """The largest pass rate of any length at the last NIAH probe (niah.json), or None."""
+def niah_last_probe(run_dir: Path) -> dict | None:
+    """The last NIAH probe's lengths tested with their pass rates and needle recall
+    (niah/step-N/niah.json, `per_length`), or None."""
     probes = sorted((run_dir / "niah").glob("step-*/niah.json"))
     if not probes:
         return None
-    result = json.loads(probes[-1].read_text())
-    rates = [float(v) for v in _find(result, "pass_rate")]
-    return max(rates) if rates else None
-
-
-def _find(node, key: str):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k == key and isinstance(v, int | float):
-                yield v
-            else:
-                yield from _find(v, key)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _find(v, key)
+    per_length = json.loads(probes[-1].read_text())["per_length"]
+    return {
+        "step": int(probes[-1].parent.name.split("-")[1]),
+        "lengths": [int(row["length"]) for row in per_length],
+        "rate": [float(row["rate"]) for row in per_length],
+        "recall": [float(row["recall"]) for row in per_length],
+    }
 
 
 def wall_times(path: Path | None) -> dict[str, float]:
@@ -99,8 +93,16 @@ def summarise(run_dir: Path, tail: int) -> dict:
         "fi_key": prefix,
         "fi": {d: last(rows, f"{prefix}{d}") for d in DISTANCES},
         "niah_effective_length": last(rows, "niah/effective_length"),
-        "niah_best_pass_rate": niah_best_pass_rate(run_dir),
+        "niah": niah_last_probe(run_dir),
     }
+
+
+def niah_cell(probe: dict | None) -> str:
+    """`L: rate / recall` for each length of the last probe."""
+    if not probe:
+        return "-"
+    cells = zip(probe["lengths"], probe["rate"], probe["recall"], strict=True)
+    return ", ".join(f"{length}: {rate:.2f} / {recall:.2f}" for length, rate, recall in cells)
 
 
 def cell(value, form: str = "{}") -> str:
@@ -136,7 +138,7 @@ def main() -> None:
                 cell(result["answer_exact"], "{:.2f}"),
                 *(cell(result["fi"][d], "{:.0f}") for d in DISTANCES),
                 cell(result["niah_effective_length"], "{:.0f}"),
-                cell(result["niah_best_pass_rate"], "{:.2f}"),
+                niah_cell(result["niah"]),
                 cell(result["wall_s"], "{:.0f}"),
             ]
         )
