@@ -5,7 +5,9 @@ arm's run directory (`train.out_dir`: `metrics.jsonl` and `niah/step-N/niah.json
     PYTHONPATH=src python analysis/designs_sweep.py runs/designs --times runs/designs/times.log
 
 Per arm: the steps and tokens trained; the training loss at the last step and its mean
-over the last `--tail` logged steps (one step's loss on 3 rows is noisy); the held-out
+over the last `--tail` logged steps (one step's loss on 3 rows is noisy), and that mean's
+difference to the reference arm's, paired step by step (every arm trains the same rows at
+each step) with its standard error over those steps; the held-out
 answer loss and exact-value rate at its last probe (train/callbacks/answer.py); f(i) of
 the full layers (STRING Eq. 2: pairs trained at relative position i; `fi/full_f@...` in a
 model with linear layers, `fi/f@...` where every layer is full, the same count) at L/4,
@@ -35,6 +37,7 @@ COLUMNS = [
     "tokens",
     "loss (last)",
     "loss (mean of tail)",
+    "tail loss - reference's (se)",
     "answer loss",
     "answer exact",
     *(f"f({d})" for d in DISTANCES),
@@ -79,9 +82,27 @@ def wall_times(path: Path | None) -> dict[str, float]:
     return times
 
 
+def step_losses(run_dir: Path) -> dict[int, float]:
+    """step -> training loss (a step logged twice, as after a resume: the later)."""
+    return {row["step"]: row["train/loss"] for row in rows_of(run_dir) if "train/loss" in row}
+
+
+def paired_difference(losses: dict[int, float], reference: dict[int, float], tail: int) -> tuple[float, float]:
+    """Mean and standard error over the last `tail` steps of loss - the reference's loss at
+    the same step. Every arm trains the same rows at each step, so the pairing removes the
+    batch-to-batch swings; the error is over steps within one seed, not between seeds."""
+    steps = sorted(set(losses) & set(reference))[-tail:]
+    differences = [losses[s] - reference[s] for s in steps]
+    mean = sum(differences) / len(differences)
+    if len(differences) < 2:
+        return mean, float("nan")
+    variance = sum((d - mean) ** 2 for d in differences) / (len(differences) - 1)
+    return mean, (variance / len(differences)) ** 0.5
+
+
 def summarise(run_dir: Path, tail: int) -> dict:
     rows = rows_of(run_dir)
-    losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    losses = list(step_losses(run_dir).values())
     prefix = "fi/full_f@" if any(k.startswith("fi/full_f@") for row in rows for k in row) else "fi/f@"
     return {
         "steps": last(rows, "step"),
@@ -115,11 +136,15 @@ def main() -> None:
     parser.add_argument("--arms", nargs="*", help="arm directory names in table order (default: all, sorted)")
     parser.add_argument("--times", type=Path, help="a /usr/bin/time log with lines `NAME wall S s`")
     parser.add_argument("--tail", type=int, default=20, help="logged steps in the loss mean")
+    parser.add_argument("--reference", help="the arm whose loss the others' is paired with (default: the first)")
     parser.add_argument("--out", help="directory for designs_sweep.{json,md} and designs_sweep_arms.json")
     parser.add_argument("--note", action="append", default=[], help="a line under the table")
     args = parser.parse_args()
     arms = args.arms or sorted(p.name for p in args.root.iterdir() if p.is_dir())
     times = wall_times(args.times)
+    present = [arm for arm in arms if (args.root / arm / "metrics.jsonl").exists()]
+    reference = args.reference or (present[0] if present else None)
+    reference_losses = step_losses(args.root / reference) if reference else {}
     results, rows = {}, []
     for arm in arms:
         run_dir = args.root / arm
@@ -127,6 +152,8 @@ def main() -> None:
             rows.append([arm, "not run", *([""] * (len(COLUMNS) - 2))])
             continue
         result = results[arm] = {**summarise(run_dir, args.tail), "wall_s": times.get(arm)}
+        difference = paired_difference(step_losses(run_dir), reference_losses, args.tail)
+        result["tail_loss_minus_reference"] = {"reference": reference, "mean": difference[0], "se": difference[1]}
         rows.append(
             [
                 arm,
@@ -134,6 +161,7 @@ def main() -> None:
                 cell(result["tokens"], "{:.0f}"),
                 cell(result["loss_last"], "{:.3f}"),
                 cell(result["loss_tail_mean"], "{:.3f}"),
+                "-" if arm == reference else "{mean:+.3f} ({se:.3f})".format(**result["tail_loss_minus_reference"]),
                 cell(result["answer_loss"], "{:.3f}"),
                 cell(result["answer_exact"], "{:.2f}"),
                 *(cell(result["fi"][d], "{:.0f}") for d in DISTANCES),

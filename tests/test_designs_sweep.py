@@ -66,7 +66,7 @@ def test_the_results_table_reads_each_arm_from_its_run_directory(tmp_path):
     """analysis/designs_sweep.py on two hand-written run directories: the full layers' f(i)
     where linear layers log it (else the all-layer f(i)), the loss tail's mean, the last NIAH
     probe and the wall time summed over a killed and a resumed process; a missing arm is
-    listed as not run."""
+    listed as not run; the tail loss paired step by step with the first arm's."""
     import json
     import subprocess
     import sys
@@ -96,7 +96,8 @@ def test_the_results_table_reads_each_arm_from_its_run_directory(tmp_path):
         ],
         {"per_length": per_length},
     )
-    write_run("plain", [*losses[:2], {"step": 2, **fi}])
+    plain_losses = [{"step": s, "train/loss": loss} for s, loss in [(1, 4.5), (2, 3.0), (3, 3.5), (4, 1.5)]]
+    write_run("plain", [*plain_losses, {"step": 4, **fi}])
     (tmp_path / "times.log").write_text("hybrid wall 10.5 s\n== note\nhybrid wall 2 s\nplain wall 7 s\n")
     out = tmp_path / "out"
     arguments = [str(tmp_path / "runs"), "--arms", "plain", "hybrid", "absent", "--times", str(tmp_path / "times.log")]
@@ -112,7 +113,11 @@ def test_the_results_table_reads_each_arm_from_its_run_directory(tmp_path):
     assert hybrid["fi"] == {"L/4": 40.0, "L/2": 20.0, "3L/4": 10.0, "L-1": 1.0} and plain["fi"]["L-1"] == 9.0
     assert (hybrid["answer_loss"], hybrid["answer_exact"], hybrid["niah_effective_length"]) == (0.75, 0.5, 256.0)
     assert hybrid["niah"] == {"step": 4, "lengths": [256, 320], "rate": [1.0, 0.25], "recall": [1.0, 0.5]}
-    assert (hybrid["wall_s"], plain["wall_s"], plain["niah"], plain["loss_tail_mean"]) == (12.5, 7.0, None, 3.5)
+    assert (hybrid["wall_s"], plain["wall_s"], plain["niah"], plain["loss_tail_mean"]) == (12.5, 7.0, None, 2.5)
+    # paired with the first arm at steps 3 and 4: 2.5 - 3.5 and 1.5 - 1.5; se = sd / sqrt(2) = 0.5
+    paired = hybrid["tail_loss_minus_reference"]
+    assert paired["reference"] == "plain" and paired["mean"] == -0.5 and abs(paired["se"] - 0.5) < 1e-12
     table = json.loads((out / "designs_sweep.json").read_text())["rows"]
     assert [row[0] for row in table] == ["plain", "hybrid", "absent"] and table[2][1] == "not run"
-    assert table[1][12] == "256: 1.00 / 1.00, 320: 0.25 / 0.50"
+    assert table[1][5] == "-0.500 (0.500)" and table[0][5] == "-"
+    assert table[1][13] == "256: 1.00 / 1.00, 320: 0.25 / 0.50"
