@@ -52,11 +52,12 @@ real-model-gemma3: $(STAMP)
 	test -f $(REAL_MODEL_GEMMA3)/config.json || $(BIN)/longctx convert-gguf gemma3-270m $(REAL_MODEL_GEMMA3)
 
 # The same GGUF in 8 parts of at most 32 MiB, one per setup call of the GPU step checkpoints-2025
-# (scripts/device/gpu_steps.toml; `gpu_next.py plan` checks each call's carry against 64 MiB).
+# (tools/gpu/gpu_steps.toml; `gpu_next.py plan` checks each call's carry against the lender's
+# carry_mib, tools/lender.toml).
 GEMMA3_GGUF ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/gemma3-270m/gemma-3-270m-q4_k_m.gguf
 gguf-parts-gemma3: real-model-gemma3
 	test -f runs/gguf_parts_gemma3/part-007-of-008 || \
-		$(BIN)/python -m longctx_replication.gguf_parts split $(GEMMA3_GGUF) runs/gguf_parts_gemma3 --part-mib 32
+		$(BIN)/python tools/gpu/gguf_parts.py split $(GEMMA3_GGUF) runs/gguf_parts_gemma3 --part-mib 32
 
 # CPU smoke of the table at the 8K training length, with a bar per cell and a line per finished
 # cell: rope and string-repo, 2 tests each, the prompt prefilled whole (on 2 CPU cores the chunked
@@ -117,7 +118,7 @@ twin-data: $(STAMP)
 TWIN_OUT  ?= runs/replicate_gpu/out
 TWIN_MODE ?=
 replicate-twin:
-	$(GPU_RUN) -m longctx_replication.gpu_twin $(TWIN_MODE) --out $(TWIN_OUT)
+	$(GPU_RUN) tools/twin/gpu_twin.py $(TWIN_MODE) --out $(TWIN_OUT)
 
 # The same chain at 10 steps per run: checks that every step runs, decides nothing; its
 # results stay under runs/replicate_smoke/docs (not published).
@@ -135,13 +136,13 @@ test: $(STAMP)
 
 # ruff (lint + format check) over the code, mypy over src/. `make format` applies ruff's fixes.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks scripts
-	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/ruff check src tests benchmarks scripts tools
+	$(BIN)/ruff format --check src tests benchmarks scripts tools
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests benchmarks scripts
-	$(BIN)/ruff format src tests benchmarks scripts
+	$(BIN)/ruff check --fix src tests benchmarks scripts tools
+	$(BIN)/ruff format src tests benchmarks scripts tools
 
 # Regenerate the golden loss curve after an intended change of the training numerics.
 golden: $(STAMP)
@@ -165,27 +166,30 @@ test-gpu:
 # runbook"): parts correctness, training, kernels, long-context, each in its own process with
 # a hard limit, tables in $(BENCH_OUT) as each part ends, the summary gpu_check.md last; exit 1
 # if a correctness check failed. `make gpu-check PARTS="kernels long-context"` reruns parts.
-# The driver lives in scripts/device/; its parts are the benchmarks/ timing scripts and the
-# correctness checks of longctx.gpu_checks (scripts/device/gpu_check_correctness.py).
+# The driver lives in tools/gpu/ (the lab's tooling, tools/README.md); its parts are the
+# benchmarks/ timing scripts and the correctness checks of longctx.gpu_checks
+# (tools/gpu/gpu_check_correctness.py). GPU_CHECK_ARGS=--smoke runs the same on CPU at tiny sizes.
 PARTS ?=
+GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) scripts/device/gpu_check.py \
-		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS))
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_check.py \
+		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS)) $(GPU_CHECK_ARGS)
 
 # Wheels for the GPU image, which has no network (docs/benchmarks.md, "GPU runbook"). Each set
-# (scripts/device/staging/sets.toml) is resolved here: the pins, then whatever their wheels need
-# that the image lacks (scripts/device/staging/image.txt), recorded in the committed
-# scripts/device/staging/<set>.lock.json that tests/test_device_staging.py checks without
+# (tools/gpu/staging/sets.toml) is resolved here: the pins, then whatever their wheels need
+# that the image lacks (tools/gpu/staging/image.txt), recorded in the committed
+# tools/gpu/staging/<set>.lock.json that tests/tools/test_device_staging.py checks without
 # network. `device`: what ../shared/gpu/prepare-device.sh stages, into .device/ (carry it and
 # start the command with `source .device/env.sh;`). `device-hf`: the `hf` extra's transformers,
 # in .device-hf/ (gpu-check's hf attention check installs it itself). `device-ruler`: RULER's
 # generators, in .device-ruler/ (`source .device-ruler/env.sh` after .device/env.sh), kept
-# apart so the real model's 32 MiB parts still travel beside .device in one 64 MiB call.
-STAGE := $(BIN)/python scripts/device/staging.py stage
+# apart so the real model's 32 MiB parts still travel beside .device in one call (the lender's
+# carry_mib, tools/lender.toml).
+STAGE := $(BIN)/python tools/gpu/staging.py stage
 device: $(STAMP)
 	grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
 	$(STAGE) base
-	printf '%s\n' '# Sourced on the GPU machine from the project root: installs the carried wheels, puts src/ first.' \
+	printf '%s\n' '# Sourced on the GPU machine from the project root: installs the carried wheels, puts src/ first (tools/ run by path: python3 tools/<folder>/<tool>.py).' \
 		'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/whl/*.whl >/dev/null' \
 		'export PYTHONPATH=/tmp/site:$$PWD/src:$$PWD PYTHONUNBUFFERED=1' \
 		"python3 -c \"import torch; print('torch', torch.__version__, torch.cuda.get_device_name())\"" > .device/env.sh
@@ -228,7 +232,7 @@ FA4_LARGE    := nvidia_cutlass_dsl_libs_cu13-
 device-fa4: $(STAMP)
 	$(STAGE) fa4
 	rm -rf .device-fa4/parts .device-fa4/step && mkdir -p .device-fa4/step/whl
-	PYTHONPATH=src $(BIN)/python -m longctx_replication.gguf_parts split .device-fa4/whl/$(FA4_LARGE)*.whl \
+	PYTHONPATH=src $(BIN)/python tools/gpu/gguf_parts.py split .device-fa4/whl/$(FA4_LARGE)*.whl \
 		.device-fa4/parts --part-mib $(FA4_PART_MIB)
 	for wheel in .device-fa4/whl/*.whl; do case $$wheel in */$(FA4_LARGE)*) ;; *) cp $$wheel .device-fa4/step/whl/ ;; esac; done
 	printf '%s\n' '# Sourced on the GPU machine after .device/env.sh: flash-attn-4, its large wheel joined by the setup calls.' \
@@ -266,9 +270,9 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
 
-# The next GPU step (scripts/device/gpu_steps.toml) in one device call: `python
-# scripts/device/gpu_next.py plan` here prints the call (carry, timeout, command); on the GPU
+# The next GPU step (tools/gpu/gpu_steps.toml) in one device call: `python
+# tools/gpu/gpu_next.py plan` here prints the call (carry, timeout, command); on the GPU
 # machine `source .device/env.sh; make gpu-next BENCH_OUT=$OUT`; then here `python
-# scripts/device/gpu_next.py tick <files_at>` and commit what it wrote.
+# tools/gpu/gpu_next.py tick <files_at>` and commit what it wrote.
 gpu-next:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) scripts/device/gpu_next.py run --out $(BENCH_OUT)
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_next.py run --out $(BENCH_OUT)

@@ -8,8 +8,8 @@ bf16 (the weights themselves, not autocast), `Llama.fuse_projections_` applied, 
 of `--cache` positions filled by a chunked prefill of random ids, then per row:
 
 - `eager`: the model's cached forward of one token per row, `--steps` times, attention in
-  the Triton decoding kernel (model/decode_kernel.py);
-- `graph`: the same steps through `DecodeGraph` (model/decode_graph.py): one eager step
+  the Triton decoding kernel (model/inference/kernel.py);
+- `graph`: the same steps through `DecodeGraph` (model/inference/graph.py): one eager step
   (the warm-up, on the capture's stream), one recorded, the rest replayed;
 - `graph, no kernel`: the same on a cache without the kernel, the attention on its eager
   path (`_attend_math`): what the kernel gains;
@@ -39,7 +39,7 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
-from longctx.model.decode_graph import DecodeGraph
+from longctx.model.inference.graph import DecodeGraph
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 

@@ -18,7 +18,7 @@ they are counted here, on CPU, under a `TorchDispatchMode`:
   below, a wrapper with torch 2.14's signature around one opaque custom op
   (`decode_ops_bench::varlen_attn`, per-segment sdpa inside), so each kernel call counts
   as one operation whatever it does inside; the decoding attention takes the CUDA path,
-  model/decode_kernel.py, whose Triton launch is the opaque `decode_ops_bench::decode_attend`
+  model/inference/kernel.py, whose Triton launch is the opaque `decode_ops_bench::decode_attend`
   (everything around the launch runs as on CUDA). `--backend varlen` (the CPU default):
   the kernels are torch's fused CPU attention ops, also one operation each, and StRing's
   passes are merged by four operations per layer;
@@ -46,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
-from longctx.model import decode_kernel
+from longctx.model.inference import kernel as decode_kernel
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 
@@ -173,7 +173,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 def _decode_kernel(
     queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seen: torch.Tensor, out: torch.Tensor, scale: float
 ) -> None:
-    """model/decode_kernel.py's launch as one operation: out [B, 1, H, D] = the softmax
+    """model/inference/kernel.py's launch as one operation: out [B, 1, H, D] = the softmax
     over the union of the passes' (query, key) scores, GQA by head groups, in fp32."""
     group = queries.shape[2] // k.shape[2]
     keys, values = (x.float().repeat_interleave(group, dim=2) for x in (k, v))

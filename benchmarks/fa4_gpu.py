@@ -4,7 +4,7 @@
 
 flash-attn-4 (`flash_attn.cute.flash_attn_varlen_func`: FlashAttention written in NVIDIA's
 CuTe DSL for Hopper and Blackwell; wheels from `make device-fa4`, GPU step speed-fa4 in
-scripts/device/gpu_steps.toml) is compared with the kernel the model's `flash` backend uses
+tools/gpu/gpu_steps.toml) is compared with the kernel the model's `flash` backend uses
 now, `flash.resolve_kernel()` (torch's `varlen_attn`, or flash-attn 2 where installed),
 called through `flash.varlen_flash` exactly as the model calls it: on torch 2.11, whose
 wrapper has no `enable_gqa`, k/v are expanded to the query heads inside the call.

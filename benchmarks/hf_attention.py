@@ -11,7 +11,7 @@ position beyond the training length), three arms:
 - `hf sdpa`: transformers' `generate` with `attn_implementation="sdpa"` (plain RoPE);
 - `hf longctx_string`: the same `generate` with `attn_implementation="longctx_string"`
   (StRing with longctx's defaults: S = L/3 = 2,731, W = 128 at L = 8,192);
-- `longctx string`: longctx's own engine (import_hf + eval.generation.generate) with the
+- `longctx string`: longctx's own engine (import_hf + model.inference.generation.generate) with the
   same method.
 
 Per test: prefill seconds (the first forward), decoding seconds per token, the whole test,
@@ -95,8 +95,8 @@ def _run_arm(arm: str, model_dir: str, length: int, prompts: int, new_tokens: in
 
     else:
         from longctx.config.position_methods import PositionMethodConfig
-        from longctx.eval.generation import generate
         from longctx.model.hf import import_hf
+        from longctx.model.inference.generation import generate
         from longctx.model.position_methods import build_position_method
 
         own = import_hf(model_dir).eval()

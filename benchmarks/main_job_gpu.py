@@ -18,7 +18,7 @@ composition on the hardware it is meant for:
 2. `niah-decoding`: phase 1's last checkpoint decodes the same NIAH cells (task, seed,
    lengths) with `eval.cuda_decoding=eager` and `=graph+kernel`. An untrained model fails
    every test, so pass/fail proves nothing: every step's logits must be within LOGITS_BOUND
-   (longctx.eval.generation.observe_logits), the tokens equal but for near ties, counted
+   (longctx.model.inference.generation.observe_logits), the tokens equal but for near ties, counted
    (niah_logits.compare_logits); the CUDA graph's replays and the kernel's calls are
    counted, so a mode that did not engage fails;
 3. `gpu-tests`: the decoding kernel's and the CUDA graph's `gpu` tests (GPU_TESTS);

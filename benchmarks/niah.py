@@ -13,12 +13,12 @@ What it measures (bpe-8192, Paul Graham haystack, `paper` task prompts, float32,
    `--new-tokens` greedy tokens three ways, side by side:
    - `recompute`: `greedy_generate_recompute`, all prompts in one batch, the whole
      sequence re-run for every new token (no cache);
-   - `kv, batch 1`: `eval.generation.generate` one prompt at a time;
-   - `kv, batched`: `eval.generation.generate`, all prompts per forward (no stop rule).
+   - `kv, batch 1`: `model.inference.generation.generate` one prompt at a time;
+   - `kv, batched`: `model.inference.generation.generate`, all prompts per forward (no stop rule).
    All three must produce the same tokens (checked; the script aborts otherwise). Times
    are single runs after a short warm-up decode; "speedup" is recompute / batched time.
 2. A full effective-length search (`eval.niah.evaluation.evaluate`: one engine cell per length,
-   decoded by `eval.generation.generate`, stopping at EOS) of the model: lengths
+   decoded by `model.inference.generation.generate`, stopping at EOS) of the model: lengths
    128, 256, ... `--search-max-length`, `--tests` prompts each, every length evaluated
    (`stop_at_first_failure=False`), wall time per length and in total, sample building and
    scoring included. A random-init model finds no needle, so its effective length is 0.
@@ -55,12 +55,12 @@ from longctx.config.model import ModelConfig
 from longctx.data.tokenizer import load_tokenizer
 from longctx.eval.cells import Decoding
 from longctx.eval.effective_length import plot_heatmap
-from longctx.eval.generation import generate
 from longctx.eval.niah.evaluation import evaluate
 from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.haystack import Haystack
 from longctx.model.checkpoint import load_model
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.generation import generate
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.runtime import tune_cpu_allocator
 

@@ -7,7 +7,7 @@ tinyllama-1.1b's shapes (22 layers, 32/4 heads, d 2,048, vocabulary 32,000) with
 random weights in bf16 (the weights themselves, not autocast). The model is written once
 with `export_hf` into a temporary directory, so both arms run the same weights:
 
-- `longctx rope` / `longctx string`: `eval.generation.generate` (batch_size = `--batch`,
+- `longctx rope` / `longctx string`: `model.inference.generation.generate` (batch_size = `--batch`,
   the whole prompt prefilled in one forward, decoding through `DecodeGraph` with the
   Triton decoding kernel: `cuda_decoding="graph+kernel"`, opted into here since the
   engine's default is eager; a CUDA graph replayed per step on a GPU) on the model with `fuse_projections_` applied (the inference
@@ -48,8 +48,8 @@ from hf_attention import prompt_ids
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
-from longctx.eval.generation import generate
 from longctx.model.hf import export_hf
+from longctx.model.inference.generation import generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 

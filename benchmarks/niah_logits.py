@@ -23,10 +23,10 @@ import torch
 
 from longctx import config as config_module
 from longctx.data.tokenizer import load_tokenizer
-from longctx.eval.generation import observe_logits
 from longctx.eval.niah.evaluation import evaluate, load_haystack, search_settings
-from longctx.model import decode_kernel
 from longctx.model.checkpoint import load_model
+from longctx.model.inference import kernel as decode_kernel
+from longctx.model.inference.generation import observe_logits
 
 Batches = list[list[torch.Tensor]]
 """Per decoded batch, per step: the logits [rows, vocab] (float32, on the CPU)."""

@@ -10,7 +10,7 @@ the prompt), greedy, plain RoPE in both:
 
 - `hf sdpa`: transformers' `generate` with `attn_implementation="sdpa"` (its default
   dynamic cache; a sliding layer's cache keeps its last window - 1 keys);
-- `longctx`: `import_hf` + `eval.generation.generate` (whole-prompt prefill, KV cache with
+- `longctx`: `import_hf` + `model.inference.generation.generate` (whole-prompt prefill, KV cache with
   sliding layers keeping their window).
 
 Per arm: prefill seconds (the first forward), decode ms per token, the whole test, the
@@ -83,8 +83,8 @@ def _run_arm(arm: str, model_dir: str, length: int, new_tokens: int, threads: in
             return out[0, len(ids) :].tolist()
 
     else:
-        from longctx.eval.generation import generate
         from longctx.model.hf import import_hf
+        from longctx.model.inference.generation import generate
         from longctx.model_tokenizer import tokenizer_for_model
 
         model = import_hf(model_dir).eval()

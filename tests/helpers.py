@@ -61,7 +61,7 @@ older transformers, so that the venv's copy imports as the image's own does ther
 
 def gpu_image_site(scratch: Path) -> Path:
     """A site-packages of links to this venv's, less every distribution that neither the GPU
-    image (scripts/device/staging/image.txt) nor GPU_IMAGE_STAGED_SETS provides: run a python
+    image (tools/gpu/staging/image.txt) nor GPU_IMAGE_STAGED_SETS provides: run a python
     with `-S` (no site) and this directory on PYTHONPATH to import as on the image, where a
     missing package raises ModuleNotFoundError and `importlib.util.find_spec` finds nothing.
     A top-level directory shared with a kept distribution (a namespace package) stays."""
@@ -71,7 +71,7 @@ def gpu_image_site(scratch: Path) -> Path:
 
     from packaging.utils import canonicalize_name
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "device"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "gpu"))
     try:
         import staging
     finally:

@@ -1,5 +1,5 @@
 """The GPU benchmark scripts (benchmarks/) and the real-model device drivers
-(scripts/device/) run end to end on CPU at tiny sizes (`--smoke`, `smoke`), so a GPU session
+(scripts/real_models/) run end to end on CPU at tiny sizes (`--smoke`, `smoke`), so a GPU session
 only has to run them: each writes its tables as JSON and Markdown (benchmarks/report.py)."""
 
 import json
@@ -95,8 +95,8 @@ def test_llama31_8b_case_has_the_published_parameter_count():
 
 
 def run_device_smoke(script: str, out: Path, scratch: Path) -> subprocess.CompletedProcess:
-    """`scripts/device/<script> smoke --out out` as the GPU image would run it (no wandb); it must succeed."""
-    command = [sys.executable, f"scripts/device/{script}", "smoke", "--out", str(out)]
+    """`scripts/real_models/<script> smoke --out out` as the GPU image would run it (no wandb); it must succeed."""
+    command = [sys.executable, f"scripts/real_models/{script}", "smoke", "--out", str(out)]
     env = gpu_image_environment(scratch)
     result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=1200, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -105,7 +105,7 @@ def run_device_smoke(script: str, out: Path, scratch: Path) -> subprocess.Comple
 
 @pytest.mark.slow
 def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_path):
-    """scripts/device/real_table1.py smoke (the real-model Table 1 driver) on a tiny random Llama in
+    """scripts/real_models/real_table1.py smoke (the real-model Table 1 driver) on a tiny random Llama in
     the HF layout: the table's cells packed and resumed from the archive on a fresh work
     directory, the paired rules, the CPU agreement and the side-by-side with HF generate
     (~5 min on the loaded 2-core machine)."""
@@ -122,7 +122,7 @@ def test_the_real_model_table1_device_script_runs_its_three_modes_on_cpu(tmp_pat
 
 @pytest.mark.slow
 def test_the_dpe_probe_device_script_probes_compares_and_resumes(tmp_path):
-    """scripts/device/dpe_probe.py smoke: the authors' probing (8 groups x factors 1, 2 at
+    """scripts/real_models/dpe_probe.py smoke: the authors' probing (8 groups x factors 1, 2 at
     2,048 tokens on a tiny random Llama of L = 1,024), the choice, the comparison, and a
     second call from the first's archive alone that decodes nothing again (~1 min)."""
     out = tmp_path / "dpe"
@@ -135,7 +135,7 @@ def test_the_dpe_probe_device_script_probes_compares_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_the_real_model_ruler_device_script_resumes_from_its_archive(tmp_path):
-    """scripts/device/real_ruler.py smoke (the real-model RULER driver): RULER-11 on a tiny
+    """scripts/real_models/real_ruler.py smoke (the real-model RULER driver): RULER-11 on a tiny
     random Llama, a first call at 1,024 tokens, then a fresh work directory resumed from that
     call's archive at 1,024 and 2,048 (~1.5 min on one quiet core)."""
     out = tmp_path / "ruler"

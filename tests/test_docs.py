@@ -269,7 +269,7 @@ def test_the_module_name_reader_by_hand():
     assert module_name_exists("longctx.config.NiahConfig")  # re-exported by the package
     assert module_name_exists("longctx.config.eval.NiahConfig.task")  # a field of the dataclass
     assert module_name_exists("longctx.config.model.ModelConfig.from_preset")
-    assert module_name_exists("longctx_replication.gpu_twin")
+    assert module_name_exists("longctx_replication.twin_plan")
     assert not module_name_exists("longctx.eval.effective_length_effective_length")
     assert not module_name_exists("longctx.config.eval.NiahConfig.no_such_field")
     assert not module_name_exists("longctx.analysis.replication_report")

@@ -185,11 +185,10 @@ def test_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-def test_llama_does_not_import_the_position_methods():
-    """llama.py defines the positions-provider interface; the methods implement it."""
-    assert not {
-        name for name in import_graph()["longctx.model.llama"] if name.startswith("longctx.model.position_methods")
-    }
+@pytest.mark.parametrize("module", ["longctx.model.llama", "longctx.model.layer_attention"])
+def test_the_attention_path_does_not_import_the_position_methods(module):
+    """layer_attention.py defines the positions-provider interface; the methods implement it."""
+    assert not {name for name in import_graph()[module] if name.startswith("longctx.model.position_methods")}
 
 
 def test_the_checker_sees_a_planted_circle(tmp_path):

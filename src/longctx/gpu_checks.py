@@ -1,6 +1,6 @@
 """The GPU path's numerical checks, each against an independent reference, shared by the
 `gpu` tests (small sizes, `make test-gpu`) and `make gpu-check`'s correctness part
-(scripts/device/gpu_check_correctness.py, the GPU-scale sizes). Each check raises
+(tools/gpu/gpu_check_correctness.py, the GPU-scale sizes). Each check raises
 AssertionError naming what differs, and returns what it measured.
 
 - `assert_backend_matches_fp32_sdpa`: a packed-varlen backend (flash, xformers) in bf16

@@ -1,7 +1,7 @@
 """The attention designs on the GPU path (docs/design.md §5), each a whole small model on the
 `flash` backend against the same weights in float64 on the dense `sdpa` backend: logits
 and every parameter's gradient, forward and backward, at gpu-check's 8K (make gpu-check's
-correctness part) or the CPU smoke's 48 tokens (tests/test_gpu_check.py, through the
+correctness part) or the CPU smoke's 48 tokens (tests/tools/test_gpu_check.py, through the
 varlen stand-in). The float64 side is itself checked against the loop-by-loop references
 of tests/model/designs_reference.py and tests/model/test_designs_rotation.py.
 

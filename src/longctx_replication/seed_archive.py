@@ -1,7 +1,7 @@
-"""One finished seed of the GPU twin as one small archive: what comes back from the GPU
-machine and is committed under docs/replication/gpu/ (docs/replication.md, "The GPU twin").
+"""One finished seed of the GPU twin as one small archive of its records, committed under
+docs/replication/gpu/ (docs/replication.md, "The GPU twin").
 
-    docs/replication/gpu/seed-10.tar.xz     # written by `python -m longctx_replication.gpu_twin`
+    docs/replication/gpu/seed-10.tar.xz     # written by the twin's driver (tools/twin/gpu_twin.py)
 
 A seed's runs (three pretraining windows, its SFT arms, its Table 1 evaluations) write
 metrics.jsonl, NIAH results (niah.json), answer-masking counts and f(i) arrays (fi/*.npz)
@@ -12,11 +12,10 @@ extracting every archive into one directory rebuilds the layout
 longctx_replication.report reads. `manifest.json` inside names the seed, the
 commit, the training steps and every file left out.
 
-The archive must stay under `max_bytes` (1 MiB: committed results travel with every
-device call, 64 MiB in all). If the full archive is larger, it is written again without
-the f(i) arrays of every checkpoint step but each run's last (the report draws f at the
-last probe); if that is still too large, SeedArchiveError, and the runs stay on the
-machine. xz at preset 9: the arrays are int64 counts, mostly high zero bytes.
+Of the records, the f(i) arrays of every checkpoint step but each run's last are the ones
+the report can do without (it draws f at the last probe): `earlier_fi` names them, for a
+caller that must keep an archive under a size limit of its own (the twin's driver does,
+tools/twin/lease.py). xz at preset 9: the arrays are int64 counts, mostly high zero bytes.
 """
 
 from __future__ import annotations
@@ -33,11 +32,11 @@ from longctx.errors import LongctxError
 RECORD_SUFFIXES = (".json", ".jsonl", ".npz")
 LEFT_OUT_DIRS = frozenset({"checkpoints", "wandb"})
 MANIFEST = "manifest.json"
-MAX_BYTES = 2**20
 
 
 class SeedArchiveError(LongctxError):
-    """An archive that cannot be written within its size limit, or one that is malformed."""
+    """An archive with nothing to hold, one that cannot be kept within its size limit, or one
+    that is malformed."""
 
 
 def archive_path(directory: Path, seed: int) -> Path:
@@ -60,7 +59,7 @@ def record_files(root: Path, run_dirs: Iterable[Path]) -> list[Path]:
     return found
 
 
-def _earlier_fi(files: Sequence[Path]) -> list[Path]:
+def earlier_fi(files: Sequence[Path]) -> list[Path]:
     """The f(i) arrays of every checkpoint step but the last of their run."""
     by_run: dict[Path, list[Path]] = {}
     for path in files:
@@ -69,7 +68,7 @@ def _earlier_fi(files: Sequence[Path]) -> list[Path]:
     return [path for paths in by_run.values() for path in sorted(paths)[:-1]]
 
 
-def _tar_xz(root: Path, files: Sequence[Path], manifest: dict) -> bytes:
+def pack_records(root: Path, files: Sequence[Path], manifest: dict) -> bytes:
     buffer = io.BytesIO()
     with lzma.open(buffer, "wb", preset=9) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
         body = json.dumps(manifest, indent=1).encode() + b"\n"
@@ -81,32 +80,23 @@ def _tar_xz(root: Path, files: Sequence[Path], manifest: dict) -> bytes:
     return buffer.getvalue()
 
 
-def write_seed_archive(
-    root: Path, run_dirs: Sequence[Path], path: Path, meta: dict, max_bytes: int = MAX_BYTES
-) -> dict:
-    """Archive the records of `run_dirs` (under `root`) into `path`, atomically; returns
-    the manifest (meta + files + left_out + bytes)."""
-    files = record_files(root, run_dirs)
-    if not files:
-        raise SeedArchiveError(f"no record files under {', '.join(map(str, run_dirs))}: nothing to archive")
-    left_out: list[str] = []
-    manifest = {**meta, "files": [str(p.relative_to(root)) for p in files], "left_out": left_out}
-    body = _tar_xz(root, files, manifest)
-    if len(body) > max_bytes:
-        dropped = set(_earlier_fi(files))
-        left_out += [str(p.relative_to(root)) for p in sorted(dropped)]
-        files = [p for p in files if p not in dropped]
-        manifest["files"] = [str(p.relative_to(root)) for p in files]
-        body = _tar_xz(root, files, manifest)
-    if len(body) > max_bytes:
-        raise SeedArchiveError(
-            f"the records of seed {meta.get('seed')} take {len(body):,} bytes packed even without the earlier "
-            f"f(i) arrays, over the {max_bytes:,}-byte limit; the runs stay in {root}"
-        )
+def write_archive(path: Path, body: bytes) -> None:
+    """Write a packed archive to `path` atomically (beside it as .partial, then renamed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     partial.write_bytes(body)
     partial.replace(path)
+
+
+def write_seed_archive(root: Path, run_dirs: Sequence[Path], path: Path, meta: dict) -> dict:
+    """Archive every record of `run_dirs` (under `root`) into `path`; returns the manifest
+    (meta + files + left_out + bytes)."""
+    files = record_files(root, run_dirs)
+    if not files:
+        raise SeedArchiveError(f"no record files under {', '.join(map(str, run_dirs))}: nothing to archive")
+    manifest = {**meta, "files": [str(p.relative_to(root)) for p in files], "left_out": []}
+    body = pack_records(root, files, manifest)
+    write_archive(path, body)
     return {**manifest, "bytes": len(body)}
 
 

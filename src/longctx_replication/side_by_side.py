@@ -1,7 +1,7 @@
 """Run a set of commands side by side within a wall-clock budget, resumable across calls.
 
-A GPU lease here is a series of calls of at most 10 minutes on a machine that keeps its
-disk only while it stays warm (docs/replication.md, "The GPU twin"). So a call starts the
+A rented GPU comes as a series of short calls on a machine that keeps its disk only while
+it stays warm (docs/replication.md, "The GPU twin"). So a call starts the
 jobs that are not done yet (at most `max_parallel` at a time, each in its own process
 group, output appended to `<log_dir>/<name>.log`) and, `stop_before_s` seconds before its
 deadline, sends SIGTERM to every job still running. A `longctx pretrain` / `sft` job
@@ -16,7 +16,7 @@ kept), one whose `needs` files are missing `blocked`, one left waiting for time 
 `pending`. A job is not started with less than `min_start_s` seconds left: it would only
 pay its start-up (imports, data checks, loading a checkpoint) and be stopped. Each started
 job's process id (= its process group's) goes to `<log_dir>/<name>.pid`, so that a later
-call on the same machine can stop what a call killed from outside left running (gpu_twin.py).
+call on the same machine can stop what a call killed from outside left running (tools/twin/gpu_twin.py).
 """
 
 from __future__ import annotations

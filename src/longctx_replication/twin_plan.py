@@ -1,7 +1,12 @@
-"""The GPU twin's plan: what each device call runs, fixed in a committed file before any run.
+"""The GPU twin's plan: what the twin runs, fixed in a committed file before any run.
 
     sweeps/gpu_twin/plan.yaml     # the twin (docs/replication.md, "The GPU twin")
-    sweeps/gpu_twin/smoke.yaml    # the same chain on CPU at tiny size (make replicate-twin-smoke)
+    sweeps/gpu_twin/smoke.yaml    # the same chain on CPU at tiny size
+
+The plan says what is studied (the sweeps, the verdict seeds, the tuning rule's arms); how
+the runs are fitted into the calls of one rented machine (a call's time budget, the
+max_steps cuts, the archive's size limit) is the lab's setting, kept apart in
+tools/twin/ (tools/README.md), so the study reads the same on any hardware.
 
 Keys (every one required; an unknown or missing key is a TwinPlanError naming the file):
 
@@ -9,13 +14,7 @@ Keys (every one required; an unknown or missing key is a TwinPlanError naming th
     archives         where finished seeds' archives live (docs/replication/gpu), committed
     pretrain_sweep   the sweep of the pretraining runs (one per window and seed)
     eval_sweeps      the sweeps of each seed's SFT arms and Table 1, longest first
-    seeds            verdict seeds, in the order they run, one per device call
-    max_steps_cuts   train.max_steps of the pretraining runs, largest first: a seed runs at
-                     the first cut not recorded in ARCHIVES/cuts.json as too long; a seed that
-                     does not finish within its call records its cut there and is run again,
-                     from scratch, at the next cut
-    budget_s         wall-clock seconds of one call (the device allows 600 per command)
-    archive_max_bytes  the size limit of one seed's archive (1 MiB)
+    seeds            verdict seeds, in the order they run
     tuning           the first job (`--tuning`): seeds (never verdict seeds), window,
                      stop_at_step, threshold and arms {name: argv after `longctx pretrain`},
                      judged by longctx_replication/twin_tuning.py
@@ -23,15 +22,12 @@ Keys (every one required; an unknown or missing key is a TwinPlanError naming th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import yaml
 
 from longctx.errors import LongctxError
-
-CUTS_FILE = "cuts.json"
 
 
 class TwinPlanError(LongctxError, ValueError):
@@ -56,9 +52,6 @@ class TwinPlan:
     pretrain_sweep: str
     eval_sweeps: tuple[str, ...]
     seeds: tuple[int, ...]
-    max_steps_cuts: tuple[int, ...]
-    budget_s: float
-    archive_max_bytes: int
     tuning: TuningPlan
 
 
@@ -82,9 +75,6 @@ def load_plan(path: str | Path) -> TwinPlan:
         pretrain_sweep=str(body["pretrain_sweep"]),
         eval_sweeps=tuple(body["eval_sweeps"]),
         seeds=tuple(int(s) for s in body["seeds"]),
-        max_steps_cuts=tuple(int(c) for c in body["max_steps_cuts"]),
-        budget_s=float(body["budget_s"]),
-        archive_max_bytes=int(body["archive_max_bytes"]),
         tuning=TuningPlan(
             seeds=tuple(int(s) for s in tuning["seeds"]),
             window=int(tuning["window"]),
@@ -98,30 +88,6 @@ def load_plan(path: str | Path) -> TwinPlan:
         raise TwinPlanError(f"{path}: seeds must be distinct and at least one, got {list(plan.seeds)}")
     if set(plan.seeds) & set(plan.tuning.seeds):
         raise TwinPlanError(f"{path}: tuning.seeds {list(plan.tuning.seeds)} overlap the verdict seeds")
-    cuts = plan.max_steps_cuts
-    if not cuts or any(c <= 0 for c in cuts) or list(cuts) != sorted(set(cuts), reverse=True):
-        raise TwinPlanError(f"{path}: max_steps_cuts must be positive and strictly decreasing, got {list(cuts)}")
     if plan.tuning.without not in plan.tuning.arms:
         raise TwinPlanError(f"{path}: tuning.without {plan.tuning.without!r} is not one of {sorted(plan.tuning.arms)}")
     return plan
-
-
-def too_long_cuts(archives: Path) -> dict[str, dict]:
-    """{cut: what the call that did not finish at it recorded} from ARCHIVES/cuts.json."""
-    path = archives / CUTS_FILE
-    return json.loads(path.read_text())["too_long"] if path.is_file() else {}
-
-
-def cut_in_force(plan: TwinPlan) -> int | None:
-    """The first cut not recorded as too long; None when every cut has been."""
-    too_long = too_long_cuts(plan.archives)
-    return next((c for c in plan.max_steps_cuts if str(c) not in too_long), None)
-
-
-def record_too_long(plan: TwinPlan, cut: int, record: dict) -> Path:
-    """Record that a seed did not finish within a call at `cut` (ARCHIVES/cuts.json)."""
-    too_long = {**too_long_cuts(plan.archives), str(cut): record}
-    path = plan.archives / CUTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"too_long": too_long}, indent=1) + "\n")
-    return path

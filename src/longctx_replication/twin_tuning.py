@@ -1,6 +1,6 @@
 """The GPU twin's first job: does the twin need the CPU recipe's two levers?
 
-    python -m longctx_replication.gpu_twin --tuning --out "$OUT"      # one device call
+    python tools/twin/gpu_twin.py --tuning --out "$OUT"      # one device call
 
 The CPU miniature left chance only with the `repeat` copying drill as a third source and
 model.init_std 0.06 (docs/replication.md; docs/design.md §13). The twin is 30x wider and

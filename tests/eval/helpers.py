@@ -12,8 +12,8 @@ from tokenizers import Tokenizer, processors
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig, StringConfig
 from longctx.eval.cells import Grid
-from longctx.eval.generation import StopRule
 from longctx.eval.task import Sample, Task
+from longctx.model.inference.generation import StopRule
 from longctx.model.llama import Llama
 from tests.chat_tokenizer import write_chat_tokenizer
 from tests.model.hf_models import SMALL

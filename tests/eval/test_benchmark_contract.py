@@ -9,9 +9,9 @@ import json
 import pytest
 
 from longctx.config import ExperimentConfig
-from longctx.eval.generation import Generation
 from longctx.eval.niah.evaluation import load_haystack
 from longctx.eval.registry import benchmark_spec, in_tree_names
+from longctx.model.inference.generation import Generation
 
 LENGTH = 1024
 

@@ -16,12 +16,12 @@ from longctx.eval.cell_records import read_records
 from longctx.eval.cells import Cell, CellResult, Decoding, summarize
 from longctx.eval.effective_length import plot_heatmap, search_effective_length
 from longctx.eval.errors import PromptTooShortError
-from longctx.eval.generation import Generation
 from longctx.eval.niah.engine_task import NiahTask, check_task_settings
 from longctx.eval.niah.evaluation import evaluate
 from longctx.eval.niah.generator import make_samples
 from longctx.eval.stats import wilson_interval
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.generation import Generation
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 

@@ -1,4 +1,4 @@
-"""eval/generation.py: mixed-length batches with per-row stops.
+"""model/inference/generation.py: mixed-length batches with per-row stops.
 
 References: the full-recompute `greedy_generate_recompute` on NIAH prompts; Hugging Face
 `generate` (greedy, EOS and stop strings, left padding with an attention mask) on a tiny
@@ -10,10 +10,10 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
-from longctx.eval.generation import StopRule, generate, observe_logits
 from longctx.eval.niah.generator import make_samples
-from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.hf import import_hf
+from longctx.model.inference.generation import StopRule, generate, observe_logits
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 from tests.chat_tokenizer import write_chat_tokenizer

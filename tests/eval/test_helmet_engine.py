@@ -12,10 +12,10 @@ from longctx.config import ExperimentConfig
 from longctx.config.model import ModelConfig
 from longctx.errors import ConfigError
 from longctx.eval.cells import Cell, CellResult
-from longctx.eval.generation import Generation
 from longctx.eval.helmet import HelmetPromptTooShortError
 from longctx.eval.suite_table import assemble, format_markdown, suite_tasks
 from longctx.model.checkpoint import save_model
+from longctx.model.inference.generation import Generation
 from longctx.model.llama import Llama
 
 DATA = Path(__file__).parents[1] / "fixtures" / "helmet" / "data"

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from longctx.config import ExperimentConfig
-from longctx.eval.generation import Generation
 from longctx.eval.helmet import HelmetError
 from longctx.eval.helmet.data import HelmetData
 from longctx.eval.helmet.generator import prompt_text
 from longctx.eval.helmet.longdoc import truncate_document
 from longctx.eval.suite_table import suite_tasks
+from longctx.model.inference.generation import Generation
 
 DATA = Path(__file__).parents[1] / "fixtures" / "helmet" / "data"
 

@@ -1,7 +1,8 @@
 """HELMET's prompts (eval/helmet/generator.py, data.py) equal, string for string, what HELMET's
 own data.py builds for the same rows: tests/fixtures/helmet/reference_prompts.json was made
 once by running HELMET's load_qa, load_msmarco_rerank and load_icl (the commit it names) on
-the fixture files under tests/fixtures/helmet/data."""
+the fixture files under tests/fixtures/helmet/data (tools/fixtures/make_helmet_fixtures.py
+remakes it)."""
 
 import json
 from pathlib import Path

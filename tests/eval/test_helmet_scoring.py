@@ -2,7 +2,8 @@
 (pytrec-eval-terrier, the package HELMET scores re-ranking with), and `longctx eval-score`
 on HELMET's own output files: tests/fixtures/helmet/outputs/*.json are rows written by hand
 in HELMET's eval.py format, their `averaged_metrics` computed by HELMET's own
-post-processing (data.py, utils.py) at the commit their args name."""
+post-processing (data.py, utils.py) at the commit their args name
+(tools/fixtures/make_helmet_fixtures.py)."""
 
 import json
 import math

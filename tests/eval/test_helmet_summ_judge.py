@@ -1,7 +1,8 @@
 """HELMET's summary judge (scripts/eval_gpt4_summ.py) with a scripted judge in GPT-4o's place:
 the rendered prompts and parse_json against HELMET's own code (tests/fixtures/helmet/
 judge_summ.json: sha256, length and tail of each prompt, and parse_json's results, made by
-executing that file's prompt strings, format calls and parse_json at the commit it names),
+executing that file's prompt strings, format calls and parse_json at the commit it names:
+tools/fixtures/make_helmet_fixtures.py),
 the F1 formula on hand-worked rows, and `eval-score --judge` end to end on HELMET's output
 format and on longctx's prediction lines, with key points from tests/fixtures/helmet/data."""
 
@@ -13,7 +14,6 @@ import pytest
 
 from longctx.cli import main
 from longctx.config import ExperimentConfig
-from longctx.eval.generation import Generation
 from longctx.eval.helmet import HelmetError, judge
 from longctx.eval.helmet.summ_judge import (
     SummaryRow,
@@ -24,6 +24,7 @@ from longctx.eval.helmet.summ_judge import (
     summary_rows,
 )
 from longctx.eval.suite_table import suite_tasks
+from longctx.model.inference.generation import Generation
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "helmet"
 DATA = FIXTURES / "data"

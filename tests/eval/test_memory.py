@@ -50,8 +50,8 @@ def test_chunk_terms_by_hand():
 def test_weight_casts_are_one_compute_copy_under_autocast_and_hold_the_graph_casts():
     """fp32 weights with bf16 compute: one bf16 copy of the weights (autocast's casts, then
     the decoding graph's); none without autocast. The casts a recorded bf16 decoding step
-    actually keeps (model/decode_graph.py, traced on CPU) fit in it."""
-    from longctx.model.decode_graph import DecodeGraph
+    actually keeps (model/inference/graph.py, traced on CPU) fit in it."""
+    from longctx.model.inference.graph import DecodeGraph
     from tests.model.helpers import Traced
 
     autocast = estimate_evaluation_memory(CONFIG, 40, rows=2, tests=1, new_tokens=4, compute_bytes=2)

@@ -12,10 +12,10 @@ from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cells import Cell, CellResult
 from longctx.eval.effective_length import NiahConfig, search_effective_length
 from longctx.eval.errors import PromptTooShortError
-from longctx.eval.generation import StopRule
 from longctx.eval.ruler import RulerError, make_sample
 from longctx.eval.suite_table import format_markdown, run_suite
 from longctx.eval.task import Sample, Task
+from longctx.model.inference.generation import StopRule
 from longctx.model.llama import Llama
 
 

@@ -227,8 +227,8 @@ def test_cached_generate_equals_a_full_forward_and_padded_rows_equal_rows_alone(
 def test_longrope_generate_across_the_switch_equals_eager_and_longctxs_generate(models, cache):
     """Prompts of 20 tokens, 24 new: transformers re-runs the sequence at 33 tokens (its
     Phi-3 `generate`), so longctx_rope's scores equal eager's and longctx's own generate
-    (eval/generation.py, which re-runs it too) gives the same tokens."""
-    from longctx.eval.generation import generate as longctx_generate
+    (model/inference/generation.py, which re-runs it too) gives the same tokens."""
+    from longctx.model.inference.generation import generate as longctx_generate
 
     model, own, _, _ = models["phi3-longrope"]
     prompt = tokens(length=20)

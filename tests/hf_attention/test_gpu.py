@@ -2,7 +2,7 @@
 skipped without CUDA): a random Llama (2 layers, 8 heads / 4 KV of 32) whose training length
 is 2,048, the methods at their defaults (StRing S = 683, W = 128; the baselines by STRING
 §4.2's protocol), one row; logits compared by relative L2 error. `make gpu-check` (part
-correctness, scripts/device/gpu_check_correctness.py) runs it on one 8K row; on CPU (its
+correctness, tools/gpu/gpu_check_correctness.py) runs it on one 8K row; on CPU (its
 smoke) in float32 against longctx's pure-torch path."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""The decoding kernel (model/decode_kernel.py) run on CPU through Triton's interpreter.
+"""The decoding kernel (model/inference/kernel.py) run on CPU through Triton's interpreter.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python -m tests.model.decode_kernel_interpreted
 
@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from longctx.model import decode_kernel
+from longctx.model.inference import kernel as decode_kernel
 from tests.model.test_decode_step import model_and_method
 
 

@@ -219,11 +219,11 @@ def dense_block_mask(document_ids: torch.Tensor, q_len: int):
 
 def cached_greedy(model, input_ids, max_new_tokens, **options):
     """Greedy KV-cache decoding of the rows of `input_ids` [B, T] in one batch by the engine's
-    decoder (`eval.generation.generate`, no stop rule): [B, max_new_tokens]. `options`:
+    decoder (`model.inference.generation.generate`, no stop rule): [B, max_new_tokens]. `options`:
     attention_backend, position_method, prefill_chunk_tokens."""
     import torch
 
-    from longctx.eval.generation import generate
+    from longctx.model.inference.generation import generate
 
     rows = input_ids.tolist()
     generations = generate(model, rows, max_new_tokens=max_new_tokens, batch_size=len(rows), **options)
@@ -291,7 +291,7 @@ def require_backend(backend: str) -> None:
 
 
 class Traced:
-    """A decoding-step recorder for CPU tests (model/decode_graph.py `Recorder`): the step
+    """A decoding-step recorder for CPU tests (model/inference/graph.py `Recorder`): the step
     traced with make_fx, which bakes host numbers in as a CUDA graph does; `graphs` keeps
     each trace."""
 

@@ -1,12 +1,12 @@
 """Chunked prefill with the KV cache equals the unchunked forward for every position method
-(model/decoding.py): the logits of every prompt position and the greedy tokens."""
+(model/inference/prefill.py): the logits of every prompt position and the greedy tokens."""
 
 import pytest
 import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import POSITION_METHODS, PositionMethodConfig, StringConfig
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 from tests.model.helpers import cached_greedy
@@ -18,7 +18,7 @@ ARMS = [*POSITION_METHODS, "string-repo"]
 
 def _method(arm: str, config: ModelConfig):
     if arm == "rope":
-        return None  # the model's own RotaryPositions path
+        return None  # the model's own plain RoPE (layer_attention.Dense)
     name, _, compat = arm.partition("-")
     string = StringConfig(local_window=4, compat=compat or "paper")
     return build_position_method(PositionMethodConfig(name=name, string=string), config)

@@ -1,4 +1,4 @@
-"""A recorded decoding step replayed (model/decode_graph.py) equals running the model.
+"""A recorded decoding step replayed (model/inference/graph.py) equals running the model.
 
 On CPU a step is recorded by tracing (`make_fx`): like a CUDA graph, the trace keeps the
 kernels and bakes every host number in, and replaying it mutates the same cache tensors.
@@ -13,7 +13,7 @@ import torch
 
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import arm_config
-from longctx.model.decode_graph import DecodeGraph
+from longctx.model.inference.graph import DecodeGraph
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method, string_method
 from tests.model.helpers import Traced

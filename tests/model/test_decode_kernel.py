@@ -1,4 +1,4 @@
-"""The decoding kernel (model/decode_kernel.py): the union softmax of every pass in one launch.
+"""The decoding kernel (model/inference/kernel.py): the union softmax of every pass in one launch.
 
 On CPU the kernel runs through Triton's interpreter in a child process
 (tests/model/decode_kernel_interpreted.py, ~25 s): against a float64 union reference, and
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longctx.model import decode_kernel
+from longctx.model.inference import kernel as decode_kernel
 from tests.model.decode_kernel_interpreted import KERNEL_CASES, union_reference
 
 ROOT = Path(__file__).resolve().parents[2]

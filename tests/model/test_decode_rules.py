@@ -1,4 +1,4 @@
-"""What decides how decoding runs (model/decode_graph.py `decoding_mode`, `eval.cuda_decoding`)
+"""What decides how decoding runs (model/inference/graph.py `decoding_mode`, `eval.cuda_decoding`)
 and what a recorded step may assume: no graph for a sharded model; weight casts keyed by the
 weight, not its address; the eager step before a recording runs in the recorder's warm-up
 (on CUDA the capture's side stream); a recording is never the first call of its shape.
@@ -22,8 +22,8 @@ from torch.distributed.tensor import Replicate, distribute_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from longctx.config.model import ModelConfig
-from longctx.eval import generation
-from longctx.model.decode_graph import DecodeGraph, DecodingMode, WeightCasts, decoding_mode, sharded
+from longctx.model.inference import generation
+from longctx.model.inference.graph import DecodeGraph, DecodingMode, WeightCasts, decoding_mode, sharded
 from longctx.model.llama import Llama
 
 WINDOW = 8
@@ -178,10 +178,10 @@ def test_a_sharded_model_is_never_recorded_and_says_so_once(mesh, monkeypatch, c
     monkeypatch.setattr(generation, "DecodeGraph", stubbed)
     prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
     options = dict(max_new_tokens=4, batch_size=1, cuda_decoding="graph")
-    with caplog.at_level(logging.INFO, logger="longctx.model.decode_graph"):
+    with caplog.at_level(logging.INFO, logger="longctx.model.inference.graph"):
         got = generation.generate(model, prompts, **options)
     assert graphs == []
-    lines = [record.getMessage() for record in caplog.records if record.name == "longctx.model.decode_graph"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "longctx.model.inference.graph"]
     assert len(lines) == 1 and "sharded" in lines[0], lines
     expected = generation.generate(plain, prompts, **options)
     assert [g.token_ids for g in got] == [g.token_ids for g in expected]
@@ -205,7 +205,7 @@ def test_generate_decodes_eagerly_unless_the_kernel_is_opted_into(monkeypatch):
     reference): `generate` by default never launches it; with cuda_decoding=kernel every
     decoding step's attention does (2 layers x 3 steps of 4 new tokens, the first token
     being the prefill's), and the tokens are the same."""
-    from longctx.model import decode_kernel
+    from longctx.model.inference import kernel as decode_kernel
     from tests.model.test_decode_kernel import reference_launch
 
     launches: list[torch.Tensor] = []

@@ -1,4 +1,4 @@
-"""A cached decoding step (model/decode.py, docs/design.md §8 "The KV cache"): no host
+"""A cached decoding step (model/inference/step.py, docs/design.md §8 "The KV cache"): no host
 sync, a bounded number of aten operations per layer, and the same logits as one full
 forward over packed, left-padded rows whose documents change during decoding.
 
@@ -23,7 +23,7 @@ SYNCS = ("_local_scalar_dense", "nonzero")
 METHODS = ("plain", "rope", "string")
 OPS_PER_LAYER = {"plain": 29, "rope": 29, "string": 32}
 """Upper bounds on the aten operations (views excluded) one layer adds to a float32
-decoding step; before the decoding plan (model/decode.py) it took 52, 61 and 83."""
+decoding step; before the decoding plan (model/inference/step.py) it took 52, 61 and 83."""
 FUSED_OPS_PER_LAYER = {"plain": 25, "rope": 25, "string": 28}
 """The same with `Llama.fuse_projections_` (model/layers.py): q/k/v and gate/up as one
 matmul each, q and k rotated without a copy. Of the 25: the two RMSNorms' 12 (CUDA runs
@@ -155,7 +155,7 @@ def test_the_device_math_of_a_step_equals_the_fused_cpu_kernel():
     """The path that runs off the CPU (`_attend_math`: GQA folded into the query rows) and
     the fused CPU kernel give the same output and log-sum-exp for two passes with their
     own masks, one of which sees no key in row 1 (float32, 1e-5)."""
-    from longctx.model.decode import DecodeMask, _attend_math
+    from longctx.model.inference.step import DecodeMask, _attend_math
 
     generator = torch.Generator().manual_seed(4)
     q = torch.randn(2, 8, 2, 16, generator=generator)

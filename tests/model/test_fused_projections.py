@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from longctx.config.model import ModelConfig
-from longctx.model.decode import joined
+from longctx.model.inference.step import joined
 from longctx.model.layers import FusedWeights, RMSNorm
 from longctx.model.llama import Llama
 

@@ -8,10 +8,10 @@ converted directory is absent (it is never downloaded by the test suite)."""
 import pytest
 import torch
 
-from longctx.eval.generation import generate
 from longctx.eval.niah.haystack import paul_graham_text
 from longctx.model.gguf import cache_root
 from longctx.model.hf import import_hf
+from longctx.model.inference.generation import generate
 from longctx.model_tokenizer import tokenizer_for_model
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,8 @@ from longctx.config.model import ModelConfig, config_dict
 from longctx.data.corpus import embedded_documents
 from longctx.data.tokenizer import load_tokenizer, train_bpe
 from longctx.model.checkpoint import save_model
-from longctx.model.decoding import greedy_generate_recompute
 from longctx.model.hf import export_hf, import_hf
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 
 transformers = pytest.importorskip("transformers")

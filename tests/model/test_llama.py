@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from longctx.config.model import ModelConfig
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from tests.helpers import packed_document_ids, reset_position_ids
 from tests.model.helpers import cached_greedy

@@ -24,8 +24,8 @@ import torch
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import CheckpointError, ConfigError
-from longctx.eval.generation import generate
 from longctx.model.hf import export_hf, import_hf
+from longctx.model.inference.generation import generate
 from longctx.model.position_methods import build_position_method
 from longctx.model.rope import RopeScaling
 from tests.model.helpers import stepwise_logits

@@ -19,7 +19,7 @@ from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
 from longctx.eval.model_setup import with_eval_temperature
 from longctx.model.attention import attention
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 from longctx.model.temperature import temperature_factor

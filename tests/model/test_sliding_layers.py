@@ -15,7 +15,7 @@ from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.errors import ConfigError
 from longctx.model.attention import attention
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from longctx.model.position_methods import build_position_method
 from tests.helpers import packed_document_ids

@@ -1,7 +1,7 @@
 """The training step on CUDA makes no host synchronisation but the one named, and the
 memory estimate bounds the measured peak (`make test-gpu`; skipped without CUDA).
 `make gpu-check` runs `run_steps` (longctx.gpu_checks) at tinyllama-1.1b on the flash
-backend (scripts/device/gpu_check_correctness.py).
+backend (tools/gpu/gpu_check_correctness.py).
 
 The steps are driven as Lightning's automatic optimisation drives them (micro-batches of
 `training_step` + backward, then the module's gradient rescale, clipping and fused AdamW)

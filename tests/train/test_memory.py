@@ -12,7 +12,8 @@ from longctx.config.model import ModelConfig
 from longctx.errors import ConfigError
 from longctx.model.attention import build_mask
 from longctx.model.flash import VarlenKernel
-from longctx.model.llama import Block, Llama, RotaryPositions
+from longctx.model.layer_attention import Dense
+from longctx.model.llama import Block, Llama
 from longctx.model.rope import RotaryEmbedding
 from longctx.train.memory_budget import (
     GIB,
@@ -175,9 +176,7 @@ def block_saved_bytes(
     cos, sin = rope(position_ids, compute)
     mask = build_mask(torch.zeros(rows, length, dtype=torch.long), length, "flash", dtype=compute, max_seqlen=length)
     kernel = VarlenKernel(varlen_attn, flash_attn=False, enable_gqa=enable_gqa)
-    positions = RotaryPositions(
-        cos, sin, dataclasses.replace(mask, extra=dataclasses.replace(mask.extra, kernel=kernel))
-    )
+    positions = Dense(dataclasses.replace(mask, extra=dataclasses.replace(mask.extra, kernel=kernel)), cos, sin)
     skip = {t.untyped_storage().data_ptr() for t in (*block.parameters(), cos, sin)}
     saved: dict[int, int] = {}
 

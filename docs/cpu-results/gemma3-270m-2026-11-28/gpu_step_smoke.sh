@@ -1,5 +1,5 @@
 #!/bin/bash
-# CPU smoke of the GPU step checkpoints-2025 (scripts/device/gpu_steps.toml): its command with the
+# CPU smoke of the GPU step checkpoints-2025 (tools/gpu/gpu_steps.toml): its command with the
 # model at the CPU path, n = 1 and 2,048 tokens; {out} = $1, {resume} = $2 (empty, then
 # "--resume-from <the first call's cells.tar.xz>": the second call skipped every cell, 28 s).
 # First call: 273 s wall for the five arms (2 shared cores, OMP_NUM_THREADS=1).

@@ -61,7 +61,7 @@ class NiahConfig:
     """Most prompt tokens per forward when decoding tests in batches."""
     prefill_chunk_tokens: int = 8192
     """Prompt tokens per row per prefill forward (KV cache between chunks; 0 = the whole
-    prompt at once): bounds a long prompt's activations (model/decoding.py, eval/memory_estimate.py)."""
+    prompt at once): bounds a long prompt's activations (model/inference/prefill.py, eval/memory_estimate.py)."""
     seed: int = 0
     """Test i at length L is sample (seed, L, i): the same for every model and run."""
     depth_bands: int = 10
@@ -215,12 +215,12 @@ class EvalConfig:
     `niah-table`, `eval-suite`, the in-training NIAH probe, lm-eval's `longctx` model):
     eager | kernel | graph | graph+kernel. eager: each step's operations dispatched one by
     one, attention in torch's kernels; kernel: each step's attention in the Triton decoding
-    kernel (model/decode_kernel.py: every pass in one launch); graph: the step recorded
-    once as a CUDA graph and replayed (model/decode_graph.py: one launch per step instead
+    kernel (model/inference/kernel.py: every pass in one launch); graph: the step recorded
+    once as a CUDA graph and replayed (model/inference/graph.py: one launch per step instead
     of ~400 dispatches); graph+kernel: both. On CPU every value decodes eagerly with
     torch's kernels. A model with sharded parameters (FSDP) is never recorded: it decodes
     eagerly, with a log line. graph and kernel are opt-in until the GPU checklist
-    (scripts/device/gpu_steps.toml, steps speed-decode and main-job) records a pass of them
+    (tools/gpu/gpu_steps.toml, steps speed-decode and main-job) records a pass of them
     on this code."""
 
     def __post_init__(self) -> None:

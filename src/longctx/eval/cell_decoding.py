@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from longctx.config.position_methods import PositionMethodConfig
-from longctx.eval.generation import Generation, generate
 from longctx.eval.model_setup import check_memory, evaluating, position_method
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.task import Sample, Task
+from longctx.model.inference.generation import Generation, generate
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod
 

@@ -6,7 +6,7 @@
 
 A cell is (model, position method, task, context length): `count` samples drawn by the task
 (eval/task.py) from (seed, task, length, index) before anything is decoded, each decoded
-greedily by `eval.generation.generate` and scored. Its directory
+greedily by `model.inference.generation.generate` and scored. Its directory
 `<root>/<model>/<method>/<task>/L<length>/` holds
 
 - `cell.json`     what fixes its results (the `CellSpec`): model fingerprint, method

@@ -21,7 +21,7 @@ length heatmap of Figure 4 (`plot_heatmap`), recall per band over all lengths th
 profile of Table 4.
 
 Each length is a cell of the evaluation engine (eval/cells.py): its tests are the task's
-samples for (seed, length, index), decoded greedily by `eval.generation.generate` (each
+samples for (seed, length, index), decoded greedily by `model.inference.generation.generate` (each
 row stops at the tokenizer's EOS or after `max_new_tokens`) and scored by the task, written
 as they finish and resumed after a kill. The search is a driver over those cells
 (`search_effective_length` takes the function that runs the cell of a length), so tests can

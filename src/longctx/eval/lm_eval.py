@@ -55,9 +55,9 @@ from tqdm import tqdm
 from longctx.config.loader import load
 from longctx.data.tokenizer import Tokenizer, TokenizerError
 from longctx.errors import ConfigError
-from longctx.eval.generation import StopRule, generate
 from longctx.eval.prompt_frame import render_chat
 from longctx.model.checkpoint import load_model
+from longctx.model.inference.generation import StopRule, generate
 from longctx.model.position_methods import build_position_method
 from longctx.model_tokenizer import tokenizer_for_model
 
@@ -245,7 +245,7 @@ class LongctxLM(TemplateLM):
     # ------------------------------------------------------------------ generation
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuations, batched by `longctx.eval.generation.generate` (prompts of
+        """Greedy continuations, batched by `longctx.model.inference.generation.generate` (prompts of
         any lengths in one batch), each row stopped by EOS or the first of its `until`
         strings and cut before it, within `max_gen_toks` tokens (the request's, else the
         model's). Requests are grouped by their generation arguments, longest first."""

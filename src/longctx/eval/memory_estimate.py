@@ -16,7 +16,7 @@ tokens, n new tokens and a prefill chunk of C tokens per row (C = L when unchunk
 - casts:    under autocast (compute bytes < weight bytes), one more copy of the weights in
             the compute dtype: autocast's cached casts during the prefill and eager
             decoding, or, where `eval.cuda_decoding` records a graph, the graph's
-            (model/decode_graph.py `WeightCasts`, made after autocast's cache is cleared);
+            (model/inference/graph.py `WeightCasts`, made after autocast's cache is cleared);
 - prompts:  tests x L x 8 (the int64 prompts of one length are built at once);
 - KV cache: 2 x layers x B x (L + n) x kv_heads x head_dim x bytes of the compute dtype;
 - chunk:    B x C x (6 d_model + 3 d_ff + (heads + 2 kv_heads) head_dim) x bytes (one

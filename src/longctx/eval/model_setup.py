@@ -35,9 +35,9 @@ from longctx.eval.memory_estimate import (
     check_evaluation_memory,
     estimate_evaluation_memory,
 )
+from longctx.model.layer_attention import check_method_on_layers
 from longctx.model.llama import Llama
 from longctx.model.position_methods import PositionMethod, build_position_method
-from longctx.model.positions import check_method_on_layers
 
 
 def evaluation_device(name: str) -> torch.device:

@@ -7,7 +7,7 @@
 
 A cell of an evaluation (eval/cells.py) is (model, position method, task, length); the
 engine asks the task for the cell's `count` samples once, before any decoding, decodes
-each with `eval.generation.generate` under the sample's `max_new_tokens` and `stop`, and
+each with `model.inference.generation.generate` under the sample's `max_new_tokens` and `stop`, and
 records `score(sample, generation)` (1.0 / 0.0 for pass / fail, or a fraction) plus
 `details(sample, generation)` (anything JSON a table needs later, NIAH: which answer was
 found at which depth). A cell's score is the mean over its samples.
@@ -32,8 +32,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from longctx.eval.generation import Generation, StopRule
 from longctx.eval.prompt_frame import TextTokenizer
+from longctx.model.inference.generation import Generation, StopRule
 
 
 def stop_at_eos(tokenizer: TextTokenizer) -> StopRule:

@@ -16,15 +16,18 @@ flash passes on CUDA) with a compact mask and one position plan per layer type p
 Parameters are `eval.position_method.<method>.*` with longctx's defaults, resolved against
 the training length L = max_position_embeddings (`training_length=` overrides it), the
 baselines by STRING §4.2's protocol (methods.py). llama, mistral, qwen2, qwen3, smollm3,
-gemma3_text, olmo2, olmo3, phi3 and gpt_oss models with a static RoPE (default, linear,
-llama3, yarn) are served (gpt-oss's sinks join each softmax once, the merged passes' too),
-Phi-3's `longrope` under `longctx_rope` only (methods.check_model says why no other method);
-the method runs on the full layers that rotate, sliding and NoPE layers attend as trained
+gemma3_text, olmo2, olmo3, phi3, gpt_oss and the linear-attention hybrids olmo_hybrid and
+qwen3_next with a static RoPE (default, linear, llama3, yarn) are served (gpt-oss's sinks join
+each softmax once, the merged passes' too; partial RoPE, Phi-3's and Qwen3-Next's, on the
+rotary channels only), Phi-3's `longrope` under `longctx_rope` only (methods.check_model says
+why no other method); the method runs on the full layers that rotate, sliding and NoPE layers
+attend as trained, and linear-attention layers (no positions) are left as they are
 (docs/design.md §8). Anything the functions
 cannot reproduce exactly is refused in one line (errors.HFAttentionError): a window on every
 layer shorter than the sequence, a method narrower than a hybrid's window, paged /
 continuous-batching caches, dynamic RoPE, longrope under a method, soft-capping, another attention
-family, padding between tokens, unknown or out-of-range parameters.
+family, a rope-free model (released OLMo Hybrid: nothing to act on), padding between tokens,
+unknown or out-of-range parameters.
 
 This package is the only part of longctx's library that needs transformers for the
 methods (the `hf` extra); nothing else imports it, so `import longctx` stays free of it.

@@ -54,13 +54,38 @@ CONFIG_KEY = "longctx_position_method"
 """config attribute holding {"name", "training_length", "params"} of the applied method."""
 ORIGINAL_ROPE_KEY = "longctx_original_rope_parameters"
 """config attribute holding the model's own rope parameters once ntk/yarn replaced them."""
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "smollm3", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_oss")
+MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "smollm3",
+    "gemma3_text",
+    "olmo2",
+    "olmo3",
+    "phi3",
+    "gpt_oss",
+    "olmo_hybrid",
+    "qwen3_next",
+)
 """Families whose attention rotates q/k with the config's RoPE (every head dimension, or
-Phi-3's first partial_rotary_factor x D; on a NoPE layer, none), updates the cache, then calls the attention function
-with q [B,H,Tq,D] and the layer's cache: the whole cache on a full layer, the kept window
+the first partial_rotary_factor x D of PARTIAL_ROTARY_TYPES; on a NoPE layer, none), updates the cache, then calls the
+attention function with q [B,H,Tq,D] and the layer's cache: the whole cache on a full layer, the kept window
 plus the new keys on a sliding layer (transformers' sliding cache layers). gpt-oss (its
 experts computed by transformers) hands its sinks as `s_aux`, one logit per head that joins
-each softmax once (kernel.py)."""
+each softmax once (kernel.py). The hybrids olmo_hybrid and qwen3_next interleave Gated
+DeltaNet layers (`linear_attention` in layer_types: a recurrence with no positions, which
+never calls the attention function and which the methods leave as they are) with full
+attention layers; qwen3_next's output gate (sigmoid of the doubled q_proj's second half,
+times the attention output) and both families' q/k norms act outside the function."""
+PARTIAL_ROTARY_TYPES = ("phi3", "qwen3_next")
+"""Families whose attention rotates the first R = int(p D) channels of each head, rotate-half
+within them (transformers' `apply_rotary_pos_emb` with rotary_dim = cos.shape[-1]), under
+partial_rotary_factor p: Phi-4-mini's 0.75, Qwen3-Next's 0.25. The methods rotate those R
+channels by the R/2 frequencies over R (model/rope.py's `first` partial rotation) and leave
+the rest as they are, so every rewritten distance acts on the rotary part only."""
+LINEAR = "linear_attention"
+"""layer_types entry of a linear-attention (Gated DeltaNet) layer: no positions, no attention function."""
 FULL_ONLY_TYPES = ("llama", "mistral", "qwen2", "phi3")
 """Families served with full attention on every layer (their longctx import refuses sliding layers)."""
 FULL = "full_attention"
@@ -159,14 +184,36 @@ def layer_designs(config) -> list[tuple[int | None, bool]]:
     """(window, rotates) of each layer as transformers runs it: window W on a sliding layer
     (layer_types[i] == sliding_attention with a sliding_window in force; SmolLM3 also needs
     use_sliding_window), None on a full one; rotates False on a NoPE layer (SmolLM3's
-    no_rope_layers[i] == 0)."""
+    no_rope_layers[i] == 0; every layer of a rope-free model, `has_rope`) and on a
+    linear-attention layer (no positions)."""
     n_layers = config.num_hidden_layers
     types = getattr(config, "layer_types", None) or [FULL] * n_layers
     window = getattr(config, "sliding_window", None)
     if config.model_type == "smollm3" and not getattr(config, "use_sliding_window", False):
         window = None
     uses_rope = getattr(config, "no_rope_layers", None) or [1] * n_layers
-    return [(window if kind == SLIDING else None, bool(rope)) for kind, rope in zip(types, uses_rope, strict=True)]
+    rope = has_rope(config)
+    return [
+        (window if kind == SLIDING else None, rope and kind != LINEAR and bool(uses))
+        for kind, uses in zip(types, uses_rope, strict=True)
+    ]
+
+
+def has_rope(config) -> bool:
+    """False for a model whose attention rotates nothing: rope_parameters None, or a
+    `rope_theta` of None in the full layers' entry. transformers' OLMo Hybrid then builds no
+    rotary embedding (`OlmoHybridModel.rotary_emb` is None) and its full layers are NoPE,
+    as in the released checkpoints (config.json: rope_theta null)."""
+    parameters = getattr(config, "rope_parameters", None)
+    if not isinstance(parameters, dict):
+        return parameters is not None
+    full = parameters[FULL] if per_layer_type(parameters) else parameters
+    return full.get("rope_theta", 0) is not None
+
+
+def rotary_full_layers(config) -> list[int]:
+    """The layers a method runs on: full attention layers that rotate (docs/design.md §8)."""
+    return [index for index, (window, rotates) in enumerate(layer_designs(config)) if window is None and rotates]
 
 
 def trained_window(config) -> int | None:
@@ -182,13 +229,28 @@ def check_model(config, method: str, training_length: int) -> None:
     set of frequencies (`relative_method`), but longrope's set changes with each forward's
     largest position, and a cache that crossed the switch in a raw cached forward holds keys
     of both sets, so no rewritten distance would be exact; ntk / yarn would drop its factors.
-    longctx's own model refuses the methods on longrope for the same reason."""
+    longctx's own model refuses the methods on longrope for the same reason.
+
+    A rope-free model (no full attention layer rotates: released OLMo Hybrid, whose
+    `rope_theta` is None) is refused for every method, `rope`, ntk and yarn included: the
+    methods rewrite RoPE distances on the full layers that rotate, and it has none."""
     model_type = getattr(config, "model_type", None)
     if model_type not in MODEL_TYPES:
         raise fail(
             method,
             f"model_type {model_type!r} is not supported: {MODEL_TYPES} call the attention function with "
-            "q/k rotated over every head dimension by the config's RoPE and the layer's cache",
+            "q/k rotated by the config's RoPE and the layer's cache",
+        )
+    if not rotary_full_layers(config):
+        why = (
+            "rope_theta=None: its attention layers are NoPE, as in the released OLMo Hybrid checkpoints"
+            if not has_rope(config)
+            else "every full attention layer is NoPE"
+        )
+        raise fail(
+            method,
+            f"{model_type} is a rope-free model ({why}): no full attention layer rotates, so the method has "
+            "nothing to act on",
         )
     for key, what in (
         ("attn_logit_softcapping", "attention logit soft-capping"),
@@ -211,8 +273,11 @@ def check_model(config, method: str, training_length: int) -> None:
     if rope_type not in ROPE_TYPES:
         raise fail(method, f"rope_type {rope_type!r} is not supported (static rope types: {ROPE_TYPES})")
     partial = partial_rotary_factor(config)
-    if partial != 1.0 and model_type != "phi3":
-        raise fail(method, f"partial_rotary_factor={partial} is not supported (RoPE over every head dimension)")
+    if partial != 1.0 and model_type not in PARTIAL_ROTARY_TYPES:
+        raise fail(
+            method,
+            f"partial_rotary_factor={partial} is not supported on {model_type} (partial RoPE: {PARTIAL_ROTARY_TYPES})",
+        )
     if model_type not in FULL_ONLY_TYPES:
         return
     if getattr(config, "use_sliding_window", False):
@@ -230,7 +295,7 @@ def check_model(config, method: str, training_length: int) -> None:
 
 
 def partial_rotary_factor(config) -> float:
-    """p of transformers' `partial_rotary_factor` (Phi-3/4: the first p x D channels rotate), 1 = all."""
+    """p of transformers' `partial_rotary_factor` (Phi-3/4, Qwen3-Next: the first p x D channels rotate), 1 = all."""
     partial = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
     return 1.0 if partial is None else float(partial)
 

@@ -14,15 +14,16 @@ who attends to whom. Defaults: positions 0..T-1 and one document per row.
 Layers differ where the config says so (`ModelConfig.layer_specs`): a sliding layer sees
 only its window, with its own RoPE base (Gemma 3, OLMo 3); a NoPE layer rotates nothing
 (SmolLM3); a linear layer is Gated DeltaNet (model/gated_deltanet.py). Each forward builds
-one `Positions` per layer design (a mask per window, cos/sin per RoPE base), one
-`Recurrence` (where documents start) for the linear layers.
+one `Positions` per distinct layer design, shared by the layers of that design, and one
+`Recurrence` (where documents start) for the linear layers: model/layer_attention.py
+decides each one's mask and passes.
 
-Inference keeps keys/values in a `KVCache` (model/kv_cache.py; prefill once, then one
-token at a time; sliding layers keep only their window):
+Inference keeps keys/values in a `KVCache` (model/inference/, the whole path from prompt to
+tokens; prefill once, then one token at a time; sliding layers keep only their window):
 
     cache = model.new_kv_cache(batch_size=B, max_len=T + new_tokens)
-    logits = model(prompt, kv_cache=cache)                 # prefill
-    logits = model(next_token[:, None], kv_cache=cache)    # decode, positions continue
+    logits = model(prompt, kv_cache=cache)                 # prefill: forward_tokens
+    logits = model(next_token[:, None], kv_cache=cache)    # decode_step, positions continue
 
 Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, string-1.3b
 1.494B (its 128,256-token vocabulary adds 0.39B over TinyLlama), tiny 8.1M, debug 1.2M.
@@ -30,78 +31,31 @@ Parameter counts of the presets (untied embeddings): tinyllama-1.1b 1.100B, stri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from longctx.config.model import LayerSpec, ModelConfig, RopeScaling
-from longctx.model.attention import AttentionMask, attention, build_mask, compute_dtype
-from longctx.model.decode import DecodeKeys, DecodeMask, DecodeRotary, DecodeUnrotated, signed_sin
+from longctx.model.attention import compute_dtype
 from longctx.model.gate import gated
 from longctx.model.gated_deltanet import GatedDeltaNet, Recurrence
-from longctx.model.kv_cache import KVCache
+from longctx.model.inference.kv_cache import KVCache
+from longctx.model.inference.step import DecodeKeys
+from longctx.model.layer_attention import (
+    LayerAttention,
+    Positions,
+    PositionsProvider,
+    SequenceKeys,
+    check_forward,
+    fixed_shape_step,
+)
 from longctx.model.layers import FeedForward, FusedWeights, RMSNorm, joint_weights, linear_into
 from longctx.model.loss import chunked_cross_entropy
-from longctx.model.positions import Positions, PositionsProvider, check_method_on_layers
-from longctx.model.rope import RotaryEmbedding, apply_rotary
+from longctx.model.rope import RotaryEmbedding
 from longctx.model.sequence_shard import SequenceShard
-from longctx.model.temperature import temperature_factor
 
 __all__ = ["KVCache", "Llama", "RMSNorm"]
-
-
-@dataclass
-class UnrotatedPositions:
-    """A NoPE layer: nothing rotates, attention under the layer's mask."""
-
-    mask: AttentionMask
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return q, k
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return attention(q, k, v, mask=self.mask, sinks=sinks)
-
-
-@dataclass
-class RotaryPositions:
-    """Plain RoPE at the batch's position ids, with the document mask: training and
-    ordinary inference (the model's own `Positions`)."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-    mask: AttentionMask
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return apply_rotary(q, self.cos, self.sin), apply_rotary(k, self.cos, self.sin)
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return attention(q, k, v, mask=self.mask, sinks=sinks)
-
-
-@dataclass
-class TemperedPositions:
-    """Another layer's Positions with its queries times a per-position factor [B, Tq, 1, 1]
-    after rotating (model/temperature.py); attention as the inner one's."""
-
-    inner: Positions
-    factor: torch.Tensor
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q, k = self.inner.rotate(q, k)
-        return (q * self.factor).to(q.dtype), k
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return self.inner.attend(q, k, v, sinks)
 
 
 class Attention(nn.Module):
@@ -277,7 +231,7 @@ class Llama(nn.Module):
     def new_kv_cache(self, batch_size: int, max_len: int, *, decode_kernel: bool = False) -> KVCache:
         """A cache for `batch_size` rows of up to `max_len` positions; `decode_kernel`: its
         decoding steps' attention in the Triton decoding kernel where it can run
-        (model/decode_kernel.py; CUDA), else in torch's kernels."""
+        (model/inference/kernel.py; CUDA), else in torch's kernels."""
         device = self.tok_embeddings.weight.device
         return KVCache(self.config, batch_size, max_len, device=device, decode_kernel=decode_kernel)
 
@@ -296,77 +250,114 @@ class Llama(nn.Module):
         max_seqlen: int | None = None,
         sequence_shard: SequenceShard | None = None,
     ) -> torch.Tensor:
-        """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: same dtype as them);
-        [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no more).
-        With `labels` [B, T]: instead of logits, the summed next-token cross-entropy over
-        labelled tokens, in chunks of `loss_chunk_tokens` tokens (0 = one chunk) that never
-        hold [tokens, vocab] fp32 logits at once, each chunk by `loss_kernel` (model/loss.py).
+        """input_ids [B, T] -> logits [B, T, vocab] (fp32 master weights: their
+        dtype), [B, 1, vocab] with `last_logits_only` (a prefill before decoding needs no
+        more); with `labels` [B, T] the summed next-token cross-entropy over labelled
+        tokens instead, in chunks of `loss_chunk_tokens` tokens (0 = one chunk) by
+        `loss_kernel`, never holding [tokens, vocab] fp32 logits at once (model/loss.py).
 
         With a `kv_cache`, input_ids are the next T tokens after the cached ones; missing
-        position_ids continue each row from the cache, missing document_ids continue each
-        row's last document. `position_method` (StRing, ReRoPE, ...; evaluation only)
-        replaces plain RoPE attention; use the same method for the prefill and every
-        decoding step of one cache. `max_seqlen`: a host-side bound on every document's
-        length, which spares the `flash` backend a device read (attention.build_mask).
-        `sequence_shard`: the batch is this rank's tokens of longer rows, whose keys and
-        values every layer gathers (context parallelism, model/sequence_shard.py).
+        position_ids continue each row from the cache, missing document_ids each row's
+        last document. `position_method` (StRing, ReRoPE, ...; evaluation only) replaces
+        plain RoPE on the full layers; one method for a cache's prefill and steps.
+        `max_seqlen`: a host bound on every document's length (attention.build_mask).
+        `sequence_shard`: the batch is this rank's tokens of longer rows (context
+        parallelism, model/sequence_shard.py). Each layer's mask and passes:
+        model/layer_attention.py. With a cache the blocks run eagerly even when compiled
+        (`_call_impl`): a prefill's key length changes every chunk.
 
-        With a `kv_cache` the blocks run eagerly even when compiled (`nn.Module.compile`
-        keeps the uncompiled call as `_call_impl`): a prefill's key length changes every
-        chunk. A decoding step (one token per row) reads fixed shapes without host syncs
-        (model/decode.py); compiling and graph-capturing it is measured on a GPU.
-        """
-        batch, seq = input_ids.shape
-        device = input_ids.device
+        The entry point of training, prefill and evaluation; a decoding step (one token per
+        row over a cache) goes to `decode_step` from here, so that module hooks (FSDP's
+        gathers) run for it too."""
+        step = kv_cache is not None and labels is None and sequence_shard is None
+        if step and fixed_shape_step(input_ids.shape[1], position_method):
+            assert kv_cache is not None
+            return self.decode_step(input_ids, kv_cache, position_ids, document_ids, position_method, attention_backend)
         backend = attention_backend or self.config.attention_backend
-        if self.config.attention_sinks and backend == "xformers":
-            raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
-        if position_ids is None and kv_cache is not None and seq == 1:
-            position_ids = kv_cache.next_position[:, None]
-        elif position_ids is None:
-            start = kv_cache.next_position[:, None] if kv_cache is not None else 0
-            position_ids = start + torch.arange(seq, device=device)[None, :].expand(batch, seq)
-        new_documents = document_ids
+        check_forward(self.config, self.layer_specs, backend, position_method, kv_cache is not None, sequence_shard)
         if kv_cache is not None:
-            kv_cache.fixed_reads = seq == 1 and (
-                position_method is None or getattr(position_method, "fixed_shape_decoding", False)
-            )
-            if document_ids is None:
-                document_ids = kv_cache.continued_documents(batch, seq)
-        elif document_ids is None:
-            document_ids = torch.zeros(batch, seq, dtype=torch.long, device=device)
-        for name, tensor in (("position_ids", position_ids), ("document_ids", document_ids)):
-            if tensor.shape != input_ids.shape:
-                raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
-        decode = None
+            kv_cache.fixed_reads = False
+        position_ids, document_ids, key_positions, key_documents = self._token_ids(
+            input_ids, position_ids, document_ids, kv_cache
+        )
+        x = self.embed(input_ids)
+        span = kv_cache.window_span(input_ids.shape[1]) if kv_cache is not None else None
+        keys = SequenceKeys(key_positions, key_documents, backend, max_seqlen, span, sequence_shard)
+        decided = self.decisions(position_ids, document_ids, keys, x, position_method, kv_cache)
+        x = self.run_blocks(x, decided, kv_cache)
+        if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
+            hidden = self.norm(x).flatten(0, 1)
+            chunk_tokens = loss_chunk_tokens or hidden.shape[0]
+            return chunked_cross_entropy(hidden, self.output, labels.flatten(), chunk_tokens, kernel=loss_kernel)
+        logits = self.output(self.norm(x[:, -1:] if last_logits_only else x))
         if kv_cache is not None:
-            key_document_ids, key_position_ids = kv_cache.write_ids(new_documents, document_ids, position_ids)
-            if kv_cache.fixed_reads:  # a decoding step (model/decode.py): no host sync, fixed-shape reads
-                held = kv_cache.window_span(1)
-                decode = DecodeKeys(
-                    kv_cache.end, kv_cache.document_start, kv_cache.key_index, held, kv_cache.kernel_buffers
-                )
-        else:
-            key_document_ids, key_position_ids = document_ids, position_ids
+            kv_cache.advance(position_ids)
+        return logits
 
+    def decode_step(
+        self,
+        input_ids: torch.Tensor,
+        kv_cache: KVCache,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        position_method: PositionsProvider | None = None,
+        attention_backend: str | None = None,
+    ) -> torch.Tensor:
+        """One token per row, input_ids [B, 1], over `kv_cache` -> logits [B, 1, vocab]:
+        fixed-shape reads of the whole cache, no host sync (model/inference/step.py), so a
+        CUDA graph can replay it (model/inference/graph.py). Positions continue each row
+        from the cache and the token its last document, unless given; `position_method`:
+        one whose decoding passes are bands (layer_attention.fixed_shape_step)."""
+        if not fixed_shape_step(input_ids.shape[1], position_method):
+            name = getattr(position_method, "name", None)
+            raise ValueError(
+                f"decode_step takes one token per row under plain RoPE or a banded method; got input_ids "
+                f"{tuple(input_ids.shape)}, position method {name!r}: call the model (forward) instead"
+            )
+        backend = attention_backend or self.config.attention_backend
+        check_forward(self.config, self.layer_specs, backend, position_method, cached=True)
+        kv_cache.fixed_reads = True
+        if position_ids is None:
+            position_ids = kv_cache.next_position[:, None]
+        documents = kv_cache.continued_documents(*input_ids.shape) if document_ids is None else document_ids
+        _check_ids(input_ids, position_ids, documents)
+        kv_cache.write_ids(document_ids, documents, position_ids)
+        x = self.embed(input_ids)
+        decided = self.decisions(position_ids, documents, kv_cache.step_keys(), x, position_method, kv_cache)
+        x = self.run_blocks(x, decided, kv_cache)
+        logits = self.output(self.norm(x))
+        kv_cache.advance(position_ids)
+        return logits
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         x = self.tok_embeddings(input_ids)
         if self.config.scale_embeddings:  # the factor in fp32, then the embedding dtype (transformers' Gemma)
             x = x * torch.tensor(self.config.d_model**0.5).to(x.dtype)
-        dtype = compute_dtype(x.dtype, device)
-        layouts = _Layouts(
-            self, position_ids, key_position_ids, key_document_ids, seq, backend, dtype, max_seqlen, decode
-        )
-        if position_method is not None:
-            check_method_on_layers(position_method, self.layer_specs, self.config)
-        if sequence_shard is not None and (kv_cache is not None or position_method is not None):
-            raise ValueError("a sequence shard trains: it takes no kv_cache and no position_method")
-        layouts.shard = sequence_shard
-        built: dict[LayerSpec, Positions | Recurrence] = {}
-        for spec in self.layer_specs:
-            if spec.kind == "linear" and spec not in built:  # no positions: where documents start
-                built[spec] = Recurrence.of(document_ids, kv_cache, sharded=sequence_shard is not None)
-            elif spec not in built:
-                built[spec] = layouts.tempered(layouts.positions(spec, position_method, kv_cache), spec)
+        return x
+
+    def decisions(
+        self,
+        position_ids: torch.Tensor,
+        document_ids: torch.Tensor,
+        keys: SequenceKeys | DecodeKeys,
+        x: torch.Tensor,
+        method: PositionsProvider | None,
+        kv_cache: KVCache | None,
+    ) -> dict[LayerSpec, Positions | Recurrence]:
+        """Every layer design's mask and passes for this forward (model/layer_attention.py);
+        the linear layers' document starts from the new tokens' `document_ids` [B, T]."""
+        ropes = {"full": self.rope, "sliding": self.sliding_rope}
+        dtype = compute_dtype(x.dtype, x.device)
+        recurrence = None
+        if any(spec.kind == "linear" for spec in self.layer_specs):
+            sharded = isinstance(keys, SequenceKeys) and keys.shard is not None
+            recurrence = Recurrence.of(document_ids, kv_cache, sharded=sharded)
+        decided = LayerAttention(self.config, ropes, position_ids, keys, dtype, method, recurrence)
+        return decided.all_layers(self.layer_specs)
+
+    def run_blocks(
+        self, x: torch.Tensor, built: dict[LayerSpec, Positions | Recurrence], kv_cache: KVCache | None
+    ) -> torch.Tensor:
         for block, spec in zip(self.blocks, self.layer_specs, strict=True):
             positions = built[spec]
             if kv_cache is not None:
@@ -375,107 +366,34 @@ class Llama(nn.Module):
                 x = checkpoint(block, x, positions, kv_cache, use_reentrant=False)
             else:
                 x = block(x, positions, kv_cache)
-        if labels is not None:  # inside forward, so FSDP keeps the head's weight gathered
-            hidden = self.norm(x).flatten(0, 1)
-            chunk_tokens = loss_chunk_tokens or hidden.shape[0]
-            return chunked_cross_entropy(hidden, self.output, labels.flatten(), chunk_tokens, kernel=loss_kernel)
-        if last_logits_only:
-            x = x[:, -1:]
-        logits = self.output(self.norm(x))
-        if kv_cache is not None:
-            kv_cache.advance(position_ids)
-        return logits
+        return x
+
+    def _token_ids(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        document_ids: torch.Tensor | None,
+        kv_cache: KVCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The new tokens' position and document ids (defaults: 0..T-1 and one document,
+        or continuing the cache), and every key's, cached ones first, [B, Tk]."""
+        batch, seq = input_ids.shape
+        if position_ids is None:
+            start = kv_cache.next_position[:, None] if kv_cache is not None else 0
+            position_ids = start + torch.arange(seq, device=input_ids.device)[None, :].expand(batch, seq)
+        documents = document_ids
+        if documents is None and kv_cache is not None:
+            documents = kv_cache.continued_documents(batch, seq)
+        elif documents is None:
+            documents = torch.zeros(batch, seq, dtype=torch.long, device=input_ids.device)
+        _check_ids(input_ids, position_ids, documents)
+        if kv_cache is None:
+            return position_ids, documents, position_ids, documents
+        key_documents, key_positions = kv_cache.write_ids(document_ids, documents, position_ids)
+        return position_ids, documents, key_positions, key_documents
 
 
-@dataclass
-class _Layouts:
-    """One forward's shared position state: a mask per window, cos/sin per layer kind."""
-
-    model: Llama
-    position_ids: torch.Tensor
-    key_position_ids: torch.Tensor
-    key_document_ids: torch.Tensor
-    q_len: int
-    backend: str
-    dtype: torch.dtype
-    max_seqlen: int | None
-    decode: DecodeKeys | None = None
-    """Set in a decoding step: every layer reads model/decode.py's fixed-shape plan."""
-    shard: SequenceShard | None = None
-    """Set under context parallelism: every layer gathers keys/values over the shard."""
-
-    def __post_init__(self) -> None:
-        self.masks: dict[int, AttentionMask] = {}
-        self.decode_masks: dict[int, DecodeMask] = {}
-        self.angles: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def positions(self, spec: LayerSpec, method: PositionsProvider | None, kv_cache: KVCache | None) -> Positions:
-        """The Positions of layers of design `spec`. A position method runs on the full
-        layers that rotate; sliding layers (within the method's exact band: checked) and
-        NoPE layers attend as they were trained (docs/design.md §8)."""
-        if self.decode is not None:
-            return self.decode_positions(spec, method)
-        if method is not None and spec.rope and spec.kind == "full":
-            return method.prepare(
-                self.position_ids,
-                self.key_position_ids,
-                self.key_document_ids,
-                self.q_len,
-                backend=self.backend,
-                dtype=self.dtype,
-            )
-        mask = self.mask(spec.window, kv_cache)
-        if not spec.rope:
-            return self.sharded(UnrotatedPositions(mask))
-        if spec.kind not in self.angles:
-            rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
-            self.angles[spec.kind] = rope(self.position_ids, self.dtype)
-        return self.sharded(RotaryPositions(*self.angles[spec.kind], mask))
-
-    def sharded(self, positions: Positions) -> Positions:
-        return positions if self.shard is None else self.shard.wrap(positions)
-
-    def decode_positions(self, spec: LayerSpec, method: PositionsProvider | None) -> Positions:
-        """`positions` in a decoding step: cos/sin and masks once per step for all layers."""
-        assert self.decode is not None
-        if method is not None and spec.rope and spec.kind == "full":
-            return method.prepare_decode(self.position_ids, self.decode, self.dtype)  # type: ignore[attr-defined]
-        if spec.window not in self.decode_masks:
-            span = self.decode.held if spec.window else None
-            allowed = self.decode.allowed([(0, None)], span)
-            self.decode_masks[spec.window] = DecodeMask(allowed, self.dtype, self.decode.kernel)
-        mask = self.decode_masks[spec.window]
-        if not spec.rope:
-            return DecodeUnrotated(mask)
-        if spec.kind not in self.angles:
-            rope = self.model.sliding_rope if spec.kind == "sliding" else self.model.rope
-            cos, sin = rope(self.position_ids, self.dtype)
-            self.angles[spec.kind] = cos, signed_sin(sin)
-        return DecodeRotary(*self.angles[spec.kind], mask)
-
-    def tempered(self, positions: Positions, spec: LayerSpec) -> Positions:
-        """`positions` with the model's attention temperature where it applies to `spec`
-        (read from the config at every forward: an evaluation may override it)."""
-        config = self.model.config
-        if not config.attn_temperature.applies_to(spec.rope):
-            return positions
-        factor = temperature_factor(
-            config.attn_temperature,
-            self.position_ids,
-            window=spec.window,
-            max_position=config.max_position,
-            dtype=self.dtype,
-        )
-        return TemperedPositions(positions, factor)
-
-    def mask(self, window: int, kv_cache: KVCache | None) -> AttentionMask:
-        if self.shard is not None:
-            return self.shard.mask(window, self.backend)
-        if window not in self.masks:
-            documents = self.key_document_ids
-            if window and kv_cache is not None:  # a sliding layer reads only its kept keys + the new
-                documents = documents[:, documents.shape[1] - kv_cache.window_span(self.q_len) :]
-            self.masks[window] = build_mask(
-                documents, self.q_len, self.backend, dtype=self.dtype, max_seqlen=self.max_seqlen, window=window
-            )
-        return self.masks[window]
+def _check_ids(input_ids: torch.Tensor, position_ids: torch.Tensor, document_ids: torch.Tensor) -> None:
+    for name, tensor in (("position_ids", position_ids), ("document_ids", document_ids)):
+        if tensor.shape != input_ids.shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")

@@ -28,7 +28,7 @@ SkipAlign/PoSE skips, StRing's shifted query ids all reuse it):
              factor 1). Keys enter the KV cache rotated, so cached forwards that cross
              L_orig leave the earlier keys with the short rotation and give later ones the
              long, as transformers' Phi-3 forward with a cache does; its `generate`, and
-             longctx's (eval/generation.py), re-run the sequence whole when it first
+             longctx's (model/inference/generation.py), re-run the sequence whole when it first
              reaches L_orig + 1 tokens.
 
 On top of any scaling, `position_scale` s multiplies every theta_i (model.rope_position_scale):

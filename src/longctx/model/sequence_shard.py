@@ -35,7 +35,6 @@ import torch.nn.functional as F
 
 from longctx.batch import document_start_index
 from longctx.model.attention import FLEX_BLOCK, AttentionMask
-from longctx.model.positions import Positions
 
 SHARD_BACKENDS = ("sdpa", "flex")
 """Backends that take the explicit query index a shard needs."""
@@ -89,26 +88,6 @@ class SequenceShard:
                 backend, self.document_ids, self.query_index.shape[1], window, extra
             )
         return self.masks[window, backend]
-
-    def wrap(self, positions: Positions) -> ShardedPositions:
-        return ShardedPositions(positions, self)
-
-
-@dataclass
-class ShardedPositions:
-    """A layer's Positions on a shard: rotate the local q/k as usual, gather k/v, attend."""
-
-    inner: Positions
-    shard: SequenceShard
-
-    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner.rotate(q, k)
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        k, v = self.shard.gather(k, v)
-        return self.inner.attend(q, k, v, sinks)
 
 
 def _first_seen(document_ids: torch.Tensor, window: int) -> torch.Tensor:

@@ -40,3 +40,9 @@ def temperature_factor(
     else:
         raise ValueError(f"model.attn_temperature.type={temperature.type!r} scales no query")
     return factor[..., None, None]
+
+
+def tempered(q: torch.Tensor, factor: torch.Tensor | None) -> torch.Tensor:
+    """Rotated queries q [B, T, H, D] times the factor [B, T, 1, 1], in q's dtype; q itself
+    without one."""
+    return q if factor is None else (q * factor).to(q.dtype)

@@ -20,7 +20,7 @@ from longctx.eval.niah.evaluation import evaluate, peak_failure_depth, search_se
 from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.table import assemble_table, format_table, method_table
 from longctx.model.checkpoint import save_model
-from longctx.model.decoding import greedy_generate_recompute
+from longctx.model.inference.prefill import greedy_generate_recompute
 from longctx.model.llama import Llama
 from tests.eval.niah.helpers import eval_args
 

@@ -22,7 +22,6 @@ import dataclasses
 from typing import Any
 
 from longctx.config import ExperimentConfig
-from longctx.eval.generation import Generation
 from longctx.eval.helmet.data import HelmetData
 from longctx.eval.helmet.generator import LONG_KINDS, SYSTEM_TEMPLATES, TASKS, HelmetError, fit_context
 from longctx.eval.helmet.longdoc import truncate_document
@@ -31,6 +30,7 @@ from longctx.eval.helmet.templates import CONTEXT_RESERVE
 from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, prompt_frame
 from longctx.eval.registry import owner_of
 from longctx.eval.task import Sample, Task, stop_at_eos
+from longctx.model.inference.generation import Generation
 
 JUDGE_FIELDS = ("question", "id", "summary/long")
 """A long-document sample's fields its record keeps for eval-score --judge: NarrativeQA's

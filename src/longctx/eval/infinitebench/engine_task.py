@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from longctx.config.eval import BenchmarkConfig
-from longctx.eval.generation import Generation
 from longctx.eval.infinitebench.generator import TASKS, InfiniteBenchError, InfiniteBenchGenerator
 from longctx.eval.infinitebench.scoring import sample_score
 from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, prompt_frame
 from longctx.eval.task import Sample, Task, stop_at_eos
+from longctx.model.inference.generation import Generation
 
 
 class InfiniteBenchTask(Task):

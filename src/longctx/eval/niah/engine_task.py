@@ -19,13 +19,13 @@ from typing import Any
 
 from longctx.config import NiahConfig
 from longctx.errors import ConfigError
-from longctx.eval.generation import Generation
 from longctx.eval.niah.generator import make_samples
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import get_task
 from longctx.eval.niah.scoring import found_answers
 from longctx.eval.prompt_frame import TextTokenizer, prompt_frame
 from longctx.eval.task import Sample, Task, stop_at_eos
+from longctx.model.inference.generation import Generation
 
 
 def check_task_settings(config: NiahConfig) -> None:

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from typing import Any
 
 from longctx.config.eval import BenchmarkConfig
-from longctx.eval.generation import Generation
 from longctx.eval.prompt_frame import BENCHMARKS_TEMPLATE_KEY, TextTokenizer, prompt_frame
 from longctx.eval.ruler.constants import TASKS, RulerOptions
 from longctx.eval.ruler.context import RulerContext
@@ -21,6 +20,7 @@ from longctx.eval.ruler.generator import make_sample
 from longctx.eval.ruler.scoring import sample_score
 from longctx.eval.ruler.tokens import RulerError
 from longctx.eval.task import Sample, Task, stop_at_eos
+from longctx.model.inference.generation import Generation
 
 
 class RulerContexts:

@@ -71,7 +71,7 @@ from torch import nn
 from longctx.config.model import ModelConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.model.attention import DEFAULT_BLOCK_SIZE, attention, build_mask, resolve_backend
-from longctx.model.decode import DecodeKeys, DecodeMask, DecodePasses, signed_sin
+from longctx.model.inference.step import DecodeKeys, DecodeMask, Step, signed_sin
 from longctx.model.position_methods.cpu import TorchLayout, block_spans, torch_layout, torch_passes
 from longctx.model.position_methods.gpu import VarlenLayout, varlen_layout, varlen_passes
 from longctx.model.position_methods.plan import (
@@ -80,7 +80,6 @@ from longctx.model.position_methods.plan import (
     PassPlan,
     PositionMap,
     PositionPlan,
-    SinglePassLayout,
     check_inputs,
     cos_sin,
     document_starts,
@@ -88,6 +87,7 @@ from longctx.model.position_methods.plan import (
     rotated_queries,
 )
 from longctx.model.rope import RotaryEmbedding, apply_rotary, rotation_dtype
+from longctx.model.temperature import tempered
 
 
 def own_positions(positions: torch.Tensor) -> torch.Tensor:
@@ -97,7 +97,7 @@ def own_positions(positions: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class MethodPositions:
-    """Per-forward state of a position method (llama.Positions): q stays un-rotated and the
+    """Per-forward state of a position method (layer_attention.Positions): q stays un-rotated and the
     method rotates each of its passes itself; keys are rotated once, at their own
     positions, when the method lets the KV cache hold rotated keys."""
 
@@ -108,16 +108,19 @@ class MethodPositions:
     key_rotation: tuple[torch.Tensor, torch.Tensor] | None = None
     """cos/sin of the new keys at their own positions, computed once for every layer; None
     when the cache holds un-rotated keys."""
+    factor: torch.Tensor | None = None
+    """[B, Tq, 1, 1] the temperature's, on the un-rotated queries (a scalar per query: the
+    method's rotations commute with it); None: no temperature."""
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.key_rotation is not None:
             k = apply_rotary(k, *self.key_rotation)
-        return q, k
+        return tempered(q, self.factor), k
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if sinks is not None:  # the model refuses first (positions.check_method_on_layers)
+        if sinks is not None:  # the model refuses first (layer_attention.check_method_on_layers)
             raise ValueError(f"position method {self.method.name!r} does not carry model.attention_sinks")
         return self.method(q, k, v, self.plan)
 
@@ -278,8 +281,8 @@ class PositionMethod(nn.Module):
             cos, sin = query_rotation(only.query_positions)
             index = key_rotation(only.key_positions)
             empty = torch.empty(0, dtype=torch.long, device=device)
-            single = SinglePassLayout(build_mask(document_ids, q_len, backend, dtype=dtype))
-            return plan_of(single, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
+            mask = build_mask(document_ids, q_len, backend, dtype=dtype)
+            return plan_of(mask, [PassPlan(only.band, only.chunk, cos, sin, index, empty, empty, [])])
 
         document_start = document_starts(position_ids, document_ids)[:, offset:]
         bands = [p.band for p in method_passes]
@@ -311,7 +314,7 @@ class PositionMethod(nn.Module):
         backend: str,
         dtype: torch.dtype,
     ) -> MethodPositions:
-        """The model's positions-provider hook (llama.PositionsProvider): plan once per
+        """The model's positions-provider hook (layer_attention.PositionsProvider): plan once per
         forward for queries at `position_ids` [B, Tq] and all keys (cache + new)."""
         plan = self.plan(
             key_position_ids,
@@ -326,12 +329,12 @@ class PositionMethod(nn.Module):
 
     @property
     def fixed_shape_decoding(self) -> bool:
-        """Whether a decoding step runs as `prepare_decode` (model/decode.py): keys cached
+        """Whether a decoding step runs as `prepare_decode` (model/inference/step.py): keys cached
         rotated and every pass a distance band. ReRoPE, Self-Extend and DCA rotate keys at
         rewritten positions or cover chunks: they take the general plan."""
         return self.caches_rotated_keys and all(p.band is not None for p in self.passes_for(1))
 
-    def prepare_decode(self, position_ids: torch.Tensor, keys: DecodeKeys, dtype: torch.dtype) -> DecodePasses:
+    def prepare_decode(self, position_ids: torch.Tensor, keys: DecodeKeys, dtype: torch.dtype) -> Step:
         """A decoding step's positions (one query per row at `position_ids` [B, 1]), built
         once for every layer from device tensors only: each pass's query rotation, the new
         key's rotation, and the passes' masks over the fixed-shape read of the cache."""
@@ -345,9 +348,9 @@ class PositionMethod(nn.Module):
         mask = DecodeMask(keys.allowed([p.band for p in passes if p.band is not None]), dtype, keys.kernel)
         if passes[0].query_positions is own_positions and self.query_scale is None:
             # the new key rotates with the first pass's query, as one tensor: no angles of its own
-            return DecodePasses(cos, signed_sin(sin), None, None, mask, self.score_multiplier, shared=True)
+            return Step(mask, cos, signed_sin(sin), score_multiplier=self.score_multiplier)
         key_cos, key_sin = cos_sin(self.rotary, position_ids, dtype)
-        return DecodePasses(cos, signed_sin(sin), key_cos, signed_sin(key_sin), mask, self.score_multiplier)
+        return Step(mask, cos, signed_sin(sin), key_cos, signed_sin(key_sin), self.score_multiplier)
 
     def forward(
         self,

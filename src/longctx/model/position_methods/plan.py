@@ -13,7 +13,7 @@ log-sum-exps (gpu.py).
 
 A `PositionPlan` is built once per forward and read by every layer: the rotations and
 per-query key ranges shared by all kernels, plus one kernel-specific layout
-(`SinglePassLayout`, cpu.`TorchLayout` or gpu.`VarlenLayout`).
+(the `AttentionMask` of a one-pass method, cpu.`TorchLayout` or gpu.`VarlenLayout`).
 
 Position ids must increase by one inside a document (evaluation positions always do), so
 a key's distance is its index distance; `document_starts` checks this.
@@ -104,13 +104,6 @@ class PassPlan:
 
 
 @dataclass
-class SinglePassLayout:
-    """One-pass methods (rope, ntk, yarn): the mask for `attention()`."""
-
-    mask: AttentionMask
-
-
-@dataclass
 class PositionPlan:
     """What `PositionMethod.forward` needs about positions; built once per forward."""
 
@@ -122,18 +115,17 @@ class PositionPlan:
     key_rotations: list[tuple[torch.Tensor, torch.Tensor] | None]
     """cos/sin [B, Tk, D] for each distinct key position map; None = keys arrive rotated."""
     layout: Any
-    """SinglePassLayout, cpu.TorchLayout or gpu.VarlenLayout: the kernel's view of the batch."""
+    """The kernel's view of the batch: the `attention()` mask of a one-pass method (rope,
+    ntk, yarn), cpu.TorchLayout or gpu.VarlenLayout."""
 
     @property
     def backend(self) -> str:
         """The `attention()` backend of a single-pass plan; 'torch' or 'flash' for the others."""
-        if isinstance(self.layout, SinglePassLayout):
-            return self.layout.mask.backend
         return self.layout.backend
 
     @property
     def mask(self) -> AttentionMask | None:
-        return self.layout.mask if isinstance(self.layout, SinglePassLayout) else None
+        return self.layout if isinstance(self.layout, AttentionMask) else None
 
 
 def cos_sin(
