@@ -3,6 +3,8 @@ ratios to plain RoPE in one run, and the KV cache's bytes per token of context.
 
     .venv/bin/python benchmarks/designs.py --out bench-out          # ~3 minutes on 2 cores
     .venv/bin/python benchmarks/designs.py --smoke --out /tmp/b     # tiny sizes (make test)
+    .venv/bin/python benchmarks/designs.py --designs "3:1 Gated DeltaNet hybrid (8 layers)"
+                                                                    # plain RoPE and the named rows
 
 Every design is the `tiny` preset at 6 layers (so 5:1 has one global layer), window W =
 512 where layers slide, on the `varlen` backend (the CPU training default), batch 1, one
@@ -98,10 +100,14 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="debug preset, 64 tokens, one repeat")
+    parser.add_argument(
+        "--designs", nargs="+", choices=list(DESIGNS), help="only these rows, after plain RoPE (the ratios' base)"
+    )
     args = parser.parse_args()
+    chosen = ["plain RoPE", *(d for d in args.designs if d != "plain RoPE")] if args.designs else list(DESIGNS)
     length, repeats = (64, 1) if args.smoke else (args.length, args.repeats)
     rows, plain = [], None
-    for design in DESIGNS:
+    for design in chosen:
         try:
             ms = step_ms(design, length, args.smoke, repeats)
         except NotImplementedError as error:
