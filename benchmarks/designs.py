@@ -3,6 +3,8 @@ ratios to plain RoPE in one run, and the KV cache's bytes per token of context.
 
     .venv/bin/python benchmarks/designs.py --out bench-out          # ~3 minutes on 2 cores
     .venv/bin/python benchmarks/designs.py --smoke --out /tmp/b     # tiny sizes (make test)
+    .venv/bin/python benchmarks/designs.py --designs "3:1 Gated DeltaNet hybrid (8 layers)"
+                                                                    # plain RoPE and the named rows
 
 Every design is the `tiny` preset at 6 layers (so 5:1 has one global layer), window W =
 512 where layers slide, on the `varlen` backend (the CPU training default), batch 1, one
@@ -10,8 +12,12 @@ document per row; step = forward + backward of the summed cross-entropy, median 
 `--repeats` after one warm-up; peak = resident memory above the prepared model
 (benchmarks/cpu_memory.py, a fresh process per design). KV bytes per token: the cache's
 allocated bytes at 2T minus at T, over T (float32 keys and values): a sliding layer's
-memory does not grow with the context, so 5:1 holds about 1/6 of all-full per token.
-A design the model does not build yet is listed as such.
+memory does not grow with the context, so 5:1 holds about 1/6 of all-full per token, and
+a Gated DeltaNet layer holds a constant recurrent and convolution state, so the 3:1 hybrid's
+cache grows only with its full layers (2 of 8; at 8 layers, as the designs sweep's hybrid
+arms, its step is not a like-for-like ratio to the 6-layer rows: 6 linear + 2 full layers;
+its delta rule runs in torch, the CPU path). A design the model does not build yet is
+listed as such.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ DESIGNS: dict[str, dict] = {
     "qk-norm per head": {"qk_norm": "head"},
     "sinks": {"attention_sinks": True},
     "SSMax temperature": {"attn_temperature": {"type": "ssmax"}},
+    "3:1 Gated DeltaNet hybrid (8 layers)": {"n_layers": 8, "linear_attention": {"full_every": 4}},
 }
 """Overrides of the benchmark's base config (see `config`)."""
 
@@ -93,10 +100,14 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--smoke", action="store_true", help="debug preset, 64 tokens, one repeat")
+    parser.add_argument(
+        "--designs", nargs="+", choices=list(DESIGNS), help="only these rows, after plain RoPE (the ratios' base)"
+    )
     args = parser.parse_args()
+    chosen = ["plain RoPE", *(d for d in args.designs if d != "plain RoPE")] if args.designs else list(DESIGNS)
     length, repeats = (64, 1) if args.smoke else (args.length, args.repeats)
     rows, plain = [], None
-    for design in DESIGNS:
+    for design in chosen:
         try:
             ms = step_ms(design, length, args.smoke, repeats)
         except NotImplementedError as error:

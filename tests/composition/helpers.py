@@ -3,8 +3,10 @@ strategy it can run with, with its probes firing (docs/composition.md).
 
 A cell is (configuration, strategy). The miniature is one override set (`miniature`):
 
-- model: 2 layers, d_model 64, 4 heads (2 key/value heads), d_ff 128; the vocabulary, the
-  position design (NoPE, p-RoPE, sinks, sliding/global layers) and max_position as shipped;
+- model: 2 layers (a hybrid with a full layer every k-th: k layers, its k - 1 linear and
+  one full layer), d_model 64, 4 heads (2 key/value heads), d_ff 128; the vocabulary, the
+  position design (NoPE, p-RoPE, sinks, gates, sliding/global and linear layers) and
+  max_position as shipped;
 - batch: one row per micro-batch, two rows per optimizer step (gradient accumulation 2 on
   one process, one row per rank on two); precision 32-true (a CPU run; bf16 autocast on
   CPU is slow and is not what the GPU runs);
@@ -44,6 +46,7 @@ STEPS = 4
 PROBE_METRICS = {
     "fi": "fi/tokens_seen",
     "fi_sliding": "fi/sliding_f@W-1",
+    "fi_full": "fi/full_f@L-1",
     "niah": "niah/effective_length",
     "answer": "answers/loss",
     "niah_after": "niah_after/effective_length",
@@ -89,6 +92,10 @@ CONFIGS = [
     *(_pretrain(f"pretrain/{n}") for n in ("tiny_512", "tiny_1k", "tiny_2k")),
     *(_pretrain(f"pretrain/{n}") for n in ("tinyllama_1b_2k", "tinyllama_1b_2k_mixture", "tinyllama_1b_4k")),
     *(_design(n) for n in ("base", "rope", "nope_every4", "prope_025", "sinks", "gated")),
+    *(
+        _design(n, probes=("fi", "fi_full", "niah"))
+        for n in ("hybrid_olmo_rope", "hybrid_olmo_nope", "hybrid_qwen3next")
+    ),
     _design("sliding_5to1", probes=("fi", "fi_sliding", "niah")),
     *(
         _pretrain(f"longrecipe/{n}", init=True)
@@ -180,7 +187,8 @@ def miniature(config: Config, strategy: str, out_dir: Path, init: Path | None = 
     else:
         values["train.max_steps"] = STEPS
     if config.command != "sft":  # SFT's model is its init checkpoint's; an extension's must match it
-        values |= {"model.n_layers": 2, "model.d_model": 64, "model.n_heads": 4, "model.n_kv_heads": 2}
+        layers = loaded.model.linear_attention.full_every or 2  # a hybrid keeps one full layer
+        values |= {"model.n_layers": layers, "model.d_model": 64, "model.n_heads": 4, "model.n_kv_heads": 2}
         values |= {"model.d_ff": 128}
     if config.init:
         assert init is not None, f"{config.name} starts from a pretrain cell's checkpoint"

@@ -195,7 +195,7 @@ def test_export_refuses_a_hybrid_no_family_carries():
 def test_the_designs_hybrid_trains_a_step_at_its_window():
     from longctx.config import load
 
-    config = load(["experiments/designs/base.yaml", "experiments/designs/hybrid_gdn.yaml"])
+    config = load(["experiments/designs/base.yaml", "experiments/designs/hybrid_olmo_rope.yaml"])
     assert config.model.layer_kinds() == ["linear", "linear", "linear", "full"] * 2
     torch.manual_seed(0)
     model = Llama(config.model)

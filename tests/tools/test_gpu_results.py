@@ -14,7 +14,7 @@ import gpu_results  # noqa: E402  (a script directory, not a package)
 sys.path[:] = SAVED_PATH
 
 
-@pytest.mark.parametrize("doc", ["docs/benchmarks.md"])
+@pytest.mark.parametrize("doc", ["docs/benchmarks.md", "docs/designs.md"])
 def test_every_gpu_block_in_the_docs_equals_its_result_file(doc):
     before, after = gpu_results.sync(ROOT / doc)
     assert "<!-- gpu-table " in before
