@@ -50,6 +50,8 @@ def test_the_checklist_is_in_order_and_each_ready_step_names_scripts_that_exist(
                 assert (ROOT / script).exists(), f"{step.id}: {script}"
         else:
             assert step.waits, step.id
+        missing = [path for path in step.repeat if not (ROOT / path).exists()]
+        assert not missing, f"{step.id}: repeat paths that do not exist (the step would never be due again): {missing}"
     assert gpu_next.next_step(steps).id == "main-job"  # no GPU has run it yet
 
 
