@@ -307,3 +307,44 @@ class Traced:
         graph = make_fx(lambda: step())()
         self.graphs.append(graph)
         return graph, True
+
+
+def random_hf_model(config_class: str, model_class: str, **config):
+    """A random transformers `model_class` of `config_class(**config)`, seed 0, with its
+    biases and norm weights drawn too: transformers zeroes biases and sets norms to 1 or 0,
+    where a wrong offset or a missed bias would hide."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias") or "norm" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model
+
+
+def random_ids(length: int, vocab_size: int, rows: int = 2) -> torch.Tensor:
+    """[rows, length] token ids in [3, vocab_size), seed 1 (ids 0-2: the special tokens)."""
+    return torch.randint(3, vocab_size, (rows, length), generator=torch.Generator().manual_seed(1))
+
+
+def assert_import_matches_transformers(hf, directory, prompt: torch.Tensor, tolerance: float, tolerance_fp64: float):
+    """`hf` saved to `directory` and read back by longctx's `import_hf`: its float32 logits
+    within `tolerance` of transformers' (which must be far from zero), its cached greedy
+    tokens equal to transformers' `generate` (20-token prompt, 24 new tokens), and its
+    float64 logits within `tolerance_fp64`. Returns the float64 model and its logits."""
+    from longctx.model.hf import import_hf
+
+    hf.save_pretrained(directory)
+    ours = import_hf(directory).eval()
+    with torch.no_grad():
+        theirs, mine = hf(prompt).logits, ours(prompt)
+    assert theirs.abs().max() > 1.0
+    assert (mine - theirs).abs().max() <= tolerance
+    expected = hf.generate(prompt[:, :20], max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+    assert torch.equal(cached_greedy(ours, prompt[:, :20], 24), expected[:, 20:])
+    hf64, ours64 = hf.double(), import_hf(directory, dtype=torch.float64).eval()
+    with torch.no_grad():
+        full = ours64(prompt)
+        assert (full - hf64(prompt).logits).abs().max() <= tolerance_fp64
+    return ours64, full

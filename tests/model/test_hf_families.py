@@ -12,7 +12,7 @@ import torch
 
 from longctx.errors import CheckpointError
 from longctx.model.hf import export_hf, import_hf
-from tests.model.helpers import cached_greedy
+from tests.model.helpers import assert_import_matches_transformers, random_hf_model, random_ids
 
 transformers = pytest.importorskip("transformers")
 
@@ -127,35 +127,18 @@ def build(kind: str, **overrides):
     """A random transformers model of CASES[kind]; biases and norm weights drawn too
     (transformers zeroes biases and sets norms to 1 or 0, where a wrong offset hides)."""
     prefix, extra = CASES[kind]
-    config = getattr(transformers, f"{prefix}Config")(**{**SHAPE, **extra, **overrides})
-    torch.manual_seed(0)
-    model = getattr(transformers, f"{prefix.removesuffix('Text')}ForCausalLM")(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if name.endswith(".bias") or "norm" in name:
-                parameter.add_(torch.randn_like(parameter) * 0.3)
-    return model
+    return random_hf_model(
+        f"{prefix}Config", f"{prefix.removesuffix('Text')}ForCausalLM", **{**SHAPE, **extra, **overrides}
+    )
 
 
 def ids(length: int = PROMPT, rows: int = 2) -> torch.Tensor:
-    return torch.randint(3, SHAPE["vocab_size"], (rows, length), generator=torch.Generator().manual_seed(1))
+    return random_ids(length, SHAPE["vocab_size"], rows)
 
 
 @pytest.mark.parametrize("kind", list(CASES))
 def test_import_equals_transformers_and_decodes_its_tokens(tmp_path, kind):
-    hf = build(kind)
-    hf.save_pretrained(tmp_path)
-    ours = import_hf(tmp_path).eval()
-    prompt = ids()
-    with torch.no_grad():
-        theirs, mine = hf(prompt).logits, ours(prompt)
-    assert theirs.abs().max() > 1.0
-    assert (mine - theirs).abs().max() <= TOLERANCE
-    expected = hf.generate(prompt[:, :20], max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
-    assert torch.equal(cached_greedy(ours, prompt[:, :20], 24), expected[:, 20:])
-    hf64, ours64 = hf.double(), import_hf(tmp_path, dtype=torch.float64).eval()
-    with torch.no_grad():
-        assert (ours64(prompt) - hf64(prompt).logits).abs().max() <= TOLERANCE_FP64
+    assert_import_matches_transformers(build(kind), tmp_path, ids(), TOLERANCE, TOLERANCE_FP64)
 
 
 def test_qwen3_maps_its_designs(tmp_path):
