@@ -112,6 +112,13 @@ def test_head_tail_balances_one_document_and_document_balances_any_packing():
     assert imbalance(work_per_rank(packed, balance_indices(packed, 4, "document"), 4)) == pytest.approx(1.0, abs=0.02)
 
 
+def test_document_balance_gives_each_rank_a_head_and_a_tail_of_every_document():
+    """Documents of 8 and 4 tokens at N = 2, worked by hand: chunks of 2 and of 1; rank 0
+    holds chunks 0 and 3 of each, rank 1 chunks 1 and 2."""
+    index = balance_indices(packed_documents([8, 4]), 2, "document")
+    assert index.tolist() == [[0, 1, 6, 7, 8, 11, 2, 3, 4, 5, 9, 10]]
+
+
 def test_document_balance_names_the_key_for_a_document_not_a_multiple_of_2n():
     with pytest.raises(ConfigError, match=r"train\.load_balance: .* multiple of 2 x train.context_parallel = 4.* 7"):
         balance_indices(packed_documents([7, 57]), 2, "document")
@@ -256,7 +263,7 @@ def test_the_memory_estimate_divides_activations_by_n_and_adds_the_gathered_keys
     from longctx.train.memory_budget import estimate_memory
 
     shape = ["model.preset=tinyllama-1.1b", "model.max_position=65536", "data.window=65536", "train.micro_batch_size=1"]
-    shape += ["train.strategy=fsdp", "train.global_batch_tokens=1048576", "train.loss_chunk_tokens=4096"]
+    shape += ["model.attention_backend=flex", "train.strategy=fsdp", "train.global_batch_tokens=1048576", "train.loss_chunk_tokens=4096"]
     one = estimate_memory(load([], shape), 8, "bf16-mixed")
     cp = estimate_memory(load([], [*shape, "train.context_parallel=8"]), 8, "bf16-mixed")
     layers = load([], shape).model.n_layers + 1  # each held layer and the backward's temporaries

@@ -2,6 +2,7 @@
 and AdamW state, and the refusal of configs that cannot fit, naming the knob."""
 
 import dataclasses
+import inspect
 import math
 
 import pytest
@@ -161,6 +162,16 @@ def varlen_on_cpu():
     del library
 
 
+def _torch_varlen_gqa() -> bool:
+    from torch.nn.attention import varlen
+
+    return "enable_gqa" in inspect.signature(varlen.varlen_attn).parameters
+
+
+TORCH_VARLEN_GQA = _torch_varlen_gqa()
+"""torch's varlen_attn takes GQA itself (2.14), or k/v must be copied to the query heads (2.11)."""
+
+
 def block_saved_bytes(
     block: Block, precision: str, enable_gqa: bool, rows: int, length: int, config: ModelConfig = BLOCK
 ) -> int:
@@ -213,6 +224,8 @@ def test_per_layer_activation_term_is_what_one_block_saves(varlen_on_cpu, precis
     compiled block runs the partitioner inductor uses (min-cut) with eager kernels, which
     saves the same tensors as inductor's C++ code (4,072 bytes per token both, bf16-mixed)
     without a C++ compile. `enable_gqa` False: k/v copied to the query heads (torch 2.11)."""
+    if enable_gqa and not TORCH_VARLEN_GQA:
+        pytest.skip(f"torch {torch.__version__}'s varlen_attn has no enable_gqa")
     torch.manual_seed(0)
     block = Block(BLOCK, 0).to(torch.bfloat16 if precision == "bf16-true" else torch.float32)
     if compiled:
@@ -241,10 +254,11 @@ def test_per_layer_activation_term_follows_head_dim_and_qk_norm(varlen_on_cpu, p
     torch.manual_seed(0)
     config = DESIGNS[design]
     block = Block(config, 0).to(torch.bfloat16 if precision == "bf16-true" else torch.float32)
-    short, long = (block_saved_bytes(block, precision, True, 2, length, config) for length in (32, 64))
+    short, long = (block_saved_bytes(block, precision, TORCH_VARLEN_GQA, 2, length, config) for length in (32, 64))
     measured = (long - short) / (2 * 32)
     _, stream, compute = precision_sizes(precision)
-    estimated = activation_bytes_per_token_layer(config, stream, compute)
+    kv_heads = config.n_kv_heads if TORCH_VARLEN_GQA else config.n_heads
+    estimated = activation_bytes_per_token_layer(config, stream, compute, kv_heads=kv_heads)
     assert measured <= estimated <= (1 + SAVED_TOLERANCE) * measured, (measured, estimated)
 
 
@@ -314,6 +328,9 @@ def test_kernel_kv_heads_follow_the_flash_kernel(monkeypatch):
     for enable_gqa, heads in ((True, 4), (False, 32)):
         monkeypatch.setattr(flash, "resolve_kernel", lambda gqa=enable_gqa: VarlenKernel(print, False, gqa))
         assert kernel_kv_heads(model) == heads
+        assert kernel_kv_heads(dataclasses.replace(model, attention_backend="auto")) == heads
+        # under context parallelism `auto` runs flex, which takes the 4 k/v heads as they are
+        assert kernel_kv_heads(dataclasses.replace(model, attention_backend="auto"), context_parallel=2) == 4
     assert kernel_kv_heads(dataclasses.replace(model, attention_backend="sdpa")) == 4
 
 
@@ -329,7 +346,7 @@ def test_estimate_lies_within_the_margin_above_the_h100_peaks(monkeypatch, compi
     copied to the 32 query heads): estimate / peak in [1.0, 1 + MARGIN]."""
     from longctx.train import memory_budget
 
-    monkeypatch.setattr(memory_budget, "kernel_kv_heads", lambda model: model.n_heads)
+    monkeypatch.setattr(memory_budget, "kernel_kv_heads", lambda model, context_parallel=1: model.n_heads)
     config = load(
         [],
         [

@@ -127,11 +127,13 @@ def shard_numel(shape: tuple[int, ...], world_size: int) -> int:
     return math.ceil(shape[0] / world_size) * math.prod(shape[1:])
 
 
-def kernel_kv_heads(model: ModelConfig) -> int:
+def kernel_kv_heads(model: ModelConfig, context_parallel: int = 1) -> int:
     """The key/value heads the attention kernel receives, and saves for backward: n_kv_heads,
     or n_heads where the flash path copies each k/v head to its query heads (torch's
-    varlen_attn without `enable_gqa`, torch 2.11; model/flash.py's `kv_repeats`)."""
-    if model.attention_backend not in ("flash", "auto") or model.n_heads == model.n_kv_heads:
+    varlen_attn without `enable_gqa`, torch 2.11; model/flash.py's `kv_repeats`). Under
+    context parallelism `auto` runs flex (train/module.py), which takes GQA itself."""
+    flash_path = model.attention_backend == "flash" or (model.attention_backend == "auto" and context_parallel == 1)
+    if not flash_path or model.n_heads == model.n_kv_heads:
         return model.n_kv_heads
     from longctx.model import flash
 
@@ -224,8 +226,9 @@ def estimate_memory(
     optimizer = 2 * local * param_size + 4 * len(shapes)
 
     tokens = train.micro_batch_size * config.data.window // train.context_parallel
-    per_layer = activation_bytes_per_token_layer(model, stream, compute, train.compile, kernel_kv_heads(model))
-    per_layer += compute * 2 * kernel_kv_heads(model) * model.head_size * (train.context_parallel - 1)
+    kv_heads = kernel_kv_heads(model, train.context_parallel)
+    per_layer = activation_bytes_per_token_layer(model, stream, compute, train.compile, kv_heads)
+    per_layer += compute * 2 * kv_heads * model.head_size * (train.context_parallel - 1)
     held = model.n_layers * (stream * model.d_model if train.activation_checkpointing else per_layer)
     recomputed = per_layer if train.activation_checkpointing else 0
     root = 8 * model.head_size + 3 * stream * model.d_model + 4 + 4 * 8
