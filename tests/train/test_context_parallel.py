@@ -263,7 +263,12 @@ def test_the_memory_estimate_divides_activations_by_n_and_adds_the_gathered_keys
     from longctx.train.memory_budget import estimate_memory
 
     shape = ["model.preset=tinyllama-1.1b", "model.max_position=65536", "data.window=65536", "train.micro_batch_size=1"]
-    shape += ["model.attention_backend=flex", "train.strategy=fsdp", "train.global_batch_tokens=1048576", "train.loss_chunk_tokens=4096"]
+    shape += [
+        "model.attention_backend=flex",
+        "train.strategy=fsdp",
+        "train.global_batch_tokens=1048576",
+        "train.loss_chunk_tokens=4096",
+    ]
     one = estimate_memory(load([], shape), 8, "bf16-mixed")
     cp = estimate_memory(load([], [*shape, "train.context_parallel=8"]), 8, "bf16-mixed")
     layers = load([], shape).model.n_layers + 1  # each held layer and the backward's temporaries
