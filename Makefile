@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup device device-ruler device-hf device-fa4 device-wandb device-fla gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-gpu gpu-check lint format golden bench clean \
+.PHONY: setup device device-ruler device-hf device-fa4 device-wandb device-fla gpu-next demo demo-real table1-real real-model real-model-gemma3 gguf-parts-gemma3 replicate replicate-full replicate-gpu replicate-twin twin-data replicate-smoke test test-slow test-torch-image test-gpu gpu-check lint format golden bench clean \
 	bench-gpu bench-gpu-kernels bench-gpu-train bench-gpu-positions bench-gpu-effective-length
 
 # The GPU targets run on the GPU image with its own python: no .venv, no network
@@ -154,6 +154,25 @@ golden: $(STAMP)
 COMPOSITION_DIR ?= $(or $(LONGCTX_CACHE),$(HOME)/.cache/longctx)/composition
 test-slow: $(STAMP)
 	LONGCTX_COMPOSITION_DIR=$(COMPOSITION_DIR) $(BIN)/python -m pytest -m "slow and not gpu" -q
+
+# The CPU suite on the torch the GPU image runs
+# (2.11; .venv pins 2.14.1): a side venv holding only that torch and its torchvision, every
+# other package read from .venv through a .pth, so torch is what differs. Private APIs
+# longctx uses (context parallelism's balancers, varlen attention's arguments) change between
+# them. Downloads torch's wheel once (~530 MB). Not collected there: the GPU image's
+# collection test, which starts python -S and so cannot see .venv's packages.
+TORCH_IMAGE       ?= 2.11.0
+TORCHVISION_IMAGE ?= 0.26.0
+IMAGE_VENV        := .venv-torch-image
+IMAGE_TESTS       ?= tests
+IMAGE_MARKS       ?= not gpu and not slow
+test-torch-image: $(STAMP)
+	[ -x $(IMAGE_VENV)/bin/python ] || $(PYTHON) -m venv $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/pip install -q --no-deps torch==$(TORCH_IMAGE) torchvision==$(TORCHVISION_IMAGE)
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > "$$($(IMAGE_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz_longctx_venv.pth"
+	ln -sf "$(abspath $(BIN))/wandb" $(IMAGE_VENV)/bin/wandb
+	PYTHONPATH=src $(IMAGE_VENV)/bin/python -m pytest -m "$(IMAGE_MARKS)" -q -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider \
+		--deselect tests/tools/test_gpu_image_collection.py $(IMAGE_TESTS)
 
 # Every `gpu` test, the heavy ones included (StRing prefill at 32K; a 20-step fsdp + compile
 # pretrain resumed from step 10), with the GPU image's python; the GPU replication
