@@ -288,3 +288,40 @@ def test_refusals_name_the_field_in_one_line(tmp_path, kind, fields, message):
     with pytest.raises(CheckpointError, match="") as error:
         import_hf(tmp_path)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("design", "family"),
+    [
+        ({"norm_placement": "post", "qk_norm": "projection"}, "olmo2"),
+        ({"qk_norm": "head"}, "qwen3"),
+        (
+            {
+                "norm_placement": "sandwich",
+                "norm_offset": True,
+                "mlp_activation": "gelu_tanh",
+                "scale_embeddings": True,
+                "qk_norm": "head",
+            },
+            "gemma3_text",
+        ),
+        (
+            {
+                "norm_placement": "post",
+                "qk_norm": "projection",
+                "layer_types": ["sliding", "full"],
+                "sliding_window": 8,
+            },
+            "olmo3",
+        ),
+        ({"nope_layers": [1]}, "smollm3"),
+    ],
+)
+def test_families_with_one_bias_flag_refuse_qwen2_s_qkv_bias_naming_the_key(design, family):
+    """Their `attention_bias` biases q, k, v and o together: q/k/v alone has no field."""
+    from longctx.config.model import ModelConfig
+    from longctx.model.hf_config import hf_config
+
+    config = ModelConfig.from_preset("debug", attention_bias="qkv", **design)
+    with pytest.raises(CheckpointError, match=rf"^cannot export model.attention_bias='qkv' as {family}: "):
+        hf_config(config)

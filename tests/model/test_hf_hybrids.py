@@ -33,28 +33,21 @@ from tests.model.helpers import (
     random_ids,
     stepwise_logits,
 )
+from tests.model.test_hf_families import SHAPE as FAMILY_SHAPE
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-SHAPE = dict(
-    vocab_size=320,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    linear_num_key_heads=2,
-    linear_num_value_heads=4,  # more value heads than key heads: each key head serves two
-    linear_key_head_dim=16,
-    linear_value_head_dim=24,
-    linear_conv_kernel_dim=4,
-    initializer_range=0.1,  # logits of several units
-    bos_token_id=None,
-    eos_token_id=None,
-    pad_token_id=0,
-)
+SHAPE = {
+    **FAMILY_SHAPE,  # the dense families' tiny shape, with the linear layers' heads
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,  # more value heads than key heads: each key head serves two
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24,
+    "linear_conv_kernel_dim": 4,
+    "bos_token_id": None,
+    "eos_token_id": None,
+}
 LAYERS = ["linear_attention", "linear_attention", "full_attention", "linear_attention"]
 TOLERANCE = 1e-4
 """float32 (measured 1.1e-5 to 2.0e-5 on logits of about 3)."""
@@ -331,6 +324,26 @@ def test_qwen3_next_refusals_name_the_key_in_one_line(tmp_path, fields, message)
         (
             {"layer_types": ["linear", "full"], "qk_norm": "head", "linear_attention": {"variant": "qwen3_next"}},
             "cannot export model.attention_gate='none': the Qwen3-Next config.json",
+        ),
+        (
+            {
+                "layer_types": ["linear", "full"],
+                "norm_placement": "post",
+                "qk_norm": "projection",
+                "attention_bias": "qkv",
+                "linear_attention": {"norm_placement": "pre"},
+            },
+            "cannot export model.attention_bias='qkv' as olmo_hybrid: its attention_bias is q/k/v/o",
+        ),
+        (
+            {
+                "layer_types": ["linear", "full"],
+                "qk_norm": "head",
+                "attention_gate": "elementwise",
+                "attention_bias": "qkv",
+                "linear_attention": {"variant": "qwen3_next"},
+            },
+            "cannot export model.attention_bias='qkv' as qwen3_next: its attention_bias is q/k/v/o",
         ),
     ],
 )

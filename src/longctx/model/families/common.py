@@ -237,6 +237,13 @@ def refuse_fields(config: ModelConfig, architecture: str, plain: dict[str, objec
             )
 
 
+def refuse_qkv_bias(config: ModelConfig, family: str) -> None:
+    """Export: a family whose `attention_bias` flag biases all of q, k, v and o cannot carry
+    Qwen2's q/k/v-only bias."""
+    if config.attention_bias == "qkv":
+        raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
+
+
 def common_hf_config(config: ModelConfig, family: str, architecture: str) -> dict:
     """The config.json values every written family shares (`head_dim` always: every reader
     takes a decoupled one)."""

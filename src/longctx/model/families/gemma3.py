@@ -30,6 +30,7 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
+    refuse_qkv_bias,
     refuse_true,
     rope_from_hf,
     scaling_to_hf,
@@ -124,8 +125,7 @@ def write(config: ModelConfig) -> dict:
         raise CheckpointError(
             "cannot export NoPE layers (model.nope_layers / nope_every) as gemma3_text: every Gemma 3 layer rotates"
         )
-    if config.attention_bias == "qkv":
-        raise CheckpointError("cannot export model.attention_bias='qkv' as gemma3_text: its attention_bias is q/k/v/o")
+    refuse_qkv_bias(config, "gemma3_text")
     values = common_hf_config(config, "gemma3_text", "Gemma3ForCausalLM")
     theta, scaling = scaling_to_hf(config)
     for key in ("rope_theta", "rope_scaling", "hidden_act"):

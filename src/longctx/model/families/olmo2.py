@@ -17,6 +17,7 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
+    refuse_qkv_bias,
     refuse_true,
 )
 from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
@@ -50,8 +51,7 @@ def write(config: ModelConfig) -> dict:
         )
     plain = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
     refuse_fields(config, "OLMo 2", plain)
-    if config.attention_bias == "qkv":
-        raise CheckpointError("cannot export model.attention_bias='qkv' as olmo2: its attention_bias is q/k/v/o")
+    refuse_qkv_bias(config, "olmo2")
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
     # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's: export_hf writes the run's.
     values.update(

@@ -18,6 +18,7 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
+    refuse_qkv_bias,
     refuse_true,
     rope_from_hf,
     scaling_to_hf,
@@ -71,8 +72,7 @@ def write(config: ModelConfig) -> dict:
     refuse_fields(
         config, "OLMo 3", {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
     )
-    if config.attention_bias == "qkv":
-        raise CheckpointError("cannot export model.attention_bias='qkv' as olmo3: its attention_bias is q/k/v/o")
+    refuse_qkv_bias(config, "olmo3")
     values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM")
     theta, scaling = scaling_to_hf(config)
     for key in ("rope_theta", "rope_scaling"):

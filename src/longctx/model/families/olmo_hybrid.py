@@ -28,7 +28,14 @@ from __future__ import annotations
 from longctx.config.linear_attention import LinearAttention
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
-from longctx.model.families.common import Family, common_fields, common_hf_config, refuse_fields, scaling_to_hf
+from longctx.model.families.common import (
+    Family,
+    common_fields,
+    common_hf_config,
+    refuse_fields,
+    refuse_qkv_bias,
+    scaling_to_hf,
+)
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
 from longctx.model.families.llama import PLAIN_BLOCK
 from longctx.model.families.olmo2 import LAYER_NAMES
@@ -130,8 +137,7 @@ def write(config: ModelConfig) -> dict:
             "linear layers are pre-norm blocks ('pre')"
         )
     heads = linear_heads(config)
-    if config.attention_bias == "qkv":
-        raise CheckpointError("cannot export model.attention_bias='qkv' as olmo_hybrid: its attention_bias is q/k/v/o")
+    refuse_qkv_bias(config, "olmo_hybrid")
     full = {i for i, kind in enumerate(config.layer_kinds()) if kind == "full"}
     nope = full & config.nope_indices()
     if nope and nope != full:

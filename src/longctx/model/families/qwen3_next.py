@@ -30,6 +30,7 @@ from longctx.model.families.common import (
     common_fields,
     common_hf_config,
     refuse_fields,
+    refuse_qkv_bias,
     scaling_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
@@ -162,8 +163,7 @@ def write(config: ModelConfig) -> dict:
             f"cannot export NoPE full layers {nope} as qwen3_next: its full layers rotate (model.nope_layers / "
             "nope_every)"
         )
-    if config.attention_bias == "qkv":
-        raise CheckpointError("cannot export model.attention_bias='qkv' as qwen3_next: its attention_bias is q/k/v/o")
+    refuse_qkv_bias(config, "qwen3_next")
     values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM")
     theta, scaling = scaling_to_hf(config)
     for key in ("rope_theta", "rope_scaling"):
