@@ -69,6 +69,9 @@ class Config:
     probes: tuple[str, ...] = ("fi", "niah")
     init: bool = False
     """Starts from the pretrain/tiny_512 cell's checkpoint."""
+    strategies: tuple[str, ...] = tuple(STRATEGIES)
+    """The strategies it can run with: context parallelism (`train.context_parallel: 2`)
+    runs under fsdp on 2 ranks only."""
 
     @property
     def slug(self) -> str:
@@ -102,6 +105,9 @@ CONFIGS = [
         for n in ("extend", "drope", "full_length", "longrecipe", "pose", "randpos", "prolong_mix", "stage1")
     ),
     _pretrain("longrecipe/stage2_replay", init=True),
+    Config(
+        "longrecipe/prolong_cp_miniature", ("experiments/longrecipe/prolong_cp_miniature.yaml",), strategies=("fsdp",)
+    ),
     *(_sft(f"sft/{n}") for n in ("tiny_normal", "tiny_packed", "tiny_skipalign")),
     Config("replicate/cpu_base", ("experiments/replicate/cpu_base.yaml",), probes=("fi", "niah", "answer")),
     Config("replicate/gpu_base", ("experiments/replicate/gpu_base.yaml",), probes=("fi", "niah", "answer")),
@@ -111,8 +117,19 @@ CONFIGS = [
 ]
 """Every configuration under experiments/ that trains. Not here: replicate/*_table1.yaml and
 real/ (evaluation only: `longctx niah-table`), designs/<name>.yaml alone (each is an overlay
-on designs/base.yaml)."""
+on designs/base.yaml), and longrecipe/prolong_{64k,512k}_* (rows of 64K-512K tokens over 8 or
+more context-parallel GPUs; their CPU form is prolong_cp_miniature)."""
 BY_NAME = {config.name: config for config in CONFIGS}
+NOT_CELLS = (
+    "base.yaml",
+    "designs/*.yaml",
+    "replicate/*_table1.yaml",
+    "real/*.yaml",
+    "longrecipe/prolong_64k_*.yaml",
+    "longrecipe/prolong_512k_*.yaml",
+)
+"""The files under experiments/ that are no cell of their own (CONFIGS' docstring): what
+every config inherits, the design overlays, evaluation only, GPU-sized context parallelism."""
 
 
 def load(config: Config, overrides: list[str] = ()):

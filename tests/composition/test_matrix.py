@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from tests.composition import helpers
-from tests.composition.helpers import BY_NAME, CONFIGS, STRATEGIES
+from tests.composition.helpers import BY_NAME, CONFIGS
 
 pytestmark = pytest.mark.slow
 
-CELLS = [(config.name, strategy) for config in CONFIGS for strategy in STRATEGIES]
+CELLS = [(config.name, strategy) for config in CONFIGS for strategy in config.strategies]
 RESULTS: dict[tuple[str, str], dict] = {}
 TABLE = helpers.ROOT / "docs" / "composition.md"
 BEGIN, END = "<!-- composition table: begin -->", "<!-- composition table: end -->"
