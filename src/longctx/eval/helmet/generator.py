@@ -71,38 +71,27 @@ class HelmetTaskInfo:
 
 
 _KILT_K = (50, 105, 220, 440, 1000)
+
+
+def _rag(test: str, demos: str) -> HelmetTaskInfo:
+    """A RAG task (rag*.yaml): its KILT test file by k and its demonstration file, under kilt/."""
+    return HelmetTaskInfo("rag", "rag", 20, True, (f"kilt/{test}", f"kilt/{demos}"), _KILT_K)
+
+
+def _icl(files: tuple[str, ...], shots: tuple[int, ...], labels: int, label_field: str) -> HelmetTaskInfo:
+    """A many-shot ICL task (icl*.yaml): its splits, shots at HELMET_LENGTHS, labels and label field."""
+    return HelmetTaskInfo("icl", "icl", 20, True, files, (), shots, labels, label_field)
+
+
 TASKS: dict[str, HelmetTaskInfo] = {
     "json_kv": HelmetTaskInfo("json_kv", "recall", 100, False, recall_task="niah-helmet-json-kv"),
     "ruler_niah_mk_2": HelmetTaskInfo("ruler", "recall", 50, False, recall_task="ruler-niah_multikey_2"),
     "ruler_niah_mk_3": HelmetTaskInfo("ruler", "recall", 100, False, recall_task="ruler-niah_multikey_3"),
     "ruler_niah_mv": HelmetTaskInfo("ruler", "recall", 50, False, recall_task="ruler-niah_multivalue"),
-    "nq": HelmetTaskInfo(
-        "rag",
-        "rag",
-        20,
-        True,
-        ("kilt/nq-dev-multikilt_1000_k{k}_dep6.jsonl", "kilt/nq-train-multikilt_1000_k3_dep6.jsonl"),
-        _KILT_K,
-    ),
-    "triviaqa": HelmetTaskInfo(
-        "rag",
-        "rag",
-        20,
-        True,
-        ("kilt/triviaqa-dev-multikilt_1000_k{k}_dep6.jsonl", "kilt/triviaqa-train-multikilt_1000_k3_dep6.jsonl"),
-        _KILT_K,
-    ),
-    "hotpotqa": HelmetTaskInfo(
-        "rag",
-        "rag",
-        20,
-        True,
-        ("kilt/hotpotqa-dev-multikilt_1000_k{k}_dep3.jsonl", "kilt/hotpotqa-train-multikilt_1000_k3_dep3.jsonl"),
-        _KILT_K,
-    ),
-    "popqa": HelmetTaskInfo(
-        "rag", "rag", 20, True, ("kilt/popqa_test_1000_k{k}_dep6.jsonl", "kilt/popqa_test_1000_k3_dep6.jsonl"), _KILT_K
-    ),
+    "nq": _rag("nq-dev-multikilt_1000_k{k}_dep6.jsonl", "nq-train-multikilt_1000_k3_dep6.jsonl"),
+    "triviaqa": _rag("triviaqa-dev-multikilt_1000_k{k}_dep6.jsonl", "triviaqa-train-multikilt_1000_k3_dep6.jsonl"),
+    "hotpotqa": _rag("hotpotqa-dev-multikilt_1000_k{k}_dep3.jsonl", "hotpotqa-train-multikilt_1000_k3_dep3.jsonl"),
+    "popqa": _rag("popqa_test_1000_k{k}_dep6.jsonl", "popqa_test_1000_k3_dep6.jsonl"),
     "msmarco": HelmetTaskInfo(
         "rerank",
         "rerank",
@@ -111,53 +100,17 @@ TASKS: dict[str, HelmetTaskInfo] = {
         ("msmarco/test_reranking_data_k{k}_dep3.jsonl", "msmarco/test_reranking_data_k10_dep3.jsonl"),
         (50, 130, 285, 600, 1000),
     ),
-    "trec_coarse": HelmetTaskInfo(
-        "icl",
-        "icl",
-        20,
-        True,
-        ("icl/trec/train.jsonl", "icl/trec/test.jsonl"),
-        (),
-        (400, 800, 1600, 3300, 6600),
-        6,
-        "coarse_label",
+    "trec_coarse": _icl(
+        ("icl/trec/train.jsonl", "icl/trec/test.jsonl"), (400, 800, 1600, 3300, 6600), 6, "coarse_label"
     ),
-    "trec_fine": HelmetTaskInfo(
-        "icl",
-        "icl",
-        20,
-        True,
-        ("icl/trec/train.jsonl", "icl/trec/test.jsonl"),
-        (),
-        (400, 800, 1600, 3200, 6400),
-        50,
-        "fine_label",
+    "trec_fine": _icl(("icl/trec/train.jsonl", "icl/trec/test.jsonl"), (400, 800, 1600, 3200, 6400), 50, "fine_label"),
+    "banking77": _icl(
+        ("icl/banking77/train.jsonl", "icl/banking77/test.jsonl"), (360, 720, 1450, 2900, 5900), 77, "label"
     ),
-    "banking77": HelmetTaskInfo(
-        "icl",
-        "icl",
-        20,
-        True,
-        ("icl/banking77/train.jsonl", "icl/banking77/test.jsonl"),
-        (),
-        (360, 720, 1450, 2900, 5900),
-        77,
-        "label",
+    "clinc150": _icl(
+        ("icl/clinc150/train.jsonl", "icl/clinc150/validation.jsonl"), (440, 880, 1750, 3525, 7050), 151, "intent"
     ),
-    "clinc150": HelmetTaskInfo(
-        "icl",
-        "icl",
-        20,
-        True,
-        ("icl/clinc150/train.jsonl", "icl/clinc150/validation.jsonl"),
-        (),
-        (440, 880, 1750, 3525, 7050),
-        151,
-        "intent",
-    ),
-    "nlu": HelmetTaskInfo(
-        "icl", "icl", 20, True, ("icl/nlu/train.jsonl",), (), (510, 1020, 2040, 4080, 8296), 68, "label"
-    ),
+    "nlu": _icl(("icl/nlu/train.jsonl",), (510, 1020, 2040, 4080, 8296), 68, "label"),
     "narrativeqa": HelmetTaskInfo(
         "narrativeqa", "longqa", 100, False, ("narrativeqa/test.jsonl", "narrativeqa/train.jsonl")
     ),
