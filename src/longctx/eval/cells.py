@@ -49,9 +49,11 @@ from typing import Any, Protocol
 
 from torch.distributed.tensor import DTensor
 
+from longctx.config import ExperimentConfig, NiahConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cell_decoding import decode_batches
 from longctx.eval.cell_records import CellMismatchError, merge_records, read_cell, read_records, records_file
+from longctx.eval.errors import PromptTooShortError
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.ranks import Ranks, check_same_models, check_shared_directory, share, whole_cells
 from longctx.eval.stats import wilson_interval
@@ -119,6 +121,22 @@ class Decoding:
 
     def rows(self, longest_prompt: int) -> int:
         return max(1, min(self.batch_size, self.batch_tokens // longest_prompt))
+
+    @classmethod
+    def of(
+        cls, config: ExperimentConfig, niah: NiahConfig | None = None, attention_backend: str | None = None
+    ) -> Decoding:
+        """The decoding of `config`'s evaluation: the batch and prefill chunk sizes of `niah`
+        (default eval.niah, which every benchmark decodes under), eval's memory limit and CUDA
+        decoding."""
+        niah = niah or config.eval.niah
+        return cls(
+            batch_tokens=niah.batch_tokens,
+            prefill_chunk_tokens=niah.prefill_chunk_tokens,
+            attention_backend=attention_backend,
+            memory_limit_gib=config.eval.memory_limit_gib,
+            cuda_decoding=config.eval.cuda_decoding,
+        )
 
 
 @dataclass
@@ -340,6 +358,13 @@ def check_ranks(root: str | Path, models: dict[str, Llama], ranks: Ranks) -> Non
     rank holds the same weights under each model name (eval/ranks.py)."""
     check_shared_directory(root, ranks)
     check_same_models({name: model_fingerprint(model) for name, model in models.items()}, root, ranks)
+
+
+def too_short(cell: Cell, error: Exception) -> bool:
+    """The tables' `on_error` (`run_grid`): a (task, length) whose prompt cannot fit the length
+    (PromptTooShortError, any benchmark) is left out, as the effective-length search skips
+    it; any other error stops the grid."""
+    return isinstance(error, PromptTooShortError)
 
 
 def run_grid(

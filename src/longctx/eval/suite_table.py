@@ -26,8 +26,7 @@ from typing import Any
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cell_progress import CellProgress
-from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
-from longctx.eval.errors import PromptTooShortError
+from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid, too_short
 from longctx.eval.prompt_frame import TextTokenizer
 from longctx.eval.ranks import Ranks
 from longctx.eval.registry import benchmark_spec
@@ -158,17 +157,12 @@ def run_suite(
     ranks: Ranks | None = None,
 ) -> tuple[dict[str, Any], list[CellResult]]:
     """The suite's table (`assemble`) and its cells, run or reused under `cells_dir` (dealt
-    to `ranks`, eval/ranks.py; None: this process alone)."""
+    to `ranks`, eval/ranks.py; None: this process alone); a (task, length) too short for its
+    prompt (`too_short`) is left out with a line on stderr and an entry in "skipped"."""
     settings = config.eval.benchmarks
-    decoding = Decoding(
-        batch_tokens=config.eval.niah.batch_tokens,
-        prefill_chunk_tokens=config.eval.niah.prefill_chunk_tokens,
-        memory_limit_gib=config.eval.memory_limit_gib,
-        cuda_decoding=config.eval.cuda_decoding,
-    )
     grid = Grid(models, arms, tasks, lengths, seed=settings.seed, count=settings.samples_per_length)
     left_out: list[tuple[Cell, str]] = []
-    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, _too_short, ranks, left_out)
+    results = run_grid(grid, tokenizer, cells_dir, Decoding.of(config), progress, too_short, ranks, left_out)
     skipped = []
     for cell, reason in left_out:
         skipped.append(
@@ -179,13 +173,6 @@ def run_suite(
                 f"skipped {cell.task} at length {cell.length} ({cell.model}, {cell.method}): {reason}", file=sys.stderr
             )
     return assemble(results, suite, skipped), results
-
-
-def _too_short(cell: Cell, error: Exception) -> bool:
-    """run_grid's on_error: a (task, length) whose prompt cannot fit the length
-    (PromptTooShortError, any benchmark) is left out of the table with a line on stderr and
-    an entry in the table's "skipped"; any other error stops the suite."""
-    return isinstance(error, PromptTooShortError)
 
 
 def log_suite(config: ExperimentConfig, table: dict[str, Any], results: list[CellResult], out_dir) -> None:

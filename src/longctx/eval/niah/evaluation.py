@@ -107,13 +107,7 @@ def evaluate(
     method_config = method or config.eval.position_method
     settings = settings or search_settings(config, model)
     task = search_task(settings, config, haystack)
-    decoding = Decoding(
-        batch_tokens=settings.batch_tokens,
-        prefill_chunk_tokens=settings.prefill_chunk_tokens,
-        attention_backend=attention_backend,
-        memory_limit_gib=config.eval.memory_limit_gib,
-        cuda_decoding=config.eval.cuda_decoding,
-    )
+    decoding = Decoding.of(config, settings, attention_backend)
     lengths = settings.evaluated_lengths()
     if lengths:  # the longest length refused before any cell runs
         longest = max(lengths)

@@ -29,8 +29,8 @@ import numpy as np
 from longctx.config import ExperimentConfig
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.eval.cell_progress import CellProgress
-from longctx.eval.cells import Cell, CellResult, Decoding, Grid, run_grid
-from longctx.eval.errors import PromptTooShortError
+from longctx.eval.cells import CellResult, Decoding, Grid, run_grid, too_short
+from longctx.eval.effective_length import answer_depths, band_recall
 from longctx.eval.niah.evaluation import peak_failure_band, search_task
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.prompt_frame import TextTokenizer
@@ -55,13 +55,8 @@ def niah_grid(
 def depth_recall(records: list[dict[str, Any]], bands: int) -> list[float]:
     """Recall per needle-depth band (NaN where no answer fell), as eval/effective_length.py
     bins it; all NaN for records without depths (another benchmark's task)."""
-    depths = np.array([d for record in records for d in record.get("depths", [])], dtype=float)
-    hits = np.array([h for record in records for h in record.get("found", [])], dtype=float)
-    band = np.minimum((depths * bands).astype(np.int64), bands - 1)
-    totals = np.bincount(band, minlength=bands)
-    found = np.bincount(band, weights=hits, minlength=bands)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(totals > 0, found / totals, np.nan).tolist()
+    depths, hits = answer_depths(records)
+    return band_recall(depths, hits, bands).tolist()
 
 
 def assemble_table(
@@ -110,21 +105,9 @@ def method_table(
 ) -> tuple[dict, list[CellResult]]:
     """The table (`assemble_table`) and its cells, run or reused under `cells_dir` (dealt to
     `ranks`, eval/ranks.py; None: this process alone)."""
-    settings = config.eval.niah
-    decoding = Decoding(
-        batch_tokens=settings.batch_tokens,
-        prefill_chunk_tokens=settings.prefill_chunk_tokens,
-        memory_limit_gib=config.eval.memory_limit_gib,
-        cuda_decoding=config.eval.cuda_decoding,
-    )
     grid = niah_grid(models, arms, config, haystack, lengths)
-    results = run_grid(grid, tokenizer, cells_dir, decoding, progress, on_error=_skip_short_length, ranks=ranks)
-    return assemble_table(results, models, lengths, settings.depth_bands), results
-
-
-def _skip_short_length(cell: Cell, error: Exception) -> bool:
-    """A length below the task's prompt overhead is left out of the table (eval/effective_length.py skips it)."""
-    return isinstance(error, PromptTooShortError)
+    results = run_grid(grid, tokenizer, cells_dir, Decoding.of(config), progress, on_error=too_short, ranks=ranks)
+    return assemble_table(results, models, lengths, config.eval.niah.depth_bands), results
 
 
 def _entry(entry: dict | None) -> str:
