@@ -135,8 +135,7 @@ def length_result(result: CellResult) -> tuple[LengthResult, np.ndarray, np.ndar
     count = summary["count"]
     passed = summary.get("passed", round(summary["score"] * count))
     low, high = summary.get("wilson", wilson_interval(passed, count))
-    depths = np.array([depth for record in records for depth in record.get("depths", [])], dtype=float)
-    hits = np.array([hit for record in records for hit in record.get("found", [])], dtype=bool)
+    depths, hits = answer_depths(records)
     recall = float(hits.mean()) if len(hits) else float(summary["score"])
     row = LengthResult(
         result.cell.length,
@@ -152,7 +151,18 @@ def length_result(result: CellResult) -> tuple[LengthResult, np.ndarray, np.ndar
     return row, depths, hits
 
 
-def _band_recall(bands: np.ndarray, hits: np.ndarray, num_bands: int) -> np.ndarray:
+def answer_depths(records: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Every answer's needle depth and whether it was found, over a cell's records (empty for
+    a task whose records carry no depths)."""
+    depths = np.array([depth for record in records for depth in record.get("depths", [])], dtype=float)
+    hits = np.array([hit for record in records for hit in record.get("found", [])], dtype=bool)
+    return depths, hits
+
+
+def band_recall(depths: np.ndarray, hits: np.ndarray, num_bands: int) -> np.ndarray:
+    """Recall per depth band, of `num_bands` equal bands of [0, 1] (depth 1 in the last; NaN
+    where no answer fell)."""
+    bands = np.minimum((depths * num_bands).astype(np.int64), num_bands - 1)
     totals = np.bincount(bands, minlength=num_bands)
     found = np.bincount(bands, weights=hits, minlength=num_bands)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -164,7 +174,7 @@ def search_effective_length(run_length: Callable[[int], CellResult], config: Nia
     one length (PromptTooShortError: the length is skipped). `config.max_length` must be
     resolved (`NiahConfig.for_model`) unless `lengths` are given."""
     rows: list[LengthResult] = []
-    band_columns, all_bands, all_hits, skipped = [], [], [], []
+    band_columns, all_depths, all_hits, skipped = [], [], [], []
     effective, failed = 0, False
     for length in config.evaluated_lengths():
         try:
@@ -172,10 +182,9 @@ def search_effective_length(run_length: Callable[[int], CellResult], config: Nia
         except PromptTooShortError:
             skipped.append(length)
             continue
-        bands = np.minimum((depths * config.depth_bands).astype(np.int64), config.depth_bands - 1)
         rows.append(row)
-        band_columns.append(_band_recall(bands, hits, config.depth_bands))
-        all_bands.append(bands)
+        band_columns.append(band_recall(depths, hits, config.depth_bands))
+        all_depths.append(depths)
         all_hits.append(hits)
         if row.rate < config.pass_threshold:
             failed = True
@@ -187,7 +196,7 @@ def search_effective_length(run_length: Callable[[int], CellResult], config: Nia
         raise PromptTooShortError(
             f"every length up to max_length={config.max_length} is below the overhead of task {config.task!r}"
         )
-    depth_recall = _band_recall(np.concatenate(all_bands), np.concatenate(all_hits), config.depth_bands)
+    depth_recall = band_recall(np.concatenate(all_depths), np.concatenate(all_hits), config.depth_bands)
     return EffectiveLengthResult(
         effective_length=effective,
         per_length=rows,
