@@ -62,15 +62,8 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        return (
-            self.weights
-            + self.weight_casts
-            + self.prompts
-            + self.kv_cache
-            + self.chunk_activations
-            + self.attention_scores
-            + self.logits
-        )
+        """The sum of every term."""
+        return sum(vars(self).values())
 
     def describe(self) -> str:
         terms = ", ".join(f"{name.replace('_', ' ')} {value / GIB:.2f}" for name, value in vars(self).items())

@@ -62,11 +62,6 @@ def task_score(task: str, predictions: Sequence[str], references: Sequence[Seque
     return round(sum(scores) / len(scores) * 100, 2)
 
 
-def length_score(task_scores: Mapping[str, float]) -> float:
-    """Mean over tasks of one length."""
-    return sum(task_scores.values()) / len(task_scores)
-
-
 def effective_length(scores_by_length: Mapping[int, float], threshold: float = EFFECTIVE_THRESHOLD) -> int | None:
     """The largest tested length whose score exceeds the threshold (None: none does)."""
     passing = [length for length, score in scores_by_length.items() if score > threshold]
