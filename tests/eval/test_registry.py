@@ -168,7 +168,7 @@ def test_taken_names_and_ambiguous_tasks_are_refused(scratch_registry):
     with pytest.raises(ValueError, match=r"tasks \['vt'\] are ruler's"):
         registry.register_benchmark(toy_spec(tasks={"vt": ""}, score_file=scorer))
     registry.register_benchmark(toy_spec(tasks={"vt": ""}))  # no files scored: eval-score stays unambiguous
-    assert registry.file_scorer("vt").name == "ruler"
+    assert registry.scored_task("vt")[0].name == "ruler"
 
 
 def test_the_search_finds_another_benchmarks_task_through_the_registry():

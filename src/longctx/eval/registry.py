@@ -226,12 +226,6 @@ def scored_tasks() -> dict[str, list[str]]:
     return {name: list(spec.tasks) for name in benchmark_names() if (spec := _BENCHMARKS[name]).score_file is not None}
 
 
-def file_scorer(task: str, key: str = "--task") -> BenchmarkSpec:
-    """The benchmark that scores prediction files of `task`; ConfigError naming `key` and
-    every such task if none does."""
-    return scored_task(task, key)[0]
-
-
 def scored_task(task: str, key: str = "--task") -> tuple[BenchmarkSpec, str]:
     """(the benchmark that scores prediction files of `task`, the task's own name): `task`
     is a task's name, or `<benchmark>-<task>` / `<benchmark>_<task>` (helmet_nq); ConfigError
