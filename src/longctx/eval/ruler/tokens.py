@@ -1,11 +1,9 @@
 """RULER's prompts in token space and its length rule.
 
-RULER's generators re-tokenise the whole growing prompt inside a binary search over the
-haystack size (tens of encodes of up to 128K tokens per sample). Here a prompt is built
-from pieces tokenised once (eval/prompt_pieces.py: `Piece`, `Segment`, `PieceEncoder`),
-the haystack size is found from the pieces' token counts (`largest_fitting`), and the
-length rule is applied to the concatenated ids, which are what the model reads
-(`fit_prompt`): prompt + tokens to generate <= length.
+A prompt is built from pieces tokenised once (eval/prompt_pieces.py: `Piece`, `Segment`,
+`PieceEncoder`, and why), the haystack size is found from the pieces' token counts
+(`largest_fitting`), and the length rule is applied to the concatenated ids, which are what
+the model reads (`fit_prompt`): prompt + tokens to generate <= length.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import numpy as np
 
 from longctx.errors import LongctxError
 from longctx.eval.errors import PromptTooShortError
-from longctx.eval.prompt_frame import BARE, PromptFrame
+from longctx.eval.prompt_frame import PromptFrame
 from longctx.eval.prompt_pieces import PieceEncoder, Segment
 
 
@@ -45,12 +43,9 @@ def frame_prompt(encoder: PieceEncoder, frame: PromptFrame, segments: Sequence[S
     """frame head | task segments | frame tail | answer prefix (RULER: the model template
     wraps the task template, the answer prefix follows it)."""
     task_ids, task_text = encoder.assemble(segments)
-    if frame == BARE:
-        parts = [task_ids, encoder.ids(answer_prefix)]
-    else:
-        head, tail = np.asarray(frame.head, dtype=np.int64), np.asarray(frame.tail, dtype=np.int64)
-        parts = [head, task_ids, tail, encoder.ids(answer_prefix)]
-    return Prompt(np.concatenate(parts), task_text + answer_prefix, answer_prefix)
+    head, tail = np.asarray(frame.head, dtype=np.int64), np.asarray(frame.tail, dtype=np.int64)
+    ids = np.concatenate([head, task_ids, tail, encoder.ids(answer_prefix)])
+    return Prompt(ids, task_text + answer_prefix, answer_prefix)
 
 
 def largest_fitting(tokens_of: Callable[[int], int], budget: int, upper: int) -> int:
