@@ -34,6 +34,15 @@ class Piece:
 
 Segment = str | Piece
 
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+"""InfiniteBench's noise sentence (construct_synthetic_dataset.py), which RULER took: its
+niah_single_1 and vt haystack, InfiniteBench's passkey and number_string noise."""
+
+
+def spoken_list(items: Sequence[str]) -> str:
+    """Items as a sentence lists them: "a", "a, and b", "a, b, and c" (NIAH's and RULER's query)."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + ", and " + items[-1]
+
 
 class Ragged:
     """Many short id lists stored flat: `gather(indices)` concatenates the chosen ones."""

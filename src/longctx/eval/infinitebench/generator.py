@@ -14,15 +14,12 @@ import numpy as np
 
 from longctx.errors import LongctxError
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
-from longctx.eval.prompt_pieces import Piece, PieceEncoder, Ragged, Segment
+from longctx.eval.prompt_pieces import NOISE, Piece, PieceEncoder, Ragged, Segment
 
 
 class InfiniteBenchError(LongctxError, ValueError):
     """An InfiniteBench sample cannot be built, or a prediction file scored, from these arguments."""
 
-
-NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-"""InfiniteBench's noise sentence (construct_synthetic_dataset.py; RULER took the same one)."""
 
 TEMPLATES = {
     "passkey": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "

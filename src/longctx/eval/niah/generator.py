@@ -40,6 +40,7 @@ import numpy as np
 from longctx.eval.niah.haystack import Haystack
 from longctx.eval.niah.needles import NeedleTask, NeedleTokenizationError, NiahError, NiahPromptTooShortError, get_task
 from longctx.eval.prompt_frame import BARE, PromptFrame, TextTokenizer
+from longctx.eval.prompt_pieces import spoken_list
 
 _JSON_UNITS_PER_DRAW = 16
 SLOT_DRAWS = 50
@@ -141,10 +142,6 @@ def _json_haystack(tokenizer: TextTokenizer, task: NeedleTask, num_tokens: int, 
     return Haystack.from_pieces(tokenizer, pairs, "json-pairs")
 
 
-def _join(keys: list[str]) -> str:
-    return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
-
-
 def make_sample(
     tokenizer: TextTokenizer,
     haystack: Haystack | None,
@@ -192,7 +189,7 @@ def make_sample(
     pairs = [pairs[j] for j in order]
     needle_depths = _depths(task, rng) if given_depths is None else np.sort(given_depths)
 
-    query = _join([keys[i] for i in queried])
+    query = spoken_list([keys[i] for i in queried])
     prefix_ids = [*frame.head, *tokenizer.encode(task.prefix)]
     question, answer_prefix = task.question.format(query=query), task.answer_prefix.format(query=query)
     if frame.tail:

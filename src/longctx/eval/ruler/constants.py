@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-"""RULER's noise haystack sentence (niah_single_1, vt) and InfiniteBench's passkey noise."""
+from longctx.eval.prompt_pieces import NOISE  # noqa: F401  (RULER's noise haystack sentence)
 
 DEPTHS = tuple(int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)).astype(int))
 """The 40 needle depths (percent of the essay's sentences) RULER samples without replacement."""

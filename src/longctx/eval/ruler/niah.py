@@ -25,7 +25,7 @@ import zlib
 
 import numpy as np
 
-from longctx.eval.prompt_pieces import Piece, Ragged, Segment
+from longctx.eval.prompt_pieces import Piece, Ragged, Segment, spoken_list
 from longctx.eval.ruler.constants import DEPTHS, FAMILIES, NIAH_NEEDLE, NOISE, Task
 from longctx.eval.ruler.context import RulerContext
 from longctx.eval.ruler.tokens import Prompt, fit_prompt, frame_prompt
@@ -35,10 +35,6 @@ _NEEDLE_CHUNK = 512
 
 def _singular(text: str) -> str:
     return text.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer")
-
-
-def _query(keys: list[str]) -> str:
-    return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + ", and " + keys[-1]
 
 
 def niah_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple[Prompt, list[str], dict]:
@@ -53,7 +49,7 @@ def niah_sample(ctx: RulerContext, task: Task, length: int, index: int) -> tuple
     needles = [needles[i] for i in ctx.fixed_permutation(len(needles))]
     asked = [int(i) for i in rng.choice(args["num_needle_k"], args["num_needle_q"], replace=False)]
     outputs = [v for i in asked for v in values[i]]
-    query = _query([keys[i] for i in asked])
+    query = spoken_list([keys[i] for i in asked])
 
     family = FAMILIES["niah"]
     template, answer_prefix, kind_text = family.template, family.answer_prefix, kind_v

