@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -92,20 +93,28 @@ class HelmetData:
             train, test = list(self._rows(info.files[0], task)), list(self._rows(info.files[1], task))
         return train, icl_test_rows(test, info)
 
+    def _long(self, task: str) -> tuple[Any, list[dict[str, Any]]]:
+        from longctx.eval.helmet.longdoc import LongDocRows
+
+        rows = LongDocRows(self.root, task, TASKS[task].files)
+        return rows, rows.tests()
+
     def sample_fields(self, task: str, length: int, index: int) -> tuple[dict[str, Any], Any]:
         """(the prompt's fields, the references): golds, for msmarco [doc id, label] pairs, for
         ALCE {question, docs, qa_pairs | answers} (eval/helmet/longdoc.py)."""
         info = TASKS[task]
+        key = (str(self.root), task)
         if info.kind in LONG_KINDS:
-            rows, tests = _cached_long(self, task)
+            rows, tests = _cached(key, lambda: self._long(task))
             return rows.fields(_indexed(tests, index, task, info.files[0]), sized(info, length))
         if info.kind == "icl":
-            train, tests = _cached_icl(self, task)
+            train, tests = _cached(key, lambda: self._icl(task))
             row = _indexed(tests, index, task, info.files[-1])
             fields = icl_fields(row, train, info, icl_shots(info, length))
             return fields, [fields["answer"]]
-        tests, demos = _cached_rows(self, task, length)
-        row = _indexed(tests, index, task, self.files(task, length)[0])
+        files = tuple(self.files(task, length))
+        tests, demos = _cached((*key, files), lambda: self._test_and_demos(task, length))
+        row = _indexed(tests, index, task, files[0])
         if info.kind == "rag":
             return rag_fields(row, demos, RAG_SHOTS, task == "popqa"), list(row["answers"])
         return rerank_fields(row, demos, RERANK_SHOTS), [[c["id"], str(c["label"])] for c in row["ctxs"]]
@@ -120,27 +129,10 @@ def _indexed(rows: list[dict[str, Any]], index: int, task: str, file: str) -> di
 
 
 _CACHE: dict[tuple, Any] = {}
+"""The rows of a (data directory, task[, files]), read and prepared once per process."""
 
 
-def _cached_rows(data: HelmetData, task: str, length: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    key = (str(data.root), task, tuple(data.files(task, length)))
+def _cached(key: tuple, make: Callable[[], Any]) -> Any:
     if key not in _CACHE:
-        _CACHE[key] = data._test_and_demos(task, length)
-    return _CACHE[key]
-
-
-def _cached_icl(data: HelmetData, task: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    key = (str(data.root), task)
-    if key not in _CACHE:
-        _CACHE[key] = data._icl(task)
-    return _CACHE[key]
-
-
-def _cached_long(data: HelmetData, task: str) -> tuple[Any, list[dict[str, Any]]]:
-    from longctx.eval.helmet.longdoc import LongDocRows
-
-    key = (str(data.root), task)
-    if key not in _CACHE:
-        rows = LongDocRows(data.root, task, TASKS[task].files)
-        _CACHE[key] = (rows, rows.tests())
+        _CACHE[key] = make()
     return _CACHE[key]
