@@ -39,7 +39,6 @@ from longctx.errors import DataIntegrityError
 INDEX_FILE = "index.json"
 MANIFEST_FILE = "prepare.json"
 CHUNKS_KEY = "chunks"
-VERIFY_LEVELS = ("sizes", "full")
 
 
 def _index(directory: str | Path) -> dict:

@@ -77,6 +77,7 @@ from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
 from longctx.data.integrity import ChunkLocator, item_count, verify_dataset
+from longctx.data.positions import check_choice
 from longctx.data.row_padding import pad_each_document
 from longctx.data.transforms import PositionTransform
 from longctx.errors import DataError
@@ -360,10 +361,8 @@ class PackedRows(torch.utils.data.IterableDataset):
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         if len(sources) != len(weights):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
-        if packing not in PACKINGS:
-            raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
-        if long_documents not in LONG_DOCUMENTS:
-            raise ValueError(f"long_documents must be one of {LONG_DOCUMENTS}, got {long_documents!r}")
+        check_choice("packing", packing, PACKINGS)
+        check_choice("long_documents", long_documents, LONG_DOCUMENTS)
         Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask
