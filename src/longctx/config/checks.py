@@ -17,6 +17,22 @@ def choice(key: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(key, f"{value!r} is not one of {choices}")
 
 
+def at_least(key: str, value: Any, minimum: int, note: str = "") -> None:
+    """`value` >= `minimum`; `note` says what the bound means (" (0 = off)")."""
+    if value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}{note}, got {value}")
+
+
+def above(key: str, value: Any, bound: int) -> None:
+    if value <= bound:
+        raise ConfigError(key, f"must be > {bound}, got {value}")
+
+
+def boolean(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false, got {value!r}")
+
+
 def component_spec(spec: Any, key: str) -> tuple[str, dict]:
     """(class path or name, init args) of one `log.loggers` / `train.callbacks` entry."""
     if isinstance(spec, str) and spec:

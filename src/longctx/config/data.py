@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from longctx.config.checks import choice, positive_int
+from longctx.config.checks import above, choice, positive_int
 from longctx.errors import ConfigError
 
 TEMPLATES = ("inventory", "niah", "repeat")
@@ -62,9 +62,7 @@ class RetrievalConfig:
     def validate(self, key: str = "data.mixture.retrieval") -> None:
         """`key` is the entry's place in the mixture (`data.mixture.0.retrieval`)."""
         for name in ("documents", "facts", "value_digits"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{key}.{name}", f"must be a positive integer, got {value!r}")
+            positive_int(f"{key}.{name}", getattr(self, name))
         if not 0 <= self.queries <= self.facts:
             raise ConfigError(f"{key}.queries", f"must be in [0, facts={self.facts}], got {self.queries}")
         if not 0 <= self.filler_min <= self.filler_max:
@@ -119,8 +117,7 @@ class DataSource:
             self.retrieval.validate(f"{key}.retrieval")
         elif not self.path:
             raise ConfigError(f"{key}.path", "is empty")
-        if self.weight <= 0:
-            raise ConfigError(f"{key}.weight", f"must be > 0, got {self.weight}")
+        above(f"{key}.weight", self.weight, 0)
 
 
 @dataclass

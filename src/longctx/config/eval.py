@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from longctx.config.checks import choice, positive_int
+from longctx.config.checks import at_least, choice, positive_int
 from longctx.config.position_methods import PositionMethodConfig
 from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
@@ -89,8 +89,7 @@ class NiahConfig:
             )
         for name in ("step", "tests_per_length", "max_new_tokens", "batch_tokens", "depth_bands"):
             positive_int(f"eval.niah.{name}", getattr(self, name))
-        if self.max_length < 0:
-            raise ConfigError("eval.niah.max_length", f"must be >= 0 (0 = model.max_position), got {self.max_length}")
+        at_least("eval.niah.max_length", self.max_length, 0, " (0 = model.max_position)")
         if self.max_length and not self.lengths and self.max_length < self.step:
             raise ConfigError("eval.niah.max_length", f"{self.max_length} is below eval.niah.step={self.step}")
         bad = [
@@ -103,10 +102,7 @@ class NiahConfig:
         if self.min_found is not None and self.min_found < 1:
             raise ConfigError("eval.niah.min_found", f"must be >= 1 (or null for the task's), got {self.min_found}")
         choice("eval.niah.chat_template", self.chat_template, ("none", "auto"))
-        if self.prefill_chunk_tokens < 0:
-            raise ConfigError(
-                "eval.niah.prefill_chunk_tokens", f"must be >= 0 (0 = unchunked), got {self.prefill_chunk_tokens}"
-            )
+        at_least("eval.niah.prefill_chunk_tokens", self.prefill_chunk_tokens, 0, " (0 = unchunked)")
 
     def for_model(self, max_position: int, *, max_length: int = 0, tests_per_length: int = 0) -> NiahConfig:
         """A copy with `max_length` resolved (argument, else this config's, else the model's
@@ -168,8 +164,7 @@ class BenchmarkConfig:
         self.validate()
 
     def validate(self) -> None:
-        if self.samples_per_length < 1:
-            raise ConfigError("eval.benchmarks.samples_per_length", f"must be >= 1, got {self.samples_per_length}")
+        at_least("eval.benchmarks.samples_per_length", self.samples_per_length, 1)
         choice("eval.benchmarks.chat_template", self.chat_template, ("none", "auto"))
         choice("eval.benchmarks.ruler_copy", self.ruler_copy, ("ruler", "string"))
         choice("eval.benchmarks.infinitebench_math_compat", self.infinitebench_math_compat, ("string", "infinitebench"))
@@ -230,12 +225,8 @@ class EvalConfig:
 
     def validate(self) -> None:
         self.attn_temperature.validate("eval.attn_temperature", allow_model=True)
-        if self.threads < 0:
-            raise ConfigError("eval.threads", f"must be >= 0, got {self.threads}")
-        if self.memory_limit_gib < 0:
-            raise ConfigError(
-                "eval.memory_limit_gib", f"must be >= 0 (0 = the device's memory), got {self.memory_limit_gib}"
-            )
+        at_least("eval.threads", self.threads, 0)
+        at_least("eval.memory_limit_gib", self.memory_limit_gib, 0, " (0 = the device's memory)")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError("eval.device", f"{self.device!r} is not one of auto | cpu | cuda")
         choice("eval.cuda_decoding", self.cuda_decoding, CUDA_DECODING)
@@ -278,11 +269,8 @@ class ProbeConfig:
         positive_int("probe.fi_every_steps", self.fi_every_steps)
         positive_int("probe.niah_tests_per_length", self.niah_tests_per_length)
         positive_int("probe.answer_documents", self.answer_documents)
-        if self.answer_every_steps < 0:
-            raise ConfigError("probe.answer_every_steps", f"must be >= 0, got {self.answer_every_steps}")
-        if self.answer_stop_below < 0:
-            raise ConfigError("probe.answer_stop_below", f"must be >= 0, got {self.answer_stop_below}")
+        at_least("probe.answer_every_steps", self.answer_every_steps, 0)
+        at_least("probe.answer_stop_below", self.answer_stop_below, 0)
         if self.answer_stop_below and not self.answer_every_steps:
             raise ConfigError("probe.answer_stop_below", "needs probe.answer_every_steps > 0 (no probe, no stop)")
-        if self.niah_every_steps < 0:
-            raise ConfigError("probe.niah_every_steps", f"must be >= 0, got {self.niah_every_steps}")
+        at_least("probe.niah_every_steps", self.niah_every_steps, 0)

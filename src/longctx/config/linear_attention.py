@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from longctx.config.checks import choice
+from longctx.config.checks import boolean, choice, positive_int
 from longctx.errors import ConfigError
 
 LINEAR_VARIANTS = ("olmo_hybrid", "qwen3_next")
@@ -76,11 +76,8 @@ class LinearAttention:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{prefix}.{name}", f"must be a non-negative integer, got {value!r}")
         for name in ("conv_size", "chunk_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{prefix}.{name}", f"must be a positive integer, got {value!r}")
-        if not isinstance(self.allow_neg_eigval, bool):
-            raise ConfigError(f"{prefix}.allow_neg_eigval", f"must be true or false, got {self.allow_neg_eigval!r}")
+            positive_int(f"{prefix}.{name}", getattr(self, name))
+        boolean(f"{prefix}.allow_neg_eigval", self.allow_neg_eigval)
         if self.allow_neg_eigval and self.variant != "olmo_hybrid":
             raise ConfigError(f"{prefix}.allow_neg_eigval", f"is olmo_hybrid's; variant is {self.variant!r}")
 

@@ -51,17 +51,8 @@ class _Source:
 
 def load(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ExperimentConfig:
     """Merge the preset, YAML files and `key=value` overrides; validate; return the config."""
-    sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
-    for text in overrides:
-        key, _, value = text.partition("=")
-        if key.strip() == "inherit":  # a whole YAML file at this place in the order (sweep grids over recipes)
-            sources += _read_yaml(Path(value.strip()), chain=())
-        else:
-            sources.append(_read_override(text))
-    sources = [_params_spelling(source) for source in sources]
-    locations: dict[str, str] = {}
-    for source in sources:
-        locations.update(source.locations)
+    sources = _sources(paths, overrides)
+    locations = _locations(sources)
 
     preset = "debug"
     for source in sources:
@@ -98,17 +89,22 @@ def where_set(paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -
     """Each dotted key the YAML files and overrides set (inherited files and `inherit=`
     overrides included) -> where it was last set (`file.yaml:LINE` or `override 'k=v'`);
     the keys a user chose, as opposed to the dataclass defaults."""
-    sources = []
-    for path in paths:
-        sources += _read_yaml(Path(path), chain=())
+    return _locations(_sources(paths, overrides, notice=False))
+
+
+def _sources(paths: Sequence[str | Path], overrides: Sequence[str], notice: bool = True) -> list[_Source]:
+    """The YAML files, then the overrides (`inherit=FILE.yaml`: a whole file at its place
+    among them), in merge order; old spellings read as the current ones."""
+    sources = [s for path in paths for s in _read_yaml(Path(path), chain=())]
     for text in overrides:
         key, _, value = text.partition("=")
         sources += _read_yaml(Path(value.strip()), chain=()) if key.strip() == "inherit" else [_read_override(text)]
-    sources = [_params_spelling(source, notice=False) for source in sources]
-    locations: dict[str, str] = {}
-    for source in sources:
-        locations.update(source.locations)
-    return locations
+    return [_params_spelling(source, notice) for source in sources]
+
+
+def _locations(sources: list[_Source]) -> dict[str, str]:
+    """Each dotted key -> where the last source setting it set it."""
+    return {key: where for source in sources for key, where in source.locations.items()}
 
 
 def locate(error: ConfigError, paths: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> ConfigError:

@@ -13,6 +13,7 @@ import dataclasses
 import warnings
 from dataclasses import dataclass, field
 
+from longctx.config.checks import above, boolean, choice, positive_int
 from longctx.config.linear_attention import LinearAttention
 from longctx.config.temperature import AttentionTemperature
 from longctx.errors import ConfigError
@@ -276,9 +277,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_position"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name}", f"must be a positive integer, got {value!r}")
+            positive_int(f"model.{name}", getattr(self, name))
         if not isinstance(self.head_dim, int) or isinstance(self.head_dim, bool) or self.head_dim < 0:
             raise ConfigError(
                 "model.head_dim", f"must be a non-negative integer (0 = d_model / n_heads), got {self.head_dim!r}"
@@ -303,24 +302,16 @@ class ModelConfig:
                 f"{self.n_kv_heads} does not divide model.n_heads={self.n_heads}",
                 ("model.n_heads",),
             )
-        if self.rope_base <= 1:
-            raise ConfigError("model.rope_base", f"must be > 1, got {self.rope_base}")
+        above("model.rope_base", self.rope_base, 1)
         if not isinstance(self.rope_position_scale, (int, float)) or not self.rope_position_scale > 0:
             raise ConfigError("model.rope_position_scale", f"must be > 0, got {self.rope_position_scale!r}")
-        if self.norm_eps <= 0:
-            raise ConfigError("model.norm_eps", f"must be > 0, got {self.norm_eps}")
-        if not isinstance(self.tie_embeddings, bool):
-            raise ConfigError("model.tie_embeddings", f"must be true or false, got {self.tie_embeddings!r}")
-        if self.attention_bias not in ATTENTION_BIASES:
-            raise ConfigError("model.attention_bias", f"{self.attention_bias!r} is not one of {ATTENTION_BIASES}")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ConfigError(
-                "model.attention_backend", f"{self.attention_backend!r} is not one of {ATTENTION_BACKENDS}"
-            )
+        above("model.norm_eps", self.norm_eps, 0)
+        boolean("model.tie_embeddings", self.tie_embeddings)
+        choice("model.attention_bias", self.attention_bias, ATTENTION_BIASES)
+        choice("model.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         self._validate_designs()
         scaling = self.rope_scaling
-        if scaling.type not in ROPE_SCALING_TYPES:
-            raise ConfigError("model.rope_scaling.type", f"{scaling.type!r} is not one of {ROPE_SCALING_TYPES}")
+        choice("model.rope_scaling.type", scaling.type, ROPE_SCALING_TYPES)
         if scaling.type != "none" and scaling.factor < 1:
             raise ConfigError(
                 "model.rope_scaling.factor", f"must be >= 1 for {scaling.type} scaling, got {scaling.factor}"
@@ -400,8 +391,7 @@ class ModelConfig:
             ("mlp_activation", MLP_ACTIVATIONS),
             ("attention_gate", ATTENTION_GATES),
         ):
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"model.{name}", f"{getattr(self, name)!r} is not one of {allowed}")
+            choice(f"model.{name}", getattr(self, name), allowed)
         if not isinstance(self.rotary_fraction, (int, float)) or not 0 < self.rotary_fraction <= 1:
             raise ConfigError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
         self.attn_temperature.validate()
@@ -412,8 +402,7 @@ class ModelConfig:
                 f"{self.rotary_fraction} x head_dim {self.head_size} = {rotated:g} channels: must be an even integer",
             )
         for name in ("norm_offset", "scale_embeddings", "attention_sinks"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"model.{name}", f"must be true or false, got {getattr(self, name)!r}")
+            boolean(f"model.{name}", getattr(self, name))
         scalar = self.query_pre_attn_scalar
         if not isinstance(scalar, (int, float)) or isinstance(scalar, bool) or scalar < 0:
             raise ConfigError("model.query_pre_attn_scalar", f"must be >= 0 (0 = head_dim), got {scalar!r}")

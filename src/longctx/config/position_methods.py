@@ -16,20 +16,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from longctx.config.methods.dca import DcaConfig
 from longctx.config.methods.ntk import NtkConfig
-from longctx.config.methods.registry import (
-    BASELINE_TRAINING_FRACTION,
-    arm_spec,
-    in_tree_names,
-    method_names,
-    method_spec,
-)
-from longctx.config.methods.rerope import ReRopeConfig
+from longctx.config.methods.registry import arm_spec, in_tree_names, method_names, method_spec
 from longctx.config.methods.rope import RopeConfig
-from longctx.config.methods.self_extend import SelfExtendConfig
-from longctx.config.methods.string import REPO_STRING_ATTENTION_FACTOR, STRING_COMPAT, StringConfig
-from longctx.config.methods.yarn import YarnConfig
+from longctx.config.methods.string import REPO_STRING_ATTENTION_FACTOR, StringConfig
 from longctx.errors import ConfigError
 
 POSITION_METHODS = in_tree_names()
@@ -37,18 +27,12 @@ POSITION_METHODS = in_tree_names()
 PREFIX = "eval.position_method"
 
 __all__ = [
-    "BASELINE_TRAINING_FRACTION",
     "POSITION_METHODS",
     "REPO_STRING_ATTENTION_FACTOR",
-    "STRING_COMPAT",
-    "DcaConfig",
     "NtkConfig",
     "PositionMethodConfig",
-    "ReRopeConfig",
     "RopeConfig",
-    "SelfExtendConfig",
     "StringConfig",
-    "YarnConfig",
     "arm_config",
     "baseline_protocol",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longctx.config.checks import choice
 from longctx.errors import ConfigError
 
 TEMPERATURE_TYPES = ("none", "llama4", "ssmax")
@@ -37,10 +38,8 @@ class AttentionTemperature:
 
     def validate(self, prefix: str = "model.attn_temperature", allow_model: bool = False) -> None:
         types = (*TEMPERATURE_TYPES, "model") if allow_model else TEMPERATURE_TYPES
-        if self.type not in types:
-            raise ConfigError(f"{prefix}.type", f"{self.type!r} is not one of {types}")
-        if self.layers not in TEMPERATURE_LAYERS:
-            raise ConfigError(f"{prefix}.layers", f"{self.layers!r} is not one of {TEMPERATURE_LAYERS}")
+        choice(f"{prefix}.type", self.type, types)
+        choice(f"{prefix}.layers", self.layers, TEMPERATURE_LAYERS)
         for name, minimum in (("floor_scale", 0.0), ("attn_scale", None), ("ssmax_s", None)):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from longctx.config.checks import choice, component_spec, positive_int
+from longctx.config.checks import above, at_least, choice, component_spec, positive_int
 from longctx.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -130,42 +130,32 @@ class TrainConfig:
             raise ConfigError(
                 "train.stop_at_step", f"must be in [0, train.max_steps={self.max_steps}], got {self.stop_at_step}"
             )
-        if self.warmup_steps < 0:
-            raise ConfigError("train.warmup_steps", f"must be >= 0, got {self.warmup_steps}")
-        if self.lr <= 0:
-            raise ConfigError("train.lr", f"must be > 0, got {self.lr}")
+        at_least("train.warmup_steps", self.warmup_steps, 0)
+        above("train.lr", self.lr, 0)
         if not 0 <= self.min_lr <= self.lr:
             raise ConfigError("train.min_lr", f"must be in [0, train.lr={self.lr}], got {self.min_lr}")
-        if self.grad_clip < 0:
-            raise ConfigError("train.grad_clip", f"must be >= 0, got {self.grad_clip}")
+        at_least("train.grad_clip", self.grad_clip, 0)
         choice("train.precision", self.precision, ("auto", "32-true", "bf16-mixed", "bf16-true"))
         choice("train.strategy", self.strategy, ("auto", "ddp", "fsdp"))
         choice("train.schedule", self.schedule, ("cosine", "linear"))
         choice("train.on_nonfinite", self.on_nonfinite, ("stop", "skip"))
-        if self.max_skipped_steps < 0:
-            raise ConfigError("train.max_skipped_steps", f"must be >= 0, got {self.max_skipped_steps}")
+        at_least("train.max_skipped_steps", self.max_skipped_steps, 0)
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError("train.warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
         for key in ("devices", "num_nodes"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"train.{key}", f"must be >= 0, got {getattr(self, key)}")
+            at_least(f"train.{key}", getattr(self, key), 0)
         positive_int("train.checkpoint_every_steps", self.checkpoint_every_steps)
-        if self.loader_workers < 0:
-            raise ConfigError("train.loader_workers", f"must be >= 0 (0 = in-process), got {self.loader_workers}")
-        if self.memory_limit_gib < 0:
-            raise ConfigError("train.memory_limit_gib", f"must be >= 0 (0 = the device's), got {self.memory_limit_gib}")
-        if self.loss_chunk_tokens < 0:
-            raise ConfigError("train.loss_chunk_tokens", f"must be >= 0 (0 = off), got {self.loss_chunk_tokens}")
-        if self.loss_kernel not in LOSS_KERNELS:
-            raise ConfigError("train.loss_kernel", f"{self.loss_kernel!r} is not one of {LOSS_KERNELS}")
+        at_least("train.loader_workers", self.loader_workers, 0, " (0 = in-process)")
+        at_least("train.memory_limit_gib", self.memory_limit_gib, 0, " (0 = the device's)")
+        at_least("train.loss_chunk_tokens", self.loss_chunk_tokens, 0, " (0 = off)")
+        choice("train.loss_kernel", self.loss_kernel, LOSS_KERNELS)
         if self.loss_kernel != "chunked" and not self.loss_chunk_tokens:
             raise ConfigError(
                 "train.loss_kernel",
                 f"{self.loss_kernel} is a chunked-loss kernel; set train.loss_chunk_tokens > 0",
                 ("train.loss_chunk_tokens",),
             )
-        if self.loss_weighting not in LOSS_WEIGHTINGS:
-            raise ConfigError("train.loss_weighting", f"{self.loss_weighting!r} is not one of {LOSS_WEIGHTINGS}")
+        choice("train.loss_weighting", self.loss_weighting, LOSS_WEIGHTINGS)
         if not self.loss_weight_cap >= 1:
             raise ConfigError("train.loss_weight_cap", f"must be >= 1, got {self.loss_weight_cap}")
         if self.loss_weighting != "none" and self.loss_chunk_tokens:
@@ -274,5 +264,4 @@ class SftConfig:
             positive_int(f"sft.{key}", getattr(self, key))
         if not 0 <= self.p <= 1:
             raise ConfigError("sft.p", f"must be a probability in [0, 1], got {self.p}")
-        if self.epochs <= 0:
-            raise ConfigError("sft.epochs", f"must be > 0, got {self.epochs}")
+        above("sft.epochs", self.epochs, 0)

@@ -26,7 +26,6 @@ counts the answers cut over the rows a run trains.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -83,9 +82,7 @@ def answer_table(
 
 
 def write_answers(directory, table: np.ndarray) -> None:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(table, dtype=np.int64).reshape(-1, 4))
-    storage.write_bytes(storage.join(directory, ANSWERS_FILE), buffer.getvalue())
+    storage.write_array(storage.join(directory, ANSWERS_FILE), np.asarray(table, dtype=np.int64).reshape(-1, 4))
 
 
 def read_answers(directory) -> np.ndarray | None:
@@ -93,7 +90,7 @@ def read_answers(directory) -> np.ndarray | None:
     path = storage.join(directory, ANSWERS_FILE)
     if not storage.exists(path):
         return None
-    table = np.load(io.BytesIO(storage.read_bytes(path))).astype(np.int64)
+    table = storage.read_array(path).astype(np.int64)
     if table.ndim != 2 or table.shape[1] != 4:
         raise DataError(f"{path}: expected an int table [answers, 4], got shape {table.shape}")
     return table

@@ -18,15 +18,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-
-import numpy as np
 
 from longctx.config import DataSource, ExperimentConfig
 from longctx.data import storage
@@ -72,7 +69,7 @@ def prepare_retrieval(source: DataSource, directory: Path, tokenizer: Tokenizer,
     manifest = prepare("retrieval", directory, spec, documents=retrieval_documents(source.retrieval), extra=extra)
     # Where each answer and its fact are (data/answer_spans.py), written after the tokens; a
     # source prepared before this file existed gets it here on its next use.
-    lengths = np.load(io.BytesIO(storage.read_bytes(storage.join(directory, LENGTHS_FILE))))
+    lengths = storage.read_array(storage.join(directory, LENGTHS_FILE))
     write_answers(directory, answer_table(source.retrieval, tokenizer, lengths))
     return manifest
 

@@ -28,7 +28,6 @@ chunk that still parses is found only by a full verify.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,10 @@ from longctx.errors import DataIntegrityError
 INDEX_FILE = "index.json"
 MANIFEST_FILE = "prepare.json"
 CHUNKS_KEY = "chunks"
-VERIFY_LEVELS = ("sizes", "full")
 
 
 def _index(directory: str | Path) -> dict:
-    return json.loads(storage.read_bytes(storage.join(directory, INDEX_FILE)))
+    return storage.read_json(storage.join(directory, INDEX_FILE))
 
 
 def _index_chunks(directory: str | Path) -> list[dict]:
@@ -66,7 +64,7 @@ def expected_chunks(directory: str | Path) -> list[dict]:
     the sizes in litdata's index.json (no "sha256"; no "bytes" either when litdata
     compressed the chunks: its `chunk_bytes` then counts the uncompressed bytes)."""
     try:
-        recorded = json.loads(storage.read_bytes(storage.join(directory, MANIFEST_FILE))).get(CHUNKS_KEY)
+        recorded = storage.read_json(storage.join(directory, MANIFEST_FILE)).get(CHUNKS_KEY)
     except FileNotFoundError:
         recorded = None
     if recorded:
@@ -91,13 +89,7 @@ def _size_and_sha256(path: str, level: str) -> tuple[int | None, str | None]:
     if not Path(path).exists():
         return None, None
     size = Path(path).stat().st_size
-    if level != "full":
-        return size, None
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return size, digest.hexdigest()
+    return size, storage.file_sha256(path) if level == "full" else None
 
 
 def verify_chunk(directory: str | Path, record: dict, level: str) -> None:

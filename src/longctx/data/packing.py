@@ -64,7 +64,6 @@ instead of replaying the rows before it.
 
 from __future__ import annotations
 
-import io
 import itertools
 from collections.abc import Iterator
 from fractions import Fraction
@@ -78,6 +77,7 @@ from longctx.batch import IGNORE_INDEX, document_start_index
 from longctx.data import storage
 from longctx.data.answer_spans import AnswerIndex, cut_positions, masking_report, read_answers
 from longctx.data.integrity import ChunkLocator, item_count, verify_dataset
+from longctx.data.positions import check_choice
 from longctx.data.row_padding import pad_each_document
 from longctx.data.transforms import PositionTransform
 from longctx.errors import DataError
@@ -135,7 +135,7 @@ class PackedSource:
         verify_dataset(self.path, "sizes")  # every local chunk's size against its record (data/integrity.py)
         self.documents = StreamingDataset(self.path, shuffle=False)
         self._chunks = ChunkLocator(self.path)
-        self.lengths = np.load(io.BytesIO(storage.read_bytes(lengths_file))).astype(np.int64)
+        self.lengths = storage.read_array(lengths_file).astype(np.int64)
         items = item_count(self.documents)
         if len(self.lengths) != items:  # not written whole
             raise ValueError(f"{path}: {LENGTHS_FILE} lists {len(self.lengths)} of {items} documents; prepare it anew")
@@ -191,10 +191,11 @@ class PackedSource:
 
     def read(self, offset: int, count: int) -> torch.Tensor:
         """Tokens [offset, offset + count) of the endless stream."""
-        parts = [
-            torch.as_tensor(self._document(item))[first : first + count - at]
-            for item, first, at in self.stream_pieces(offset, count)
-        ]
+        return self._tokens(self.stream_pieces(offset, count), count)
+
+    def _tokens(self, pieces: list[tuple[int, int, int]], count: int) -> torch.Tensor:
+        """The tokens of `pieces` (item, first token, position) in a range of `count` tokens."""
+        parts = [torch.as_tensor(self._document(item))[first : first + count - at] for item, first, at in pieces]
         return torch.cat(parts).long()
 
     def document_rows(self, epoch: int, block: int, long_documents: str = "split", granule: int = 1) -> np.ndarray:
@@ -258,11 +259,7 @@ class PackedSource:
 
     def read_row(self, row: int, block: int, long_documents: str = "split", granule: int = 1) -> torch.Tensor:
         """Row `row` of the endless packing=documents sequence: at most `block` tokens."""
-        parts = [
-            torch.as_tensor(self._document(item))[first : first + block - at]
-            for item, first, at in self.row_pieces(row, block, long_documents, granule)
-        ]
-        return torch.cat(parts).long()
+        return self._tokens(self.row_pieces(row, block, long_documents, granule), block)
 
     def cut_answers(self, pieces: list[tuple[int, int, int]], count: int) -> np.ndarray:
         """Positions of a row of `count` tokens made of `pieces` whose label is an answer cut
@@ -364,10 +361,8 @@ class PackedRows(torch.utils.data.IterableDataset):
             raise ValueError(f"rank {rank} is outside world size {world_size}")
         if len(sources) != len(weights):
             raise ValueError(f"need one weight per source, got {len(sources)} sources and {len(weights)} weights")
-        if packing not in PACKINGS:
-            raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
-        if long_documents not in LONG_DOCUMENTS:
-            raise ValueError(f"long_documents must be one of {LONG_DOCUMENTS}, got {long_documents!r}")
+        check_choice("packing", packing, PACKINGS)
+        check_choice("long_documents", long_documents, LONG_DOCUMENTS)
         Mixture(weights)  # check the weights now, not at the first batch
         self.sources, self.weights = sources, weights
         self.window, self.eos_id, self.doc_mask = window, eos_id, doc_mask

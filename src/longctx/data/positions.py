@@ -114,9 +114,9 @@ def skipalign_position_ids(
     """
     lengths = _block_lengths(block_lengths)
     _check_roles(roles, len(lengths))
-    _check_choice("strategy", strategy, STRATEGIES)
-    _check_choice("p_scope", p_scope, P_SCOPES)
-    _check_probability(p)
+    check_choice("strategy", strategy, STRATEGIES)
+    check_choice("p_scope", p_scope, P_SCOPES)
+    check_probability(p)
     _check_rng(rng)
     total = int(lengths.sum())
     _check_target_length("max_length", max_length, total)
@@ -152,7 +152,7 @@ def pose_position_ids(
     """
     _check_positive_int("n", n)
     _check_positive_int("chunks", chunks)
-    _check_choice("compat", compat, POSE_COMPAT)
+    check_choice("compat", compat, POSE_COMPAT)
     if chunks > n:
         raise ValueError(f"chunks={chunks} needs at least as many tokens, got n={n}")
     _check_target_length("target_length", target_length, n)
@@ -190,7 +190,7 @@ def longrecipe_position_ids(
     are contiguous inside each sentence (see the module docstring for both variants).
     """
     lengths = _block_lengths(sentence_lengths, "sentence_lengths")
-    _check_choice("compat", compat, LONGRECIPE_COMPAT)
+    check_choice("compat", compat, LONGRECIPE_COMPAT)
     _check_rng(rng)
     total = int(lengths.sum())
     if context_length is None:
@@ -272,12 +272,12 @@ def _check_roles(roles: Sequence[str], blocks: int) -> None:
             )
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def _check_probability(p: float) -> None:
+def check_probability(p: float) -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
 

@@ -25,8 +25,6 @@ refuses a dataset whose tokenizer fingerprint differs from the configured tokeni
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +62,18 @@ def _worker_tokenizer(spec: str) -> Tokenizer:
 
 def read_manifest(directory: str | Path) -> dict | None:
     path = storage.join(directory, MANIFEST_FILE)
-    if not storage.exists(path):
+    return storage.read_json(path) if storage.exists(path) else None
+
+
+def finished_manifest(directory: str | Path, tokenizer: Tokenizer) -> dict | None:
+    """The manifest of a completely prepared `directory` (None when it is not), which must
+    have been prepared with `tokenizer`: preparing it again would change nothing."""
+    manifest = read_manifest(directory)
+    if manifest is None or not manifest.get("complete"):
         return None
-    return json.loads(storage.read_bytes(path))
+    if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
+        raise DataError(f"{directory} was prepared with tokenizer {manifest['tokenizer']}; choose another directory")
+    return manifest
 
 
 def prepare(
@@ -89,13 +96,9 @@ def prepare(
     into the manifest (a generated source's settings and its own report).
     """
     output_dir = str(output_dir) if storage.is_remote(output_dir) else Path(output_dir)
-    manifest = read_manifest(output_dir)
     tokenizer = load_tokenizer(tokenizer_spec)
-    if manifest is not None and manifest.get("complete"):
-        if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-            raise DataError(
-                f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory"
-            )
+    manifest = finished_manifest(output_dir, tokenizer)
+    if manifest is not None:
         return manifest
 
     report = CorpusReport()
@@ -119,9 +122,7 @@ def prepare(
     )
     written = StreamingDataset(str(output_dir), shuffle=False)
     lengths = np.asarray([len(written[i]) for i in range(item_count(written))], dtype=np.int64)
-    buffer = io.BytesIO()
-    np.save(buffer, lengths)
-    storage.write_bytes(storage.join(output_dir, LENGTHS_FILE), buffer.getvalue())
+    storage.write_array(storage.join(output_dir, LENGTHS_FILE), lengths)
     manifest = {
         "source": source or "embedded",
         "tokenizer": tokenizer.name,
@@ -137,7 +138,7 @@ def prepare(
         **(extra or {}),
         "complete": True,
     }
-    storage.write_bytes(storage.join(output_dir, MANIFEST_FILE), (json.dumps(manifest, indent=2) + "\n").encode())
+    storage.write_json(storage.join(output_dir, MANIFEST_FILE), manifest)
     if verbose:
         print(format_length_report(manifest["lengths"]))
         print(f"prepare: wrote {manifest['tokens']:,} tokens in {manifest['documents']:,} documents to {output_dir}")

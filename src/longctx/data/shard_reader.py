@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import glob
 import gzip
-import hashlib
 import json
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -83,7 +82,7 @@ def is_shard_source(spec: str) -> bool:
     if _has_wildcard(spec) or is_shard(spec):
         return True
     path = Path(spec)
-    return path.is_dir() and any(p.is_file() and is_shard(p.name) for p in path.rglob("*"))
+    return path.is_dir() and next(_shards_under(path), None) is not None
 
 
 def _has_wildcard(spec: str) -> bool:
@@ -96,7 +95,11 @@ def _glob_root(spec: str) -> Path:
     return Path(*prefix) if prefix else Path(".")
 
 
-def _under(root: Path, files: list[Path]) -> list[tuple[str, Path]]:
+def _shards_under(directory: Path) -> Iterator[Path]:
+    return (p for p in directory.rglob("*") if p.is_file() and is_shard(p.name))
+
+
+def _under(root: Path, files: Iterable[Path]) -> list[tuple[str, Path]]:
     return sorted((p.relative_to(root).as_posix(), p) for p in files)
 
 
@@ -109,15 +112,15 @@ def find_shards(specs: Sequence[str]) -> list[Shard]:
         path = Path(spec)
         if _has_wildcard(spec):
             root = _glob_root(spec)
-            files = []
+            files: list[Path] = []
             for match in map(Path, glob.glob(spec, recursive=True)):
                 if match.is_dir():
-                    files += [p for p in match.rglob("*") if p.is_file() and is_shard(p.name)]
+                    files += _shards_under(match)
                 elif match.is_file() and is_shard(match.name):
                     files.append(match)
             named = _under(root, files)
         elif path.is_dir():
-            named = _under(path, [p for p in path.rglob("*") if p.is_file() and is_shard(p.name)])
+            named = _under(path, _shards_under(path))
         elif path.is_file():
             if not is_shard(path.name):
                 raise ShardError(f"{spec}: not a shard (a shard's name ends with one of {SHARD_SUFFIXES})")
@@ -133,14 +136,6 @@ def find_shards(specs: Sequence[str]) -> list[Shard]:
     names = Counter(shard.name for shard in found)
     # Two SRCs holding the same relative name (a/x.jsonl, b/x.jsonl): those are named by their path.
     return [Shard(s.path, s.path, s.bytes) if names[s.name] > 1 else s for s in found]
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(READ_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def field_value(record: dict, key: str) -> Any:

@@ -35,7 +35,6 @@ run, and the time left estimated from the shard bytes still to read.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -58,7 +57,6 @@ from longctx.data.shard_reader import (
     CorpusReport,
     MetadataFilter,
     Shard,
-    file_sha256,
     find_shards,
     shard_texts,
 )
@@ -119,7 +117,7 @@ class TokenizeShards:
             "filtered": counts.filtered,
             "skipped": counts.count_by_kind(),
             "examples": [vars(rejection) for rejection in counts.rejections],
-            "sha256": file_sha256(path),
+            "sha256": storage.file_sha256(path),
             "seconds": round(time.monotonic() - started, 3),
         }
         Path(self.stats_dir, f"shard-{index}.json").write_text(json.dumps(record))
@@ -142,21 +140,7 @@ def corpus_fingerprint(shards: Sequence[Shard]) -> str:
 
 
 def _read_json(path: str) -> dict | None:
-    return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
-
-
-def _write_json(path: str, value: dict) -> None:
-    storage.write_bytes(path, (json.dumps(value, indent=2) + "\n").encode())
-
-
-def _write_lengths(directory: str, lengths: np.ndarray) -> None:
-    buffer = io.BytesIO()
-    np.save(buffer, lengths)
-    storage.write_bytes(storage.join(directory, LENGTHS_FILE), buffer.getvalue())
-
-
-def _read_lengths(directory: str) -> np.ndarray:
-    return np.load(io.BytesIO(storage.read_bytes(storage.join(directory, LENGTHS_FILE))))
+    return storage.read_json(path) if storage.exists(path) else None
 
 
 def _format_duration(seconds: float) -> str:
@@ -210,9 +194,9 @@ def _run_round(
             f"{directory}: litdata holds {len(lengths)} items of {int(lengths.sum())} tokens, but the workers "
             f"wrote {documents} documents of {sum(r['tokens'] for r in records)} tokens"
         )
-    _write_lengths(directory, lengths)
+    storage.write_array(storage.join(directory, LENGTHS_FILE), lengths)
     summary = {"shards": records, "chunks": chunks, "documents": documents, "tokens": int(lengths.sum())}
-    _write_json(storage.join(directory, ROUND_FILE), summary)
+    storage.write_json(storage.join(directory, ROUND_FILE), summary)
     return summary
 
 
@@ -244,15 +228,11 @@ def prepare_shards(
     if num_workers < 1:
         raise DataError(f"--workers {num_workers}: need at least one worker")
     output_dir = str(output_dir)
-    from longctx.data.prepare import _worker_tokenizer
+    from longctx.data.prepare import _worker_tokenizer, finished_manifest
 
     tokenizer = _worker_tokenizer(tokenizer_spec)  # loaded once: the forked workers inherit it
-    manifest = _read_json(storage.join(output_dir, MANIFEST_FILE))
-    if manifest is not None and manifest.get("complete"):
-        if manifest["tokenizer_fingerprint"] != tokenizer.fingerprint:
-            raise DataError(
-                f"{output_dir} was prepared with tokenizer {manifest['tokenizer']}; choose another directory"
-            )
+    manifest = finished_manifest(output_dir, tokenizer)
+    if manifest is not None:
         return manifest
     shards = find_shards(sources)
     mine = shards[node_rank::nodes]
@@ -301,7 +281,7 @@ def prepare_shards(
                 "tokens": summary["tokens"],
             }
         )
-        _write_json(ledger_path, ledger)
+        storage.write_json(ledger_path, ledger)
         tokens_now += summary["tokens"]
         bytes_now += sum(s.bytes for s in group)
         bytes_left -= sum(s.bytes for s in group)
@@ -314,7 +294,7 @@ def prepare_shards(
                 flush=True,
             )
     ledger["complete"] = True
-    _write_json(ledger_path, ledger)
+    storage.write_json(ledger_path, ledger)
     if nodes == 1:
         return join_parts(output_dir, 1, verbose=verbose)
     if verbose:
@@ -331,7 +311,7 @@ def _merge(round_dirs: list[str], output_dir: str) -> None:
 
         merge_datasets(round_dirs, output_dir, max_workers=4)
         return
-    index = json.loads(storage.read_bytes(storage.join(round_dirs[0], INDEX_FILE)))
+    index = storage.read_json(storage.join(round_dirs[0], INDEX_FILE))
     for number, chunk in enumerate(index["chunks"]):
         new_name = f"chunk-0-{number}.bin"
         storage.copy(storage.join(round_dirs[0], chunk["filename"]), storage.join(output_dir, new_name))
@@ -391,9 +371,9 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
     if not rounds:
         raise DataError(f"the shards under {plan['sources']} yielded no usable document")
     _merge(rounds, output_dir)
-    lengths = np.concatenate([_read_lengths(directory) for directory in rounds])
-    _write_lengths(output_dir, lengths)
-    merged_index = json.loads(storage.read_bytes(storage.join(output_dir, INDEX_FILE)))
+    lengths = np.concatenate([storage.read_array(storage.join(directory, LENGTHS_FILE)) for directory in rounds])
+    storage.write_array(storage.join(output_dir, LENGTHS_FILE), lengths)
+    merged_index = storage.read_json(storage.join(output_dir, INDEX_FILE))
     chunk_records = [chunk for summary in summaries for chunk in summary["chunks"]]
     if len(chunk_records) != len(merged_index["chunks"]):
         raise DataError(
@@ -428,7 +408,7 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
         "chunks": chunks,
         "complete": True,
     }
-    _write_json(storage.join(output_dir, MANIFEST_FILE), manifest)
+    storage.write_json(storage.join(output_dir, MANIFEST_FILE), manifest)
     if verbose:
         print(format_length_report(manifest["lengths"]))
         print(

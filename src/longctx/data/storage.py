@@ -14,9 +14,15 @@ Paths are strings: `pathlib.Path("s3://b/x")` collapses the `//` into `s3:/b/x`.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 REMOTE_SCHEMES = ("s3://", "gs://", "r2://")
 
@@ -69,6 +75,35 @@ def write_bytes(path: str | Path, data: bytes) -> None:
         local = Path(scratch) / "file"
         local.write_bytes(data)
         _provider(str(path)).upload_file(str(local), str(path))
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(read_bytes(path))
+
+
+def write_json(path: str | Path, value: Any) -> None:
+    """`value` as indented JSON with a final newline (the side files people read)."""
+    write_bytes(path, (json.dumps(value, indent=2) + "\n").encode())
+
+
+def read_array(path: str | Path) -> np.ndarray:
+    """A `.npy` file (`lengths.npy`, `answers.npy`)."""
+    return np.load(io.BytesIO(read_bytes(path)))
+
+
+def write_array(path: str | Path, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_bytes(path, buffer.getvalue())
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a local file, read in blocks of 1 MiB."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def copy(source: str | Path, target: str | Path) -> None:

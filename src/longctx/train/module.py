@@ -156,11 +156,14 @@ class LanguageModelModule(L.LightningModule):
             raise RuntimeError("LanguageModelModule.configure_model() has not run: no model yet")
         return self.model
 
-    def forward(self, batch: dict[str, torch.Tensor], shard: SequenceShard | None = None) -> torch.Tensor:
+    def forward(
+        self, batch: dict[str, torch.Tensor], shard: SequenceShard | None = None, **loss: object
+    ) -> torch.Tensor:
+        """The logits of `batch` (with the model's `loss` arguments: its chunked loss)."""
         ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
         # A row's length bounds every document in it: the flash backend then reads no
         # maximum document length from the device (one host sync per step fewer).
-        return self._llama()(*ids, max_seqlen=batch["input_ids"].shape[1], **self._shard_arguments(shard))
+        return self._llama()(*ids, max_seqlen=batch["input_ids"].shape[1], **loss, **self._shard_arguments(shard))
 
     def _shard_arguments(self, shard: SequenceShard | None) -> dict:
         """The model's keyword arguments for a sequence shard: the shard and its backend
@@ -204,15 +207,8 @@ class LanguageModelModule(L.LightningModule):
             return (losses * weights).sum(), weights.sum()
         chunk_tokens = self.config.train.loss_chunk_tokens
         if chunk_tokens:
-            ids = (batch["input_ids"], batch["position_ids"], batch["document_ids"])
-            loss = self._llama()(
-                *ids,
-                labels=batch["labels"],
-                loss_chunk_tokens=chunk_tokens,
-                loss_kernel=self.config.train.loss_kernel,
-                max_seqlen=batch["input_ids"].shape[1],
-                **self._shard_arguments(shard),
-            )
+            kernel = self.config.train.loss_kernel
+            loss = self(batch, shard, labels=batch["labels"], loss_chunk_tokens=chunk_tokens, loss_kernel=kernel)
         else:
             logits = self(batch, shard)
             loss = F.cross_entropy(logits.float().flatten(0, 1), labels, ignore_index=IGNORE_INDEX, reduction="sum")

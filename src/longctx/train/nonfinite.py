@@ -37,6 +37,7 @@ import lightning as L
 import torch
 
 from longctx.errors import NonFiniteError
+from longctx.train.callbacks.training import StepCallback
 
 QUANTITIES = ("train/loss", "train/grad_norm")
 """What a record's quantity code names (0: the loss backward saw, 1: the gradient norm)."""
@@ -156,21 +157,16 @@ class NonFiniteGuard:
         self.record = None
 
 
-class NonFiniteCheck(L.Callback):
+class NonFiniteCheck(StepCallback):
     """Reads the guard at logging boundaries (every `every_steps` optimizer steps), and
     logs `train/skipped_steps` (a device value: no read of its own) under `skip`."""
 
     def __init__(self, every_steps: int):
         self.every_steps = every_steps
-        self._steps_seen = 0
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        if trainer.global_step == self._steps_seen:
+        if not self.step_completed(trainer):
             return  # mid-accumulation
-        self._steps_seen = trainer.global_step
         guard: NonFiniteGuard = pl_module.nonfinite  # type: ignore[assignment]
         if guard.mode == "skip" and guard.skipped is not None:
             pl_module.log("train/skipped_steps", guard.skipped, on_step=True)

@@ -14,6 +14,7 @@ the largest q/k attention contribution per layer and head) is not built here.
 
 from dataclasses import dataclass
 
+from longctx.config.checks import above
 from longctx.config.methods.registry import MethodSpec, register_method
 from longctx.errors import ConfigError
 
@@ -57,8 +58,7 @@ def resolve(section: DpeConfig, training_length: int, prefix: str) -> dict:
     W, where the released code's prefill offset W - W / s (a float) and its decoding offset
     W - W // s agree."""
     window = section.local_window or max(1, training_length // 8)
-    if window <= 0:
-        raise ConfigError(f"{prefix}.local_window", f"must be > 0, got {window}")
+    above(f"{prefix}.local_window", window, 0)
     scales = parse_scales(section.scale_factors, f"{prefix}.scale_factors")
     for scale in scales:
         if window % scale:

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from longctx.config.checks import at_least
 from longctx.config.methods.registry import (
     MethodSpec,
     keep_partial_rotary,
@@ -9,7 +10,6 @@ from longctx.config.methods.registry import (
     protocol_resolver,
     register_method,
 )
-from longctx.errors import ConfigError
 
 
 @dataclass
@@ -25,8 +25,7 @@ def protocol(training_length: int) -> dict:
 
 
 def _check(values: dict, prefix: str) -> None:
-    if values["factor"] < 1:
-        raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
+    at_least(f"{prefix}.factor", values["factor"], 1)
 
 
 def hf_rope(parameters: dict, resolved: dict, head_dim: int) -> dict:

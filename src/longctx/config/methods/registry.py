@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from longctx.config.checks import above
 from longctx.errors import ConfigError
 
 ENTRY_POINT_GROUP = "longctx.position_methods"
@@ -270,8 +271,7 @@ def protocol_resolver(
         defaults = protocol(training_length)
         values = {key: value or defaults[key] for key, value in vars(section).items()}
         for key in positive:
-            if values[key] <= 0:
-                raise ConfigError(f"{prefix}.{key}", f"must be > 0, got {values[key]}")
+            above(f"{prefix}.{key}", values[key], 0)
         if check is not None:
             check(values, prefix)
         return values

@@ -4,6 +4,7 @@
 import math
 from dataclasses import dataclass
 
+from longctx.config.checks import at_least, choice
 from longctx.config.methods.registry import MethodSpec, register_arm, register_method
 from longctx.errors import ConfigError
 
@@ -28,10 +29,8 @@ class StringConfig:
 
 
 def resolve(config: StringConfig, training_length: int, prefix: str) -> dict:
-    if config.compat not in STRING_COMPAT:
-        raise ConfigError(f"{prefix}.compat", f"{config.compat!r} is not one of {STRING_COMPAT}")
-    if config.shift < 0:
-        raise ConfigError(f"{prefix}.shift", f"must be >= 0 (0 = shift_ratio * L), got {config.shift}")
+    choice(f"{prefix}.compat", config.compat, STRING_COMPAT)
+    at_least(f"{prefix}.shift", config.shift, 0, " (0 = shift_ratio * L)")
     shift = config.shift or round(config.shift_ratio * training_length)
     if shift <= 0:
         raise ConfigError(

@@ -3,6 +3,7 @@
 import math
 from dataclasses import dataclass
 
+from longctx.config.checks import at_least
 from longctx.config.methods.registry import (
     MethodSpec,
     keep_partial_rotary,
@@ -33,8 +34,7 @@ def protocol(training_length: int) -> dict:
 
 
 def _check(values: dict, prefix: str) -> None:
-    if values["factor"] < 1:
-        raise ConfigError(f"{prefix}.factor", f"must be >= 1, got {values['factor']}")
+    at_least(f"{prefix}.factor", values["factor"], 1)
     if values["beta_fast"] <= values["beta_slow"]:
         raise ConfigError(f"{prefix}.beta_fast", f"{values['beta_fast']} must exceed beta_slow={values['beta_slow']}")
 

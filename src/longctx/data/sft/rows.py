@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from longctx.batch import IGNORE_INDEX
-from longctx.data.positions import P_SCOPES, STRATEGIES, skipalign_position_ids
+from longctx.data.positions import P_SCOPES, STRATEGIES, check_choice, skipalign_position_ids
 from longctx.data.sft.template import ChatSample
 
 VARIANTS = ("normal", "packed", "skipalign")
@@ -62,17 +62,14 @@ class SFTRows(torch.utils.data.Dataset):
         p: float = 0.5,
         p_scope: str = "boundary",
     ):
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        check_choice("variant", variant, VARIANTS)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive int, got {window!r}")
         if not samples:
             raise ValueError("samples is empty")
         if variant == "skipalign":
-            if strategy not in STRATEGIES:
-                raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-            if p_scope not in P_SCOPES:
-                raise ValueError(f"p_scope must be one of {P_SCOPES}, got {p_scope!r}")
+            check_choice("strategy", strategy, STRATEGIES)
+            check_choice("p_scope", p_scope, P_SCOPES)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
         self.samples, self.variant, self.window, self.pad_id, self.seed = samples, variant, window, pad_id, seed

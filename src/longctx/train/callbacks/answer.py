@@ -32,11 +32,11 @@ from longctx.config import ExperimentConfig
 from longctx.data.tokenizer import Tokenizer
 from longctx.model.llama import Llama
 from longctx.probes.retrieval_answers import answer_metrics
-from longctx.train.callbacks.training import METRICS_FILE, append_metrics
+from longctx.train.callbacks.training import METRICS_FILE, StepCallback, append_metrics
 from longctx.train.loggers import log_scalars, logger_step
 
 
-class AnswerLossCallback(L.Callback):
+class AnswerLossCallback(StepCallback):
     def __init__(self, config: ExperimentConfig, tokenizer: Tokenizer, out_dir: Path):
         self.config, self.tokenizer, self.out_dir = config, tokenizer, out_dir
         self.sources = [
@@ -44,17 +44,11 @@ class AnswerLossCallback(L.Callback):
             for i, s in enumerate(config.data.mixture)
             if s.kind == "retrieval" and s.retrieval.template != "repeat"  # a copying drill, not a NIAH answer
         ]
-        self._steps_seen = 0
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        step = trainer.global_step
-        completed, self._steps_seen = step != self._steps_seen, step
-        if not completed or step % self.config.probe.answer_every_steps:
+        if not self.step_completed(trainer) or trainer.global_step % self.config.probe.answer_every_steps:
             return
-        loss = self._measure(trainer, pl_module, step)
+        loss = self._measure(trainer, pl_module, trainer.global_step)
         threshold = self.config.probe.answer_stop_below
         if threshold:  # every rank reaches this step: one boolean collective, rank 0 decides
             left = trainer.is_global_zero and loss < threshold

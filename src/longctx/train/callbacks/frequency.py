@@ -36,7 +36,7 @@ import lightning as L
 import numpy as np
 
 from longctx.probes.position_frequency import PositionFrequency, downsample
-from longctx.train.callbacks.training import METRICS_FILE, append_metrics
+from longctx.train.callbacks.training import METRICS_FILE, StepCallback, append_metrics
 from longctx.train.loggers import log_file, log_scalars, log_table, logger_step
 
 MAX_TABLE_ROWS = 10_000
@@ -54,7 +54,7 @@ class HostBatchDataModule(L.LightningDataModule):
         return batch
 
 
-class PositionFrequencyCallback(L.Callback):
+class PositionFrequencyCallback(StepCallback):
     """`context_parallel` N > 1: the N adjacent ranks of a group train the same rows, so
     only the first of each group counts them (whole, before they are sharded)."""
 
@@ -76,12 +76,12 @@ class PositionFrequencyCallback(L.Callback):
         self.out_dir = out_dir
         self.every_steps = every_steps
         self.counts = PositionFrequency(window, window, count_only_labeled, sliding_window)
-        self._steps_seen = 0
         self._logged_step = -1
         self._saved_step = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = self._logged_step = trainer.global_step
+        super().on_train_start(trainer, pl_module)
+        self._logged_step = trainer.global_step
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         # The same rows before the device copy (Lightning sets `trainer.datamodule` at fit time).
@@ -91,9 +91,7 @@ class PositionFrequencyCallback(L.Callback):
         self.counts.update(batch if host_batch is None else host_batch)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        step = trainer.global_step
-        completed, self._steps_seen = step != self._steps_seen, step
-        if completed and step % self.every_steps == 0:
+        if self.step_completed(trainer) and trainer.global_step % self.every_steps == 0:
             self.log_counts(trainer, self.counts.all_reduce())
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

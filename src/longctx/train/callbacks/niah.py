@@ -35,7 +35,7 @@ from longctx.eval.niah.evaluation import evaluate, search_settings, write_result
 from longctx.eval.niah.haystack import Haystack
 from longctx.model.llama import Llama
 from longctx.train.callbacks.frequency import PositionFrequencyCallback
-from longctx.train.callbacks.training import METRICS_FILE, append_metrics
+from longctx.train.callbacks.training import METRICS_FILE, StepCallback, append_metrics
 from longctx.train.loggers import log_image, log_scalars, log_table, logger_step
 
 
@@ -49,19 +49,14 @@ def probe_settings(config: ExperimentConfig, model: Llama) -> NiahConfig:
     return dataclasses.replace(settings, max_length=min(settings.max_length, trained))
 
 
-class EffectiveLengthCallback(L.Callback):
+class EffectiveLengthCallback(StepCallback):
     def __init__(self, config: ExperimentConfig, tokenizer: Tokenizer, haystack: Haystack | None, out_dir: Path):
         self.config, self.tokenizer, self.haystack, self.out_dir = config, tokenizer, haystack, out_dir
         self.every_steps = config.probe.niah_every_steps
-        self._steps_seen = 0
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         step = trainer.global_step
-        completed, self._steps_seen = step != self._steps_seen, step
-        if not completed or step % self.every_steps:
+        if not self.step_completed(trainer) or step % self.every_steps:
             return
         model = pl_module.model
         assert isinstance(model, Llama)  # LanguageModelModule holds the Llama as `model`

@@ -16,6 +16,21 @@ from longctx.config import ExperimentConfig
 from longctx.train.flops import peak_flops, training_flops_per_token
 
 
+class StepCallback(L.Callback):
+    """A callback that acts once per optimizer step: `step_completed` tells the batch that
+    completed one (`trainer.global_step` moved) from the accumulation micro-batches before
+    it, with no device work; a resumed run counts from its saved step."""
+
+    _steps_seen = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._steps_seen = trainer.global_step
+
+    def step_completed(self, trainer: L.Trainer) -> bool:
+        completed, self._steps_seen = trainer.global_step != self._steps_seen, trainer.global_step
+        return completed
+
+
 def step_checkpoints(directory: Path, every_steps: int) -> ModelCheckpoint:
     """A numbered `step-NNNNNNN.ckpt` every `every_steps` optimizer steps (kept)."""
     return ModelCheckpoint(
@@ -29,7 +44,7 @@ def step_checkpoints(directory: Path, every_steps: int) -> ModelCheckpoint:
     )
 
 
-class LastCheckpoint(L.Callback):
+class LastCheckpoint(StepCallback):
     """Owns `last.ckpt`, what `train.resume=auto` continues from: written every
     `every_steps` optimizer steps, when training ends, and on SIGTERM (cluster pre-emption)
     after the current optimizer step, before the run stops.
@@ -47,11 +62,10 @@ class LastCheckpoint(L.Callback):
         self.path = path
         self.every_steps = every_steps
         self.received_sigterm = False
-        self._steps_seen = 0
         self._saved_step = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._steps_seen = trainer.global_step
+        super().on_train_start(trainer, pl_module)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum, frame) -> None:
@@ -62,9 +76,7 @@ class LastCheckpoint(L.Callback):
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
-        step_completed = trainer.global_step != self._steps_seen
-        self._steps_seen = trainer.global_step
-        if not step_completed:
+        if not self.step_completed(trainer):
             return  # mid-accumulation: nothing to decide, no device work (no host sync per micro-batch)
         stop = self.received_sigterm
         if trainer.world_size > 1:
@@ -119,25 +131,21 @@ class TrainingSpeed(L.Callback):
         pl_module.log_dict(metrics, on_step=True)
 
 
-class MetricsFile(L.Callback):
+class MetricsFile(StepCallback):
     """Appends each logged optimizer step's train/* and perf/* metrics to a JSON-lines file
     (rank 0), so runs can be compared and analysed without W&B; the f(i) and NIAH probes
     append theirs (`append_metrics`)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self._last_step = 0
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_step = trainer.global_step  # a resumed run starts after its saved step
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        step = trainer.global_step  # optimizer steps done; changes once per step
-        if not trainer.is_global_zero or step == self._last_step:
+        if not self.step_completed(trainer) or not trainer.is_global_zero:
             return
-        self._last_step = step
         append_metrics(
-            self.path, step, {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))}
+            self.path,
+            trainer.global_step,
+            {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "perf/"))},
         )
 
 
