@@ -159,6 +159,27 @@ def rope_from_hf(hf: dict, source: str, layer_type: str | None = None) -> tuple[
     return float(base), scaling_from_hf(hf.get(key), f"{source}: {key}")
 
 
+def layer_type_rope(hf: dict, source: str, fields: dict) -> float | None:
+    """transformers 5's `rope_parameters` keyed by layer type {full_attention,
+    sliding_attention} (Gemma 3, OLMo 3): the full layers' RoPE set into `fields`, the
+    sliding layers' base returned (a scaled one refused: longctx's sliding layers rotate
+    unscaled); None where `rope_parameters` is not keyed by layer type (transformers 4.x)."""
+    parameters = hf.get("rope_parameters") or {}
+    if "full_attention" not in parameters and "sliding_attention" not in parameters:
+        return None
+    for layer_type in ("full_attention", "sliding_attention"):
+        if not parameters.get(layer_type):
+            raise CheckpointError(f"{source}: rope_parameters has no {layer_type!r} entry")
+    fields["rope_base"], fields["rope_scaling"] = rope_from_hf(hf, source, "full_attention")
+    local_base, local_scaling = rope_from_hf(hf, source, "sliding_attention")
+    if local_scaling.type != "none":
+        raise CheckpointError(
+            f"{source}: rope_parameters.sliding_attention.rope_type={local_scaling.type!r} is not supported "
+            "(longctx's sliding layers rotate unscaled)"
+        )
+    return local_base
+
+
 def layer_types_from_hf(hf: dict, source: str, switch: str | None = None) -> dict:
     """ModelConfig's `layer_types` + `sliding_window` from transformers' `layer_types` (or,
     for Qwen2/3 without it, layers >= `max_window_layers` slide when `switch` is on). A
@@ -244,11 +265,16 @@ def refuse_qkv_bias(config: ModelConfig, family: str) -> None:
         raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
 
 
-def common_hf_config(config: ModelConfig, family: str, architecture: str) -> dict:
+NO_SPECIAL_IDS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+"""Export: ids left unset where the config class's defaults are its own tokenizer's (export_hf
+writes the run's)."""
+
+
+def common_hf_config(config: ModelConfig, family: str, architecture: str, omit: tuple[str, ...] = ()) -> dict:
     """The config.json values every written family shares (`head_dim` always: every reader
-    takes a decoupled one)."""
+    takes a decoupled one), less the keys in `omit` (those a family writes in its own form)."""
     rope_theta, rope_scaling = scaling_to_hf(config)
-    return {
+    values = {
         "architectures": [architecture],
         "model_type": family,
         "vocab_size": config.vocab_size,
@@ -269,6 +295,26 @@ def common_hf_config(config: ModelConfig, family: str, architecture: str) -> dic
         "longctx_preset": config.preset,
         "longctx_rope_base": config.rope_base,
         "longctx_rope_scaling": dataclasses.asdict(config.rope_scaling),
+    }
+    return {key: value for key, value in values.items() if key not in omit}
+
+
+def rope_parameters_to_hf(config: ModelConfig) -> dict:
+    """The full layers' RoPE as transformers 5's `rope_parameters` (one entry of them)."""
+    theta, scaling = scaling_to_hf(config)
+    return {"rope_type": "default", **(scaling or {}), "rope_theta": theta}
+
+
+def layer_types_to_hf(config: ModelConfig) -> dict:
+    """`layer_types` with the window and RoPE per layer type (full: rope_base + scaling;
+    sliding: sliding_rope_base, unscaled), as Gemma 3 and OLMo 3 write them."""
+    return {
+        "layer_types": [f"{kind}_attention" for kind in config.layer_kinds()],
+        "sliding_window": config.sliding_window or config.max_position,
+        "rope_parameters": {
+            "full_attention": rope_parameters_to_hf(config),
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
+        },
     }
 
 

@@ -12,6 +12,7 @@ from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
@@ -27,6 +28,9 @@ LAYER_NAMES = {
     "attn_post_norm.weight": "post_attention_layernorm.weight",
     "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
 }
+
+OLMO_BLOCK = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
+"""ModelConfig's block fields at OLMo 2's values (OLMo 3's and OLMo Hybrid's full layers too)."""
 
 
 def read(hf: dict, source: str) -> ModelConfig:
@@ -49,14 +53,11 @@ def write(config: ModelConfig) -> dict:
             "cannot export a model with sliding or NoPE layers as olmo2 (model.layer_types / global_every / "
             "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
         )
-    plain = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
-    refuse_fields(config, "OLMo 2", plain)
+    refuse_fields(config, "OLMo 2", OLMO_BLOCK)
     refuse_qkv_bias(config, "olmo2")
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
-    # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's: export_hf writes the run's.
-    values.update(
-        attention_bias=config.attention_bias == "qkvo", bos_token_id=None, eos_token_id=None, pad_token_id=None
-    )
+    # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's.
+    values.update(attention_bias=config.attention_bias == "qkvo", **NO_SPECIAL_IDS)
     return values
 
 

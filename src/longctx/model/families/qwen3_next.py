@@ -26,12 +26,13 @@ from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
     refuse_fields,
     refuse_qkv_bias,
-    scaling_to_hf,
+    rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
 from longctx.model.families.stored import StoredForm
@@ -164,26 +165,16 @@ def write(config: ModelConfig) -> dict:
             "nope_every)"
         )
     refuse_qkv_bias(config, "qwen3_next")
-    values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM")
-    theta, scaling = scaling_to_hf(config)
-    for key in ("rope_theta", "rope_scaling"):
-        values.pop(key)
+    values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
         layer_types=layer_types,
-        rope_parameters={
-            "rope_type": "default",
-            **(scaling or {}),
-            "rope_theta": theta,
-            "partial_rotary_factor": config.rotary_fraction,
-        },
+        rope_parameters={**rope_parameters_to_hf(config), "partial_rotary_factor": config.rotary_fraction},
         attention_bias=config.attention_bias == "qkvo",
         num_experts=0,
         mlp_only_layers=[],
         decoder_sparse_step=1,
         **linear_heads(config),
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,
     )
     return values
 

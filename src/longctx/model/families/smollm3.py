@@ -10,6 +10,7 @@ from __future__ import annotations
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
@@ -68,9 +69,7 @@ def write(config: ModelConfig) -> dict:
         layer_types=["full_attention"] * config.n_layers,
         attention_bias=config.attention_bias == "qkvo",
         mlp_bias=False,
-        bos_token_id=None,  # SmolLM3Config's defaults are Llama 3's ids, outside most vocabularies
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # SmolLM3Config's defaults are Llama 3's ids, outside most vocabularies
     )
     return values
 
