@@ -258,13 +258,6 @@ def refuse_fields(config: ModelConfig, architecture: str, plain: dict[str, objec
             )
 
 
-def refuse_qkv_bias(config: ModelConfig, family: str) -> None:
-    """Export: a family whose `attention_bias` flag biases all of q, k, v and o cannot carry
-    Qwen2's q/k/v-only bias."""
-    if config.attention_bias == "qkv":
-        raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
-
-
 NO_SPECIAL_IDS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
 """Export: ids left unset where the config class's defaults are its own tokenizer's (export_hf
 writes the run's)."""
@@ -272,7 +265,11 @@ writes the run's)."""
 
 def common_hf_config(config: ModelConfig, family: str, architecture: str, omit: tuple[str, ...] = ()) -> dict:
     """The config.json values every written family shares (`head_dim` always: every reader
-    takes a decoupled one), less the keys in `omit` (those a family writes in its own form)."""
+    takes a decoupled one), less the keys in `omit` (those a family writes in its own form).
+    Qwen2's q/k/v-only bias is refused but as qwen2: every other family's `attention_bias`
+    flag biases all of q, k, v and o."""
+    if config.attention_bias == "qkv" and family != "qwen2":
+        raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
     rope_theta, rope_scaling = scaling_to_hf(config)
     values = {
         "architectures": [architecture],

@@ -21,6 +21,8 @@ layers. Export writes models of exactly these designs as a Gemma3ForCausalLM (tr
 
 from __future__ import annotations
 
+from typing import Any
+
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
@@ -33,7 +35,6 @@ from longctx.model.families.common import (
     layer_types_from_hf,
     layer_types_to_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
 
@@ -63,6 +64,17 @@ LAYER_NAMES = {
 }
 
 
+GEMMA_BLOCK: dict[str, Any] = {
+    "norm_placement": "sandwich",
+    "norm_offset": True,
+    "mlp_activation": "gelu_tanh",
+    "scale_embeddings": True,
+    "qk_norm": "head",
+    "rotary_fraction": 1.0,
+}
+"""ModelConfig's fields at Gemma 3's values: what a Gemma3ForCausalLM computes."""
+
+
 def read(hf: dict, source: str) -> ModelConfig:
     hf = {**DEFAULTS, **hf}
     refuse_true(hf, source, {key: f"longctx has no {meaning}" for key, meaning in UNSUPPORTED.items()})
@@ -80,26 +92,11 @@ def read(hf: dict, source: str) -> ModelConfig:
     return ModelConfig(
         **fields,
         **layers,
+        **GEMMA_BLOCK,
         sliding_rope_base=local_base if layers else 0.0,
-        qk_norm="head",
         attention_bias="qkvo" if hf.get("attention_bias") else "none",
-        norm_placement="sandwich",
-        norm_offset=True,
-        mlp_activation="gelu_tanh",
-        scale_embeddings=True,
         query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]),
     )
-
-
-GEMMA_BLOCK = {
-    "norm_placement": "sandwich",
-    "norm_offset": True,
-    "mlp_activation": "gelu_tanh",
-    "scale_embeddings": True,
-    "qk_norm": "head",
-    "rotary_fraction": 1,
-}
-"""ModelConfig's fields at Gemma 3's values: what a Gemma3ForCausalLM computes."""
 
 
 def write(config: ModelConfig) -> dict:
@@ -111,7 +108,6 @@ def write(config: ModelConfig) -> dict:
         raise CheckpointError(
             "cannot export NoPE layers (model.nope_layers / nope_every) as gemma3_text: every Gemma 3 layer rotates"
         )
-    refuse_qkv_bias(config, "gemma3_text")
     values = common_hf_config(
         config, "gemma3_text", "Gemma3ForCausalLM", omit=("rope_theta", "rope_scaling", "hidden_act")
     )

@@ -8,6 +8,8 @@ Every layer full. Export writes models of these designs as olmo2.
 
 from __future__ import annotations
 
+from typing import Any
+
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
@@ -18,7 +20,6 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
 from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
@@ -29,7 +30,7 @@ LAYER_NAMES = {
     "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
 }
 
-OLMO_BLOCK = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
+OLMO_BLOCK: dict[str, Any] = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1.0}
 """ModelConfig's block fields at OLMo 2's values (OLMo 3's and OLMo Hybrid's full layers too)."""
 
 
@@ -40,8 +41,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         raise CheckpointError(f"{source}: layer_types with sliding layers is not supported for olmo2 (olmo3 has them)")
     return ModelConfig(
         **fields,
-        qk_norm="projection",
-        norm_placement="post",
+        **OLMO_BLOCK,
         attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
@@ -54,7 +54,6 @@ def write(config: ModelConfig) -> dict:
             "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
         )
     refuse_fields(config, "OLMo 2", OLMO_BLOCK)
-    refuse_qkv_bias(config, "olmo2")
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
     # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's.
     values.update(attention_bias=config.attention_bias == "qkvo", **NO_SPECIAL_IDS)

@@ -21,7 +21,6 @@ from longctx.model.families.common import (
     layer_types_from_hf,
     layer_types_to_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
 from longctx.model.families.llama import MLP_BIAS
@@ -46,8 +45,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         **fields,
         **layers,
         sliding_rope_base=local_base if layers else 0.0,
-        qk_norm="projection",
-        norm_placement="post",
+        **OLMO_BLOCK,
         attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
@@ -60,7 +58,6 @@ def write(config: ModelConfig) -> dict:
             "cannot export NoPE layers (model.nope_layers / nope_every) as olmo3: every layer rotates"
         )
     refuse_fields(config, "OLMo 3", OLMO_BLOCK)
-    refuse_qkv_bias(config, "olmo3")
     values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
         **layer_types_to_hf(config),

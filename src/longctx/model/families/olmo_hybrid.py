@@ -34,7 +34,6 @@ from longctx.model.families.common import (
     common_fields,
     common_hf_config,
     refuse_fields,
-    refuse_qkv_bias,
     rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
@@ -109,8 +108,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         **fields,
         layer_types=kinds,
         nope_layers=[i for i, kind in enumerate(kinds) if kind == "full"] if nope else None,
-        qk_norm="projection",
-        norm_placement="post",
+        **OLMO_BLOCK,
         attention_bias="qkvo" if hf.get("attention_bias") else "none",
         linear_attention=linear,
     )
@@ -133,7 +131,6 @@ def write(config: ModelConfig) -> dict:
             "linear layers are pre-norm blocks ('pre')"
         )
     heads = linear_heads(config)
-    refuse_qkv_bias(config, "olmo_hybrid")
     full = {i for i, kind in enumerate(config.layer_kinds()) if kind == "full"}
     nope = full & config.nope_indices()
     if nope and nope != full:

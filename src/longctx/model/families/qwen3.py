@@ -17,7 +17,6 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
 from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
@@ -52,7 +51,6 @@ def write(config: ModelConfig) -> dict:
             "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
         )
     refuse_fields(config, "Qwen3", {"qk_norm": "head", "rotary_fraction": 1, **PLAIN_BLOCK})
-    refuse_qkv_bias(config, "qwen3")
     values = common_hf_config(config, "qwen3", "Qwen3ForCausalLM")
     values.update(
         attention_bias=config.attention_bias == "qkvo",

@@ -31,7 +31,6 @@ from longctx.model.families.common import (
     common_fields,
     common_hf_config,
     refuse_fields,
-    refuse_qkv_bias,
     rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
@@ -164,7 +163,6 @@ def write(config: ModelConfig) -> dict:
             f"cannot export NoPE full layers {nope} as qwen3_next: its full layers rotate (model.nope_layers / "
             "nope_every)"
         )
-    refuse_qkv_bias(config, "qwen3_next")
     values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
         layer_types=layer_types,

@@ -16,7 +16,6 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
 from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
@@ -59,7 +58,6 @@ def write(config: ModelConfig) -> dict:
             "evaluate the checkpoint with longctx itself"
         )
     refuse_fields(config, "SmolLM3", {"qk_norm": "none", "rotary_fraction": 1, **PLAIN_BLOCK})
-    refuse_qkv_bias(config, "smollm3")
     nope = config.nope_indices()
     values = common_hf_config(config, "smollm3", "SmolLM3ForCausalLM")
     values.update(
