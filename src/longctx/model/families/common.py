@@ -258,6 +258,15 @@ def refuse_fields(config: ModelConfig, architecture: str, plain: dict[str, objec
             )
 
 
+def refuse_hybrid(config: ModelConfig, family: str) -> None:
+    """Export: a family whose every layer is full and rotates cannot carry sliding or NoPE layers."""
+    if config.is_hybrid:
+        raise CheckpointError(
+            f"cannot export a model with sliding or NoPE layers as {family} (model.layer_types / global_every / "
+            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
+        )
+
+
 NO_SPECIAL_IDS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
 """Export: ids left unset where the config class's defaults are its own tokenizer's (export_hf
 writes the run's)."""

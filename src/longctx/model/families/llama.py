@@ -14,6 +14,8 @@ from longctx.errors import CheckpointError
 from longctx.model.families.common import Family, common_fields, common_hf_config, refuse_fields, refuse_true
 
 MLP_BIAS = {"mlp_bias": "biases in the MLP projections"}
+MLP_REFUSED = ("mlp_bias: longctx's MLP has no biases", "hidden_act other than silu")
+"""The `refused` lines of MLP_BIAS and `common_fields`' activation check, for the families of Llama's MLP."""
 
 
 def read(hf: dict, source: str) -> ModelConfig:

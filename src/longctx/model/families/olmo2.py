@@ -20,9 +20,10 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
+    refuse_hybrid,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED, PLAIN_BLOCK
 
 LAYER_NAMES = {
     **{ours: theirs for ours, theirs in LLAMA_LAYER_NAMES.items() if "norm.weight" not in ours or "attn." in ours},
@@ -48,11 +49,7 @@ def read(hf: dict, source: str) -> ModelConfig:
 
 def write(config: ModelConfig) -> dict:
     """An Olmo2ForCausalLM: post-norm blocks, qk-norm over the projections, full layers."""
-    if config.is_hybrid:
-        raise CheckpointError(
-            "cannot export a model with sliding or NoPE layers as olmo2 (model.layer_types / global_every / "
-            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
-        )
+    refuse_hybrid(config, "olmo2")
     refuse_fields(config, "OLMo 2", OLMO_BLOCK)
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
     # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's.
@@ -65,10 +62,6 @@ OLMO2 = Family(
     "Olmo2ForCausalLM",
     read,
     layer_names=LAYER_NAMES,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "sliding layer_types (OLMo 3's design: model_type olmo3)",
-    ),
+    refused=(*MLP_REFUSED, "sliding layer_types (OLMo 3's design: model_type olmo3)"),
     write=write,
 )

@@ -23,7 +23,7 @@ from longctx.model.families.common import (
     refuse_fields,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED
 from longctx.model.families.olmo2 import LAYER_NAMES, OLMO_BLOCK
 
 DEFAULTS = {"rope_theta": 500000.0, "sliding_window": 4096, "max_position_embeddings": 2048}
@@ -72,10 +72,6 @@ OLMO3 = Family(
     "Olmo3ForCausalLM",
     read,
     layer_names=LAYER_NAMES,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled",
-    ),
+    refused=(*MLP_REFUSED, "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled"),
     write=write,
 )

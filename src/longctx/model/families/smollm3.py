@@ -18,7 +18,7 @@ from longctx.model.families.common import (
     refuse_fields,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED, PLAIN_BLOCK
 
 DEFAULTS = {"rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "tie_word_embeddings": True}
 """SmolLM3Config's defaults for fields a config.json may omit."""
@@ -76,10 +76,6 @@ SMOLLM3 = Family(
     "smollm3",
     "SmolLM3ForCausalLM",
     read,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "a sliding layer that rotates, with rope scaling: longctx's sliding layers rotate unscaled",
-    ),
+    refused=(*MLP_REFUSED, "a sliding layer that rotates, with rope scaling: longctx's sliding layers rotate unscaled"),
     write=write,
 )
