@@ -111,7 +111,8 @@ def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
 
 def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu", "swish")) -> dict:
     """ModelConfig fields every family reads the same way (sizes, norm eps, RoPE of the full
-    layers, tying), after the checks they share (special ids, activation, head_dim)."""
+    layers, tying, the q/k/v/o `attention_bias` flag), after the checks they share (special
+    ids, activation, head_dim)."""
     check_special_ids(hf, source)
     key = "hidden_activation" if "hidden_activation" in hf else "hidden_act"
     activation = hf.get(key, activations[0])
@@ -140,6 +141,7 @@ def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu",
         max_position=hf.get("max_position_embeddings", 2048),
         init_std=hf.get("initializer_range", 0.02),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias="qkvo" if hf.get("attention_bias") else "none",  # Llama's flag (Qwen2 and Phi-3: their own)
     )
 
 

@@ -94,7 +94,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         **layers,
         **GEMMA_BLOCK,
         sliding_rope_base=local_base if layers else 0.0,
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
         query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]),
     )
 

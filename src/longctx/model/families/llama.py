@@ -22,8 +22,8 @@ def read(hf: dict, source: str) -> ModelConfig:
     refuse_true(hf, source, MLP_BIAS)
     refuse_sliding_window(hf, source)
     fields = common_fields(hf, source)
-    qwen2 = hf["model_type"] == "qwen2"
-    fields["attention_bias"] = "qkv" if qwen2 else "qkvo" if hf.get("attention_bias") else "none"
+    if hf["model_type"] == "qwen2":  # q/k/v biases, always
+        fields["attention_bias"] = "qkv"
     return ModelConfig(**fields)
 
 

@@ -43,7 +43,6 @@ def read(hf: dict, source: str) -> ModelConfig:
     return ModelConfig(
         **fields,
         **OLMO_BLOCK,
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
 

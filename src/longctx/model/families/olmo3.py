@@ -46,7 +46,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         **layers,
         sliding_rope_base=local_base if layers else 0.0,
         **OLMO_BLOCK,
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
 

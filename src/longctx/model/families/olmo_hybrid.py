@@ -109,7 +109,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         layer_types=kinds,
         nope_layers=[i for i, kind in enumerate(kinds) if kind == "full"] if nope else None,
         **OLMO_BLOCK,
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
         linear_attention=linear,
     )
 

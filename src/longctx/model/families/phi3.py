@@ -78,6 +78,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         fields["rope_scaling"] = longrope_from_hf(hf, parameters, kind, int(head_dim * fraction) // 2, source)
     else:
         fields = common_fields(hf, source)
+    fields["attention_bias"] = "none"  # transformers' Phi-3 has no biases, whatever a file says
     window = hf.get("sliding_window")
     layers: dict = {}
     if window is not None and window < fields["max_position"]:

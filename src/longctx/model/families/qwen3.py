@@ -40,7 +40,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         **fields,
         **layers,
         qk_norm="head",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
 

@@ -112,7 +112,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         qk_norm="head",
         norm_offset=True,
         attention_gate="elementwise",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
         rotary_fraction=float(fraction),
         partial_rotary="first",
         linear_attention=linear,

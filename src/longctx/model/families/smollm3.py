@@ -45,9 +45,7 @@ def read(hf: dict, source: str) -> ModelConfig:
             f"{source}: layer {rotating_sliding[0]} slides and rotates with rope scaling "
             f"{fields['rope_scaling'].type!r}: not supported (longctx's sliding layers rotate unscaled)"
         )
-    return ModelConfig(
-        **fields, **layers, nope_layers=nope or None, attention_bias="qkvo" if hf.get("attention_bias") else "none"
-    )
+    return ModelConfig(**fields, **layers, nope_layers=nope or None)
 
 
 def write(config: ModelConfig) -> dict:
