@@ -34,6 +34,7 @@ from longctx.model.families.common import (
     rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
+from longctx.model.families.llama import PLAIN_BLOCK
 from longctx.model.families.stored import StoredForm
 
 DEFAULTS = {
@@ -134,18 +135,8 @@ def write(config: ModelConfig) -> dict:
     """A dense Qwen3NextForCausalLM (num_experts 0): `layer_types`, the linear layers' heads,
     RoPE with `partial_rotary_factor` in `rope_parameters`."""
     layer_types = check_layout(config, "qwen3_next")
-    refuse_fields(
-        config,
-        "Qwen3-Next",
-        {
-            "norm_placement": "pre",
-            "mlp_activation": "silu",
-            "scale_embeddings": False,
-            "query_pre_attn_scalar": 0.0,
-            "qk_norm": "head",
-            "attention_gate": "elementwise",
-        },
-    )
+    llama_block = {key: value for key, value in PLAIN_BLOCK.items() if key != "norm_offset"}  # either offset writes
+    refuse_fields(config, "Qwen3-Next", {**llama_block, "qk_norm": "head", "attention_gate": "elementwise"})
     if config.linear_attention.norm_placement not in ("", "pre"):
         raise CheckpointError(
             f"cannot export model.linear_attention.norm_placement={config.linear_attention.norm_placement!r} as "
