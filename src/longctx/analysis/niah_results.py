@@ -364,15 +364,8 @@ def _frames(records: list[dict]) -> NiahFrames:
                 for length, value in zip(
                     data.get("lengths", [r["length"] for r in data["per_length"]]), values, strict=True
                 ):
-                    heatmap.append(
-                        {
-                            **ids,
-                            "depth_low": edges[band],
-                            "depth_high": edges[band + 1],
-                            "length": length,
-                            "recall": math.nan if value is None else float(value),
-                        }
-                    )
+                    recall = math.nan if value is None else float(value)
+                    heatmap.append((*ids.values(), edges[band], edges[band + 1], length, recall))
     frames = NiahFrames(
         pd.DataFrame(results, columns=[*RESULT_COLUMNS, *param_names]),
         pd.DataFrame(per_length, columns=[*ID_COLUMNS, *LENGTH_COLUMNS]),
