@@ -36,10 +36,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKENIZER = f"bpe-{DEFAULT_VOCAB_SIZE}"
 
 
-def is_hf_directory(path: str | Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / CONFIG_FILE).is_file()
-
-
 def model_vocab_size(path: str | Path) -> tuple[int, str]:
     """(embedding rows, the file that says so) of a model, read without loading its weights."""
     from safetensors import safe_open

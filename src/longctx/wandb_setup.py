@@ -83,21 +83,10 @@ def start_run(config: ExperimentConfig, job: str, out_dir: str | Path) -> Any:
     )
 
 
-def finish_run(run: Any) -> None:
-    """Finish `run`, then wait for W&B's service to exit: finish() can return before the
+def finish_run(*runs: Any) -> None:
+    """Finish `runs`, then wait for W&B's service to exit: finish() can return before the
     service has written the offline `.wandb` log, and a later run in this process (a test, a
-    notebook) must start from clean settings."""
-    import wandb
-
-    run.finish()
-    wandb.teardown()
-
-
-def finish_loggers(loggers: list[Logger]) -> None:
-    """`finish_run` for every WandbLogger of a finished training run."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    runs = [logger.experiment for logger in loggers if isinstance(logger, WandbLogger)]
+    notebook) must start from clean settings. Nothing without a run."""
     if not runs:
         return
     import wandb
@@ -105,3 +94,10 @@ def finish_loggers(loggers: list[Logger]) -> None:
     for run in runs:
         run.finish()
     wandb.teardown()
+
+
+def finish_loggers(loggers: list[Logger]) -> None:
+    """`finish_run` for every WandbLogger of a finished training run."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    finish_run(*(logger.experiment for logger in loggers if isinstance(logger, WandbLogger)))

@@ -125,9 +125,7 @@ def fi_growth(fi: pd.DataFrame, positions: tuple[str, ...] = ("L/4", "L/2", "3L/
     rows = []
     for (run, step), window in windows.items():
         for label in positions:
-            rows.append(
-                {"run": run, "step": step, "position": label, "distance": SUMMARY_POSITIONS[label](int(window))}
-            )
+            rows.append((run, step, label, SUMMARY_POSITIONS[label](int(window))))
     wanted = pd.DataFrame(rows, columns=["run", "step", "position", "distance"])
     growth = wanted.merge(fi, on=["run", "step", "distance"], how="left")
     return growth[["run", "step", "tokens_seen", "position", "distance", "count"]]

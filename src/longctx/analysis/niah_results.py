@@ -52,6 +52,12 @@ from longctx.eval.effective_length import EffectiveLengthResult
 NIAH_FILE = "niah.json"
 LENGTH_COLUMNS = ["length", "tests", "passed", "rate", "wilson_low", "wilson_high", "recall"]
 ID_COLUMNS = ["source", "run", "step", "method", "label"]
+RESULT_COLUMNS = [
+    *ID_COLUMNS,
+    *("effective_length", "accuracy", "length", "task", "tests_per_length", "pass_threshold"),
+    *("failure_depth_low", "failure_depth_high"),
+]
+"""The columns of `NiahFrames.results` before the method parameters: a `_record`'s keys."""
 
 
 @dataclass
@@ -358,31 +364,10 @@ def _frames(records: list[dict]) -> NiahFrames:
                 for length, value in zip(
                     data.get("lengths", [r["length"] for r in data["per_length"]]), values, strict=True
                 ):
-                    heatmap.append(
-                        {
-                            **ids,
-                            "depth_low": edges[band],
-                            "depth_high": edges[band + 1],
-                            "length": length,
-                            "recall": math.nan if value is None else float(value),
-                        }
-                    )
+                    recall = math.nan if value is None else float(value)
+                    heatmap.append((*ids.values(), edges[band], edges[band + 1], length, recall))
     frames = NiahFrames(
-        pd.DataFrame(
-            results,
-            columns=[
-                *ID_COLUMNS,
-                "effective_length",
-                "accuracy",
-                "length",
-                "task",
-                "tests_per_length",
-                "pass_threshold",
-                "failure_depth_low",
-                "failure_depth_high",
-                *param_names,
-            ],
-        ),
+        pd.DataFrame(results, columns=[*RESULT_COLUMNS, *param_names]),
         pd.DataFrame(per_length, columns=[*ID_COLUMNS, *LENGTH_COLUMNS]),
         pd.DataFrame(heatmap, columns=[*ID_COLUMNS, "depth_low", "depth_high", "length", "recall"]),
     )

@@ -52,15 +52,7 @@ def effective_length_table(history: pd.DataFrame, fi: pd.DataFrame | None = None
             tokens = step * per_step.get(run, math.nan)
         if math.isnan(frequency) and fi is not None and length > 0:
             frequency = f_at(fi, run, step, int(length) - 1)
-        rows.append(
-            {
-                "run": run,
-                "step": int(step),
-                "tokens_seen": tokens,
-                "effective_length": length,
-                "f_at_effective_length": frequency,
-            }
-        )
+        rows.append((run, int(step), tokens, length, frequency))
     columns = ["run", "step", "tokens_seen", "effective_length", "f_at_effective_length"]
     return pd.DataFrame(rows, columns=columns).astype(
         {"step": "int64", "tokens_seen": "float64", "effective_length": "float64", "f_at_effective_length": "float64"}
@@ -145,15 +137,8 @@ def sft_settings(run_dirs) -> pd.DataFrame:
 
     rows = []
     for label, experiment in recorded_configs(run_dirs, "sft"):
-        sft = experiment["sft"]
-        rows.append(
-            {
-                "run": label,
-                "window": int(experiment["data"]["window"]),
-                **{key: sft.get(key) for key in SFT_SETTINGS},
-                "init": experiment.get("init"),
-            }
-        )
+        settings = [experiment["sft"].get(key) for key in SFT_SETTINGS]
+        rows.append((label, int(experiment["data"]["window"]), *settings, experiment.get("init")))
     return pd.DataFrame(rows, columns=["run", "window", *SFT_SETTINGS, "init"])
 
 
@@ -172,15 +157,6 @@ def beyond_window_table(fi: pd.DataFrame, window: int | dict, snapshots: pd.Data
         pairs = int(last["count"].sum()) + extra
         beyond = int(last.loc[last["distance"] >= limit, "count"].sum()) + extra
         used = last.loc[last["count"] > 0, "distance"]
-        rows.append(
-            {
-                "run": run,
-                "step": step,
-                "window": limit,
-                "pairs": pairs,
-                "beyond": beyond,
-                "fraction_beyond": beyond / pairs if pairs else math.nan,
-                "max_distance": int(used.max()) if len(used) else -1,
-            }
-        )
+        fraction = beyond / pairs if pairs else math.nan
+        rows.append((run, step, limit, pairs, beyond, fraction, int(used.max()) if len(used) else -1))
     return pd.DataFrame(rows, columns=["run", "step", "window", "pairs", "beyond", "fraction_beyond", "max_distance"])

@@ -20,35 +20,29 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from longctx.cli.common import (
     RefusedSet,
-    checkpoints_and_config,
     evaluation_ranks,
-    evaluation_setup,
     load_table_models,
     place_models,
     table_arms,
+    table_setup,
     write_table,
 )
-from longctx.errors import ConfigError
 
 
 def cmd_eval_suite(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
     from longctx.eval.suite_table import format_markdown, log_suite, run_suite, suite_tasks
 
-    checkpoints, items = checkpoints_and_config(args.items)
-    if not checkpoints:
-        raise ConfigError("eval-suite", f"no checkpoint among {args.items} (CFG.yaml and key=value configure)")
-    cfg, tokenizer, haystack, checkpoints = evaluation_setup(items, checkpoints)
+    cfg, tokenizer, haystack, checkpoints, out_dir, cells_dir = table_setup(
+        "eval-suite", args.items, args.out, args.cells
+    )
     arms = table_arms(cfg, args.methods)
     names = args.tasks.split(",") if args.tasks else None
     tasks = suite_tasks(args.suite, names, cfg, haystack)
     lengths = [int(length) for length in args.lengths.split(",")]
-    out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
-    cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with evaluation_ranks(cfg) as ranks:
         models = load_table_models(checkpoints, cfg)
         ranks = place_models(models, cfg, ranks, lengths, cfg.eval.benchmarks.samples_per_length)

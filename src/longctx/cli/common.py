@@ -93,6 +93,18 @@ def evaluation_setup(items: list[str], checkpoints: list[str]):
     return cfg, tokenizer, load_haystack(cfg, tokenizer), checkpoints
 
 
+def table_setup(command: str, items: list[str], out: str, cells: str):
+    """A table over several checkpoints (eval-suite, niah-table): `evaluation_setup` of the
+    checkpoints among `items`, then the output directory (that of `out`, else eval.out_dir)
+    and the cell directory (`cells`, else cells/ in it)."""
+    checkpoints, configuring = checkpoints_and_config(items)
+    if not checkpoints:
+        raise ConfigError(command, f"no checkpoint among {items} (CFG.yaml and key=value configure)")
+    cfg, tokenizer, haystack, checkpoints = evaluation_setup(configuring, checkpoints)
+    out_dir = Path(out).parent if out else Path(cfg.eval.out_dir)
+    return cfg, tokenizer, haystack, checkpoints, out_dir, Path(cells) if cells else out_dir / "cells"
+
+
 def evaluation_ranks(cfg):
     """The evaluation's ranks (eval/ranks.py): torchrun's process group joined on each rank's
     eval.device (cuda:LOCAL_RANK), or this process alone; a context manager."""

@@ -7,15 +7,14 @@ from pathlib import Path
 
 from longctx.cli.common import (
     RefusedSet,
-    checkpoints_and_config,
     evaluation_ranks,
     evaluation_setup,
     load_table_models,
     place_models,
     table_arms,
+    table_setup,
     write_table,
 )
-from longctx.errors import ConfigError
 
 
 def cmd_niah(args: argparse.Namespace) -> int:
@@ -56,14 +55,11 @@ def cmd_niah_table(args: argparse.Namespace) -> int:
     from longctx.eval.cell_progress import CellProgress
     from longctx.eval.niah.table import format_table, log_table, method_table
 
-    checkpoints, items = checkpoints_and_config(args.items)
-    if not checkpoints:
-        raise ConfigError("niah-table", f"no checkpoint among {args.items} (CFG.yaml and key=value configure)")
-    cfg, tokenizer, haystack, checkpoints = evaluation_setup(items, checkpoints)
+    cfg, tokenizer, haystack, checkpoints, out_dir, cells_dir = table_setup(
+        "niah-table", args.items, args.out, args.cells
+    )
     arms = table_arms(cfg, args.methods, args.arms)
     lengths = [int(length) for length in args.lengths.split(",")] if args.lengths else None
-    out_dir = Path(args.out).parent if args.out else Path(cfg.eval.out_dir)
-    cells_dir = Path(args.cells) if args.cells else out_dir / "cells"
     with evaluation_ranks(cfg) as ranks:
         models = load_table_models(checkpoints, cfg)
         tested = lengths or [model.config.max_position for model in models.values()]

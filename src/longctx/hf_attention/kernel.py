@@ -168,6 +168,13 @@ def key_layout(
     return positions, documents
 
 
+def refuse_custom_mask(name: str, mask: CompactMask, documents: torch.Tensor, window: int | None) -> None:
+    """Refuse a mask function other than causal, packed sequences and (with a `window`) sliding."""
+    packed = mask.q_offset == 0 and bool((documents[:, -1] > 0).any()) and mask.padding is None
+    if mask.kind == "other" or (mask.kind == "and" and not packed and window is None):
+        raise fail(name, "a custom mask function (or/and masks, block overlays) is not supported")
+
+
 def forward_plan(
     method: PositionMethod,
     name: str,
@@ -186,9 +193,7 @@ def forward_plan(
     if sliding_window is not None and end > sliding_window:
         raise fail(name, f"{end} keys exceed the sliding window of {sliding_window}; full attention only")
     positions, documents = key_layout(mask, position_ids, batch, q_len, query.device, name)
-    packed = mask.q_offset == 0 and bool((documents[:, -1] > 0).any()) and mask.padding is None
-    if mask.kind == "other" or (mask.kind == "and" and not packed and sliding_window is None):
-        raise fail(name, "a custom mask function (or/and masks, block overlays) is not supported")
+    refuse_custom_mask(name, mask, documents, sliding_window)
     plan = method.plan(
         positions,
         documents,
@@ -223,9 +228,7 @@ def trained_plan(
     if mask.kv_offset and sliding_window is None:
         raise fail(name, f"a full layer's cache that drops keys (kv_offset={mask.kv_offset}) is not supported")
     _, documents = key_layout(mask, position_ids, batch, q_len, query.device, name)
-    packed = mask.q_offset == 0 and bool((documents[:, -1] > 0).any()) and mask.padding is None
-    if mask.kind == "other" or (mask.kind == "and" and not packed and mask.window is None):
-        raise fail(name, "a custom mask function (or/and masks, block overlays) is not supported")
+    refuse_custom_mask(name, mask, documents, mask.window)
     layout = build_mask(
         documents[:, mask.kv_offset :],
         q_len,

@@ -25,6 +25,7 @@ training reaches beyond L.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from longctx.batch import BATCH_KEYS
 from longctx.data.shard_reader import MetadataFilter
 from longctx.probes.position_frequency import Histogram, relative_position_counts
 
@@ -114,16 +116,8 @@ def packed_rows_fi(directory: str | Path, window: int, eos_id: int, doc_mask: bo
     rows_per_epoch = source.epoch_tokens // (window + 1)
     rows = PackedRows([source], [1.0], window=window, eos_id=eos_id, doc_mask=doc_mask)
     counts = PositionFrequency(window, count_only_labeled=False)
-    batch = []
-    for index, row in enumerate(rows):
-        if index == rows_per_epoch:
-            break
-        batch.append(row)
-        if len(batch) == 64:
-            counts.update({key: torch.stack([r[key] for r in batch]) for key in batch[0]})
-            batch = []
-    if batch:
-        counts.update({key: torch.stack([r[key] for r in batch]) for key in batch[0]})
+    for batch in _batches(itertools.islice(rows, rows_per_epoch), 64, keys=BATCH_KEYS):
+        counts.update(batch)
     return counts.relative.numpy()
 
 
@@ -249,9 +243,13 @@ def relative_distance_histogram(
     return Histogram(counts, overflow)
 
 
-def _batches(rows: Iterable[Mapping[str, torch.Tensor]], size: int) -> Iterable[dict[str, torch.Tensor]]:
-    """[B, T] dicts of the keys f(d) reads: [B, T] rows as they are, [T] rows stacked `size` at a time."""
-    keys = ("position_ids", "document_ids", "labels")
+def _batches(
+    rows: Iterable[Mapping[str, torch.Tensor]],
+    size: int,
+    keys: tuple[str, ...] = ("position_ids", "document_ids", "labels"),
+) -> Iterable[dict[str, torch.Tensor]]:
+    """[B, T] dicts of `keys` (by default those f(d) reads): [B, T] rows as they are, [T] rows
+    stacked `size` at a time."""
     pending: list[Mapping[str, torch.Tensor]] = []
     for row in rows:
         if row["position_ids"].dim() == 2:

@@ -111,7 +111,8 @@ def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
 
 def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu", "swish")) -> dict:
     """ModelConfig fields every family reads the same way (sizes, norm eps, RoPE of the full
-    layers, tying), after the checks they share (special ids, activation, head_dim)."""
+    layers, tying, the q/k/v/o `attention_bias` flag), after the checks they share (special
+    ids, activation, head_dim)."""
     check_special_ids(hf, source)
     key = "hidden_activation" if "hidden_activation" in hf else "hidden_act"
     activation = hf.get(key, activations[0])
@@ -140,6 +141,7 @@ def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu",
         max_position=hf.get("max_position_embeddings", 2048),
         init_std=hf.get("initializer_range", 0.02),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        attention_bias="qkvo" if hf.get("attention_bias") else "none",  # Llama's flag (Qwen2 and Phi-3: their own)
     )
 
 
@@ -157,6 +159,27 @@ def rope_from_hf(hf: dict, source: str, layer_type: str | None = None) -> tuple[
     base = hf.get("rope_theta") or parameters.get("rope_theta", 10000.0)
     key = "rope_scaling" if hf.get("rope_scaling") else "rope_parameters"
     return float(base), scaling_from_hf(hf.get(key), f"{source}: {key}")
+
+
+def layer_type_rope(hf: dict, source: str, fields: dict) -> float | None:
+    """transformers 5's `rope_parameters` keyed by layer type {full_attention,
+    sliding_attention} (Gemma 3, OLMo 3): the full layers' RoPE set into `fields`, the
+    sliding layers' base returned (a scaled one refused: longctx's sliding layers rotate
+    unscaled); None where `rope_parameters` is not keyed by layer type (transformers 4.x)."""
+    parameters = hf.get("rope_parameters") or {}
+    if "full_attention" not in parameters and "sliding_attention" not in parameters:
+        return None
+    for layer_type in ("full_attention", "sliding_attention"):
+        if not parameters.get(layer_type):
+            raise CheckpointError(f"{source}: rope_parameters has no {layer_type!r} entry")
+    fields["rope_base"], fields["rope_scaling"] = rope_from_hf(hf, source, "full_attention")
+    local_base, local_scaling = rope_from_hf(hf, source, "sliding_attention")
+    if local_scaling.type != "none":
+        raise CheckpointError(
+            f"{source}: rope_parameters.sliding_attention.rope_type={local_scaling.type!r} is not supported "
+            "(longctx's sliding layers rotate unscaled)"
+        )
+    return local_base
 
 
 def layer_types_from_hf(hf: dict, source: str, switch: str | None = None) -> dict:
@@ -237,18 +260,29 @@ def refuse_fields(config: ModelConfig, architecture: str, plain: dict[str, objec
             )
 
 
-def refuse_qkv_bias(config: ModelConfig, family: str) -> None:
-    """Export: a family whose `attention_bias` flag biases all of q, k, v and o cannot carry
-    Qwen2's q/k/v-only bias."""
-    if config.attention_bias == "qkv":
-        raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
+def refuse_hybrid(config: ModelConfig, family: str) -> None:
+    """Export: a family whose every layer is full and rotates cannot carry sliding or NoPE layers."""
+    if config.is_hybrid:
+        raise CheckpointError(
+            f"cannot export a model with sliding or NoPE layers as {family} (model.layer_types / global_every / "
+            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
+        )
 
 
-def common_hf_config(config: ModelConfig, family: str, architecture: str) -> dict:
+NO_SPECIAL_IDS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+"""Export: ids left unset where the config class's defaults are its own tokenizer's (export_hf
+writes the run's)."""
+
+
+def common_hf_config(config: ModelConfig, family: str, architecture: str, omit: tuple[str, ...] = ()) -> dict:
     """The config.json values every written family shares (`head_dim` always: every reader
-    takes a decoupled one)."""
+    takes a decoupled one), less the keys in `omit` (those a family writes in its own form).
+    Qwen2's q/k/v-only bias is refused but as qwen2: every other family's `attention_bias`
+    flag biases all of q, k, v and o."""
+    if config.attention_bias == "qkv" and family != "qwen2":
+        raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
     rope_theta, rope_scaling = scaling_to_hf(config)
-    return {
+    values = {
         "architectures": [architecture],
         "model_type": family,
         "vocab_size": config.vocab_size,
@@ -269,6 +303,26 @@ def common_hf_config(config: ModelConfig, family: str, architecture: str) -> dic
         "longctx_preset": config.preset,
         "longctx_rope_base": config.rope_base,
         "longctx_rope_scaling": dataclasses.asdict(config.rope_scaling),
+    }
+    return {key: value for key, value in values.items() if key not in omit}
+
+
+def rope_parameters_to_hf(config: ModelConfig) -> dict:
+    """The full layers' RoPE as transformers 5's `rope_parameters` (one entry of them)."""
+    theta, scaling = scaling_to_hf(config)
+    return {"rope_type": "default", **(scaling or {}), "rope_theta": theta}
+
+
+def layer_types_to_hf(config: ModelConfig) -> dict:
+    """`layer_types` with the window and RoPE per layer type (full: rope_base + scaling;
+    sliding: sliding_rope_base, unscaled), as Gemma 3 and OLMo 3 write them."""
+    return {
+        "layer_types": [f"{kind}_attention" for kind in config.layer_kinds()],
+        "sliding_window": config.sliding_window or config.max_position,
+        "rope_parameters": {
+            "full_attention": rope_parameters_to_hf(config),
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
+        },
     }
 
 

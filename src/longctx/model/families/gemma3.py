@@ -21,21 +21,22 @@ layers. Export writes models of exactly these designs as a Gemma3ForCausalLM (tr
 
 from __future__ import annotations
 
+from typing import Any
+
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
+    layer_type_rope,
     layer_types_from_hf,
+    layer_types_to_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
-    rope_from_hf,
-    scaling_to_hf,
 )
-from longctx.model.rope import RopeScaling
 
 DEFAULTS = {
     "head_dim": 256,
@@ -63,6 +64,17 @@ LAYER_NAMES = {
 }
 
 
+GEMMA_BLOCK: dict[str, Any] = {
+    "norm_placement": "sandwich",
+    "norm_offset": True,
+    "mlp_activation": "gelu_tanh",
+    "scale_embeddings": True,
+    "qk_norm": "head",
+    "rotary_fraction": 1.0,
+}
+"""ModelConfig's fields at Gemma 3's values: what a Gemma3ForCausalLM computes."""
+
+
 def read(hf: dict, source: str) -> ModelConfig:
     hf = {**DEFAULTS, **hf}
     refuse_true(hf, source, {key: f"longctx has no {meaning}" for key, meaning in UNSUPPORTED.items()})
@@ -74,46 +86,16 @@ def read(hf: dict, source: str) -> ModelConfig:
             "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)
         ]
     layers = layer_types_from_hf(hf, source)
-    parameters = hf.get("rope_parameters") or {}
-    if "full_attention" in parameters or "sliding_attention" in parameters:
-        fields["rope_base"], fields["rope_scaling"] = _rope(hf, source, "full_attention")
-        local_base, local_scaling = _rope(hf, source, "sliding_attention")
-        if local_scaling.type != "none":
-            raise CheckpointError(
-                f"{source}: rope_parameters.sliding_attention.rope_type={local_scaling.type!r} is not supported "
-                "(longctx's sliding layers rotate unscaled)"
-            )
-    else:
+    local_base = layer_type_rope(hf, source, fields)
+    if local_base is None:  # transformers 4.x: the sliding layers' own base
         local_base = float(hf.get("rope_local_base_freq", 10000.0))
     return ModelConfig(
         **fields,
         **layers,
+        **GEMMA_BLOCK,
         sliding_rope_base=local_base if layers else 0.0,
-        qk_norm="head",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
-        norm_placement="sandwich",
-        norm_offset=True,
-        mlp_activation="gelu_tanh",
-        scale_embeddings=True,
         query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]),
     )
-
-
-def _rope(hf: dict, source: str, layer_type: str) -> tuple[float, RopeScaling]:
-    if not hf["rope_parameters"].get(layer_type):
-        raise CheckpointError(f"{source}: rope_parameters has no {layer_type!r} entry")
-    return rope_from_hf(hf, source, layer_type)
-
-
-GEMMA_BLOCK = {
-    "norm_placement": "sandwich",
-    "norm_offset": True,
-    "mlp_activation": "gelu_tanh",
-    "scale_embeddings": True,
-    "qk_norm": "head",
-    "rotary_fraction": 1,
-}
-"""ModelConfig's fields at Gemma 3's values: what a Gemma3ForCausalLM computes."""
 
 
 def write(config: ModelConfig) -> dict:
@@ -125,28 +107,18 @@ def write(config: ModelConfig) -> dict:
         raise CheckpointError(
             "cannot export NoPE layers (model.nope_layers / nope_every) as gemma3_text: every Gemma 3 layer rotates"
         )
-    refuse_qkv_bias(config, "gemma3_text")
-    values = common_hf_config(config, "gemma3_text", "Gemma3ForCausalLM")
-    theta, scaling = scaling_to_hf(config)
-    for key in ("rope_theta", "rope_scaling", "hidden_act"):
-        values.pop(key)
-    kinds = config.layer_kinds()
+    values = common_hf_config(
+        config, "gemma3_text", "Gemma3ForCausalLM", omit=("rope_theta", "rope_scaling", "hidden_act")
+    )
     values.update(
         hidden_activation="gelu_pytorch_tanh",
         query_pre_attn_scalar=_scalar(config.query_pre_attn_scalar or config.head_size),
-        layer_types=[f"{kind}_attention" for kind in kinds],
-        sliding_window=config.sliding_window or config.max_position,
-        rope_parameters={
-            "full_attention": {"rope_type": "default", **(scaling or {}), "rope_theta": theta},
-            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
-        },
+        **layer_types_to_hf(config),
         attention_bias=config.attention_bias == "qkvo",
         attn_logit_softcapping=None,
         final_logit_softcapping=None,
         use_bidirectional_attention=False,
-        bos_token_id=None,  # Gemma3TextConfig's defaults are Gemma's tokenizer's: export_hf writes the run's
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # Gemma3TextConfig's defaults are Gemma's tokenizer's
     )
     return values
 

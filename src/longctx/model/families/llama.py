@@ -14,14 +14,16 @@ from longctx.errors import CheckpointError
 from longctx.model.families.common import Family, common_fields, common_hf_config, refuse_fields, refuse_true
 
 MLP_BIAS = {"mlp_bias": "biases in the MLP projections"}
+MLP_REFUSED = ("mlp_bias: longctx's MLP has no biases", "hidden_act other than silu")
+"""The `refused` lines of MLP_BIAS and `common_fields`' activation check, for the families of Llama's MLP."""
 
 
 def read(hf: dict, source: str) -> ModelConfig:
     refuse_true(hf, source, MLP_BIAS)
     refuse_sliding_window(hf, source)
     fields = common_fields(hf, source)
-    qwen2 = hf["model_type"] == "qwen2"
-    fields["attention_bias"] = "qkv" if qwen2 else "qkvo" if hf.get("attention_bias") else "none"
+    if hf["model_type"] == "qwen2":  # q/k/v biases, always
+        fields["attention_bias"] = "qkv"
     return ModelConfig(**fields)
 
 

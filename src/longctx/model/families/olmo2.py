@@ -8,25 +8,31 @@ Every layer full. Export writes models of these designs as olmo2.
 
 from __future__ import annotations
 
+from typing import Any
+
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
+    refuse_hybrid,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED, PLAIN_BLOCK
 
 LAYER_NAMES = {
     **{ours: theirs for ours, theirs in LLAMA_LAYER_NAMES.items() if "norm.weight" not in ours or "attn." in ours},
     "attn_post_norm.weight": "post_attention_layernorm.weight",
     "mlp_post_norm.weight": "post_feedforward_layernorm.weight",
 }
+
+OLMO_BLOCK: dict[str, Any] = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1.0}
+"""ModelConfig's block fields at OLMo 2's values (OLMo 3's and OLMo Hybrid's full layers too)."""
 
 
 def read(hf: dict, source: str) -> ModelConfig:
@@ -36,27 +42,17 @@ def read(hf: dict, source: str) -> ModelConfig:
         raise CheckpointError(f"{source}: layer_types with sliding layers is not supported for olmo2 (olmo3 has them)")
     return ModelConfig(
         **fields,
-        qk_norm="projection",
-        norm_placement="post",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
+        **OLMO_BLOCK,
     )
 
 
 def write(config: ModelConfig) -> dict:
     """An Olmo2ForCausalLM: post-norm blocks, qk-norm over the projections, full layers."""
-    if config.is_hybrid:
-        raise CheckpointError(
-            "cannot export a model with sliding or NoPE layers as olmo2 (model.layer_types / global_every / "
-            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
-        )
-    plain = {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
-    refuse_fields(config, "OLMo 2", plain)
-    refuse_qkv_bias(config, "olmo2")
+    refuse_hybrid(config, "olmo2")
+    refuse_fields(config, "OLMo 2", OLMO_BLOCK)
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
-    # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's: export_hf writes the run's.
-    values.update(
-        attention_bias=config.attention_bias == "qkvo", bos_token_id=None, eos_token_id=None, pad_token_id=None
-    )
+    # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's.
+    values.update(attention_bias=config.attention_bias == "qkvo", **NO_SPECIAL_IDS)
     return values
 
 
@@ -65,10 +61,6 @@ OLMO2 = Family(
     "Olmo2ForCausalLM",
     read,
     layer_names=LAYER_NAMES,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "sliding layer_types (OLMo 3's design: model_type olmo3)",
-    ),
+    refused=(*MLP_REFUSED, "sliding layer_types (OLMo 3's design: model_type olmo3)"),
     write=write,
 )

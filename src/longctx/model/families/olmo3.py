@@ -13,18 +13,18 @@ from __future__ import annotations
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
+    layer_type_rope,
     layer_types_from_hf,
+    layer_types_to_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
-    rope_from_hf,
-    scaling_to_hf,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
-from longctx.model.families.olmo2 import LAYER_NAMES
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED
+from longctx.model.families.olmo2 import LAYER_NAMES, OLMO_BLOCK
 
 DEFAULTS = {"rope_theta": 500000.0, "sliding_window": 4096, "max_position_embeddings": 2048}
 """Olmo3Config's defaults for fields a config.json may omit."""
@@ -38,27 +38,14 @@ def read(hf: dict, source: str) -> ModelConfig:
         n_layers = hf["num_hidden_layers"]
         hf["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
     layers = layer_types_from_hf(hf, source)
-    parameters = hf.get("rope_parameters") or {}
-    if "full_attention" in parameters or "sliding_attention" in parameters:
-        for layer_type in ("full_attention", "sliding_attention"):
-            if not parameters.get(layer_type):
-                raise CheckpointError(f"{source}: rope_parameters has no {layer_type!r} entry")
-        fields["rope_base"], fields["rope_scaling"] = rope_from_hf(hf, source, "full_attention")
-        local_base, local_scaling = rope_from_hf(hf, source, "sliding_attention")
-        if local_scaling.type != "none":
-            raise CheckpointError(
-                f"{source}: rope_parameters.sliding_attention.rope_type={local_scaling.type!r} is not supported "
-                "(longctx's sliding layers rotate unscaled)"
-            )
-    else:
+    local_base = layer_type_rope(hf, source, fields)
+    if local_base is None:  # transformers 4.x: `rope_theta` for both, scaled on the full layers only
         local_base = float(hf["rope_theta"])
     return ModelConfig(
         **fields,
         **layers,
         sliding_rope_base=local_base if layers else 0.0,
-        qk_norm="projection",
-        norm_placement="post",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
+        **OLMO_BLOCK,
     )
 
 
@@ -69,25 +56,12 @@ def write(config: ModelConfig) -> dict:
         raise CheckpointError(
             "cannot export NoPE layers (model.nope_layers / nope_every) as olmo3: every layer rotates"
         )
-    refuse_fields(
-        config, "OLMo 3", {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1}
-    )
-    refuse_qkv_bias(config, "olmo3")
-    values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM")
-    theta, scaling = scaling_to_hf(config)
-    for key in ("rope_theta", "rope_scaling"):
-        values.pop(key)
+    refuse_fields(config, "OLMo 3", OLMO_BLOCK)
+    values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
-        layer_types=[f"{kind}_attention" for kind in config.layer_kinds()],
-        sliding_window=config.sliding_window or config.max_position,
-        rope_parameters={
-            "full_attention": {"rope_type": "default", **(scaling or {}), "rope_theta": theta},
-            "sliding_attention": {"rope_type": "default", "rope_theta": config.sliding_rope_base or config.rope_base},
-        },
+        **layer_types_to_hf(config),
         attention_bias=config.attention_bias == "qkvo",
-        bos_token_id=None,  # Olmo3Config's default ids are OLMo's tokenizer's: export_hf writes the run's
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # Olmo3Config's default ids are OLMo's tokenizer's
     )
     return values
 
@@ -97,10 +71,6 @@ OLMO3 = Family(
     "Olmo3ForCausalLM",
     read,
     layer_names=LAYER_NAMES,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled",
-    ),
+    refused=(*MLP_REFUSED, "rope scaling on the sliding layers: longctx's sliding layers rotate unscaled"),
     write=write,
 )

@@ -29,16 +29,15 @@ from longctx.config.linear_attention import LinearAttention
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
     refuse_fields,
-    refuse_qkv_bias,
-    scaling_to_hf,
+    rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
-from longctx.model.families.llama import PLAIN_BLOCK
-from longctx.model.families.olmo2 import LAYER_NAMES
+from longctx.model.families.olmo2 import LAYER_NAMES, OLMO_BLOCK
 from longctx.model.families.stored import Join, StoredForm
 
 DEFAULTS = {"rms_norm_eps": 1e-6, "max_position_embeddings": 65536}
@@ -109,9 +108,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         **fields,
         layer_types=kinds,
         nope_layers=[i for i, kind in enumerate(kinds) if kind == "full"] if nope else None,
-        qk_norm="projection",
-        norm_placement="post",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
+        **OLMO_BLOCK,
         linear_attention=linear,
     )
 
@@ -120,11 +117,7 @@ def write(config: ModelConfig) -> dict:
     """An OlmoHybridForCausalLM: `layer_types`, the linear layers' heads, RoPE as
     `rope_parameters` or `rope_theta` null where every full layer is NoPE."""
     layer_types = check_layout(config, "olmo_hybrid")
-    refuse_fields(
-        config,
-        "OLMo Hybrid",
-        {**PLAIN_BLOCK, "norm_placement": "post", "qk_norm": "projection", "rotary_fraction": 1},
-    )
+    refuse_fields(config, "OLMo Hybrid", OLMO_BLOCK)
     if config.head_size * config.n_heads != config.d_model:
         raise CheckpointError(
             f"cannot export model.head_dim={config.head_dim} as olmo_hybrid: its head_dim is hidden_size / "
@@ -137,7 +130,6 @@ def write(config: ModelConfig) -> dict:
             "linear layers are pre-norm blocks ('pre')"
         )
     heads = linear_heads(config)
-    refuse_qkv_bias(config, "olmo_hybrid")
     full = {i for i, kind in enumerate(config.layer_kinds()) if kind == "full"}
     nope = full & config.nope_indices()
     if nope and nope != full:
@@ -145,21 +137,16 @@ def write(config: ModelConfig) -> dict:
             f"cannot export NoPE full layers {sorted(nope)} beside rotating ones {sorted(full - nope)} as "
             "olmo_hybrid: its full layers all rotate or (rope_theta null) none (model.nope_layers / nope_every)"
         )
-    values = common_hf_config(config, "olmo_hybrid", "OlmoHybridForCausalLM")
-    theta, scaling = scaling_to_hf(config)
-    for key in ("rope_theta", "rope_scaling", "head_dim"):
-        values.pop(key)
+    values = common_hf_config(
+        config, "olmo_hybrid", "OlmoHybridForCausalLM", omit=("rope_theta", "rope_scaling", "head_dim")
+    )
     values.update(
         layer_types=layer_types,
-        rope_parameters={"rope_type": "default", "rope_theta": None}
-        if nope
-        else {"rope_type": "default", **(scaling or {}), "rope_theta": theta},
+        rope_parameters={"rope_type": "default", "rope_theta": None} if nope else rope_parameters_to_hf(config),
         attention_bias=config.attention_bias == "qkvo",
         linear_allow_neg_eigval=spec.allow_neg_eigval,
         **heads,
-        bos_token_id=None,  # OlmoHybridConfig's default ids are OLMo's tokenizer's: export_hf writes the run's
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # OlmoHybridConfig's default ids are OLMo's tokenizer's
     )
     return values
 

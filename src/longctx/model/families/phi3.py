@@ -27,6 +27,7 @@ from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
@@ -77,6 +78,7 @@ def read(hf: dict, source: str) -> ModelConfig:
         fields["rope_scaling"] = longrope_from_hf(hf, parameters, kind, int(head_dim * fraction) // 2, source)
     else:
         fields = common_fields(hf, source)
+    fields["attention_bias"] = "none"  # transformers' Phi-3 has no biases, whatever a file says
     window = hf.get("sliding_window")
     layers: dict = {}
     if window is not None and window < fields["max_position"]:
@@ -162,9 +164,7 @@ def write(config: ModelConfig) -> dict:
         original_max_position_embeddings=original,
         partial_rotary_factor=config.rotary_fraction,
         sliding_window=config.sliding_window if "sliding" in kinds else None,
-        bos_token_id=None,  # Phi3Config's defaults are Phi's tokenizer's (32,000): export_hf writes the run's
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # Phi3Config's defaults are Phi's tokenizer's (32,000)
     )
     return values
 

@@ -17,10 +17,10 @@ from longctx.model.families.common import (
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
+    refuse_hybrid,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED, PLAIN_BLOCK
 
 DEFAULTS = {"head_dim": 128, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768}
 """Qwen3Config's defaults for fields a config.json may omit."""
@@ -40,19 +40,13 @@ def read(hf: dict, source: str) -> ModelConfig:
         **fields,
         **layers,
         qk_norm="head",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
     )
 
 
 def write(config: ModelConfig) -> dict:
     """A Qwen3ForCausalLM: per-head qk-norm, every layer full and rotating."""
-    if config.is_hybrid:
-        raise CheckpointError(
-            "cannot export a model with sliding or NoPE layers as qwen3 (model.layer_types / global_every / "
-            "nope_layers / nope_every): evaluate the checkpoint with longctx itself"
-        )
+    refuse_hybrid(config, "qwen3")
     refuse_fields(config, "Qwen3", {"qk_norm": "head", "rotary_fraction": 1, **PLAIN_BLOCK})
-    refuse_qkv_bias(config, "qwen3")
     values = common_hf_config(config, "qwen3", "Qwen3ForCausalLM")
     values.update(
         attention_bias=config.attention_bias == "qkvo",
@@ -68,8 +62,7 @@ QWEN3 = Family(
     "Qwen3ForCausalLM",
     read,
     refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
+        *MLP_REFUSED,
         "use_sliding_window=true together with rope scaling: longctx's sliding layers rotate unscaled",
     ),
     write=write,

@@ -26,14 +26,15 @@ from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
     LLAMA_LAYER_NAMES,
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
     refuse_fields,
-    refuse_qkv_bias,
-    scaling_to_hf,
+    rope_parameters_to_hf,
 )
 from longctx.model.families.hybrid import LINEAR_COMMON, check_layout, hybrid_layer_types, linear_heads
+from longctx.model.families.llama import PLAIN_BLOCK
 from longctx.model.families.stored import StoredForm
 
 DEFAULTS = {
@@ -112,7 +113,6 @@ def read(hf: dict, source: str) -> ModelConfig:
         qk_norm="head",
         norm_offset=True,
         attention_gate="elementwise",
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",
         rotary_fraction=float(fraction),
         partial_rotary="first",
         linear_attention=linear,
@@ -135,18 +135,8 @@ def write(config: ModelConfig) -> dict:
     """A dense Qwen3NextForCausalLM (num_experts 0): `layer_types`, the linear layers' heads,
     RoPE with `partial_rotary_factor` in `rope_parameters`."""
     layer_types = check_layout(config, "qwen3_next")
-    refuse_fields(
-        config,
-        "Qwen3-Next",
-        {
-            "norm_placement": "pre",
-            "mlp_activation": "silu",
-            "scale_embeddings": False,
-            "query_pre_attn_scalar": 0.0,
-            "qk_norm": "head",
-            "attention_gate": "elementwise",
-        },
-    )
+    llama_block = {key: value for key, value in PLAIN_BLOCK.items() if key != "norm_offset"}  # either offset writes
+    refuse_fields(config, "Qwen3-Next", {**llama_block, "qk_norm": "head", "attention_gate": "elementwise"})
     if config.linear_attention.norm_placement not in ("", "pre"):
         raise CheckpointError(
             f"cannot export model.linear_attention.norm_placement={config.linear_attention.norm_placement!r} as "
@@ -163,27 +153,16 @@ def write(config: ModelConfig) -> dict:
             f"cannot export NoPE full layers {nope} as qwen3_next: its full layers rotate (model.nope_layers / "
             "nope_every)"
         )
-    refuse_qkv_bias(config, "qwen3_next")
-    values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM")
-    theta, scaling = scaling_to_hf(config)
-    for key in ("rope_theta", "rope_scaling"):
-        values.pop(key)
+    values = common_hf_config(config, "qwen3_next", "Qwen3NextForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
         layer_types=layer_types,
-        rope_parameters={
-            "rope_type": "default",
-            **(scaling or {}),
-            "rope_theta": theta,
-            "partial_rotary_factor": config.rotary_fraction,
-        },
+        rope_parameters={**rope_parameters_to_hf(config), "partial_rotary_factor": config.rotary_fraction},
         attention_bias=config.attention_bias == "qkvo",
         num_experts=0,
         mlp_only_layers=[],
         decoder_sparse_step=1,
         **linear_heads(config),
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,
     )
     return values
 

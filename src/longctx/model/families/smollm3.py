@@ -10,15 +10,15 @@ from __future__ import annotations
 from longctx.config.model import ModelConfig
 from longctx.errors import CheckpointError
 from longctx.model.families.common import (
+    NO_SPECIAL_IDS,
     Family,
     common_fields,
     common_hf_config,
     layer_types_from_hf,
     refuse_fields,
-    refuse_qkv_bias,
     refuse_true,
 )
-from longctx.model.families.llama import MLP_BIAS, PLAIN_BLOCK
+from longctx.model.families.llama import MLP_BIAS, MLP_REFUSED, PLAIN_BLOCK
 
 DEFAULTS = {"rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "tie_word_embeddings": True}
 """SmolLM3Config's defaults for fields a config.json may omit."""
@@ -45,9 +45,7 @@ def read(hf: dict, source: str) -> ModelConfig:
             f"{source}: layer {rotating_sliding[0]} slides and rotates with rope scaling "
             f"{fields['rope_scaling'].type!r}: not supported (longctx's sliding layers rotate unscaled)"
         )
-    return ModelConfig(
-        **fields, **layers, nope_layers=nope or None, attention_bias="qkvo" if hf.get("attention_bias") else "none"
-    )
+    return ModelConfig(**fields, **layers, nope_layers=nope or None)
 
 
 def write(config: ModelConfig) -> dict:
@@ -58,7 +56,6 @@ def write(config: ModelConfig) -> dict:
             "evaluate the checkpoint with longctx itself"
         )
     refuse_fields(config, "SmolLM3", {"qk_norm": "none", "rotary_fraction": 1, **PLAIN_BLOCK})
-    refuse_qkv_bias(config, "smollm3")
     nope = config.nope_indices()
     values = common_hf_config(config, "smollm3", "SmolLM3ForCausalLM")
     values.update(
@@ -68,9 +65,7 @@ def write(config: ModelConfig) -> dict:
         layer_types=["full_attention"] * config.n_layers,
         attention_bias=config.attention_bias == "qkvo",
         mlp_bias=False,
-        bos_token_id=None,  # SmolLM3Config's defaults are Llama 3's ids, outside most vocabularies
-        eos_token_id=None,
-        pad_token_id=None,
+        **NO_SPECIAL_IDS,  # SmolLM3Config's defaults are Llama 3's ids, outside most vocabularies
     )
     return values
 
@@ -79,10 +74,6 @@ SMOLLM3 = Family(
     "smollm3",
     "SmolLM3ForCausalLM",
     read,
-    refused=(
-        "mlp_bias: longctx's MLP has no biases",
-        "hidden_act other than silu",
-        "a sliding layer that rotates, with rope scaling: longctx's sliding layers rotate unscaled",
-    ),
+    refused=(*MLP_REFUSED, "a sliding layer that rotates, with rope scaling: longctx's sliding layers rotate unscaled"),
     write=write,
 )
