@@ -43,6 +43,7 @@ from pathlib import Path
 import pandas as pd
 
 from longctx.analysis import wandb_offline
+from longctx.train.resume_check import dotted
 
 COLUMNS = ["run", "step", "metric", "value"]
 METRICS_FILE = "metrics.jsonl"
@@ -277,17 +278,7 @@ def _online_records(run_path: str) -> list[tuple[int, str, float]]:
     import wandb
 
     run = wandb.Api().run(run_path)
-    return _wandb_records(_flatten(row) for row in run.scan_history())
-
-
-def _flatten(row: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in row.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+    return _wandb_records(dotted(row) for row in run.scan_history())
 
 
 def _scalar(value) -> bool:

@@ -53,11 +53,12 @@ RESUME_FIXED = (
 """Dotted config keys (or sections) a resumed run must share with its checkpoint."""
 
 
-def _flat(values: dict, prefix: str = "") -> dict[str, object]:
+def dotted(values: dict, prefix: str = "") -> dict[str, object]:
+    """A nested dict as one level keyed by dotted paths ({"a": {"b": 1}} -> {"a.b": 1})."""
     flat: dict[str, object] = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
+            flat.update(dotted(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -65,7 +66,7 @@ def _flat(values: dict, prefix: str = "") -> dict[str, object]:
 
 def resume_mismatches(saved: dict, config: ExperimentConfig) -> list[str]:
     """'key: checkpoint VALUE, this run VALUE' for every `RESUME_FIXED` key that differs."""
-    old, new = _flat(saved), _flat(as_dict(config))
+    old, new = dotted(saved), dotted(as_dict(config))
     mismatches = []
     for key in sorted(set(old) | set(new)):
         if not any(key == fixed or key.startswith(f"{fixed}.") for fixed in RESUME_FIXED):
