@@ -252,17 +252,12 @@ def _dense_mask(document_ids: torch.Tensor, q_len: int, window: int = 0) -> torc
 
 
 def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     if sinks is not None:
-        out = dense_with_sinks(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask.extra, scale, sinks)
-        return out.transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        attn_mask=mask.extra,
-        scale=scale,
-        enable_gqa=q.shape[2] != k.shape[2],
-    )
+        out = dense_with_sinks(q, k, v, mask.extra, scale, sinks)
+    else:
+        gqa = q.shape[1] != k.shape[1]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.extra, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)
 
 
@@ -317,13 +312,17 @@ def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: in
 
 
 def _call(q, k, v, attn_mask, scale: float, sinks, is_causal: bool = False) -> torch.Tensor:
-    """One kernel call of the varlen backend on [H, T, D] (with the sinks: model/sinks.py)."""
+    """One kernel call of the varlen backend on q [Tq, H, D], k/v [Tk, Hkv, D], heads first
+    for the kernel (with the sinks: model/sinks.py); returns [Tq, H, D]."""
+    q, k, v = (t.transpose(0, 1) for t in (q, k, v))
     if sinks is not None:
-        return sdpa_with_sinks(q, k, v, sinks, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
-    gqa = q.shape[0] != k.shape[0]
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
-    )
+        out = sdpa_with_sinks(q, k, v, sinks, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
+    else:
+        gqa = q.shape[0] != k.shape[0]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+        )
+    return out.transpose(0, 1)
 
 
 def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None) -> torch.Tensor:
@@ -341,16 +340,7 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None)
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
                 attn_mask = _allowed(docs, docs, index, index)
-            out = _call(
-                qc.transpose(0, 1),
-                kc.transpose(0, 1),
-                vc.transpose(0, 1),
-                attn_mask,
-                scale,
-                sinks,
-                is_causal=attn_mask is None,
-            )
-            pieces.append(out.transpose(0, 1))
+            pieces.append(_call(qc, kc, vc, attn_mask, scale, sinks, is_causal=attn_mask is None))
         rows.append(torch.cat(pieces, dim=0))
     return torch.stack(rows, dim=0)
 
@@ -380,15 +370,7 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, 
                     positions[k_start:k_end],
                     window,
                 )
-            out = _call(
-                q[b, q_start:q_end].transpose(0, 1),
-                k[b, k_start:k_end].transpose(0, 1),
-                v[b, k_start:k_end].transpose(0, 1),
-                allowed,
-                scale,
-                sinks,
-            )
-            blocks.append(out.transpose(0, 1))
+            blocks.append(_call(q[b, q_start:q_end], k[b, k_start:k_end], v[b, k_start:k_end], allowed, scale, sinks))
         rows.append(torch.cat(blocks, dim=0))
     return torch.stack(rows, dim=0)
 
@@ -470,23 +452,10 @@ def _flex_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Ten
             "attention backend 'flex' has no backward on CPU in torch 2.14; "
             "train with backend 'varlen' (or run flex under torch.no_grad())"
         )
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     if sinks is not None:
-        out = flex_with_sinks(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            mask.extra,
-            scale,
-            sinks,
-            compiled=_compiled_flex_attention(),
-        )
-        return out.transpose(1, 2)
-    out = _compiled_flex_attention()(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        block_mask=mask.extra,
-        scale=scale,
-        enable_gqa=q.shape[2] != k.shape[2],
-    )
+        out = flex_with_sinks(q, k, v, mask.extra, scale, sinks, compiled=_compiled_flex_attention())
+    else:
+        gqa = q.shape[1] != k.shape[1]
+        out = _compiled_flex_attention()(q, k, v, block_mask=mask.extra, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)

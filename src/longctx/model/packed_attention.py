@@ -48,6 +48,13 @@ class _FlashSegments:
     max_k: int
     kernel: flash.VarlenKernel
 
+    def attend(self, q, k, v, *, scale: float, window: tuple[int, int], lse: bool = False):
+        """`flash.varlen_flash` over these segments: (out, lse or None)."""
+        cu_q, cu_k = self.cu_seqlens_q, self.cu_seqlens_k
+        return flash.varlen_flash(
+            q, k, v, cu_q, cu_k, self.max_q, self.max_k, scale=scale, window=window, lse=lse, kernel=self.kernel
+        )
+
 
 def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | None = None) -> _FlashSegments:
     _, k_lengths, q_lengths = document_segments(document_ids, q_len)
@@ -61,22 +68,12 @@ def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | 
 def _flash_attention(q, k, v, mask: Any, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
     seg: _FlashSegments = mask.extra
     batch, q_len, heads, dim = q.shape
+    packed = (q.reshape(-1, heads, dim), k.reshape(-1, k.shape[2], dim), v.reshape(-1, v.shape[2], dim))
+    window = _flash_window(q_len, mask.window)
     if sinks is not None:
-        packed = (q.reshape(-1, heads, dim), k.reshape(-1, k.shape[2], dim), v.reshape(-1, v.shape[2], dim))
-        out = flash_with_sinks(*packed, seg, _flash_window(q_len, mask.window), scale, sinks)
-        return out.reshape(batch, q_len, heads, dim)
-    out, _ = flash.varlen_flash(
-        q.reshape(-1, heads, dim),
-        k.reshape(-1, k.shape[2], dim),
-        v.reshape(-1, v.shape[2], dim),
-        seg.cu_seqlens_q,
-        seg.cu_seqlens_k,
-        seg.max_q,
-        seg.max_k,
-        scale=scale,
-        window=_flash_window(q_len, mask.window),
-        kernel=seg.kernel,
-    )
+        out = flash_with_sinks(*packed, seg, window, scale, sinks)
+    else:
+        out, _ = seg.attend(*packed, scale=scale, window=window)
     return out.reshape(batch, q_len, heads, dim)
 
 

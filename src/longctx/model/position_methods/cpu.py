@@ -25,7 +25,7 @@ from longctx.batch import document_segments
 from longctx.model.position_methods.plan import UNBOUNDED, PassPlan, PositionPlan
 from longctx.model.position_methods.plan import merge as _merge
 from longctx.model.rope import apply_rotary
-from longctx.model.sinks import apply_sinks
+from longctx.model.sinks import apply_sinks, attend_math
 
 MIN_BULK_FRACTION = 0.5
 """A query block attends its common keys unmasked in a call of their own only when they are
@@ -373,7 +373,7 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     a [Tq, Tk] boolean mask. Every query must see some key. Returns the output [N, Tq, H, D]
     and log-sum-exp [N, Tq, H] in fp32 (fp64 for fp64 inputs). On CPU without autograd this
     is torch's fused flash kernel, which skips the masked half of a causal square; with
-    autograd recording, and elsewhere, explicit math (`_attend_math`): the fused kernel's
+    autograd recording, and elsewhere, explicit math (sinks.attend_math): the fused kernel's
     backward drops the log-sum-exp's gradient, which the merge of passes needs (without it
     q and k gradients are off by ~10-30% at a few hundred tokens)."""
     q4, k4, v4 = (t.transpose(1, 2) for t in (q, k, v))
@@ -386,7 +386,7 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
             q4, k4, v4, 0.0, causal, attn_mask=bias, scale=scale
         )
     else:
-        out, lse = _attend_math(q4, k4, v4, bias, causal, scale)
+        out, lse = attend_math(q4, k4, v4, bias, causal, scale)
     merge_dtype = torch.promote_types(q.dtype, torch.float32)
     return out.transpose(1, 2).to(merge_dtype), lse.transpose(1, 2).to(merge_dtype)
 
@@ -400,24 +400,3 @@ def _empty_rows(
     if empty is None or not bool(empty.any()):
         return out, lse
     return out.masked_fill(empty[:, None, None], 0.0), lse.masked_fill(empty[:, None], -math.inf)
-
-
-def _attend_math(q, k, v, bias, causal: bool, scale: float):
-    """The reference for devices without the CPU kernel and for autograd: q [N, H, Tq, D],
-    k/v [N, Hkv, Tk, D], in fp32 (fp64 for fp64 inputs)."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    compute = torch.promote_types(q.dtype, torch.float32)
-    scores = torch.einsum("bhqd,bhkd->bhqk", q.to(compute), k.to(compute)) * scale
-    if causal:
-        scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), -math.inf)
-    if bias is not None:
-        scores = scores + bias.to(compute)
-    # A query that sees no key outputs 0 with lse -inf; its scores are zeroed first, so that
-    # no inf - inf (NaN) reaches autograd.
-    empty = torch.isneginf(scores).all(-1, keepdim=True)
-    scores = scores.masked_fill(empty, 0.0)
-    lse = scores.logsumexp(-1, keepdim=True)
-    weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
-    out = torch.einsum("bhqk,bhkd->bhqd", weights, v.to(compute))
-    return out, lse.squeeze(-1).masked_fill(empty.squeeze(-1), -math.inf)
