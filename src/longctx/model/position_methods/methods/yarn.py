@@ -27,15 +27,8 @@ def yarn_method(
     scaling = RopeScaling(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
-    rotary = RotaryEmbedding(
-        head_dim,
-        base,
-        scaling,
-        training_length,
-        position_scale,
-        rotary_fraction=rotary_fraction,
-        partial_rotary=partial_rotary,
-    )
+    partial = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
+    rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale, **partial)
     params = {
         "factor": factor,
         "original_max_position": original_max_position,
