@@ -156,12 +156,9 @@ class WeightFiles:
         for index, opener in ((SAFETENSORS_INDEX, SafetensorsFile), (BIN_INDEX, BinFile)):
             if (directory / index).exists():
                 return cls([opener(path) for path in _shards(directory / index)])
-        safetensors = sorted(directory.glob("*.safetensors"))
-        if safetensors:
-            return cls([SafetensorsFile(path) for path in safetensors])
-        bins = sorted(directory.glob("pytorch_model*.bin"))
-        if bins:
-            return cls([BinFile(path) for path in bins])
+        for pattern, opener in (("*.safetensors", SafetensorsFile), ("pytorch_model*.bin", BinFile)):
+            if paths := sorted(directory.glob(pattern)):
+                return cls([opener(path) for path in paths])
         raise CheckpointError(
             f"{directory}: no weights: looked for {SAFETENSORS_INDEX}, *.safetensors, {BIN_INDEX} "
             "and pytorch_model*.bin"

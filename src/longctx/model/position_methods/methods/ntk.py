@@ -21,7 +21,7 @@ def ntk_method(
     """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`; d: the
     channels the frequencies are computed over, R under `first` partial rotation)."""
     scaling = RopeScaling("ntk", factor=factor)
-    partial = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
+    partial: dict = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
     rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale, **partial)
     return rope_method(rotary, "ntk", {"factor": factor})
 

@@ -27,7 +27,7 @@ def yarn_method(
     scaling = RopeScaling(
         "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
     )
-    partial = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
+    partial: dict = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
     rotary = RotaryEmbedding(head_dim, base, scaling, training_length, position_scale, **partial)
     params = {
         "factor": factor,
