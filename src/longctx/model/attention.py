@@ -406,29 +406,13 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
 
     With a window W, start(q) becomes max(start(q), q - W + 1), the first key q sees; it
     still never decreases with q, so the same two rules hold."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     kv_len = document_ids.shape[1]
     offset = kv_len - q_len
     device = document_ids.device
-    q_blocks, kv_blocks = -(-q_len // FLEX_BLOCK), -(-kv_len // FLEX_BLOCK)
+    q_blocks = -(-q_len // FLEX_BLOCK)
     first = offset + torch.arange(q_blocks, device=device) * FLEX_BLOCK  # [Qb] first query, key coordinates
     last = torch.clamp(first + FLEX_BLOCK, max=kv_len) - 1
-    starts = document_start_index(document_ids)  # [B, Tk]
-    if window:
-        starts = torch.maximum(starts, torch.arange(kv_len, device=device) - window + 1)
-    seen_from = starts[:, first, None]  # [B, Qb, 1]
-    key_first = torch.arange(kv_blocks, device=device) * FLEX_BLOCK  # [Kb]
-    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
-    any_seen = (key_last >= seen_from) & (key_first <= last[:, None])
-    whole = ((last - first + 1) == FLEX_BLOCK)[:, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
-    full = whole & (key_first >= starts[:, last, None]) & (key_last <= first[:, None])
-    partial = any_seen & ~full
-
-    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]: one head dimension, broadcast
-        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
-        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
+    whole = (last - first + 1) == FLEX_BLOCK
 
     def document_causal(b, h, q_idx, kv_idx):
         query = q_idx + offset
@@ -437,11 +421,47 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
     def document_window(b, h, q_idx, kv_idx):
         return document_causal(b, h, q_idx, kv_idx) & (q_idx + offset - kv_idx < window)
 
+    batch_first, batch_last = (t.expand(document_ids.shape[0], -1) for t in (first, last))
+    mask_mod = document_window if window else document_causal
+    return flex_block_mask(batch_first, batch_last, whole, first_seen_keys(document_ids, window), q_len, mask_mod)
+
+
+def first_seen_keys(document_ids: torch.Tensor, window: int) -> torch.Tensor:
+    """[B, Tk]: the first key each key position, as a query, sees: its document's start, or
+    with a window W max(that, q - W + 1)."""
+    starts = document_start_index(document_ids)
+    if window:
+        starts = torch.maximum(starts, torch.arange(document_ids.shape[1], device=starts.device) - window + 1)
+    return starts
+
+
+def flex_block_mask(
+    first: torch.Tensor, last: torch.Tensor, whole: torch.Tensor, starts: torch.Tensor, q_len: int, mask_mod
+):
+    """The BlockMask of query blocks whose queries lie between key indices `first` and `last`
+    [B, Qb] (`whole` [Qb]: the block holds FLEX_BLOCK queries) and see keys [starts[q], q]
+    (`first_seen_keys`), by the rules of `_flex_block_mask`'s docstring (also
+    sequence_shard's `_flex_shard_mask`)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    kv_len = starts.shape[1]
+    key_first = torch.arange(-(-kv_len // FLEX_BLOCK), device=starts.device) * FLEX_BLOCK  # [Kb]
+    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
+    any_seen = (key_last >= starts.gather(1, first)[..., None]) & (key_first <= last[..., None])
+    full_blocks = whole[:, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
+    full = full_blocks & (key_first >= starts.gather(1, last)[..., None]) & (key_last <= first[..., None])
+    partial = any_seen & ~full
+
+    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]: one head dimension, broadcast
+        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
+
     return BlockMask.from_kv_blocks(
         *ordered(partial),
         *ordered(full),
         BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
-        mask_mod=document_window if window else document_causal,
+        mask_mod=mask_mod,
         seq_lengths=(q_len, kv_len),
     )
 
