@@ -35,10 +35,9 @@ by every pass, rather than once per kernel call.
 
 Backward: torch's varlen_attn (2.11 and 2.14) registers a backward that drops the
 gradient of the lse, which the merge needs (a pass's weight in the merge is a function of
-its lse). So when autograd records, each call's lse gets the missing term back exactly
-(model/sinks.py's `lse_with_gradient`): d lse_i / d q_i = s sum_j P_ij k_j and d lse_i / d k_j = s P_ij q_i
-(s the softmax scale, P the call's attention weights), both read off one more kernel call
-that attends with the keys as values.
+its lse). So when autograd records, each call's lse gets the missing term back exactly,
+read off one more kernel call that attends with the keys as values (model/sinks.py's
+`lse_with_gradient`, which states the formula).
 
 No [T, T] tensor exists anywhere: memory is O(T) per call. Decoding with a KV cache (one
 query per row) is the same layout with one query per document.
