@@ -95,16 +95,14 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     columns = (first, end, common_first, common_end, has_empty, covered.any(-1))
     return [
         [
-            _spans(kv_len, *block) if block[-1] else None
+            _spans(kv_len, *block[:-1]) if block[-1] else None
             for block in zip(*(column.tolist() for column in row), strict=True)
         ]
         for row in zip(*columns, strict=True)
     ]
 
 
-def _spans(
-    kv_len: int, first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool
-) -> KeySpans:
+def _spans(kv_len: int, first: int, end: int, common_first: int, common_end: int, has_empty: bool) -> KeySpans:
     bulk_len = max(common_end - common_first, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
     if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
