@@ -277,7 +277,7 @@ def _varlen_plan(document_ids: torch.Tensor, q_len: int, window: int = 0) -> _Va
     # first query, so its cost is T x (block + W) rather than sum |doc|^2.
     if q_len == document_ids.shape[1] and not window:
         return _VarlenPlan(chunks=[_row_chunks(row) for row in document_start_mask(document_ids)], starts=None)
-    return _VarlenPlan(chunks=None, starts=_document_starts(document_ids))
+    return _VarlenPlan(chunks=None, starts=document_start_index(document_ids).tolist())
 
 
 def _row_chunks(is_start: torch.Tensor) -> list[tuple[int, int, bool]]:
@@ -297,11 +297,6 @@ def _row_chunks(is_start: torch.Tensor) -> list[tuple[int, int, bool]]:
     if group_start is not None:
         chunks.append((group_start, is_start.shape[0], True))
     return chunks
-
-
-def _document_starts(document_ids: torch.Tensor) -> list[list[int]]:
-    """For each row, the key index where the document of each key position starts."""
-    return document_start_index(document_ids).tolist()
 
 
 def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int, sinks=None) -> torch.Tensor:

@@ -218,7 +218,8 @@ class DecodeGraph:
         self.replay: Recorded | None = None
         self.steps = 0
         self.warmed: int | None = None
-        """The shape (`_shape`) of the last eager step, run inside the recorder's warm-up."""
+        """The shape (the keys a sliding layer reads) of the last eager step, run inside the
+        recorder's warm-up."""
         autocast = torch.is_autocast_enabled(device.type) and self.record is not None
         self.casts = WeightCasts(torch.get_autocast_dtype(device.type)) if autocast else None
         """Recorded steps under autocast read weights cast once (`WeightCasts`)."""
@@ -237,7 +238,9 @@ class DecodeGraph:
             return out
         if self.record is None:
             return self._forward()
-        shape = self._shape()
+        # what a recorded step fixes besides the cache's buffers: the keys a sliding layer
+        # reads, min(length, W - 1) + 1 (1 without sliding layers: every step alike)
+        shape = self.cache.window_span(1)
         if shape != self.warmed:  # the first call of this shape runs eagerly, as a warm-up
             with self.record.warm_up():
                 out = self._forward()
@@ -259,8 +262,3 @@ class DecodeGraph:
                 attention_backend=self.attention_backend,
             )
         return self._last
-
-    def _shape(self) -> int:
-        """What a recorded step fixes besides the cache's buffers: the keys a sliding layer
-        reads, min(length, W - 1) + 1 (1 without sliding layers: every step alike)."""
-        return self.cache.window_span(1)
