@@ -20,21 +20,6 @@ from longctx.model.sinks import flash_with_sinks
 
 
 @dataclass
-class _Segments:
-    """Documents of all rows laid end to end: key and query lengths per segment."""
-
-    cu_seqlens_k: torch.Tensor
-    cu_seqlens_q: torch.Tensor
-    k_lengths: list[int]
-    q_lengths: list[int]
-
-
-def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    return _Segments(cu_seqlens(k_lengths), cu_seqlens(q_lengths), k_lengths.tolist(), q_lengths.tolist())
-
-
-@dataclass
 class _FlashSegments:
     """The flash kernel's view of a batch; the max lengths are host ints, read once here, not
     per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
@@ -88,8 +73,8 @@ def _flash_window(q_len: int, window: int) -> tuple[int, int]:
 def _xformers_bias(document_ids: torch.Tensor, q_len: int, window: int = 0):
     from xformers.ops.fmha.attn_bias import BlockDiagonalCausalFromBottomRightMask
 
-    seg = _segments(document_ids, q_len)
-    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(seg.q_lengths, kv_seqlen=seg.k_lengths)
+    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
+    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(q_lengths.tolist(), kv_seqlen=k_lengths.tolist())
 
 
 def _xformers_attention(q, k, v, mask: Any, scale: float) -> torch.Tensor:

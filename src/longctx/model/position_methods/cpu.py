@@ -133,11 +133,20 @@ def torch_passes(
     """Attention output [B, Tq, H, D] of a multi-pass plan from each pass's rotated
     queries [B, Tq, H, D] and the keys (rotated by each pass's key rotation here unless
     the plan says they arrive rotated). `sinks` [H]: applied once to the merged softmax
-    (out * sigmoid(lse - s_h), model/sinks.py)."""
+    (out * sigmoid(lse - s_h), model/sinks.py). Prefill: every pass's output and
+    log-sum-exp over all queries, then one merge across passes (and the sinks on the
+    merged softmax)."""
     if plan.q_len == 1:
         return _decode_passes(queries, k, v, plan, scale, sinks)
     keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-    return _torch_passes(queries, keys, v, plan, scale, sinks)
+    parts = []
+    for pass_plan, query in zip(plan.passes, queries, strict=True):
+        key = keys[pass_plan.key_rotation]
+        if pass_plan.band is not None:
+            parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
+        else:
+            parts.append(_block_pass(query, key, v, pass_plan, plan.layout.block_size, scale))
+    return _with_sinks(_merge(parts), sinks).to(v.dtype)
 
 
 class _Document(NamedTuple):
@@ -159,26 +168,6 @@ def _documents(document_ids: torch.Tensor, q_len: int) -> list[_Document]:
         for start, keys, queries in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist(), strict=True)
         if queries > 0
     ]
-
-
-def _torch_passes(
-    queries: list[torch.Tensor],
-    keys: list[torch.Tensor],
-    v: torch.Tensor,
-    plan: PositionPlan,
-    scale: float,
-    sinks: torch.Tensor | None,
-):
-    """Every pass's output and log-sum-exp over all queries, then one merge across passes
-    (and the sinks on the merged softmax)."""
-    parts = []
-    for pass_plan, query in zip(plan.passes, queries, strict=True):
-        key = keys[pass_plan.key_rotation]
-        if pass_plan.band is not None:
-            parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
-        else:
-            parts.append(_block_pass(query, key, v, pass_plan, plan.layout.block_size, scale))
-    return _with_sinks(_merge(parts), sinks).to(v.dtype)
 
 
 def _with_sinks(merged: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None) -> torch.Tensor:
