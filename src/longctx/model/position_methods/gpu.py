@@ -172,18 +172,10 @@ def _chunk_calls(documents: list[_Document], chunk: tuple[int, int], device) -> 
         for c in range((p0 + keys - queries) // size, (p0 + keys - 1) // size + 1):
             low, high = max(0, c * size - p0), min(keys, (c + 1) * size - p0)
             query_low = max(keys - queries, low)
-            key_range = {0: (low, high), 1: (max(0, (c - 1) * size - p0), low), 2: (0, max(0, (c - 1) * size - p0))}[
-                relation
-            ]
-            if key_range[1] > key_range[0]:
-                segments.append(
-                    (
-                        query_base + query_low,
-                        high - query_low,
-                        doc.key_start + key_range[0],
-                        key_range[1] - key_range[0],
-                    )
-                )
+            previous = max(0, (c - 1) * size - p0)  # the document index of chunk c - 1's first key
+            key_low, key_high = {0: (low, high), 1: (previous, low), 2: (0, previous)}[relation]
+            if key_high > key_low:
+                segments.append((query_base + query_low, high - query_low, doc.key_start + key_low, key_high - key_low))
     window = (-1, 0) if relation == 0 else (-1, -1)
     calls: list[VarlenCall] = []
     group: list[Segment] = []
