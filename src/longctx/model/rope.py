@@ -236,6 +236,13 @@ class RotaryEmbedding(torch.nn.Module):
         """The partial-rotation arguments, for a RotaryEmbedding of another scaling or base."""
         return {"rotary_fraction": self.rotary_fraction, "partial_rotary": self.partial_rotary}
 
+    def rescaled(self, scaling: RopeScaling) -> RotaryEmbedding:
+        """This RoPE (head dim, base, training length, position scale, partial rotation)
+        under `scaling` instead of its own (the ntk and yarn position methods)."""
+        return RotaryEmbedding(
+            self.head_dim, self.base, scaling, self.max_position, self.position_scale, **self.partial
+        )
+
     @property
     def rotary_dim(self) -> int:
         """Channels of each head that cos/sin cover: 2 x the number of frequencies."""
