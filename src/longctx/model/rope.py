@@ -82,12 +82,16 @@ __all__ = [
 
 
 def cos_sin_factor(scaling: RopeScaling, max_position: int) -> float:
-    """The multiplier of cos/sin: YaRN's or longrope's attention factor, else 1."""
-    if scaling.type == "yarn":
-        return yarn_attention_factor(scaling)
+    """The multiplier of cos/sin: longrope's attention factor; YaRN's, the square root of
+    its attention temperature (§3.4), 0.1 ln(factor) + 1, or the config's `attention_factor`
+    (1 for factor <= 1); else 1."""
     if scaling.type == "longrope":
         return longrope_attention_factor(scaling, max_position)
-    return 1.0
+    if scaling.type != "yarn":
+        return 1.0
+    if scaling.attention_factor > 0:
+        return scaling.attention_factor
+    return 0.1 * math.log(scaling.factor) + 1.0 if scaling.factor > 1 else 1.0
 
 
 def longrope_attention_factor(scaling: RopeScaling, max_position: int) -> float:
@@ -100,15 +104,6 @@ def longrope_attention_factor(scaling: RopeScaling, max_position: int) -> float:
         return 1.0
     original = scaling.original_max_position or max_position
     return math.sqrt(1 + math.log(scaling.factor) / math.log(original))
-
-
-def yarn_attention_factor(scaling: RopeScaling) -> float:
-    """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""
-    if scaling.attention_factor > 0:
-        return scaling.attention_factor
-    if scaling.factor <= 1:
-        return 1.0
-    return 0.1 * math.log(scaling.factor) + 1.0
 
 
 def inverse_frequencies(
