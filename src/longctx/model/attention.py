@@ -358,13 +358,8 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, 
             # window's, itself]: no mask, which spares the kernel a masked pass.
             allowed = None
             if q_end - q_start > 1:
-                allowed = _allowed(
-                    doc[b, offset + q_start : k_end],
-                    doc[b, k_start:k_end],
-                    positions[offset + q_start : k_end],
-                    positions[k_start:k_end],
-                    window,
-                )
+                queries, keys = slice(offset + q_start, k_end), slice(k_start, k_end)
+                allowed = _allowed(doc[b, queries], doc[b, keys], positions[queries], positions[keys], window)
             blocks.append(_call(q[b, q_start:q_end], k[b, k_start:k_end], v[b, k_start:k_end], allowed, scale, sinks))
         rows.append(torch.cat(blocks, dim=0))
     return torch.stack(rows, dim=0)
