@@ -187,7 +187,7 @@ def attention(
     """Causal, document-masked attention; see the module docstring for shapes and backends.
     `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given). `sinks`
     [H]: one logit per query head in every softmax's denominator (model/sinks.py)."""
-    _check_shapes(q, k, v)
+    check_shapes(q, k, v)
     if sinks is not None and (mask.backend if mask is not None else backend) == "xformers":
         raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     if mask is None:
@@ -219,7 +219,7 @@ def attention(
     return backends[mask.backend](q, k, v, mask, scale, sinks=sinks)
 
 
-def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
         raise ValueError(
             f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
