@@ -111,19 +111,15 @@ class BinFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self.tensors = load_torch_file(path)
-        if not all(isinstance(t, torch.Tensor) for t in self.tensors.values()):
+        self.entries: dict[str, torch.Tensor] = load_torch_file(path)
+        if not all(isinstance(t, torch.Tensor) for t in self.entries.values()):
             raise CheckpointError(f"{path}: expected a flat dict of tensors (a state dict)")
 
-    @property
-    def entries(self) -> dict[str, torch.Tensor]:
-        return self.tensors
-
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.tensors[name].shape)
+        return tuple(self.entries[name].shape)
 
     def read(self, name: str) -> torch.Tensor:
-        return self.tensors[name]
+        return self.entries[name]
 
 
 def load_torch_file(path: Path) -> dict:
