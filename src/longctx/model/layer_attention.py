@@ -155,11 +155,7 @@ class LayerAttention:
 
     def all_layers(self, specs: list[LayerSpec]) -> dict[LayerSpec, Positions | Recurrence]:
         """The Positions of every distinct design among `specs`, built once each."""
-        built: dict[LayerSpec, Positions | Recurrence] = {}
-        for spec in specs:
-            if spec not in built:
-                built[spec] = self.decide(spec)
-        return built
+        return {spec: self.decide(spec) for spec in dict.fromkeys(specs)}
 
     def decide(self, spec: LayerSpec) -> Positions | Recurrence:
         """The mask and passes of layers of design `spec`: the one branch per layer design."""
