@@ -141,11 +141,7 @@ class WeightFiles:
     """The weight files of an HF directory, every header checked; tensor name -> file."""
 
     def __init__(self, files: list[SafetensorsFile | BinFile]):
-        self.files = files
-        self.where: dict[str, SafetensorsFile | BinFile] = {}
-        for file in files:
-            for name in file.entries:
-                self.where[name] = file
+        self.where: dict[str, SafetensorsFile | BinFile] = {name: file for file in files for name in file.entries}
 
     @classmethod
     def find(cls, directory: Path) -> WeightFiles:

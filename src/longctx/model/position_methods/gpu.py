@@ -126,12 +126,10 @@ def varlen_layout(position_ids: torch.Tensor, document_ids: torch.Tensor, q_len:
         if queries > 0
     ]
     device = position_ids.device
-    calls = []
-    for attention_pass in passes:
-        if attention_pass.band is not None:
-            calls.append(_band_calls(documents, attention_pass.band, device))
-        else:
-            calls.append(_chunk_calls(documents, attention_pass.chunk, device))
+    calls = [
+        _band_calls(documents, p.band, device) if p.band is not None else _chunk_calls(documents, p.chunk, device)
+        for p in passes
+    ]
     return VarlenLayout(calls, resolve_kernel())
 
 
