@@ -25,7 +25,7 @@ from longctx.batch import document_segments
 from longctx.model.position_methods.plan import UNBOUNDED, PassPlan, PositionPlan
 from longctx.model.position_methods.plan import merge as _merge
 from longctx.model.rope import apply_rotary
-from longctx.model.sinks import apply_sinks, attend_math
+from longctx.model.sinks import apply_sinks, attend_math, recording
 
 MIN_BULK_FRACTION = 0.5
 """A query block attends its common keys unmasked in a call of their own only when they are
@@ -367,8 +367,7 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     bias = None
     if allowed is not None:
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, -math.inf)
-    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if q.device.type == "cpu" and not recording:
+    if q.device.type == "cpu" and not recording(q, k, v):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, causal, attn_mask=bias, scale=scale
         )
