@@ -288,7 +288,7 @@ def test_folding_calls_equals_the_merge_formula(dtype, count):
 @pytest.mark.parametrize("count", [2, 3])
 def test_folding_calls_has_the_merge_formulas_gradients(dtype, count):
     """Backward through the fold (gradients of the outputs and of the lse, which carries the
-    band passes' q/k gradients, `_lse_with_gradient`) equals the formula's: float64 to
+    band passes' q/k gradients, sinks.lse_with_gradient) equals the formula's: float64 to
     1e-10; bf16 outputs (fp32 lse) within 1e-2 relative L2 (measured 2.5e-3: bf16 rounds
     at 4e-3), against the formula in float64 of the same values."""
     calls = [(out.requires_grad_(), lse.requires_grad_()) for out, lse in merge_calls(count, dtype)]

@@ -471,7 +471,7 @@ def test_flash_layout_matches_torch_path_with_documented_kernel_semantics(name, 
 
 def test_math_kernel_for_other_devices_matches_the_cpu_kernel():
     """Off CPU the torch path scores explicitly; both kernels agree, GQA and masks included."""
-    from longctx.model.position_methods.cpu import _attend_math
+    from longctx.model.sinks import attend_math as _attend_math
 
     q, k, v = torch.randn(1, 4, 9, DIM), torch.randn(1, 2, 13, DIM), torch.randn(1, 2, 13, DIM)
     bias = torch.zeros(9, 13).masked_fill(torch.rand(9, 13) < 0.4, -math.inf)

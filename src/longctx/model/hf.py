@@ -97,25 +97,22 @@ def export_hf(
             "pad_token_id": tokenizer.pad_id,
         }
         config.update(special_ids)
-        _write_tokenizer(tokenizer, out, model.config.max_position)
+        _write_tokenizer(tokenizer, out, model.config.max_position, special_ids)
         (out / GENERATION_CONFIG_FILE).write_text(json.dumps(special_ids, indent=2) + "\n")
     save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return out
 
 
-def _write_tokenizer(tokenizer: Tokenizer, out: Path, max_position: int) -> None:
+def _write_tokenizer(tokenizer: Tokenizer, out: Path, max_position: int, special_ids: dict) -> None:
     """tokenizer.json (the HF `tokenizers` definition) and the tokenizer_config.json that
-    `AutoTokenizer` reads: the special tokens by spelling, no BOS/EOS added on encode (as
-    `Tokenizer.encode`), the model's context as `model_max_length`."""
+    `AutoTokenizer` reads: the special tokens (`special_ids`: `bos_token_id`, ...) by
+    spelling, no BOS/EOS added on encode (as `Tokenizer.encode`), the model's context as
+    `model_max_length`."""
     tokenizer.hf_tokenizer.save(str(out / TOKENIZER_FILE))
     spelled = {
-        name: None if token_id is None else tokenizer.token(token_id)
-        for name, token_id in (
-            ("bos_token", tokenizer.bos_id),
-            ("eos_token", tokenizer.eos_id),
-            ("pad_token", tokenizer.pad_id),
-        )
+        key.removesuffix("_id"): None if token_id is None else tokenizer.token(token_id)
+        for key, token_id in special_ids.items()
     }
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",

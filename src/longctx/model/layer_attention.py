@@ -149,16 +149,13 @@ class LayerAttention:
     """What the linear layers read (None in a model without them)."""
 
     def __post_init__(self) -> None:
-        self.masks: dict[int, AttentionMask | DecodeMask] = {}
+        self.masks: dict[int, AttentionMask] = {}
+        self.step_masks: dict[int, DecodeMask] = {}
         self.angles: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def all_layers(self, specs: list[LayerSpec]) -> dict[LayerSpec, Positions | Recurrence]:
         """The Positions of every distinct design among `specs`, built once each."""
-        built: dict[LayerSpec, Positions | Recurrence] = {}
-        for spec in specs:
-            if spec not in built:
-                built[spec] = self.decide(spec)
-        return built
+        return {spec: self.decide(spec) for spec in dict.fromkeys(specs)}
 
     def decide(self, spec: LayerSpec) -> Positions | Recurrence:
         """The mask and passes of layers of design `spec`: the one branch per layer design."""
@@ -210,19 +207,15 @@ class LayerAttention:
             self.masks[window] = build_mask(
                 documents, q_len, keys.backend, dtype=self.dtype, max_seqlen=keys.max_seqlen, window=window
             )
-        mask = self.masks[window]
-        assert isinstance(mask, AttentionMask)
-        return mask
+        return self.masks[window]
 
     def step_mask(self, window: int) -> DecodeMask:
         """A decoding step's one-pass mask for layers of `window`, built once per step."""
         assert isinstance(self.keys, DecodeKeys)
-        if window not in self.masks:
+        if window not in self.step_masks:
             span = self.keys.held if window else None
-            self.masks[window] = DecodeMask(self.keys.allowed([(0, None)], span), self.dtype, self.keys.kernel)
-        mask = self.masks[window]
-        assert isinstance(mask, DecodeMask)
-        return mask
+            self.step_masks[window] = DecodeMask(self.keys.allowed([(0, None)], span), self.dtype, self.keys.kernel)
+        return self.step_masks[window]
 
     def factor(self, spec: LayerSpec) -> torch.Tensor | None:
         """The temperature's factor where it applies to `spec`, else None (read from the

@@ -183,24 +183,10 @@ class Llama(nn.Module):
             # root's group, train/module.py) and state_dict see a single tensor.
             self.output.weight = self.tok_embeddings.weight
         self.layer_specs = config.layer_specs()
-        self.rope = RotaryEmbedding(
-            config.head_size,
-            config.rope_base,
-            config.rope_scaling,
-            config.max_position,
-            config.rope_position_scale,
-            rotary_fraction=config.rotary_fraction,
-            partial_rotary=config.partial_rotary,
-        )
+        self.rope = RotaryEmbedding.of_model(config)
         """The full layers' RoPE (rope_base, rope_scaling)."""
-        self.sliding_rope = RotaryEmbedding(
-            config.head_size,
-            config.sliding_rope_base or config.rope_base,
-            RopeScaling(),
-            config.max_position,
-            config.rope_position_scale,
-            rotary_fraction=config.rotary_fraction,
-            partial_rotary=config.partial_rotary,
+        self.sliding_rope = RotaryEmbedding.of_model(
+            config, config.sliding_rope_base or config.rope_base, RopeScaling()
         )
         """The sliding layers' RoPE: sliding_rope_base, no scaling (transformers' local layers)."""
         self.activation_checkpointing = False

@@ -20,21 +20,6 @@ from longctx.model.sinks import flash_with_sinks
 
 
 @dataclass
-class _Segments:
-    """Documents of all rows laid end to end: key and query lengths per segment."""
-
-    cu_seqlens_k: torch.Tensor
-    cu_seqlens_q: torch.Tensor
-    k_lengths: list[int]
-    q_lengths: list[int]
-
-
-def _segments(document_ids: torch.Tensor, q_len: int) -> _Segments:
-    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
-    return _Segments(cu_seqlens(k_lengths), cu_seqlens(q_lengths), k_lengths.tolist(), q_lengths.tolist())
-
-
-@dataclass
 class _FlashSegments:
     """The flash kernel's view of a batch; the max lengths are host ints, read once here, not
     per layer: from the caller's `max_seqlen` bound, else from the device (a host sync).
@@ -47,6 +32,13 @@ class _FlashSegments:
     max_q: int
     max_k: int
     kernel: flash.VarlenKernel
+
+    def attend(self, q, k, v, *, scale: float, window: tuple[int, int], lse: bool = False):
+        """`flash.varlen_flash` over these segments: (out, lse or None)."""
+        cu_q, cu_k = self.cu_seqlens_q, self.cu_seqlens_k
+        return flash.varlen_flash(
+            q, k, v, cu_q, cu_k, self.max_q, self.max_k, scale=scale, window=window, lse=lse, kernel=self.kernel
+        )
 
 
 def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | None = None) -> _FlashSegments:
@@ -61,22 +53,12 @@ def _flash_cu_seqlens(document_ids: torch.Tensor, q_len: int, max_seqlen: int | 
 def _flash_attention(q, k, v, mask: Any, scale: float, sinks: torch.Tensor | None = None) -> torch.Tensor:
     seg: _FlashSegments = mask.extra
     batch, q_len, heads, dim = q.shape
+    packed = (q.reshape(-1, heads, dim), k.reshape(-1, k.shape[2], dim), v.reshape(-1, v.shape[2], dim))
+    window = _flash_window(q_len, mask.window)
     if sinks is not None:
-        packed = (q.reshape(-1, heads, dim), k.reshape(-1, k.shape[2], dim), v.reshape(-1, v.shape[2], dim))
-        out = flash_with_sinks(*packed, seg, _flash_window(q_len, mask.window), scale, sinks)
-        return out.reshape(batch, q_len, heads, dim)
-    out, _ = flash.varlen_flash(
-        q.reshape(-1, heads, dim),
-        k.reshape(-1, k.shape[2], dim),
-        v.reshape(-1, v.shape[2], dim),
-        seg.cu_seqlens_q,
-        seg.cu_seqlens_k,
-        seg.max_q,
-        seg.max_k,
-        scale=scale,
-        window=_flash_window(q_len, mask.window),
-        kernel=seg.kernel,
-    )
+        out = flash_with_sinks(*packed, seg, window, scale, sinks)
+    else:
+        out, _ = seg.attend(*packed, scale=scale, window=window)
     return out.reshape(batch, q_len, heads, dim)
 
 
@@ -91,8 +73,8 @@ def _flash_window(q_len: int, window: int) -> tuple[int, int]:
 def _xformers_bias(document_ids: torch.Tensor, q_len: int, window: int = 0):
     from xformers.ops.fmha.attn_bias import BlockDiagonalCausalFromBottomRightMask
 
-    seg = _segments(document_ids, q_len)
-    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(seg.q_lengths, kv_seqlen=seg.k_lengths)
+    _, k_lengths, q_lengths = document_segments(document_ids, q_len)
+    return BlockDiagonalCausalFromBottomRightMask.from_seqlens(q_lengths.tolist(), kv_seqlen=k_lengths.tolist())
 
 
 def _xformers_attention(q, k, v, mask: Any, scale: float) -> torch.Tensor:

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 
 import torch
 
-from longctx.config.model import ROPE_SCALING_TYPES, RopeScaling
+from longctx.config.model import ROPE_SCALING_TYPES, ModelConfig, RopeScaling
 
 __all__ = [
     "ROPE_SCALING_TYPES",
@@ -76,19 +76,22 @@ __all__ = [
     "apply_rotary",
     "inverse_frequencies",
     "longrope_forced",
-    "rotary_frequencies",
     "rotate_half",
     "rotation_dtype",
 ]
 
 
 def cos_sin_factor(scaling: RopeScaling, max_position: int) -> float:
-    """The multiplier of cos/sin: YaRN's or longrope's attention factor, else 1."""
-    if scaling.type == "yarn":
-        return yarn_attention_factor(scaling)
+    """The multiplier of cos/sin: longrope's attention factor; YaRN's, the square root of
+    its attention temperature (§3.4), 0.1 ln(factor) + 1, or the config's `attention_factor`
+    (1 for factor <= 1); else 1."""
     if scaling.type == "longrope":
         return longrope_attention_factor(scaling, max_position)
-    return 1.0
+    if scaling.type != "yarn":
+        return 1.0
+    if scaling.attention_factor > 0:
+        return scaling.attention_factor
+    return 0.1 * math.log(scaling.factor) + 1.0 if scaling.factor > 1 else 1.0
 
 
 def longrope_attention_factor(scaling: RopeScaling, max_position: int) -> float:
@@ -101,15 +104,6 @@ def longrope_attention_factor(scaling: RopeScaling, max_position: int) -> float:
         return 1.0
     original = scaling.original_max_position or max_position
     return math.sqrt(1 + math.log(scaling.factor) / math.log(original))
-
-
-def yarn_attention_factor(scaling: RopeScaling) -> float:
-    """YaRN's cos/sin multiplier (the square root of the attention temperature, §3.4)."""
-    if scaling.attention_factor > 0:
-        return scaling.attention_factor
-    if scaling.factor <= 1:
-        return 1.0
-    return 0.1 * math.log(scaling.factor) + 1.0
 
 
 def inverse_frequencies(
@@ -177,34 +171,6 @@ def _llama3_inverse_frequencies(inv_freq: torch.Tensor, scaling: RopeScaling, ma
     return torch.where(in_band, blended, scaled)
 
 
-def rotary_frequencies(
-    head_dim: int,
-    base: float,
-    scaling: RopeScaling,
-    max_position: int,
-    position_scale: float = 1.0,
-    rotary_fraction: float = 1.0,
-    partial_rotary: str = "first",
-    long: bool = False,
-) -> torch.Tensor:
-    """The inverse frequencies a head of `head_dim` channels rotates by, under partial
-    rotation (module docstring): R/2 of them for `first` (R = int(p D)), D/2 for `p-rope`
-    with the slowest D/2 - floor(p D / 2) set to 0. p = 1: `inverse_frequencies`, bitwise.
-    `long`: longrope's long set (its short set otherwise)."""
-    if rotary_fraction == 1:
-        return inverse_frequencies(head_dim, base, scaling, max_position, position_scale, long)
-    if partial_rotary == "first":
-        rotary_dim = int(head_dim * rotary_fraction)
-        if rotary_dim <= 0 or rotary_dim % 2:
-            raise ValueError(f"partial rotation: {rotary_fraction} x head_dim {head_dim} = {rotary_dim} channels")
-        return inverse_frequencies(rotary_dim, base, scaling, max_position, position_scale, long)
-    if partial_rotary == "p-rope":
-        inv_freq = inverse_frequencies(head_dim, base, scaling, max_position, position_scale, long)
-        inv_freq[int(rotary_fraction * head_dim // 2) :] = 0.0
-        return inv_freq
-    raise ValueError(f"partial_rotary {partial_rotary!r} is not one of ('first', 'p-rope')")
-
-
 class RotaryEmbedding(torch.nn.Module):
     """Computes cos/sin for arbitrary position ids; `apply_rotary` rotates q and k.
     `rotary_fraction` / `partial_rotary`: partial rotation (module docstring); `rotary_dim`
@@ -243,10 +209,34 @@ class RotaryEmbedding(torch.nn.Module):
         self.forced_long: bool | None = None
         """longrope: the set every forward uses while `longrope_forced` holds it; None = by position."""
 
+    @classmethod
+    def of_model(
+        cls, config: ModelConfig, base: float | None = None, scaling: RopeScaling | None = None
+    ) -> RotaryEmbedding:
+        """The RoPE of `config`'s layers: its head size, training length, position scale and
+        partial rotation, with `base` and `scaling` (default: the full layers' rope_base and
+        rope_scaling)."""
+        return cls(
+            config.head_size,
+            base or config.rope_base,
+            config.rope_scaling if scaling is None else scaling,
+            config.max_position,
+            config.rope_position_scale,
+            rotary_fraction=config.rotary_fraction,
+            partial_rotary=config.partial_rotary,
+        )
+
     @property
     def partial(self) -> dict:
         """The partial-rotation arguments, for a RotaryEmbedding of another scaling or base."""
         return {"rotary_fraction": self.rotary_fraction, "partial_rotary": self.partial_rotary}
+
+    def rescaled(self, scaling: RopeScaling) -> RotaryEmbedding:
+        """This RoPE (head dim, base, training length, position scale, partial rotation)
+        under `scaling` instead of its own (the ntk and yarn position methods)."""
+        return RotaryEmbedding(
+            self.head_dim, self.base, scaling, self.max_position, self.position_scale, **self.partial
+        )
 
     @property
     def rotary_dim(self) -> int:
@@ -255,10 +245,23 @@ class RotaryEmbedding(torch.nn.Module):
 
     def exact_frequencies(self, long: bool = False) -> torch.Tensor:
         """theta_i in float32 on the CPU, computed from the constructor's arguments (`long`:
-        longrope's long set)."""
-        return rotary_frequencies(
-            self.head_dim, self.base, self.scaling, self.max_position, self.position_scale, **self.partial, long=long
-        )
+        longrope's long set), under partial rotation (module docstring): R/2 of them for
+        `first` (R = int(p D)), D/2 for `p-rope` with the slowest D/2 - floor(p D / 2) set
+        to 0. p = 1: `inverse_frequencies`, bitwise."""
+        head_dim, fraction = self.head_dim, self.rotary_fraction
+        arguments = (self.base, self.scaling, self.max_position, self.position_scale, long)
+        if fraction == 1:
+            return inverse_frequencies(head_dim, *arguments)
+        if self.partial_rotary == "first":
+            rotary_dim = int(head_dim * fraction)
+            if rotary_dim <= 0 or rotary_dim % 2:
+                raise ValueError(f"partial rotation: {fraction} x head_dim {head_dim} = {rotary_dim} channels")
+            return inverse_frequencies(rotary_dim, *arguments)
+        if self.partial_rotary == "p-rope":
+            inv_freq = inverse_frequencies(head_dim, *arguments)
+            inv_freq[int(fraction * head_dim // 2) :] = 0.0
+            return inv_freq
+        raise ValueError(f"partial_rotary {self.partial_rotary!r} is not one of ('first', 'p-rope')")
 
     def reset_frequencies(self, device: torch.device | str) -> None:
         """Set the frequency buffers to their exact float32 values on `device`."""

@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from longctx.batch import document_start_index
-from longctx.model.attention import FLEX_BLOCK, AttentionMask
+from longctx.model.attention import FLEX_BLOCK, AttentionMask, first_seen_keys, flex_block_mask
 
 SHARD_BACKENDS = ("sdpa", "flex")
 """Backends that take the explicit query index a shard needs."""
@@ -90,53 +89,25 @@ class SequenceShard:
         return self.masks[window, backend]
 
 
-def _first_seen(document_ids: torch.Tensor, window: int) -> torch.Tensor:
-    """[B, T]: the first key each row position sees (its document's start, or q - W + 1)."""
-    starts = document_start_index(document_ids)
-    if window:
-        starts = torch.maximum(starts, torch.arange(document_ids.shape[1], device=starts.device) - window + 1)
-    return starts
-
-
 def _dense_shard_mask(query_index: torch.Tensor, document_ids: torch.Tensor, window: int) -> torch.Tensor:
     """Boolean [B, 1, T/N, T]: key j >= first_seen(q) and j <= q, q the query's row index."""
     keys = torch.arange(document_ids.shape[1], device=document_ids.device)
-    first = _first_seen(document_ids, window).gather(1, query_index)
+    first = first_seen_keys(document_ids, window).gather(1, query_index)
     allowed = (keys[None, None, :] >= first[..., None]) & (keys[None, None, :] <= query_index[..., None])
     return allowed[:, None]
 
 
 def _flex_shard_mask(query_index: torch.Tensor, document_ids: torch.Tensor, window: int):
     """The BlockMask of the module docstring, O(T + (T/N / 128) x (T / 128)) memory."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     batch, local = query_index.shape
-    kv_len = document_ids.shape[1]
-    q_blocks, kv_blocks = -(-local // FLEX_BLOCK), -(-kv_len // FLEX_BLOCK)
+    q_blocks = -(-local // FLEX_BLOCK)
     padded = F.pad(query_index, (0, q_blocks * FLEX_BLOCK - local), mode="replicate").view(batch, q_blocks, -1)
     first, last = padded.min(-1).values, padded.max(-1).values  # [B, Qb] row indices
     sizes = torch.clamp(local - torch.arange(q_blocks, device=first.device) * FLEX_BLOCK, max=FLEX_BLOCK)
-    starts = _first_seen(document_ids, window)
-    key_first = torch.arange(kv_blocks, device=first.device) * FLEX_BLOCK
-    key_last = torch.clamp(key_first + FLEX_BLOCK, max=kv_len) - 1
-    any_seen = (key_last >= starts.gather(1, first)[..., None]) & (key_first <= last[..., None])
-    whole = (sizes == FLEX_BLOCK)[None, :, None] & ((key_last - key_first + 1) == FLEX_BLOCK)
-    full = whole & (key_first >= starts.gather(1, last)[..., None]) & (key_last <= first[..., None])
-    partial = any_seen & ~full
-
-    def ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        blocks = blocks[:, None].to(torch.int32)  # [B, 1, Qb, Kb]
-        order = torch.argsort(blocks, dim=-1, descending=True, stable=True)
-        return blocks.sum(-1, dtype=torch.int32), order.to(torch.int32)
+    starts = first_seen_keys(document_ids, window)
 
     def sharded_mask(b, h, q_idx, kv_idx):
         query = query_index[b, q_idx]
         return (kv_idx >= starts[b, query]) & (kv_idx <= query)
 
-    return BlockMask.from_kv_blocks(
-        *ordered(partial),
-        *ordered(full),
-        BLOCK_SIZE=(FLEX_BLOCK, FLEX_BLOCK),
-        mask_mod=sharded_mask,
-        seq_lengths=(local, kv_len),
-    )
+    return flex_block_mask(first, last, sizes == FLEX_BLOCK, starts, local, sharded_mask)

@@ -18,8 +18,8 @@ log-sum-exp its kernel returns, so no score matrix is built:
 
 Gradients: the fused CPU kernel and torch's varlen kernel drop the gradient of the lse
 (their backward ignores grad_lse), which the sink factor needs. `lse_with_gradient` adds it
-back exactly with one more call of the same kernel (the approach of
-position_methods/gpu.py's `_lse_with_gradient`): d lse_i / d q_i = s sum_j P_ij k_j and
+back exactly with one more call of the same kernel (position_methods/gpu.py's merge of
+passes needs it too): d lse_i / d q_i = s sum_j P_ij k_j and
 d lse_i / d k_j = s P_ij q_i, read off a call that attends with the keys as values. The
 sinks' own gradient flows through sigmoid(lse - s_h).
 """
@@ -33,8 +33,6 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-
-from longctx.model import flash
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(q, k, values) -> output, the kernel call whose lse is being differentiated, with its mask."""
@@ -106,35 +104,43 @@ def sdpa_with_sinks(
             query, key, values, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa
         )
 
+    bias = None
+    if attn_mask is not None:
+        bias = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~attn_mask, -math.inf)
     if q.device.type == "cpu":
-        bias = None
-        if attn_mask is not None:
-            bias = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~attn_mask, -math.inf)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, attn_mask=bias, scale=scale
         )
         if recording(q, k, v):
             lse = lse_with_gradient(lse, q, k, attend, scale)
     else:
-        out, lse = _attend_math(q, k, v, attn_mask, is_causal, scale)
+        out, lse = attend_math(q, k, v, bias, is_causal, scale)
+        out = out.to(v.dtype)
     out = apply_sinks(out, lse, sinks, head_dim=1)
     return out[0] if unbatched else out
 
 
-def _attend_math(q, k, v, attn_mask, is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output and lse by explicit scores (devices without the fused CPU kernel); autograd
-    differentiates both."""
+def attend_math(q, k, v, bias, causal: bool, scale: float):
+    """Output and log-sum-exp by explicit scores, both differentiable: the reference for
+    devices without the fused CPU kernel and for autograd (here and in
+    position_methods/cpu.py). q [N, H, Tq, D], k/v [N, Hkv, Tk, D]; `bias` additive (0 or
+    -inf) [Tq, Tk] or None; computed and returned in fp32 (fp64 for fp64 inputs)."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     compute = torch.promote_types(q.dtype, torch.float32)
     scores = torch.einsum("bhqd,bhkd->bhqk", q.to(compute), k.to(compute)) * scale
-    if is_causal:
+    if causal:
         scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), -math.inf)
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, -math.inf)
-    lse = scores.logsumexp(-1)
-    out = torch.einsum("bhqk,bhkd->bhqd", torch.exp(scores - lse[..., None]), v.to(compute))
-    return out.to(v.dtype), lse
+    if bias is not None:
+        scores = scores + bias.to(compute)
+    # A query that sees no key outputs 0 with lse -inf; its scores are zeroed first, so that
+    # no inf - inf (NaN) reaches autograd.
+    empty = torch.isneginf(scores).all(-1, keepdim=True)
+    scores = scores.masked_fill(empty, 0.0)
+    lse = scores.logsumexp(-1, keepdim=True)
+    weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
+    out = torch.einsum("bhqk,bhkd->bhqd", weights, v.to(compute))
+    return out, lse.squeeze(-1).masked_fill(empty.squeeze(-1), -math.inf)
 
 
 def flash_with_sinks(q, k, v, seg: Any, window: tuple[int, int], scale: float, sinks: torch.Tensor) -> torch.Tensor:
@@ -143,33 +149,9 @@ def flash_with_sinks(q, k, v, seg: Any, window: tuple[int, int], scale: float, s
     one more call when autograd records."""
 
     def attend(query: torch.Tensor, key: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        out, _ = flash.varlen_flash(
-            query,
-            key,
-            values,
-            seg.cu_seqlens_q,
-            seg.cu_seqlens_k,
-            seg.max_q,
-            seg.max_k,
-            scale=scale,
-            window=window,
-            kernel=seg.kernel,
-        )
-        return out
+        return seg.attend(query, key, values, scale=scale, window=window)[0]
 
-    out, lse = flash.varlen_flash(
-        q,
-        k,
-        v,
-        seg.cu_seqlens_q,
-        seg.cu_seqlens_k,
-        seg.max_q,
-        seg.max_k,
-        scale=scale,
-        window=window,
-        lse=True,
-        kernel=seg.kernel,
-    )
+    out, lse = seg.attend(q, k, v, scale=scale, window=window, lse=True)
     assert lse is not None
     lse = lse.t()  # [N, H]
     if recording(q, k, v):

@@ -111,19 +111,15 @@ class BinFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self.tensors = load_torch_file(path)
-        if not all(isinstance(t, torch.Tensor) for t in self.tensors.values()):
+        self.entries: dict[str, torch.Tensor] = load_torch_file(path)
+        if not all(isinstance(t, torch.Tensor) for t in self.entries.values()):
             raise CheckpointError(f"{path}: expected a flat dict of tensors (a state dict)")
 
-    @property
-    def entries(self) -> dict[str, torch.Tensor]:
-        return self.tensors
-
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.tensors[name].shape)
+        return tuple(self.entries[name].shape)
 
     def read(self, name: str) -> torch.Tensor:
-        return self.tensors[name]
+        return self.entries[name]
 
 
 def load_torch_file(path: Path) -> dict:
@@ -145,23 +141,16 @@ class WeightFiles:
     """The weight files of an HF directory, every header checked; tensor name -> file."""
 
     def __init__(self, files: list[SafetensorsFile | BinFile]):
-        self.files = files
-        self.where: dict[str, SafetensorsFile | BinFile] = {}
-        for file in files:
-            for name in file.entries:
-                self.where[name] = file
+        self.where: dict[str, SafetensorsFile | BinFile] = {name: file for file in files for name in file.entries}
 
     @classmethod
     def find(cls, directory: Path) -> WeightFiles:
         for index, opener in ((SAFETENSORS_INDEX, SafetensorsFile), (BIN_INDEX, BinFile)):
             if (directory / index).exists():
                 return cls([opener(path) for path in _shards(directory / index)])
-        safetensors = sorted(directory.glob("*.safetensors"))
-        if safetensors:
-            return cls([SafetensorsFile(path) for path in safetensors])
-        bins = sorted(directory.glob("pytorch_model*.bin"))
-        if bins:
-            return cls([BinFile(path) for path in bins])
+        for pattern, opener in (("*.safetensors", SafetensorsFile), ("pytorch_model*.bin", BinFile)):
+            if paths := sorted(directory.glob(pattern)):
+                return cls([opener(path) for path in paths])
         raise CheckpointError(
             f"{directory}: no weights: looked for {SAFETENSORS_INDEX}, *.safetensors, {BIN_INDEX} "
             "and pytorch_model*.bin"

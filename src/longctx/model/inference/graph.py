@@ -56,7 +56,7 @@ from torch.overrides import TorchFunctionMode
 
 from longctx.config.eval import CUDA_DECODING
 from longctx.model.inference.kv_cache import KVCache
-from longctx.model.layer_attention import PositionsProvider
+from longctx.model.layer_attention import PositionsProvider, fixed_shape_step
 from longctx.model.llama import Llama
 
 Recorded = Callable[[], torch.Tensor]
@@ -84,7 +84,7 @@ def sharded(model: nn.Module) -> bool:
 def decoding_mode(setting: str, model: Llama, position_method: PositionsProvider | None = None) -> DecodingMode:
     """`eval.cuda_decoding` (eager | kernel | graph | graph+kernel, config/eval.py) for
     this model and position method. A graph is recorded only where the step has a fixed
-    shape (`recordable`), the model does not re-run its sequence mid-decoding (longrope,
+    shape (layer_attention.fixed_shape_step), the model does not re-run its sequence mid-decoding (longrope,
     model/inference/generation.py) and no parameter is sharded: a sharded model's forward gathers and
     frees its weights, collectively and on side streams, which a recorded graph would
     replay against freed memory; it decodes eagerly, and says so in one log line."""
@@ -95,7 +95,7 @@ def decoding_mode(setting: str, model: Llama, position_method: PositionsProvider
         logger.info("cuda_decoding=%s: the model's parameters are sharded (FSDP); decoding eagerly", setting)
         graph = False
     longrope = model.config.rope_scaling.type == "longrope"
-    return DecodingMode(graph and recordable(position_method) and not longrope, setting.endswith("kernel"))
+    return DecodingMode(graph and fixed_shape_step(1, position_method) and not longrope, setting.endswith("kernel"))
 
 
 class Recorder(Protocol):
@@ -188,11 +188,6 @@ class WeightCasts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def recordable(position_method: PositionsProvider | None) -> bool:
-    """Whether decoding under `position_method` has a fixed-shape step (model/inference/step.py)."""
-    return position_method is None or bool(getattr(position_method, "fixed_shape_decoding", False))
-
-
 class DecodeGraph:
     """One cache's decoding steps, recorded once and replayed (module docstring)."""
 
@@ -205,7 +200,7 @@ class DecodeGraph:
         attention_backend: str | None = None,
         record: Recorder | str | None = "auto",
     ):
-        if not recordable(position_method):
+        if not fixed_shape_step(1, position_method):
             name = getattr(position_method, "name", type(position_method).__name__)
             raise ValueError(f"position method {name!r} has no fixed-shape decoding step to record; run it eagerly")
         if sharded(model):
@@ -223,7 +218,8 @@ class DecodeGraph:
         self.replay: Recorded | None = None
         self.steps = 0
         self.warmed: int | None = None
-        """The shape (`_shape`) of the last eager step, run inside the recorder's warm-up."""
+        """The shape (the keys a sliding layer reads) of the last eager step, run inside the
+        recorder's warm-up."""
         autocast = torch.is_autocast_enabled(device.type) and self.record is not None
         self.casts = WeightCasts(torch.get_autocast_dtype(device.type)) if autocast else None
         """Recorded steps under autocast read weights cast once (`WeightCasts`)."""
@@ -242,7 +238,9 @@ class DecodeGraph:
             return out
         if self.record is None:
             return self._forward()
-        shape = self._shape()
+        # what a recorded step fixes besides the cache's buffers: the keys a sliding layer
+        # reads, min(length, W - 1) + 1 (1 without sliding layers: every step alike)
+        shape = self.cache.window_span(1)
         if shape != self.warmed:  # the first call of this shape runs eagerly, as a warm-up
             with self.record.warm_up():
                 out = self._forward()
@@ -264,8 +262,3 @@ class DecodeGraph:
                 attention_backend=self.attention_backend,
             )
         return self._last
-
-    def _shape(self) -> int:
-        """What a recorded step fixes besides the cache's buffers: the keys a sliding layer
-        reads, min(length, W - 1) + 1 (1 without sliding layers: every step alike)."""
-        return self.cache.window_span(1)

@@ -25,7 +25,7 @@ from longctx.batch import document_segments
 from longctx.model.position_methods.plan import UNBOUNDED, PassPlan, PositionPlan
 from longctx.model.position_methods.plan import merge as _merge
 from longctx.model.rope import apply_rotary
-from longctx.model.sinks import apply_sinks
+from longctx.model.sinks import apply_sinks, attend_math, recording
 
 MIN_BULK_FRACTION = 0.5
 """A query block attends its common keys unmasked in a call of their own only when they are
@@ -95,16 +95,14 @@ def _block_spans(lower: torch.Tensor, upper: torch.Tensor, block_size: int, kv_l
     columns = (first, end, common_first, common_end, has_empty, covered.any(-1))
     return [
         [
-            _spans(kv_len, *block) if block[-1] else None
+            _spans(kv_len, *block[:-1]) if block[-1] else None
             for block in zip(*(column.tolist() for column in row), strict=True)
         ]
         for row in zip(*columns, strict=True)
     ]
 
 
-def _spans(
-    kv_len: int, first: int, end: int, common_first: int, common_end: int, has_empty: bool, nonempty: bool
-) -> KeySpans:
+def _spans(kv_len: int, first: int, end: int, common_first: int, common_end: int, has_empty: bool) -> KeySpans:
     bulk_len = max(common_end - common_first, 0) // KEY_ALIGNMENT * KEY_ALIGNMENT
     if bulk_len < MIN_BULK_FRACTION * (end - first):  # too few common keys to be worth a call of their own
         return KeySpans(None, (_widen(first, end, kv_len),), has_empty)
@@ -135,11 +133,20 @@ def torch_passes(
     """Attention output [B, Tq, H, D] of a multi-pass plan from each pass's rotated
     queries [B, Tq, H, D] and the keys (rotated by each pass's key rotation here unless
     the plan says they arrive rotated). `sinks` [H]: applied once to the merged softmax
-    (out * sigmoid(lse - s_h), model/sinks.py)."""
+    (out * sigmoid(lse - s_h), model/sinks.py). Prefill: every pass's output and
+    log-sum-exp over all queries, then one merge across passes (and the sinks on the
+    merged softmax)."""
     if plan.q_len == 1:
         return _decode_passes(queries, k, v, plan, scale, sinks)
     keys = [k if rotation is None else apply_rotary(k, *rotation) for rotation in plan.key_rotations]
-    return _torch_passes(queries, keys, v, plan, scale, sinks)
+    parts = []
+    for pass_plan, query in zip(plan.passes, queries, strict=True):
+        key = keys[pass_plan.key_rotation]
+        if pass_plan.band is not None:
+            parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
+        else:
+            parts.append(_block_pass(query, key, v, pass_plan, plan.layout.block_size, scale))
+    return _with_sinks(_merge(parts), sinks).to(v.dtype)
 
 
 class _Document(NamedTuple):
@@ -161,26 +168,6 @@ def _documents(document_ids: torch.Tensor, q_len: int) -> list[_Document]:
         for start, keys, queries in zip(starts.tolist(), k_lengths.tolist(), q_lengths.tolist(), strict=True)
         if queries > 0
     ]
-
-
-def _torch_passes(
-    queries: list[torch.Tensor],
-    keys: list[torch.Tensor],
-    v: torch.Tensor,
-    plan: PositionPlan,
-    scale: float,
-    sinks: torch.Tensor | None,
-):
-    """Every pass's output and log-sum-exp over all queries, then one merge across passes
-    (and the sinks on the merged softmax)."""
-    parts = []
-    for pass_plan, query in zip(plan.passes, queries, strict=True):
-        key = keys[pass_plan.key_rotation]
-        if pass_plan.band is not None:
-            parts.append(_band_pass(query, key, v, pass_plan.band, plan.layout.documents, scale))
-        else:
-            parts.append(_block_pass(query, key, v, pass_plan, plan.layout.block_size, scale))
-    return _with_sinks(_merge(parts), sinks).to(v.dtype)
 
 
 def _with_sinks(merged: tuple[torch.Tensor, torch.Tensor], sinks: torch.Tensor | None) -> torch.Tensor:
@@ -373,20 +360,19 @@ def _kernel(q, k, v, scale: float, *, causal: bool = False, allowed: torch.Tenso
     a [Tq, Tk] boolean mask. Every query must see some key. Returns the output [N, Tq, H, D]
     and log-sum-exp [N, Tq, H] in fp32 (fp64 for fp64 inputs). On CPU without autograd this
     is torch's fused flash kernel, which skips the masked half of a causal square; with
-    autograd recording, and elsewhere, explicit math (`_attend_math`): the fused kernel's
+    autograd recording, and elsewhere, explicit math (sinks.attend_math): the fused kernel's
     backward drops the log-sum-exp's gradient, which the merge of passes needs (without it
     q and k gradients are off by ~10-30% at a few hundred tokens)."""
     q4, k4, v4 = (t.transpose(1, 2) for t in (q, k, v))
     bias = None
     if allowed is not None:
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, -math.inf)
-    recording = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if q.device.type == "cpu" and not recording:
+    if q.device.type == "cpu" and not recording(q, k, v):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q4, k4, v4, 0.0, causal, attn_mask=bias, scale=scale
         )
     else:
-        out, lse = _attend_math(q4, k4, v4, bias, causal, scale)
+        out, lse = attend_math(q4, k4, v4, bias, causal, scale)
     merge_dtype = torch.promote_types(q.dtype, torch.float32)
     return out.transpose(1, 2).to(merge_dtype), lse.transpose(1, 2).to(merge_dtype)
 
@@ -400,24 +386,3 @@ def _empty_rows(
     if empty is None or not bool(empty.any()):
         return out, lse
     return out.masked_fill(empty[:, None, None], 0.0), lse.masked_fill(empty[:, None], -math.inf)
-
-
-def _attend_math(q, k, v, bias, causal: bool, scale: float):
-    """The reference for devices without the CPU kernel and for autograd: q [N, H, Tq, D],
-    k/v [N, Hkv, Tk, D], in fp32 (fp64 for fp64 inputs)."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    compute = torch.promote_types(q.dtype, torch.float32)
-    scores = torch.einsum("bhqd,bhkd->bhqk", q.to(compute), k.to(compute)) * scale
-    if causal:
-        scores = scores.masked_fill(torch.ones_like(scores[0, 0], dtype=torch.bool).triu(1), -math.inf)
-    if bias is not None:
-        scores = scores + bias.to(compute)
-    # A query that sees no key outputs 0 with lse -inf; its scores are zeroed first, so that
-    # no inf - inf (NaN) reaches autograd.
-    empty = torch.isneginf(scores).all(-1, keepdim=True)
-    scores = scores.masked_fill(empty, 0.0)
-    lse = scores.logsumexp(-1, keepdim=True)
-    weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
-    out = torch.einsum("bhqk,bhkd->bhqd", weights, v.to(compute))
-    return out, lse.squeeze(-1).masked_fill(empty.squeeze(-1), -math.inf)

@@ -35,10 +35,9 @@ by every pass, rather than once per kernel call.
 
 Backward: torch's varlen_attn (2.11 and 2.14) registers a backward that drops the
 gradient of the lse, which the merge needs (a pass's weight in the merge is a function of
-its lse). So when autograd records, each call's lse gets the missing term back exactly
-(`_lse_with_gradient`): d lse_i / d q_i = s sum_j P_ij k_j and d lse_i / d k_j = s P_ij q_i
-(s the softmax scale, P the call's attention weights), both read off one more kernel call
-that attends with the keys as values.
+its lse). So when autograd records, each call's lse gets the missing term back exactly,
+read off one more kernel call that attends with the keys as values (model/sinks.py's
+`lse_with_gradient`, which states the formula).
 
 No [T, T] tensor exists anywhere: memory is O(T) per call. Decoding with a KV cache (one
 query per row) is the same layout with one query per document.
@@ -55,7 +54,7 @@ import torch
 from longctx.batch import document_segments
 from longctx.model.flash import VarlenKernel, kv_repeats, resolve_kernel, varlen_flash
 from longctx.model.position_methods.plan import PositionPlan
-from longctx.model.sinks import apply_sinks
+from longctx.model.sinks import apply_sinks, lse_with_gradient
 
 KEYS_PER_CALL = 1 << 21
 """Most gathered keys per kernel call of a chunk pass (DCA's earlier-chunks relation)."""
@@ -81,6 +80,11 @@ class VarlenCall:
     window: tuple[int, int]
     empty_queries: torch.Tensor | None = None
     """Indices (into the call's queries) of those that see no key, or None."""
+
+    def attend(self, q, k, v, *, scale: float, kernel: VarlenKernel, lse: bool = False):
+        """`varlen_flash` on this call's gathered q, k, v: (out, lse or None)."""
+        cu_q, cu_k, max_q, max_k = self.cu_seqlens_q, self.cu_seqlens_k, self.max_seqlen_q, self.max_seqlen_k
+        return varlen_flash(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window=self.window, lse=lse, kernel=kernel)
 
 
 @dataclass
@@ -122,12 +126,10 @@ def varlen_layout(position_ids: torch.Tensor, document_ids: torch.Tensor, q_len:
         if queries > 0
     ]
     device = position_ids.device
-    calls = []
-    for attention_pass in passes:
-        if attention_pass.band is not None:
-            calls.append(_band_calls(documents, attention_pass.band, device))
-        else:
-            calls.append(_chunk_calls(documents, attention_pass.chunk, device))
+    calls = [
+        _band_calls(documents, p.band, device) if p.band is not None else _chunk_calls(documents, p.chunk, device)
+        for p in passes
+    ]
     return VarlenLayout(calls, resolve_kernel())
 
 
@@ -168,18 +170,10 @@ def _chunk_calls(documents: list[_Document], chunk: tuple[int, int], device) -> 
         for c in range((p0 + keys - queries) // size, (p0 + keys - 1) // size + 1):
             low, high = max(0, c * size - p0), min(keys, (c + 1) * size - p0)
             query_low = max(keys - queries, low)
-            key_range = {0: (low, high), 1: (max(0, (c - 1) * size - p0), low), 2: (0, max(0, (c - 1) * size - p0))}[
-                relation
-            ]
-            if key_range[1] > key_range[0]:
-                segments.append(
-                    (
-                        query_base + query_low,
-                        high - query_low,
-                        doc.key_start + key_range[0],
-                        key_range[1] - key_range[0],
-                    )
-                )
+            previous = max(0, (c - 1) * size - p0)  # the document index of chunk c - 1's first key
+            key_low, key_high = {0: (low, high), 1: (previous, low), 2: (0, previous)}[relation]
+            if key_high > key_low:
+                segments.append((query_base + query_low, high - query_low, doc.key_start + key_low, key_high - key_low))
     window = (-1, 0) if relation == 0 else (-1, -1)
     calls: list[VarlenCall] = []
     group: list[Segment] = []
@@ -271,18 +265,8 @@ def varlen_passes(
             if call.max_seqlen_k == 0:  # every document is shorter than the band's `nearest`
                 continue
             call_q, call_k = flat_q[call.queries], flat_k[call.keys]
-            call_out, call_lse = varlen_flash(
-                call_q,
-                call_k,
-                flat_v[call.keys],
-                call.cu_seqlens_q,
-                call.cu_seqlens_k,
-                call.max_seqlen_q,
-                call.max_seqlen_k,
-                scale=scale,
-                window=call.window,
-                lse=True,
-                kernel=layout.kernel,
+            call_out, call_lse = call.attend(
+                call_q, call_k, flat_v[call.keys], scale=scale, kernel=layout.kernel, lse=True
             )
             if call_lse is None or call_lse.shape != (heads, call_out.shape[0]):
                 raise RuntimeError(
@@ -291,7 +275,11 @@ def varlen_passes(
                 )
             call_lse = call_lse.to(lse_dtype)
             if recording and (call_q.requires_grad or call_k.requires_grad):
-                call_lse = _lse_with_gradient(call_lse, call_q, call_k, call, scale, layout.kernel)
+
+                def attend(query, key, values, call: VarlenCall = call) -> torch.Tensor:
+                    return call.attend(query, key, values, scale=scale, kernel=layout.kernel)[0]
+
+                call_lse = lse_with_gradient(call_lse.t(), call_q, call_k, attend, scale).t()
             if call.empty_queries is not None:  # the kernel's values for these vary
                 if recording:
                     call_out = call_out.index_fill(0, call.empty_queries, 0.0)
@@ -342,29 +330,3 @@ def _merge_into(
         merged_out.index_copy_(0, rows, old_out)
         merged_lse.index_copy_(1, rows, old_lse)
     return merged_out, merged_lse
-
-
-def _lse_with_gradient(
-    lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, call: VarlenCall, scale: float, kernel: VarlenKernel
-) -> torch.Tensor:
-    """lse [H, Nq] (from the kernel, whose backward ignores it) plus a term of value exactly 0
-    whose gradient is d lse / d (q, k). With A_i = sum_j P_ij k_j, the output of the call
-    with the keys as values: f_i = s (q_i . sg(A_i) + sg(q_i) . A_i), where the second A_i
-    is differentiable in the value slot only (q, k detached in the score slots), so
-    df_i / dq_i = s A_i and df_i / dk_j = s P_ij q_i; f - sg(f) is 0 (sg: stop-gradient)."""
-    keys_as_values, _ = varlen_flash(
-        q.detach(),
-        k.detach(),
-        k,
-        call.cu_seqlens_q,
-        call.cu_seqlens_k,
-        call.max_seqlen_q,
-        call.max_seqlen_k,
-        scale=scale,
-        window=call.window,
-        kernel=kernel,
-    )
-    mean_key = keys_as_values.to(lse.dtype)
-    wide_q = q.to(lse.dtype)
-    term = scale * ((wide_q * mean_key.detach()).sum(-1) + (wide_q.detach() * mean_key).sum(-1))
-    return lse + (term - term.detach()).t()

@@ -439,14 +439,4 @@ def build_position_method(
         )
 
     params = config.resolved(model.max_position, prefix)
-    scale = model.rope_position_scale
-    rotary = RotaryEmbedding(
-        model.head_size,
-        model.rope_base,
-        model.rope_scaling,
-        model.max_position,
-        scale,
-        rotary_fraction=model.rotary_fraction,
-        partial_rotary=model.partial_rotary,
-    )
-    return builder_for(config.name)(rotary, **params)
+    return builder_for(config.name)(RotaryEmbedding.of_model(model), **params)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from longctx.batch import document_start_index
-from longctx.model.attention import AttentionMask
+from longctx.model.attention import AttentionMask, check_shapes
 from longctx.model.rope import RotaryEmbedding, rotate_half, rotation_dtype
 
 UNBOUNDED = 1 << 40
@@ -192,14 +192,8 @@ def document_starts(position_ids: torch.Tensor, document_ids: torch.Tensor) -> t
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: PositionPlan) -> None:
-    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(
-            f"expected q [B,Tq,H,D], k/v [B,Tk,Hkv,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        )
-    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3] or q.shape[2] % k.shape[2]:
-        raise ValueError(
-            f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head_dim, or heads are not a multiple"
-        )
+    """`attention()`'s shape checks, then that q and k are the plan's."""
+    check_shapes(q, k, v)
     if (q.shape[1], k.shape[:2]) != (plan.q_len, plan.document_ids.shape):
         raise ValueError(
             f"plan was built for q_len={plan.q_len} and keys {tuple(plan.document_ids.shape)}; "

@@ -20,23 +20,13 @@ def ntk_method(
 ) -> PositionMethod:
     """NTK-aware scaling: RoPE with base * factor^(d/(d-2)) (rope.py's `ntk`; d: the
     channels the frequencies are computed over, R under `first` partial rotation)."""
-    scaling = RopeScaling("ntk", factor=factor)
-    rotary = RotaryEmbedding(
-        head_dim,
-        base,
-        scaling,
-        training_length,
-        position_scale,
-        rotary_fraction=rotary_fraction,
-        partial_rotary=partial_rotary,
-    )
-    return rope_method(rotary, "ntk", {"factor": factor})
+    partial: dict = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
+    rotary = RotaryEmbedding(head_dim, base, RopeScaling(), training_length, position_scale, **partial)
+    return build(rotary, factor)
 
 
 @register_builder("ntk")
 def build(rotary: RotaryEmbedding, factor: float) -> PositionMethod:
     """The model's head dim, base, training length and position scale; NTK's scaling in
     place of the model's own; its partial rotation kept."""
-    return ntk_method(
-        rotary.head_dim, rotary.base, factor, rotary.max_position, rotary.position_scale, **rotary.partial
-    )
+    return rope_method(rotary.rescaled(RopeScaling("ntk", factor=factor)), "ntk", {"factor": factor})

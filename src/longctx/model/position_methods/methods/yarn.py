@@ -24,25 +24,9 @@ def yarn_method(
     """YaRN: rope.py's `yarn` frequencies and cos/sin attention factor (under `first`
     partial rotation: the ramp over the R rotated channels, the factor on them only, as
     transformers' Phi-3)."""
-    scaling = RopeScaling(
-        "yarn", factor=factor, original_max_position=original_max_position, beta_fast=beta_fast, beta_slow=beta_slow
-    )
-    rotary = RotaryEmbedding(
-        head_dim,
-        base,
-        scaling,
-        training_length,
-        position_scale,
-        rotary_fraction=rotary_fraction,
-        partial_rotary=partial_rotary,
-    )
-    params = {
-        "factor": factor,
-        "original_max_position": original_max_position,
-        "beta_fast": beta_fast,
-        "beta_slow": beta_slow,
-    }
-    return rope_method(rotary, "yarn", params)
+    partial: dict = {"rotary_fraction": rotary_fraction, "partial_rotary": partial_rotary}
+    rotary = RotaryEmbedding(head_dim, base, RopeScaling(), training_length, position_scale, **partial)
+    return build(rotary, factor, original_max_position, beta_fast, beta_slow)
 
 
 @register_builder("yarn")
@@ -51,14 +35,10 @@ def build(
 ) -> PositionMethod:
     """The model's head dim, base, training length and position scale; YaRN's scaling in
     place of the model's own; its partial rotation kept."""
-    return yarn_method(
-        rotary.head_dim,
-        rotary.base,
-        factor,
-        original_max_position,
-        rotary.max_position,
-        beta_fast,
-        beta_slow,
-        rotary.position_scale,
-        **rotary.partial,
-    )
+    params: dict = {
+        "factor": factor,
+        "original_max_position": original_max_position,
+        "beta_fast": beta_fast,
+        "beta_slow": beta_slow,
+    }
+    return rope_method(rotary.rescaled(RopeScaling("yarn", **params)), "yarn", params)
