@@ -285,7 +285,7 @@ def test_refusals_name_the_field_in_one_line(tmp_path, kind, fields, message):
     build(kind).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, **fields}))
-    with pytest.raises(CheckpointError, match="") as error:
+    with pytest.raises(CheckpointError) as error:
         import_hf(tmp_path)
     assert message in str(error.value) and "\n" not in str(error.value)
 
