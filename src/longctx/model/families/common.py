@@ -274,12 +274,15 @@ NO_SPECIAL_IDS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": No
 writes the run's)."""
 
 
-def common_hf_config(config: ModelConfig, family: str, architecture: str, omit: tuple[str, ...] = ()) -> dict:
+def common_hf_config(
+    config: ModelConfig, family: str, architecture: str, omit: tuple[str, ...] = (), bias_flag: bool = True
+) -> dict:
     """The config.json values every written family shares (`head_dim` always: every reader
     takes a decoupled one), less the keys in `omit` (those a family writes in its own form).
-    Qwen2's q/k/v-only bias is refused but as qwen2: every other family's `attention_bias`
-    flag biases all of q, k, v and o."""
-    if config.attention_bias == "qkv" and family != "qwen2":
+    `bias_flag`: the family's config has transformers' `attention_bias` flag, which biases all
+    of q, k, v and o, so the flag is written and a q/k/v-only bias refused (Qwen2, biased on
+    q/k/v always, and Phi-3, never biased, have no flag)."""
+    if bias_flag and config.attention_bias == "qkv":
         raise CheckpointError(f"cannot export model.attention_bias='qkv' as {family}: its attention_bias is q/k/v/o")
     rope_theta, rope_scaling = scaling_to_hf(config)
     values = {
@@ -304,6 +307,8 @@ def common_hf_config(config: ModelConfig, family: str, architecture: str, omit: 
         "longctx_rope_base": config.rope_base,
         "longctx_rope_scaling": dataclasses.asdict(config.rope_scaling),
     }
+    if bias_flag:
+        values["attention_bias"] = config.attention_bias == "qkvo"
     return {key: value for key, value in values.items() if key not in omit}
 
 

@@ -114,7 +114,6 @@ def write(config: ModelConfig) -> dict:
         hidden_activation="gelu_pytorch_tanh",
         query_pre_attn_scalar=_scalar(config.query_pre_attn_scalar or config.head_size),
         **layer_types_to_hf(config),
-        attention_bias=config.attention_bias == "qkvo",
         attn_logit_softcapping=None,
         final_logit_softcapping=None,
         use_bidirectional_attention=False,

@@ -58,11 +58,11 @@ def write(config: ModelConfig) -> dict:
     architecture = "Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"
     refuse_fields(config, "Llama/Qwen2", {"qk_norm": "none", "rotary_fraction": 1})
     refuse_fields(config, architecture, PLAIN_BLOCK)
-    values = common_hf_config(config, "qwen2" if qwen2 else "llama", architecture)
+    values = common_hf_config(config, "qwen2" if qwen2 else "llama", architecture, bias_flag=not qwen2)
     if qwen2:
         values.update(use_sliding_window=False, sliding_window=None, max_window_layers=config.n_layers)
     else:
-        values.update(attention_bias=config.attention_bias == "qkvo", mlp_bias=False)
+        values.update(mlp_bias=False)
     return values
 
 

@@ -52,7 +52,7 @@ def write(config: ModelConfig) -> dict:
     refuse_fields(config, "OLMo 2", OLMO_BLOCK)
     values = common_hf_config(config, "olmo2", "Olmo2ForCausalLM")
     # Olmo2Config's default ids (pad 1, eos 50279) are OLMo's tokenizer's.
-    values.update(attention_bias=config.attention_bias == "qkvo", **NO_SPECIAL_IDS)
+    values.update(NO_SPECIAL_IDS)
     return values
 
 

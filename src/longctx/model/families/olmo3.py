@@ -60,7 +60,6 @@ def write(config: ModelConfig) -> dict:
     values = common_hf_config(config, "olmo3", "Olmo3ForCausalLM", omit=("rope_theta", "rope_scaling"))
     values.update(
         **layer_types_to_hf(config),
-        attention_bias=config.attention_bias == "qkvo",
         **NO_SPECIAL_IDS,  # Olmo3Config's default ids are OLMo's tokenizer's
     )
     return values

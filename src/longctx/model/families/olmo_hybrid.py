@@ -143,7 +143,6 @@ def write(config: ModelConfig) -> dict:
     values.update(
         layer_types=layer_types,
         rope_parameters={"rope_type": "default", "rope_theta": None} if nope else rope_parameters_to_hf(config),
-        attention_bias=config.attention_bias == "qkvo",
         linear_allow_neg_eigval=spec.allow_neg_eigval,
         **heads,
         **NO_SPECIAL_IDS,  # OlmoHybridConfig's default ids are OLMo's tokenizer's

@@ -144,7 +144,9 @@ def write(config: ModelConfig) -> dict:
             "cannot export longrope with a decoupled model.head_dim as phi3: Phi3Config checks the factors "
             "against hidden_size / num_attention_heads"
         )
-    values = common_hf_config(dataclasses.replace(config, rope_scaling=RopeScaling()), "phi3", "Phi3ForCausalLM")
+    values = common_hf_config(
+        dataclasses.replace(config, rope_scaling=RopeScaling()), "phi3", "Phi3ForCausalLM", bias_flag=False
+    )
     values["longctx_rope_scaling"] = dataclasses.asdict(scaling)
     original = scaling.original_max_position or config.max_position
     rope_scaling = None

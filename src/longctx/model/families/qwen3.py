@@ -49,7 +49,6 @@ def write(config: ModelConfig) -> dict:
     refuse_fields(config, "Qwen3", {"qk_norm": "head", "rotary_fraction": 1, **PLAIN_BLOCK})
     values = common_hf_config(config, "qwen3", "Qwen3ForCausalLM")
     values.update(
-        attention_bias=config.attention_bias == "qkvo",
         use_sliding_window=False,
         sliding_window=None,
         max_window_layers=config.n_layers,

@@ -157,7 +157,6 @@ def write(config: ModelConfig) -> dict:
     values.update(
         layer_types=layer_types,
         rope_parameters={**rope_parameters_to_hf(config), "partial_rotary_factor": config.rotary_fraction},
-        attention_bias=config.attention_bias == "qkvo",
         num_experts=0,
         mlp_only_layers=[],
         decoder_sparse_step=1,

@@ -63,7 +63,6 @@ def write(config: ModelConfig) -> dict:
         use_sliding_window=False,
         sliding_window=None,
         layer_types=["full_attention"] * config.n_layers,
-        attention_bias=config.attention_bias == "qkvo",
         mlp_bias=False,
         **NO_SPECIAL_IDS,  # SmolLM3Config's defaults are Llama 3's ids, outside most vocabularies
     )
