@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from longctx.eval import infinitebench as ib
-from longctx.eval.ruler.constants import NOISE
+from longctx.eval.prompt_pieces import NOISE
 
 
 @pytest.fixture(scope="module")

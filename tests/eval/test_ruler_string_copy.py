@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from longctx.config.eval import BenchmarkConfig
+from longctx.eval.prompt_pieces import NOISE
 from longctx.eval.ruler import make_sample
-from longctx.eval.ruler.constants import NOISE
 from longctx.eval.ruler.engine_task import RulerContexts
 
 FIXTURE = Path(__file__).parents[2].parent / "shared" / "fixtures" / "ruler_string_copy_vt_4k.jsonl"

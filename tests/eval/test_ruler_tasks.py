@@ -9,8 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from longctx.eval.prompt_pieces import NOISE
 from longctx.eval.ruler import SYNTHETIC_TASKS, RulerContext, RulerOptions, make_sample
-from longctx.eval.ruler.constants import DEPTHS, NOISE
+from longctx.eval.ruler.constants import DEPTHS
 from longctx.eval.ruler.sources import punkt_english, wonderwords_lists
 
 LENGTHS = (2048, 4096)

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from longctx.eval.prompt_pieces import NOISE  # noqa: F401  (RULER's noise haystack sentence)
-
 DEPTHS = tuple(int(d) for d in np.round(np.linspace(0, 100, num=40, endpoint=True)).astype(int))
 """The 40 needle depths (percent of the essay's sentences) RULER samples without replacement."""
 

@@ -25,8 +25,8 @@ import zlib
 
 import numpy as np
 
-from longctx.eval.prompt_pieces import Piece, Ragged, Segment, spoken_list
-from longctx.eval.ruler.constants import DEPTHS, FAMILIES, NIAH_NEEDLE, NOISE, Task
+from longctx.eval.prompt_pieces import NOISE, Piece, Ragged, Segment, spoken_list
+from longctx.eval.ruler.constants import DEPTHS, FAMILIES, NIAH_NEEDLE, Task
 from longctx.eval.ruler.context import RulerContext
 from longctx.eval.ruler.tokens import Prompt, fit_prompt, frame_prompt
 

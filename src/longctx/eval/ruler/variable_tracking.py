@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from longctx.eval.prompt_pieces import Piece, Segment
-from longctx.eval.ruler.constants import FAMILIES, NOISE, STRING_VT_ANSWER_PREFIX, Task
+from longctx.eval.prompt_pieces import NOISE, Piece, Segment
+from longctx.eval.ruler.constants import FAMILIES, STRING_VT_ANSWER_PREFIX, Task
 from longctx.eval.ruler.context import RulerContext
 from longctx.eval.ruler.tokens import Prompt, fit_prompt, frame_prompt, largest_fitting
 
