@@ -246,6 +246,22 @@ def test_embedded_samples_fit_the_tiny_windows(tokenizer):
 # --- rows -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"variant": "shuffled"}, "variant must be one of ('normal', 'packed', 'skipalign'), got 'shuffled'"),
+        ({"variant": "skipalign", "strategy": "middle"}, "strategy must be one of"),
+        ({"variant": "skipalign", "p_scope": "row"}, "p_scope must be one of"),
+        ({"variant": "skipalign", "p": 1.5}, "p must be a probability in [0, 1], got 1.5"),
+        ({"variant": "skipalign", "p": True}, "p must be a probability in [0, 1], got True"),
+    ],
+)
+def test_rows_refuse_a_bad_setting_naming_it(samples, tokenizer, settings, message):
+    with pytest.raises(ValueError) as error:
+        SFTRows(samples, window=512, pad_id=tokenizer.pad_id, **{"variant": "normal", **settings})
+    assert message in str(error.value)
+
+
 def test_normal_rows_hold_one_sample_then_padding_in_its_own_document(samples, tokenizer):
     rows = SFTRows(samples, variant="normal", window=512, pad_id=tokenizer.pad_id)
     assert len(rows) == len(samples) and rows.position_limit == max(len(s) for s in samples)

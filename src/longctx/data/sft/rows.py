@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from longctx.batch import IGNORE_INDEX
-from longctx.data.positions import P_SCOPES, STRATEGIES, check_choice, skipalign_position_ids
+from longctx.data.positions import P_SCOPES, STRATEGIES, check_choice, check_probability, skipalign_position_ids
 from longctx.data.sft.template import ChatSample
 
 VARIANTS = ("normal", "packed", "skipalign")
@@ -70,8 +70,7 @@ class SFTRows(torch.utils.data.Dataset):
         if variant == "skipalign":
             check_choice("strategy", strategy, STRATEGIES)
             check_choice("p_scope", p_scope, P_SCOPES)
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+            check_probability(p)
         self.samples, self.variant, self.window, self.pad_id, self.seed = samples, variant, window, pad_id, seed
         self.strategy, self.extended_length, self.p, self.p_scope = strategy, extended_length, p, p_scope
         order = np.random.default_rng([seed, _ORDER_STREAM]).permutation(len(samples))
