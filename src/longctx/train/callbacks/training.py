@@ -19,7 +19,8 @@ from longctx.train.flops import peak_flops, training_flops_per_token
 class StepCallback(L.Callback):
     """A callback that acts once per optimizer step: `step_completed` tells the batch that
     completed one (`trainer.global_step` moved) from the accumulation micro-batches before
-    it, with no device work; a resumed run counts from its saved step."""
+    it, with no device work; a resumed run counts from its saved step. It moves the callback's
+    own count, so each `on_train_batch_end` calls it once, on every rank, before any return."""
 
     _steps_seen = 0
 
