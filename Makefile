@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # On a machine with the venv: `make test-gpu PYTHON_GPU=.venv/bin/python`.
 PYTHON_GPU ?= python3
 BENCH_OUT  ?= bench-gpu-out
-GPU_RUN    := PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU)
+GPU_RUN    := PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU)
 GPU_TESTS  := $(shell grep -rlE 'mark\.gpu' tests | grep -v test_replication_slow | sort)
 
 setup: $(STAMP)
@@ -171,7 +171,7 @@ test-torch-image: $(STAMP)
 	$(IMAGE_VENV)/bin/pip install -q --no-deps torch==$(TORCH_IMAGE) torchvision==$(TORCHVISION_IMAGE)
 	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > "$$($(IMAGE_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz_longctx_venv.pth"
 	ln -sf "$(abspath $(BIN))/wandb" $(IMAGE_VENV)/bin/wandb
-	PYTHONPATH=src $(IMAGE_VENV)/bin/python -m pytest -m "$(IMAGE_MARKS)" -q -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider \
+	PYTHONPATH=$(CURDIR)/src $(IMAGE_VENV)/bin/python -m pytest -m "$(IMAGE_MARKS)" -q -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider \
 		--deselect tests/tools/test_gpu_image_collection.py $(IMAGE_TESTS)
 
 # Every `gpu` test, the heavy ones included (StRing prefill at 32K; a 20-step fsdp + compile
@@ -191,7 +191,7 @@ test-gpu:
 PARTS ?=
 GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_check.py \
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_check.py \
 		--out $(BENCH_OUT) $(if $(PARTS),--parts $(PARTS)) $(GPU_CHECK_ARGS)
 
 # Wheels for the GPU image, which has no network (docs/benchmarks.md, "GPU runbook"). Each set
@@ -251,7 +251,7 @@ FA4_LARGE    := nvidia_cutlass_dsl_libs_cu13-
 device-fa4: $(STAMP)
 	$(STAGE) fa4
 	rm -rf .device-fa4/parts .device-fa4/step && mkdir -p .device-fa4/step/whl
-	PYTHONPATH=src $(BIN)/python tools/gpu/gguf_parts.py split .device-fa4/whl/$(FA4_LARGE)*.whl \
+	PYTHONPATH=$(CURDIR)/src $(BIN)/python tools/gpu/gguf_parts.py split .device-fa4/whl/$(FA4_LARGE)*.whl \
 		.device-fa4/parts --part-mib $(FA4_PART_MIB)
 	for wheel in .device-fa4/whl/*.whl; do case $$wheel in */$(FA4_LARGE)*) ;; *) cp $$wheel .device-fa4/step/whl/ ;; esac; done
 	printf '%s\n' '# Sourced on the GPU machine after .device/env.sh: flash-attn-4, its large wheel joined by the setup calls.' \
@@ -294,4 +294,4 @@ clean:
 # machine `source .device/env.sh; make gpu-next BENCH_OUT=$OUT`; then here `python
 # tools/gpu/gpu_next.py tick <files_at>` and commit what it wrote.
 gpu-next:
-	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_next.py run --out $(BENCH_OUT)
+	PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} WANDB_MODE=disabled $(PYTHON_GPU) tools/gpu/gpu_next.py run --out $(BENCH_OUT)
