@@ -188,6 +188,21 @@ def test_phi3_reads_its_fused_projections_by_rows(tmp_path):
         import_hf(tmp_path)
 
 
+@pytest.mark.parametrize(("kind", "bias"), [("phi3", "none"), ("phi3-longrope", "none"), ("qwen2", "qkv")])
+def test_a_family_without_the_bias_flag_ignores_one_in_its_file(tmp_path, kind, bias):
+    """Phi-3's config has no `attention_bias` flag (no biases) and Qwen2's none either (q/k/v
+    biases always): a stray `attention_bias: true` neither adds an o bias nor breaks the load."""
+    if kind == "qwen2":
+        from tests.model.hf_models import build_hf, save_hf
+
+        save_hf(build_hf("qwen2"), tmp_path, "single")
+    else:
+        build(kind).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "attention_bias": True}))
+    assert import_hf(tmp_path).config.attention_bias == bias
+
+
 def test_olmo3_maps_its_sliding_layers_and_rope_per_layer_type(tmp_path):
     build("olmo3").save_pretrained(tmp_path)
     config = import_hf(tmp_path).config

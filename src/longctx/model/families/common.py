@@ -109,10 +109,14 @@ def refuse_true(hf: dict, source: str, fields: dict[str, str]) -> None:
             raise CheckpointError(f"{source}: {name}={json.dumps(hf[name])} is not supported ({meaning})")
 
 
-def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu", "swish")) -> dict:
+def common_fields(
+    hf: dict, source: str, activations: tuple[str, ...] = ("silu", "swish"), bias_flag: bool = True
+) -> dict:
     """ModelConfig fields every family reads the same way (sizes, norm eps, RoPE of the full
-    layers, tying, the q/k/v/o `attention_bias` flag), after the checks they share (special
-    ids, activation, head_dim)."""
+    layers, tying), after the checks they share (special ids, activation, head_dim).
+    `bias_flag`: the family's config has transformers' `attention_bias` flag, which biases all
+    of q, k, v and o, so it is read; without one (Qwen2, biased on q/k/v always, and Phi-3,
+    never biased) `attention_bias` is "none" here, whatever a file says, for the family to set."""
     check_special_ids(hf, source)
     key = "hidden_activation" if "hidden_activation" in hf else "hidden_act"
     activation = hf.get(key, activations[0])
@@ -141,7 +145,7 @@ def common_fields(hf: dict, source: str, activations: tuple[str, ...] = ("silu",
         max_position=hf.get("max_position_embeddings", 2048),
         init_std=hf.get("initializer_range", 0.02),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        attention_bias="qkvo" if hf.get("attention_bias") else "none",  # Llama's flag (Qwen2 and Phi-3: their own)
+        attention_bias="qkvo" if bias_flag and hf.get("attention_bias") else "none",
     )
 
 

@@ -21,8 +21,9 @@ MLP_REFUSED = ("mlp_bias: longctx's MLP has no biases", "hidden_act other than s
 def read(hf: dict, source: str) -> ModelConfig:
     refuse_true(hf, source, MLP_BIAS)
     refuse_sliding_window(hf, source)
-    fields = common_fields(hf, source)
-    if hf["model_type"] == "qwen2":  # q/k/v biases, always
+    qwen2 = hf["model_type"] == "qwen2"
+    fields = common_fields(hf, source, bias_flag=not qwen2)
+    if qwen2:  # q/k/v biases, always
         fields["attention_bias"] = "qkv"
     return ModelConfig(**fields)
 

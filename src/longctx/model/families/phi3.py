@@ -74,11 +74,10 @@ def read(hf: dict, source: str) -> ModelConfig:
     if longrope:
         base = parameters.get("rope_theta") or hf.get("rope_theta") or 10000.0
         plain = {key: value for key, value in hf.items() if key not in ("rope_scaling", "rope_parameters")}
-        fields = common_fields({**plain, "rope_theta": base}, source)
+        fields = common_fields({**plain, "rope_theta": base}, source, bias_flag=False)
         fields["rope_scaling"] = longrope_from_hf(hf, parameters, kind, int(head_dim * fraction) // 2, source)
     else:
-        fields = common_fields(hf, source)
-    fields["attention_bias"] = "none"  # transformers' Phi-3 has no biases, whatever a file says
+        fields = common_fields(hf, source, bias_flag=False)
     window = hf.get("sliding_window")
     layers: dict = {}
     if window is not None and window < fields["max_position"]:
