@@ -74,6 +74,18 @@ def test_storage_round_trips_files_and_keeps_the_url(s3_bucket):
         storage.read_bytes(f"{url}/missing.json")
 
 
+@pytest.mark.parametrize("where", ["bucket", "local"])
+def test_side_files_round_trip_and_a_missing_one_reads_as_none(s3_bucket, tmp_path, where):
+    root = f"s3://{s3_bucket}/side-{uuid.uuid4().hex}" if where == "bucket" else str(tmp_path)
+    assert storage.read_json_or_none(storage.join(root, "ledger.json")) is None
+    storage.write_json(storage.join(root, "ledger.json"), {"rounds": [1, 2], "complete": False})
+    assert storage.read_json_or_none(storage.join(root, "ledger.json")) == {"rounds": [1, 2], "complete": False}
+    assert storage.read_bytes(storage.join(root, "ledger.json")).endswith(b"}\n")  # indented, newline-ended
+    lengths = np.array([3, 1, 4], dtype=np.int64)
+    storage.write_array(storage.join(root, "lengths.npy"), lengths)
+    assert np.array_equal(storage.read_array(storage.join(root, "lengths.npy")), lengths)
+
+
 def test_prepare_writes_every_file_to_the_bucket(remote_dataset, corpus):
     import boto3
 

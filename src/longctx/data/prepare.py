@@ -61,8 +61,7 @@ def _worker_tokenizer(spec: str) -> Tokenizer:
 
 
 def read_manifest(directory: str | Path) -> dict | None:
-    path = storage.join(directory, MANIFEST_FILE)
-    return storage.read_json(path) if storage.exists(path) else None
+    return storage.read_json_or_none(storage.join(directory, MANIFEST_FILE))
 
 
 def finished_manifest(directory: str | Path, tokenizer: Tokenizer) -> dict | None:

@@ -139,10 +139,6 @@ def corpus_fingerprint(shards: Sequence[Shard]) -> str:
     return hashlib.sha256(json.dumps([[s.name, s.bytes] for s in shards]).encode()).hexdigest()
 
 
-def _read_json(path: str) -> dict | None:
-    return storage.read_json(path) if storage.exists(path) else None
-
-
 def _format_duration(seconds: float) -> str:
     seconds = int(seconds)
     if seconds >= 3600:
@@ -253,7 +249,7 @@ def prepare_shards(
     }
     part = part_dir(output_dir, node_rank, nodes)
     ledger_path = storage.join(part, PART_FILE)
-    ledger = _read_json(ledger_path) or {"plan": plan, "rounds": [], "complete": False}
+    ledger = storage.read_json_or_none(ledger_path) or {"plan": plan, "rounds": [], "complete": False}
     changed = [key for key in plan if ledger["plan"].get(key) != plan[key] and key != "sources"]
     if changed:
         raise DataError(
@@ -320,7 +316,7 @@ def _merge(round_dirs: list[str], output_dir: str) -> None:
 
 
 def _round_summary(directory: str) -> dict:
-    summary = _read_json(storage.join(directory, ROUND_FILE))
+    summary = storage.read_json_or_none(storage.join(directory, ROUND_FILE))
     if summary is None:
         raise DataError(f"{directory}: no {ROUND_FILE}; the part's ledger names a round that is not there")
     return summary
@@ -331,7 +327,7 @@ def join_parts(output_dir: str | Path, nodes: int, *, verbose: bool = True) -> d
     output_dir = str(output_dir)
     ledgers = []
     for rank in range(nodes):
-        ledger = _read_json(storage.join(part_dir(output_dir, rank, nodes), PART_FILE))
+        ledger = storage.read_json_or_none(storage.join(part_dir(output_dir, rank, nodes), PART_FILE))
         if ledger is None or not ledger.get("complete"):
             state = "is missing" if ledger is None else "is not finished"
             raise DataError(

@@ -81,6 +81,11 @@ def read_json(path: str | Path) -> Any:
     return json.loads(read_bytes(path))
 
 
+def read_json_or_none(path: str | Path) -> Any:
+    """`read_json`, or None where there is no file (a manifest or ledger not written yet)."""
+    return read_json(path) if exists(path) else None
+
+
 def write_json(path: str | Path, value: Any) -> None:
     """`value` as indented JSON with a final newline (the side files people read)."""
     write_bytes(path, (json.dumps(value, indent=2) + "\n").encode())
